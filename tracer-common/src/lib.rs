@@ -1,0 +1,328 @@
+//! Wire types shared by the eBPF programs and the userspace daemon.
+//!
+//! Every type is `#[repr(C)]` with explicit padding and no `bool`/`Option`,
+//! so the two sides agree byte for byte. The `user` feature adds `aya::Pod`.
+#![no_std]
+
+/// Which block tracepoint produced a [`BlockEvent`].
+///
+/// The values index [`EventKind::ALL`] and the per-CPU counters, so they are dense.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum EventKind {
+    Remap = 0,
+    Queue = 1,
+    Split = 2,
+    Backmerge = 3,
+    Frontmerge = 4,
+    RqMerge = 5,
+    Issue = 6,
+    Complete = 7,
+    BioComplete = 8,
+    DirtyBuffer = 9,
+}
+
+impl EventKind {
+    pub const COUNT: usize = 10;
+    pub const ALL: [EventKind; Self::COUNT] = [
+        EventKind::Remap,
+        EventKind::Queue,
+        EventKind::Split,
+        EventKind::Backmerge,
+        EventKind::Frontmerge,
+        EventKind::RqMerge,
+        EventKind::Issue,
+        EventKind::Complete,
+        EventKind::BioComplete,
+        EventKind::DirtyBuffer,
+    ];
+
+    pub const fn from_u8(value: u8) -> Option<EventKind> {
+        if (value as usize) < Self::COUNT {
+            Some(Self::ALL[value as usize])
+        } else {
+            None
+        }
+    }
+
+    /// The kernel tracepoint name, under the `block` category.
+    pub const fn tracepoint(self) -> &'static str {
+        match self {
+            EventKind::Remap => "block_bio_remap",
+            EventKind::Queue => "block_bio_queue",
+            EventKind::Split => "block_split",
+            EventKind::Backmerge => "block_bio_backmerge",
+            EventKind::Frontmerge => "block_bio_frontmerge",
+            EventKind::RqMerge => "block_rq_merge",
+            EventKind::Issue => "block_rq_issue",
+            EventKind::Complete => "block_rq_complete",
+            EventKind::BioComplete => "block_bio_complete",
+            EventKind::DirtyBuffer => "block_dirty_buffer",
+        }
+    }
+
+    /// The key used for this kind in the JSON `events` object.
+    pub const fn json_key(self) -> &'static str {
+        match self {
+            EventKind::Remap => "remap",
+            EventKind::Queue => "queue",
+            EventKind::Split => "split",
+            EventKind::Backmerge => "backmerge",
+            EventKind::Frontmerge => "frontmerge",
+            EventKind::RqMerge => "rq_merge",
+            EventKind::Issue => "issue",
+            EventKind::Complete => "complete",
+            EventKind::BioComplete => "bio_complete",
+            EventKind::DirtyBuffer => "dirty_buffer",
+        }
+    }
+
+    /// The eBPF program that handles this tracepoint.
+    pub const fn program(self) -> &'static str {
+        match self {
+            EventKind::Remap => "bio_remap",
+            EventKind::Queue => "bio_queue",
+            EventKind::Split => "split",
+            EventKind::Backmerge => "bio_backmerge",
+            EventKind::Frontmerge => "bio_frontmerge",
+            EventKind::RqMerge => "rq_merge",
+            EventKind::Issue => "rq_issue",
+            EventKind::Complete => "rq_complete",
+            EventKind::BioComplete => "bio_complete",
+            EventKind::DirtyBuffer => "dirty_buffer",
+        }
+    }
+
+    /// The name of the global that carries this tracepoint's field offsets.
+    pub const fn offsets_global(self) -> &'static str {
+        match self {
+            EventKind::Remap => "REMAP_FIELDS",
+            EventKind::Queue => "QUEUE_FIELDS",
+            EventKind::Split => "SPLIT_FIELDS",
+            EventKind::Backmerge => "BACKMERGE_FIELDS",
+            EventKind::Frontmerge => "FRONTMERGE_FIELDS",
+            EventKind::RqMerge => "RQ_MERGE_FIELDS",
+            EventKind::Issue => "ISSUE_FIELDS",
+            EventKind::Complete => "COMPLETE_FIELDS",
+            EventKind::BioComplete => "BIO_COMPLETE_FIELDS",
+            EventKind::DirtyBuffer => "DIRTY_BUFFER_FIELDS",
+        }
+    }
+}
+
+/// Marks an offset as absent in [`FieldOffsets`]: the field is left zero.
+pub const NO_FIELD: u16 = u16::MAX;
+
+/// Byte offsets of the fields one tracepoint record carries, read from its
+/// `format` file at start-up (they moved in 6.11 and again in 2025).
+///
+/// Field types are fixed across kernels: `dev`/`aux_dev` are `dev_t` (u32),
+/// `sector`/`aux_sector` are `sector_t` or `size_t` (u64), `nr_sector` is u32
+/// and `error` is i32. `rwbs` is read as the first 8 bytes of the char array.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FieldOffsets {
+    pub dev: u16,
+    pub sector: u16,
+    pub nr_sector: u16,
+    /// `new_sector` (split), `old_sector` (remap) or `size` (dirty buffer).
+    pub aux_sector: u16,
+    /// `old_dev` (remap).
+    pub aux_dev: u16,
+    pub rwbs: u16,
+    pub error: u16,
+    /// Non-zero when the tracepoint was found and its layout understood.
+    pub enabled: u16,
+}
+
+impl FieldOffsets {
+    pub const ABSENT: FieldOffsets = FieldOffsets {
+        dev: NO_FIELD,
+        sector: NO_FIELD,
+        nr_sector: NO_FIELD,
+        aux_sector: NO_FIELD,
+        aux_dev: NO_FIELD,
+        rwbs: NO_FIELD,
+        error: NO_FIELD,
+        enabled: 0,
+    };
+}
+
+/// Length of the `rwbs` prefix carried in each event (enough for op and flags).
+pub const RWBS_BYTES: usize = 8;
+
+/// One block-layer tracepoint hit, 56 bytes.
+///
+/// Field meaning by kind:
+/// - `sector`, `nr_sector`: the bio or request range, disk-absolute.
+/// - `aux_sector`: split → `new_sector` (start of the remainder);
+///   remap → `old_sector` (partition-relative, or upper-device sector);
+///   dirty buffer → buffer size in bytes.
+/// - `aux_dev`: remap → `old_dev` (the partition, or the upper device).
+/// - `error`: completion status.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BlockEvent {
+    pub ts_ns: u64,
+    pub sector: u64,
+    pub aux_sector: u64,
+    /// Kernel-internal `dev_t`: `major << 20 | minor`.
+    pub dev: u32,
+    pub aux_dev: u32,
+    pub nr_sector: u32,
+    /// Process (thread group) that was current when the tracepoint fired.
+    pub tgid: u32,
+    pub rwbs: [u8; RWBS_BYTES],
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    pub error: i32,
+}
+
+impl BlockEvent {
+    pub const ZERO: BlockEvent = BlockEvent {
+        ts_ns: 0,
+        sector: 0,
+        aux_sector: 0,
+        dev: 0,
+        aux_dev: 0,
+        nr_sector: 0,
+        tgid: 0,
+        rwbs: [0; RWBS_BYTES],
+        kind: 0,
+        _pad: [0; 3],
+        error: 0,
+    };
+}
+
+/// Which write-family syscall produced a [`SyscallEvent`].
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SyscallKind {
+    Write = 0,
+    Pwrite64 = 1,
+    Writev = 2,
+    Pwritev = 3,
+    Pwritev2 = 4,
+    Fsync = 5,
+    Fdatasync = 6,
+}
+
+impl SyscallKind {
+    pub const COUNT: usize = 7;
+    pub const ALL: [SyscallKind; Self::COUNT] = [
+        SyscallKind::Write,
+        SyscallKind::Pwrite64,
+        SyscallKind::Writev,
+        SyscallKind::Pwritev,
+        SyscallKind::Pwritev2,
+        SyscallKind::Fsync,
+        SyscallKind::Fdatasync,
+    ];
+
+    pub const fn from_u8(value: u8) -> Option<SyscallKind> {
+        if (value as usize) < Self::COUNT {
+            Some(Self::ALL[value as usize])
+        } else {
+            None
+        }
+    }
+
+    /// The syscall name; its tracepoints are `syscalls/sys_{enter,exit}_<name>`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            SyscallKind::Write => "write",
+            SyscallKind::Pwrite64 => "pwrite64",
+            SyscallKind::Writev => "writev",
+            SyscallKind::Pwritev => "pwritev",
+            SyscallKind::Pwritev2 => "pwritev2",
+            SyscallKind::Fsync => "fsync",
+            SyscallKind::Fdatasync => "fdatasync",
+        }
+    }
+}
+
+/// Marks an unknown file offset in [`SyscallEvent::offset`].
+pub const UNKNOWN_OFFSET: u64 = u64::MAX;
+
+/// One write-family syscall by a traced process, 40 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SyscallEvent {
+    pub ts_ns: u64,
+    /// Byte offset in the file, or [`UNKNOWN_OFFSET`].
+    pub offset: u64,
+    /// Bytes written (the syscall's result; negative results are errors).
+    pub result: i64,
+    pub tgid: u32,
+    pub fd: u32,
+    pub kind: u8,
+    pub _pad: [u8; 7],
+}
+
+impl SyscallEvent {
+    pub const ZERO: SyscallEvent = SyscallEvent {
+        ts_ns: 0,
+        offset: 0,
+        result: 0,
+        tgid: 0,
+        fd: 0,
+        kind: 0,
+        _pad: [0; 7],
+    };
+}
+
+/// Index of the counters in the per-CPU `COUNTERS` array.
+pub mod counter {
+    /// Block events lost because the ring buffer was full.
+    pub const DROPPED: u32 = 0;
+    /// Syscall events lost because their ring buffer was full.
+    pub const SYSCALL_DROPPED: u32 = 1;
+    /// Tracepoint field reads that failed (the record is dropped and counted).
+    pub const READ_FAILED: u32 = 2;
+    pub const COUNT: u32 = 3;
+}
+
+/// Map and global names, shared so neither side can misspell them.
+pub mod names {
+    pub const EVENTS: &str = "EVENTS";
+    pub const SYSCALLS: &str = "SYSCALLS";
+    pub const COUNTERS: &str = "COUNTERS";
+    pub const DEVICES: &str = "DEVICES";
+    pub const PIDS: &str = "PIDS";
+    pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
+    pub const FILTER_PIDS: &str = "FILTER_PIDS";
+    pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+}
+
+#[cfg(feature = "user")]
+mod user {
+    use super::*;
+    // SAFETY: all three are `#[repr(C)]`, contain only integers and byte
+    // arrays, and have no implicit padding (checked by the size tests below).
+    unsafe impl aya::Pod for FieldOffsets {}
+    unsafe impl aya::Pod for BlockEvent {}
+    unsafe impl aya::Pod for SyscallEvent {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_sizes_have_no_hidden_padding() {
+        assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
+        assert_eq!(core::mem::size_of::<SyscallEvent>(), 40);
+        assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
+    }
+
+    #[test]
+    fn kinds_round_trip() {
+        for kind in EventKind::ALL {
+            assert_eq!(EventKind::from_u8(kind as u8), Some(kind));
+        }
+        assert_eq!(EventKind::from_u8(EventKind::COUNT as u8), None);
+        for kind in SyscallKind::ALL {
+            assert_eq!(SyscallKind::from_u8(kind as u8), Some(kind));
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Block tracepoints → `BlockEvent` records in the `EVENTS` ring buffer.
+//!
+//! Per hit: up to seven field reads, two map lookups for the filters, one
+//! reserve and one submit. No loops, no string work, no wakeup unless the
+//! ring holds more than `WAKEUP_BYTES` (userspace drains on a short timer).
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    macros::{map, tracepoint},
+    maps::{HashMap, PerCpuArray, RingBuf},
+    programs::TracePointContext,
+    Global,
+};
+use aya_log_ebpf::debug;
+use tracer_common::{counter, BlockEvent, EventKind, FieldOffsets, NO_FIELD, RWBS_BYTES};
+
+/// Default ring size; userspace may resize it at load time.
+const EVENTS_RING_BYTES: u32 = 16 << 20;
+
+#[map(name = "EVENTS")]
+static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+
+#[map(name = "COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+
+/// Whole-disk (and stacked-device) `dev_t`s in scope, when `FILTER_DEVICES` is set.
+#[map(name = "DEVICES")]
+static DEVICES: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+
+/// Thread-group ids in scope, when `FILTER_PIDS` is set.
+#[map(name = "PIDS")]
+pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
+
+#[unsafe(no_mangle)]
+static FILTER_DEVICES: Global<u8> = Global::new(0);
+#[unsafe(no_mangle)]
+static FILTER_PIDS: Global<u8> = Global::new(0);
+/// Ring fill level (bytes) above which a submit wakes the reader.
+#[unsafe(no_mangle)]
+static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+
+#[unsafe(no_mangle)]
+static REMAP_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static QUEUE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static SPLIT_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static BACKMERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static FRONTMERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static RQ_MERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static ISSUE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static COMPLETE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static BIO_COMPLETE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+#[unsafe(no_mangle)]
+static DIRTY_BUFFER_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+
+#[inline(always)]
+pub fn bump(index: u32) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(index) {
+        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
+        unsafe { *slot += 1 };
+    }
+}
+
+/// Reads a `T` at `offset` in the tracepoint record; absent fields read as zero.
+#[inline(always)]
+fn field<T: Default>(ctx: &TracePointContext, offset: u16) -> Result<T, i32> {
+    if offset == NO_FIELD {
+        return Ok(T::default());
+    }
+    // SAFETY: the offset comes from the tracepoint's own format file and the
+    // read goes through bpf_probe_read_kernel, which faults safely.
+    unsafe { ctx.read_at::<T>(offset as usize) }
+}
+
+#[inline(always)]
+fn device_in_scope(dev: u32) -> bool {
+    // SAFETY: a lookup in a map of plain integers; the value is not kept.
+    unsafe { DEVICES.get(&dev) }.is_some()
+}
+
+#[inline(always)]
+fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u32 {
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let read = || -> Result<BlockEvent, i32> {
+        Ok(BlockEvent {
+            ts_ns: 0,
+            sector: field(ctx, fields.sector)?,
+            aux_sector: field(ctx, fields.aux_sector)?,
+            dev: field(ctx, fields.dev)?,
+            aux_dev: field(ctx, fields.aux_dev)?,
+            nr_sector: field(ctx, fields.nr_sector)?,
+            tgid: 0,
+            rwbs: field::<[u8; RWBS_BYTES]>(ctx, fields.rwbs)?,
+            kind: kind as u8,
+            _pad: [0; 3],
+            error: field(ctx, fields.error)?,
+        })
+    };
+    let mut event = match read() {
+        Ok(event) => event,
+        Err(errno) => {
+            bump(counter::READ_FAILED);
+            // Rare by construction (offsets come from the format file), so logging is off the hot path.
+            debug!(
+                ctx,
+                "iosplit-trace: reading a {} record failed: {}", kind as u8, errno
+            );
+            return 0;
+        }
+    };
+    if FILTER_DEVICES.load() != 0
+        && !device_in_scope(event.dev)
+        && !(event.aux_dev != 0 && device_in_scope(event.aux_dev))
+    {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    // SAFETY: as above, a lookup in a map of plain integers.
+    if FILTER_PIDS.load() != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+        return 0;
+    }
+    event.tgid = tgid;
+    // SAFETY: a helper with no preconditions.
+    event.ts_ns = unsafe { bpf_ktime_get_ns() };
+    match EVENTS.reserve::<BlockEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(wakeup as u64);
+        }
+        None => bump(counter::DROPPED),
+    }
+    0
+}
+
+macro_rules! block_probe {
+    ($program:ident, $kind:expr, $fields:ident) => {
+        #[tracepoint]
+        pub fn $program(ctx: TracePointContext) -> u32 {
+            capture(&ctx, $kind, $fields.load())
+        }
+    };
+}
+
+block_probe!(bio_remap, EventKind::Remap, REMAP_FIELDS);
+block_probe!(bio_queue, EventKind::Queue, QUEUE_FIELDS);
+block_probe!(split, EventKind::Split, SPLIT_FIELDS);
+block_probe!(bio_backmerge, EventKind::Backmerge, BACKMERGE_FIELDS);
+block_probe!(bio_frontmerge, EventKind::Frontmerge, FRONTMERGE_FIELDS);
+block_probe!(rq_merge, EventKind::RqMerge, RQ_MERGE_FIELDS);
+block_probe!(rq_issue, EventKind::Issue, ISSUE_FIELDS);
+block_probe!(rq_complete, EventKind::Complete, COMPLETE_FIELDS);
+block_probe!(bio_complete, EventKind::BioComplete, BIO_COMPLETE_FIELDS);
+block_probe!(dirty_buffer, EventKind::DirtyBuffer, DIRTY_BUFFER_FIELDS);

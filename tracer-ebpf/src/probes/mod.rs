@@ -1,0 +1,9 @@
+//! Block tracepoints and the write-family syscalls of a traced process tree.
+//!
+//! Contract: attaches `block/{block_bio_remap, block_bio_queue, block_split,
+//! block_bio_backmerge, block_bio_frontmerge, block_rq_merge, block_rq_issue,
+//! block_rq_complete, block_bio_complete, block_dirty_buffer}` and produces
+//! `BlockEvent`s; attaches `sched/sched_process_fork` to follow a process tree,
+//! and `syscalls/sys_{enter,exit}_*` to produce `SyscallEvent`s for it.
+
+pub mod block;

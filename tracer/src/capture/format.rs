@@ -1,0 +1,261 @@
+//! Tracepoint `format` files → field offsets for the probes.
+//!
+//! Offsets differ across kernels (`ioprio` arrived in 6.11, `rwbs` grew from 8
+//! to 10 bytes in 2025), so they are read at start-up, never hard-coded.
+
+use std::path::Path;
+
+use tracer_common::{EventKind, FieldOffsets, NO_FIELD};
+
+/// One `field:` line of a format file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Field {
+    /// Name without any array suffix (`rwbs`, not `rwbs[10]`).
+    pub name: String,
+    pub offset: u16,
+    pub size: u16,
+}
+
+/// Parses the `field:` lines of a tracepoint format file.
+pub fn parse_fields(text: &str) -> Result<Vec<Field>, String> {
+    let mut fields = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let Some(rest) = line.strip_prefix("field:") else {
+            continue;
+        };
+        let mut decl = None;
+        let mut offset = None;
+        let mut size = None;
+        for part in rest.split(';') {
+            let part = part.trim();
+            if let Some(value) = part.strip_prefix("offset:") {
+                offset = value.parse::<u16>().ok();
+            } else if let Some(value) = part.strip_prefix("size:") {
+                size = value.parse::<u16>().ok();
+            } else if decl.is_none() && !part.is_empty() && !part.starts_with("signed:") {
+                decl = Some(part);
+            }
+        }
+        let (Some(decl), Some(offset), Some(size)) = (decl, offset, size) else {
+            return Err(format!("unreadable field line: {line}"));
+        };
+        let last = decl.split_whitespace().last().unwrap_or(decl);
+        let name = last.split('[').next().unwrap_or(last).to_string();
+        fields.push(Field { name, offset, size });
+    }
+    if fields.is_empty() {
+        return Err("no fields found".to_string());
+    }
+    Ok(fields)
+}
+
+/// Which record fields feed which `BlockEvent` slots, and the sizes accepted.
+struct Wanted {
+    slot: Slot,
+    name: &'static str,
+    sizes: &'static [u16],
+    required: bool,
+}
+
+#[derive(Clone, Copy)]
+enum Slot {
+    Dev,
+    Sector,
+    NrSector,
+    AuxSector,
+    AuxDev,
+    Rwbs,
+    Error,
+}
+
+const fn want(slot: Slot, name: &'static str, sizes: &'static [u16], required: bool) -> Wanted {
+    Wanted {
+        slot,
+        name,
+        sizes,
+        required,
+    }
+}
+
+const DEV: Wanted = want(Slot::Dev, "dev", &[4], true);
+const SECTOR: Wanted = want(Slot::Sector, "sector", &[8], true);
+const NR_SECTOR: Wanted = want(Slot::NrSector, "nr_sector", &[4], true);
+// The probe copies 8 bytes; any rwbs of at least 6 is read safely (it is
+// followed by more record bytes) and decoded up to its NUL.
+const RWBS: Wanted = want(Slot::Rwbs, "rwbs", &[6, 7, 8, 9, 10, 11, 12, 16], true);
+const ERROR: Wanted = want(Slot::Error, "error", &[4], false);
+
+fn wanted(kind: EventKind) -> Vec<Wanted> {
+    match kind {
+        EventKind::Remap => vec![
+            DEV,
+            SECTOR,
+            NR_SECTOR,
+            want(Slot::AuxDev, "old_dev", &[4], true),
+            want(Slot::AuxSector, "old_sector", &[8], true),
+            RWBS,
+        ],
+        EventKind::Queue
+        | EventKind::Backmerge
+        | EventKind::Frontmerge
+        | EventKind::RqMerge
+        | EventKind::Issue => vec![DEV, SECTOR, NR_SECTOR, RWBS],
+        EventKind::Split => vec![
+            DEV,
+            SECTOR,
+            want(Slot::AuxSector, "new_sector", &[8], true),
+            RWBS,
+        ],
+        EventKind::Complete | EventKind::BioComplete => {
+            vec![DEV, SECTOR, NR_SECTOR, ERROR, RWBS]
+        }
+        EventKind::DirtyBuffer => vec![DEV, SECTOR, want(Slot::AuxSector, "size", &[8], true)],
+    }
+}
+
+/// Maps one tracepoint's fields to probe offsets, or says why it cannot.
+pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, String> {
+    let mut offsets = FieldOffsets::ABSENT;
+    for wanted in wanted(kind) {
+        let Some(field) = fields.iter().find(|f| f.name == wanted.name) else {
+            if wanted.required {
+                return Err(format!("field `{}` is missing", wanted.name));
+            }
+            continue;
+        };
+        if !wanted.sizes.contains(&field.size) {
+            return Err(format!(
+                "field `{}` has size {}, expected {:?}",
+                wanted.name, field.size, wanted.sizes
+            ));
+        }
+        let slot = match wanted.slot {
+            Slot::Dev => &mut offsets.dev,
+            Slot::Sector => &mut offsets.sector,
+            Slot::NrSector => &mut offsets.nr_sector,
+            Slot::AuxSector => &mut offsets.aux_sector,
+            Slot::AuxDev => &mut offsets.aux_dev,
+            Slot::Rwbs => &mut offsets.rwbs,
+            Slot::Error => &mut offsets.error,
+        };
+        *slot = field.offset;
+    }
+    debug_assert!(offsets.dev != NO_FIELD);
+    offsets.enabled = 1;
+    Ok(offsets)
+}
+
+/// Why a probe is not attached.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeStatus {
+    /// The kernel has no such tracepoint (e.g. block_dirty_buffer without CONFIG_BUFFER_HEAD).
+    Unsupported(String),
+    /// The tracepoint exists but its layout is not one we can read.
+    Broken(String),
+}
+
+/// Reads `<events_dir>/block/<tracepoint>/format` for one kind.
+pub fn read_offsets(events_dir: &Path, kind: EventKind) -> Result<FieldOffsets, ProbeStatus> {
+    let path = events_dir
+        .join("block")
+        .join(kind.tracepoint())
+        .join("format");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            return Err(ProbeStatus::Unsupported(format!(
+                "{}: this kernel has no such tracepoint",
+                kind.tracepoint()
+            )))
+        }
+        Err(err) => return Err(ProbeStatus::Broken(format!("{}: {err}", path.display()))),
+    };
+    parse_fields(&text)
+        .and_then(|fields| offsets_for(kind, &fields))
+        .map_err(|why| ProbeStatus::Broken(format!("{}: {why}", kind.tracepoint())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn fixtures(version: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/formats")
+            .join(version)
+    }
+
+    fn offsets(version: &str, kind: EventKind) -> FieldOffsets {
+        let text = std::fs::read_to_string(fixtures(version).join(kind.tracepoint()))
+            .expect("fixture exists");
+        offsets_for(kind, &parse_fields(&text).expect("parses")).expect("understood")
+    }
+
+    #[test]
+    fn linux_6_18_layout_has_ioprio_and_ten_byte_rwbs() {
+        let issue = offsets("6.18", EventKind::Issue);
+        assert_eq!((issue.dev, issue.sector, issue.nr_sector), (8, 16, 24));
+        assert_eq!(issue.rwbs, 34, "rwbs follows the 2-byte ioprio");
+        let complete = offsets("6.18", EventKind::Complete);
+        assert_eq!((complete.error, complete.rwbs), (28, 34));
+        let split = offsets("6.18", EventKind::Split);
+        assert_eq!(
+            (split.aux_sector, split.rwbs, split.nr_sector),
+            (24, 32, NO_FIELD)
+        );
+        let remap = offsets("6.18", EventKind::Remap);
+        assert_eq!((remap.aux_dev, remap.aux_sector, remap.rwbs), (28, 32, 40));
+        let queue = offsets("6.18", EventKind::Queue);
+        assert_eq!(queue.rwbs, 28);
+        let dirty = offsets("6.18", EventKind::DirtyBuffer);
+        assert_eq!((dirty.aux_sector, dirty.rwbs), (24, NO_FIELD));
+    }
+
+    #[test]
+    fn linux_6_1_layout_has_no_ioprio() {
+        let issue = offsets("6.1", EventKind::Issue);
+        assert_eq!(issue.rwbs, 32);
+        let complete = offsets("6.1", EventKind::Complete);
+        assert_eq!((complete.error, complete.rwbs), (28, 32));
+        let bio_complete = offsets("6.1", EventKind::BioComplete);
+        assert_eq!(
+            bio_complete.nr_sector, 24,
+            "`unsigned nr_sector` parses too"
+        );
+    }
+
+    #[test]
+    fn every_kind_parses_on_both_layouts() {
+        for version in ["6.1", "6.18"] {
+            for kind in EventKind::ALL {
+                assert_eq!(offsets(version, kind).enabled, 1, "{version} {kind:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_changed_field_size_is_refused_not_misread() {
+        let text = std::fs::read_to_string(fixtures("6.18").join("block_split")).unwrap();
+        let text = text.replace(
+            "sector_t new_sector;\toffset:24;\tsize:8",
+            "u32 new_sector;\toffset:24;\tsize:4",
+        );
+        let err = offsets_for(EventKind::Split, &parse_fields(&text).unwrap()).unwrap_err();
+        assert!(err.contains("new_sector"), "{err}");
+    }
+
+    #[test]
+    fn missing_tracepoint_is_unsupported_not_an_error() {
+        let dir = std::env::temp_dir().join("iosplit-no-events");
+        let status = read_offsets(&dir, EventKind::DirtyBuffer).unwrap_err();
+        assert!(matches!(status, ProbeStatus::Unsupported(_)), "{status:?}");
+    }
+
+    #[test]
+    fn garbage_is_rejected() {
+        assert!(parse_fields("name: x\nformat:\n").is_err());
+        assert!(parse_fields("\tfield:int x;\toffset:abc;\tsize:4;").is_err());
+    }
+}

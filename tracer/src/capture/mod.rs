@@ -1,0 +1,384 @@
+//! Capture: loads and attaches the probes, and drains their ring buffers on a
+//! dedicated consumer thread into an [`EventSink`].
+//!
+//! The consumer owns the sink (usually the engine), so the hot path takes no
+//! lock and allocates nothing: it reads fixed-size records straight out of the
+//! ring. Frontends talk to it with [`Capture::query`], which runs a closure on
+//! the consumer thread between drains.
+
+pub mod format;
+pub mod system;
+
+use std::{
+    os::fd::AsRawFd,
+    path::Path,
+    sync::mpsc,
+    thread::JoinHandle,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    programs::TracePoint,
+    Ebpf, EbpfLoader,
+};
+use tracer_common::{counter, names, BlockEvent, EventKind, FieldOffsets, SyscallEvent};
+
+use crate::error::{Error, Result};
+use crate::geometry::DevId;
+use format::ProbeStatus;
+
+/// The probes, built by `build.rs` from `tracer-ebpf`.
+static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tracer"));
+
+/// Longest the consumer sleeps between drains when the kernel does not wake it.
+pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Default `EVENTS` ring size: about 300k events, 30 ms at 10M events/s.
+pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+
+/// Receives every event in kernel order, on the consumer thread.
+pub trait EventSink: Send + 'static {
+    fn block_event(&mut self, event: &BlockEvent);
+    fn syscall_event(&mut self, _event: &SyscallEvent) {}
+    /// Called after each drain, with the consumer's clock.
+    fn drained(&mut self, _now: Instant) {}
+}
+
+/// What to trace.
+#[derive(Clone, Debug, Default)]
+pub struct CaptureConfig {
+    /// Whole disks (and stacked devices) in scope; empty traces every device.
+    pub devices: Vec<DevId>,
+    /// Processes in scope; `None` traces every process.
+    pub pids: Option<Vec<u32>>,
+    /// Size of the `EVENTS` ring buffer; a power of two, multiple of the page size.
+    pub ring_bytes: u32,
+}
+
+/// Counters the probes keep in the kernel.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KernelCounters {
+    pub dropped: u64,
+    pub syscall_dropped: u64,
+    pub read_failed: u64,
+}
+
+/// The state of one probe after start-up.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    pub kind: EventKind,
+    /// `Ok` when attached.
+    pub status: std::result::Result<(), ProbeStatus>,
+}
+
+type Job<S> = Box<dyn FnOnce(&mut S, KernelCounters) + Send>;
+
+enum Control<S> {
+    Run(Job<S>),
+    Stop,
+}
+
+/// A running capture. Dropping it detaches the probes.
+pub struct Capture<S: EventSink> {
+    control: mpsc::Sender<Control<S>>,
+    thread: Option<JoinHandle<S>>,
+    pub probes: Vec<ProbeReport>,
+    pub started: Instant,
+}
+
+impl<S: EventSink> Capture<S> {
+    /// Checks privileges, loads and attaches the probes, and starts draining into `sink`.
+    pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
+        system::require_privileges()?;
+        let events_dir = system::tracefs_events()?;
+        let (mut ebpf, probes) = load(config, &events_dir)?;
+        if let Ok(logger) = aya_log::EbpfLogger::init(&mut ebpf) {
+            // The probes log only rare failures; drained with the events.
+            return Self::spawn(ebpf, Some(logger), probes, sink);
+        }
+        Self::spawn(ebpf, None, probes, sink)
+    }
+
+    fn spawn(
+        ebpf: Ebpf,
+        logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+        probes: Vec<ProbeReport>,
+        sink: S,
+    ) -> Result<Capture<S>> {
+        let (control, inbox) = mpsc::channel();
+        let thread = std::thread::Builder::new()
+            .name("iosplit-consumer".into())
+            .spawn(move || consume(ebpf, logger, sink, inbox))
+            .map_err(|err| Error::failure(format!("cannot start the consumer thread: {err}")))?;
+        Ok(Capture {
+            control,
+            thread: Some(thread),
+            probes,
+            started: Instant::now(),
+        })
+    }
+
+    /// Runs `job` on the consumer thread between drains and returns its result.
+    pub fn query<R: Send + 'static>(
+        &self,
+        job: impl FnOnce(&mut S, KernelCounters) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job: Job<S> = Box::new(move |sink, counters| {
+            let _ = reply.send(job(sink, counters));
+        });
+        self.control
+            .send(Control::Run(job))
+            .map_err(|_| Error::failure("the event consumer stopped unexpectedly"))?;
+        answer
+            .recv()
+            .map_err(|_| Error::failure("the event consumer stopped unexpectedly"))
+    }
+
+    /// Drains what is left, detaches the probes and returns the sink.
+    pub fn stop(mut self) -> Result<S> {
+        let _ = self.control.send(Control::Stop);
+        let thread = self.thread.take().expect("joined only here");
+        thread
+            .join()
+            .map_err(|_| Error::failure("the event consumer crashed"))
+    }
+
+    /// Probes that could not attach, with the reason, for the report.
+    pub fn unsupported(&self) -> Vec<String> {
+        self.probes
+            .iter()
+            .filter_map(|probe| match &probe.status {
+                Ok(()) => None,
+                Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) => Some(why.clone()),
+            })
+            .collect()
+    }
+}
+
+impl<S: EventSink> Drop for Capture<S> {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = self.control.send(Control::Stop);
+            let _ = thread.join();
+        }
+    }
+}
+
+fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeReport>)> {
+    if PROBES_OBJECT.is_empty() {
+        return Err(Error::failure(
+            "this binary was built without its eBPF probes (AYA_BUILD_SKIP): rebuild with `cargo xtask run`",
+        ));
+    }
+    if !events_dir.join("block").is_dir() {
+        return Err(Error::failure(
+            "this kernel has no block tracepoints (needs CONFIG_TRACEPOINTS and the block layer's events)",
+        ));
+    }
+    let offsets: Vec<(EventKind, std::result::Result<FieldOffsets, ProbeStatus>)> = EventKind::ALL
+        .iter()
+        .map(|&kind| (kind, format::read_offsets(events_dir, kind)))
+        .collect();
+    let resolved: Vec<FieldOffsets> = offsets
+        .iter()
+        .map(|(_, offsets)| offsets.clone().unwrap_or(FieldOffsets::ABSENT))
+        .collect();
+    let filter_devices: u8 = u8::from(!config.devices.is_empty());
+    let filter_pids: u8 = u8::from(config.pids.is_some());
+    let ring_bytes = if config.ring_bytes == 0 {
+        DEFAULT_RING_BYTES
+    } else {
+        config.ring_bytes
+    };
+    let wakeup_bytes: u64 = u64::from(ring_bytes) / 4;
+
+    let mut loader = EbpfLoader::new();
+    for (kind, offsets) in EventKind::ALL.iter().zip(&resolved) {
+        loader.override_global(kind.offsets_global(), offsets, true);
+    }
+    loader
+        .override_global(names::FILTER_DEVICES, &filter_devices, true)
+        .override_global(names::FILTER_PIDS, &filter_pids, true)
+        .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
+        .map_max_entries(names::EVENTS, ring_bytes);
+    let mut ebpf = loader.load(PROBES_OBJECT).map_err(|err| {
+        Error::failure(format!(
+            "the kernel refused the probes ({err}); it needs CONFIG_BPF_SYSCALL and BPF ring buffers (Linux 5.8+)"
+        ))
+    })?;
+
+    fill_scope(&mut ebpf, config)?;
+
+    let mut probes = Vec::new();
+    for (kind, offsets) in offsets {
+        let status = offsets.and_then(|_| attach(&mut ebpf, kind));
+        if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
+            eprintln!("iosplit-trace: warning: {why}; continuing without it");
+        }
+        probes.push(ProbeReport { kind, status });
+    }
+    let attached = probes.iter().filter(|p| p.status.is_ok()).count();
+    if attached == 0 {
+        return Err(Error::failure(
+            "no block tracepoint could be attached; see the warnings above",
+        ));
+    }
+    Ok((ebpf, probes))
+}
+
+fn attach(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
+    let broken = |what: &str, err: &dyn std::fmt::Display| {
+        ProbeStatus::Broken(format!("{}: {what} failed: {err}", kind.tracepoint()))
+    };
+    let program = ebpf
+        .program_mut(kind.program())
+        .ok_or_else(|| broken("finding the program", &"not in the object"))?;
+    let tracepoint: &mut TracePoint = program
+        .try_into()
+        .map_err(|err| broken("program type", &err))?;
+    tracepoint.load().map_err(|err| broken("loading", &err))?;
+    tracepoint
+        .attach("block", kind.tracepoint())
+        .map_err(|err| broken("attaching", &err))?;
+    Ok(())
+}
+
+fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
+    let map_error =
+        |err: &dyn std::fmt::Display| Error::failure(format!("cannot set the trace scope: {err}"));
+    let map = ebpf
+        .map_mut(names::DEVICES)
+        .ok_or_else(|| map_error(&"DEVICES map missing"))?;
+    let mut devices: HashMap<_, u32, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for dev in &config.devices {
+        devices
+            .insert(dev.to_kernel(), 1, 0)
+            .map_err(|e| map_error(&e))?;
+    }
+    if let Some(pids) = &config.pids {
+        let map = ebpf
+            .map_mut(names::PIDS)
+            .ok_or_else(|| map_error(&"PIDS map missing"))?;
+        let mut table: HashMap<_, u32, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+        for pid in pids {
+            table.insert(pid, 1, 0).map_err(|e| map_error(&e))?;
+        }
+    }
+    Ok(())
+}
+
+fn read_counters(counters: &PerCpuArray<&MapData, u64>) -> KernelCounters {
+    let sum = |index: u32| {
+        counters
+            .get(&index, 0)
+            .map(|values| values.iter().sum())
+            .unwrap_or(0)
+    };
+    KernelCounters {
+        dropped: sum(counter::DROPPED),
+        syscall_dropped: sum(counter::SYSCALL_DROPPED),
+        read_failed: sum(counter::READ_FAILED),
+    }
+}
+
+/// Edge-triggered wait on the ring: wakes only when a probe forces a wakeup
+/// (the ring is filling up) or after `DRAIN_INTERVAL`, so a steady stream is
+/// drained in batches instead of once per event.
+struct Waiter {
+    epoll: std::os::fd::OwnedFd,
+}
+
+impl Waiter {
+    fn new(ring_fd: i32) -> Option<Waiter> {
+        use std::os::fd::FromRawFd;
+        // SAFETY: plain syscall; the fd is owned below.
+        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if epoll < 0 {
+            return None;
+        }
+        // SAFETY: epoll is a fresh fd we own.
+        let epoll = unsafe { std::os::fd::OwnedFd::from_raw_fd(epoll) };
+        let mut interest = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+            u64: 0,
+        };
+        // SAFETY: valid fds and a valid event struct.
+        let rc = unsafe {
+            libc::epoll_ctl(
+                epoll.as_raw_fd(),
+                libc::EPOLL_CTL_ADD,
+                ring_fd,
+                &mut interest,
+            )
+        };
+        (rc == 0).then_some(Waiter { epoll })
+    }
+
+    fn wait(&self) {
+        let mut ready = [libc::epoll_event { events: 0, u64: 0 }];
+        // SAFETY: one valid output slot.
+        unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                ready.as_mut_ptr(),
+                1,
+                DRAIN_INTERVAL.as_millis() as i32,
+            )
+        };
+    }
+}
+
+fn consume<S: EventSink>(
+    mut ebpf: Ebpf,
+    mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    mut sink: S,
+    inbox: mpsc::Receiver<Control<S>>,
+) -> S {
+    let Some(events_map) = ebpf.take_map(names::EVENTS) else {
+        return sink;
+    };
+    let Ok(mut events) = RingBuf::try_from(events_map) else {
+        return sink;
+    };
+    let waiter = Waiter::new(events.as_raw_fd());
+    let counters = ebpf
+        .map(names::COUNTERS)
+        .and_then(|map| PerCpuArray::<&MapData, u64>::try_from(map).ok());
+    let counters_now = |counters: &Option<PerCpuArray<&MapData, u64>>| {
+        counters.as_ref().map(read_counters).unwrap_or_default()
+    };
+    loop {
+        match &waiter {
+            Some(waiter) => waiter.wait(),
+            None => std::thread::sleep(DRAIN_INTERVAL),
+        }
+        drain(&mut events, &mut sink);
+        if let Some(logger) = logger.as_mut() {
+            logger.flush();
+        }
+        sink.drained(Instant::now());
+        loop {
+            match inbox.try_recv() {
+                Ok(Control::Run(job)) => job(&mut sink, counters_now(&counters)),
+                Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
+                    drain(&mut events, &mut sink);
+                    sink.drained(Instant::now());
+                    return sink;
+                }
+                Err(mpsc::TryRecvError::Empty) => break,
+            }
+        }
+    }
+}
+
+fn drain<S: EventSink>(events: &mut RingBuf<MapData>, sink: &mut S) {
+    while let Some(item) = events.next() {
+        if item.len() >= std::mem::size_of::<BlockEvent>() {
+            // SAFETY: the probes write whole `BlockEvent`s (checked length);
+            // read_unaligned because ring records are only 8-byte aligned.
+            let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BlockEvent>()) };
+            sink.block_event(&event);
+        }
+    }
+}

@@ -1,0 +1,111 @@
+//! What the kernel must offer before probes load: privileges and tracefs.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_PERFMON: u32 = 38;
+const CAP_BPF: u32 = 39;
+
+/// Effective capability bits from a `/proc/<pid>/status` text.
+pub fn effective_caps(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("CapEff:"))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+}
+
+/// Why these capabilities cannot trace, or `None` when they can.
+pub fn missing_privileges(caps: u64) -> Option<&'static str> {
+    let has = |cap: u32| caps & (1u64 << cap) != 0;
+    if has(CAP_SYS_ADMIN) || (has(CAP_BPF) && has(CAP_PERFMON)) {
+        None
+    } else if has(CAP_BPF) {
+        Some("CAP_PERFMON is missing")
+    } else {
+        Some("CAP_BPF and CAP_PERFMON are missing")
+    }
+}
+
+/// Fails with the fix when this process may not load tracing programs.
+pub fn require_privileges() -> Result<()> {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = effective_caps(&status).unwrap_or(0);
+    match missing_privileges(caps) {
+        None => Ok(()),
+        Some(why) => Err(Error::failure(format!(
+            "tracing needs root ({why}): run it with sudo, or grant the binary \
+             `setcap cap_bpf,cap_perfmon,cap_sys_admin+ep`; `iosplit-trace check` works without"
+        ))),
+    }
+}
+
+const TRACEFS: &str = "/sys/kernel/tracing";
+const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
+
+/// The tracefs `events` directory, mounting tracefs if needed (says so on stderr).
+pub fn tracefs_events() -> Result<PathBuf> {
+    for root in [TRACEFS, DEBUGFS_TRACING] {
+        let events = Path::new(root).join("events");
+        if events.is_dir() {
+            return Ok(events);
+        }
+    }
+    mount_tracefs()?;
+    eprintln!("iosplit-trace: mounted tracefs at {TRACEFS}");
+    let events = Path::new(TRACEFS).join("events");
+    if events.is_dir() {
+        Ok(events)
+    } else {
+        Err(Error::failure(format!(
+            "tracefs is mounted at {TRACEFS} but has no events: this kernel lacks tracepoints (CONFIG_TRACEPOINTS)"
+        )))
+    }
+}
+
+fn mount_tracefs() -> Result<()> {
+    let target = c"/sys/kernel/tracing";
+    let fstype = c"tracefs";
+    // SAFETY: all pointers are valid NUL-terminated strings; data is null.
+    let rc = unsafe {
+        libc::mount(
+            fstype.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        let err = std::io::Error::last_os_error();
+        Err(Error::failure(format!(
+            "tracefs is not mounted and mounting it failed ({err}): run `mount -t tracefs nodev {TRACEFS}` as root"
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_caps_are_enough() {
+        let status = "Name:\tx\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(missing_privileges(effective_caps(status).unwrap()), None);
+    }
+
+    #[test]
+    fn unprivileged_user_is_told_what_is_missing() {
+        let caps = effective_caps("CapEff:\t0000000000000000\n").unwrap();
+        assert_eq!(
+            missing_privileges(caps),
+            Some("CAP_BPF and CAP_PERFMON are missing")
+        );
+        let bpf_only = 1u64 << CAP_BPF;
+        assert_eq!(missing_privileges(bpf_only), Some("CAP_PERFMON is missing"));
+        assert_eq!(missing_privileges(bpf_only | 1 << CAP_PERFMON), None);
+    }
+}

@@ -1,0 +1,143 @@
+//! The command line. The man page and shell completions are generated from
+//! these definitions (`cargo xtask setup` writes them under target/).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+/// Why does my write become so many small device commands?
+///
+/// iosplit-trace follows each block I/O through its splits and merges to the
+/// device commands it became, and names the cause: unaligned partitions,
+/// sub-page block sizes, queue limits. With no subcommand it starts the live TUI.
+#[derive(Debug, Parser)]
+#[command(
+    name = "iosplit-trace",
+    version,
+    after_help = "Examples:\n  sudo iosplit-trace                      live view of every disk\n  sudo iosplit-trace report -d sdc --duration 10\n  sudo iosplit-trace run -- mkfs.ext4 /dev/sdc2\n  iosplit-trace check sdc"
+)]
+pub struct Cli {
+    #[command(flatten)]
+    pub scope: Scope,
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+/// Which devices to trace.
+#[derive(Debug, Clone, Default, Args)]
+pub struct Scope {
+    /// Device to trace: sdc, sdc2, /dev/sdc2 or 8:34 (repeatable; a partition implies its disk). Default: every disk.
+    #[arg(short = 'd', long = "device", value_name = "DEV", global = true)]
+    pub devices: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Trace for a while, then print a report with histograms and diagnoses.
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace report --duration 10\n  sudo iosplit-trace report -d loop0 --interval 1 --duration 5\n  sudo iosplit-trace report --duration 5 --json | jq .diagnoses"
+    )]
+    Report(ReportArgs),
+    /// Run a command, trace the I/O it causes, and report when it ends.
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace run -- mkfs.ext4 -F /dev/sdc2\n  sudo iosplit-trace run --json --output mkfs.json -- dd if=/dev/zero of=/dev/sdc2 bs=32k count=256"
+    )]
+    Run(RunArgs),
+    /// Audit partition alignment and queue limits from geometry alone (no tracing, no root).
+    #[command(
+        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json"
+    )]
+    Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ReportArgs {
+    /// Stop after this many seconds (default: until Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// Print one report per interval, like iostat.
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    pub interval: Option<f64>,
+    /// Print one JSON document (schema in the README) instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Write the report to FILE instead of stdout.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The command and its arguments, after `--`.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckArgs {
+    /// Devices to audit (default: every disk).
+    #[arg(value_name = "DEV")]
+    pub devices: Vec<String>,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// A positive, finite number of seconds.
+pub fn parse_seconds(text: &str) -> Result<f64, String> {
+    let value: f64 = text
+        .parse()
+        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+    if !value.is_finite() || value <= 0.0 {
+        return Err(format!("`{text}` must be a positive number of seconds"));
+    }
+    Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn definitions_are_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn negative_and_zero_durations_are_refused() {
+        assert!(parse_seconds("-1").is_err());
+        assert!(parse_seconds("0").is_err());
+        assert!(parse_seconds("nan").is_err());
+        assert_eq!(parse_seconds("2.5"), Ok(2.5));
+        let err = Cli::try_parse_from(["iosplit-trace", "report", "--duration", "-3"]).unwrap_err();
+        assert!(err.to_string().contains("positive"), "{err}");
+    }
+
+    #[test]
+    fn run_takes_everything_after_the_separator() {
+        let cli = Cli::try_parse_from([
+            "iosplit-trace",
+            "-d",
+            "loop0",
+            "run",
+            "--",
+            "mkfs.ext4",
+            "-F",
+            "/dev/loop0p2",
+        ])
+        .unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(run.command, ["mkfs.ext4", "-F", "/dev/loop0p2"]);
+        assert_eq!(cli.scope.devices, ["loop0"]);
+    }
+}

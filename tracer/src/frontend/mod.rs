@@ -1,0 +1,22 @@
+//! What users run: the live TUI, `report`, `run`, `check`, and JSON output.
+//! Each is a thin adapter over the capture layer and the engine.
+
+pub mod report;
+pub mod scope;
+
+use std::process::ExitCode;
+
+use crate::cli::{Cli, Command};
+use crate::error::Result;
+
+/// Runs the parsed command line; `Ok` carries the exit code.
+pub fn dispatch(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Some(Command::Report(args)) => report::run(&cli.scope, &args),
+        Some(Command::Run(_)) | Some(Command::Check(_)) | None => {
+            Err(crate::error::Error::failure(
+                "this subcommand is not built yet; use `iosplit-trace report`",
+            ))
+        }
+    }
+}

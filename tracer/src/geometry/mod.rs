@@ -1,0 +1,112 @@
+//! Device geometry: partition placement and queue limits, read from sysfs and
+//! ioctls. Readers take a sysfs root so tests run on fixture trees.
+
+use std::fmt;
+
+use serde::Serialize;
+
+/// A block device number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DevId {
+    pub major: u32,
+    pub minor: u32,
+}
+
+impl DevId {
+    pub const fn new(major: u32, minor: u32) -> Self {
+        DevId { major, minor }
+    }
+
+    /// From the kernel-internal `dev_t` that tracepoints carry (`major << 20 | minor`).
+    pub const fn from_kernel(dev: u32) -> Self {
+        DevId {
+            major: dev >> 20,
+            minor: dev & ((1 << 20) - 1),
+        }
+    }
+
+    pub const fn to_kernel(self) -> u32 {
+        (self.major << 20) | (self.minor & ((1 << 20) - 1))
+    }
+
+    /// From a userspace `st_rdev` (glibc encoding).
+    pub fn from_rdev(rdev: u64) -> Self {
+        DevId {
+            major: libc::major(rdev),
+            minor: libc::minor(rdev),
+        }
+    }
+}
+
+impl fmt::Display for DevId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.major, self.minor)
+    }
+}
+
+impl Serialize for DevId {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// One whole disk and its queue limits. Sizes in bytes unless named `_sectors`
+/// (512-byte units) or `_kb`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DiskGeometry {
+    pub name: String,
+    pub dev: Option<DevId>,
+    pub size_sectors: u64,
+    pub logical_block_size: u32,
+    pub physical_block_size: u32,
+    pub minimum_io_size: u32,
+    pub optimal_io_size: u32,
+    pub alignment_offset: u32,
+    pub max_sectors_kb: u32,
+    pub max_hw_sectors_kb: u32,
+    pub max_segments: u32,
+    pub max_segment_size: u32,
+    pub virt_boundary_mask: u64,
+    pub chunk_sectors: u32,
+    pub nomerges: u32,
+    pub discard_granularity: u32,
+    pub rotational: bool,
+    /// Active I/O scheduler, e.g. "mq-deadline" or "none".
+    pub scheduler: String,
+    /// False for bio-based devices (zram, device-mapper, md): no requests.
+    pub request_based: bool,
+    /// The whole device's current block size (BLKBSZGET), if it could be read.
+    pub block_size: Option<u32>,
+    pub partitions: Vec<PartitionGeometry>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PartitionGeometry {
+    pub name: String,
+    pub dev: Option<DevId>,
+    pub number: u32,
+    /// First sector, disk-absolute.
+    pub start: u64,
+    /// Length in sectors.
+    pub size: u64,
+    /// Bytes from the partition start to the next natural alignment boundary (sysfs).
+    pub alignment_offset: u32,
+    /// The partition's current block size (BLKBSZGET; not in sysfs).
+    pub block_size: Option<u32>,
+}
+
+impl DiskGeometry {
+    /// The partition with this device number, if it belongs to this disk.
+    pub fn partition(&self, dev: DevId) -> Option<&PartitionGeometry> {
+        self.partitions.iter().find(|part| part.dev == Some(dev))
+    }
+
+    /// The partition holding this disk-absolute sector.
+    pub fn partition_at(&self, sector: u64) -> Option<&PartitionGeometry> {
+        self.partitions
+            .iter()
+            .find(|part| sector >= part.start && sector < part.start + part.size)
+    }
+}
+
+pub mod resolve;

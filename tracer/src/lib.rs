@@ -1,0 +1,15 @@
+//! iosplit-trace: why does my write become so many small device commands?
+//!
+//! - [`capture`]: loads the probes, reads the ring buffer (needs root).
+//! - [`engine`]: pure correlation and diagnosis, fed by any event stream.
+//! - [`geometry`]: partition placement and queue limits from sysfs and ioctls.
+//! - [`frontend`]: the TUI, reports, `run`, `check` and JSON output.
+//! - [`model`]: the report types every frontend shares.
+
+pub mod capture;
+pub mod cli;
+pub mod engine;
+pub mod error;
+pub mod frontend;
+pub mod geometry;
+pub mod model;

@@ -1,0 +1,307 @@
+//! The report model: what the engine produces and every frontend shows.
+//!
+//! `--json` serializes these types directly, so the human report, the TUI and
+//! the JSON can never disagree. Changing a field name is a schema change:
+//! bump [`SCHEMA_VERSION`] and update the README's schema section.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use tracer_common::EventKind;
+
+use crate::geometry::{DiskGeometry, PartitionGeometry};
+
+/// Version of the JSON document layout.
+pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_NAME: &str = "iosplit-trace/report";
+
+/// One complete report: `report`, `run` and the TUI's exit summary.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub schema: &'static str,
+    pub schema_version: u32,
+    /// Seconds of tracing this report covers.
+    pub duration_s: f64,
+    pub events: EventCounts,
+    pub correlation: CorrelationStats,
+    pub diagnoses: Vec<Diagnosis>,
+    pub devices: Vec<DeviceReport>,
+    /// Present for `run`: the command and what its writes became.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run: Option<RunReport>,
+    /// Probes that could not be attached, with the reason.
+    pub unsupported_probes: Vec<String>,
+}
+
+/// Events received from the kernel, per tracepoint, for devices in scope.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct EventCounts {
+    pub remap: u64,
+    pub queue: u64,
+    pub split: u64,
+    pub backmerge: u64,
+    pub frontmerge: u64,
+    pub rq_merge: u64,
+    pub issue: u64,
+    pub complete: u64,
+    pub bio_complete: u64,
+    pub dirty_buffer: u64,
+    /// Events the kernel could not hand over (ring buffer full).
+    pub dropped: u64,
+    /// Syscall events lost (only `run` traces syscalls).
+    pub syscall_dropped: u64,
+    /// Tracepoint records whose fields could not be read.
+    pub read_failed: u64,
+}
+
+impl EventCounts {
+    pub fn get(&self, kind: EventKind) -> u64 {
+        match kind {
+            EventKind::Remap => self.remap,
+            EventKind::Queue => self.queue,
+            EventKind::Split => self.split,
+            EventKind::Backmerge => self.backmerge,
+            EventKind::Frontmerge => self.frontmerge,
+            EventKind::RqMerge => self.rq_merge,
+            EventKind::Issue => self.issue,
+            EventKind::Complete => self.complete,
+            EventKind::BioComplete => self.bio_complete,
+            EventKind::DirtyBuffer => self.dirty_buffer,
+        }
+    }
+
+    pub fn slot(&mut self, kind: EventKind) -> &mut u64 {
+        match kind {
+            EventKind::Remap => &mut self.remap,
+            EventKind::Queue => &mut self.queue,
+            EventKind::Split => &mut self.split,
+            EventKind::Backmerge => &mut self.backmerge,
+            EventKind::Frontmerge => &mut self.frontmerge,
+            EventKind::RqMerge => &mut self.rq_merge,
+            EventKind::Issue => &mut self.issue,
+            EventKind::Complete => &mut self.complete,
+            EventKind::BioComplete => &mut self.bio_complete,
+            EventKind::DirtyBuffer => &mut self.dirty_buffer,
+        }
+    }
+
+    /// All block events received.
+    pub fn total(&self) -> u64 {
+        EventKind::ALL.iter().map(|&kind| self.get(kind)).sum()
+    }
+}
+
+/// How complete the correlation was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CorrelationStats {
+    /// User I/Os whose chain missed an event (drops, or a trace started mid-flight).
+    pub incomplete: u64,
+    /// Events that matched no known user I/O, fragment or command.
+    pub unmatched_events: u64,
+    /// Chains dropped because the in-flight table was full.
+    pub evicted: u64,
+    /// Chains dropped because they stayed in flight too long.
+    pub aged_out: u64,
+    /// Chains still in flight when the report was made.
+    pub in_flight: u64,
+}
+
+/// Operation class of an I/O, from the first letters of `rwbs`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Op {
+    Read,
+    Write,
+    Discard,
+    Flush,
+    Other,
+}
+
+impl Op {
+    pub const ALL: [Op; 5] = [Op::Read, Op::Write, Op::Discard, Op::Flush, Op::Other];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Op::Read => "read",
+            Op::Write => "write",
+            Op::Discard => "discard",
+            Op::Flush => "flush",
+            Op::Other => "other",
+        }
+    }
+}
+
+/// A distribution summary: percentiles and log2 buckets.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Distribution {
+    pub count: u64,
+    pub min: u64,
+    pub max: u64,
+    pub mean: f64,
+    pub p50: u64,
+    pub p90: u64,
+    pub p99: u64,
+    /// Log2 buckets: `count` values in `[low, 2*low)`; empty buckets left out.
+    pub buckets: Vec<Bucket>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Bucket {
+    pub low: u64,
+    pub count: u64,
+}
+
+/// Measures of one operation class on one disk or partition.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OpMeasures {
+    /// Bios as submitted to the device or partition (block_bio_queue).
+    pub user_ios: u64,
+    /// Pieces the user I/Os became after splitting (user I/Os + splits).
+    pub fragments: u64,
+    /// Device commands (block_rq_issue; bios after splitting on bio-based devices).
+    pub commands: u64,
+    /// Bytes carried by the user I/Os.
+    pub bytes: u64,
+    pub splits: u64,
+    /// Bios merged into an existing request (back + front) plus request merges.
+    pub merges: u64,
+    /// Commands per user I/O (0 when there were none).
+    pub amplification: f64,
+    /// Commands whose start or length is not a multiple of the physical block size.
+    pub misaligned_pbs_commands: u64,
+    /// Commands whose start or length is not a multiple of 4 KiB.
+    pub misaligned_4k_commands: u64,
+    /// Split count by inferred cause (keys as in `split_amplification`'s `cause`).
+    pub split_causes: BTreeMap<String, u64>,
+    /// User I/O size in bytes.
+    pub user_io_size: Distribution,
+    /// Command size in bytes.
+    pub command_size: Distribution,
+    pub fragments_per_io: Distribution,
+    pub commands_per_io: Distribution,
+    /// Microseconds from block_bio_queue to the completion of the last fragment.
+    pub queue_to_complete_us: Distribution,
+    /// Microseconds from block_rq_issue to block_rq_complete, per command.
+    pub issue_to_complete_us: Distribution,
+}
+
+impl OpMeasures {
+    /// Share of commands not aligned to the physical block size, 0..=1.
+    pub fn misaligned_pbs_share(&self) -> f64 {
+        ratio(self.misaligned_pbs_commands, self.commands)
+    }
+
+    pub fn misaligned_4k_share(&self) -> f64 {
+        ratio(self.misaligned_4k_commands, self.commands)
+    }
+
+    /// Share of user I/Os that were split, 0..=1.
+    pub fn split_share(&self) -> f64 {
+        ratio(self.splits, self.user_ios)
+    }
+
+    pub fn merge_share(&self) -> f64 {
+        ratio(self.merges, self.user_ios)
+    }
+}
+
+/// `num / den`, or 0 when `den` is 0.
+pub fn ratio(num: u64, den: u64) -> f64 {
+    if den == 0 {
+        0.0
+    } else {
+        num as f64 / den as f64
+    }
+}
+
+/// Measures of one disk or partition, per operation class that was seen.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Measures {
+    pub ops: BTreeMap<Op, OpMeasures>,
+}
+
+impl Measures {
+    pub fn op(&self, op: Op) -> Option<&OpMeasures> {
+        self.ops.get(&op)
+    }
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct DeviceReport {
+    pub name: String,
+    /// "major:minor".
+    pub dev: String,
+    pub geometry: DiskGeometry,
+    pub measures: Measures,
+    pub partitions: Vec<PartitionReport>,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PartitionReport {
+    pub name: String,
+    pub dev: String,
+    pub geometry: PartitionGeometry,
+    pub measures: Measures,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Severity {
+    Info,
+    Warning,
+    Critical,
+}
+
+/// Stable diagnosis codes (part of the JSON schema).
+pub mod code {
+    pub const SUBPAGE_BLOCK_SIZE: &str = "subpage_block_size";
+    pub const MISALIGNED_START: &str = "misaligned_start";
+    pub const MISALIGNED_IO_OPT: &str = "misaligned_io_opt";
+    pub const SPLIT_AMPLIFICATION: &str = "split_amplification";
+    pub const MERGE_BLOCKED: &str = "merge_blocked";
+}
+
+/// One finding: evidence in numbers, an explanation, and the fix.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Diagnosis {
+    pub code: &'static str,
+    /// Device name, e.g. "loop0p2".
+    pub device: String,
+    pub severity: Severity,
+    /// Numbers behind the finding. Stable keys: `block_size`, `cause`,
+    /// `partition_start`, `partition_size` (sectors).
+    pub evidence: BTreeMap<String, serde_json::Value>,
+    pub explanation: String,
+    pub fix: String,
+}
+
+/// What a command run under `iosplit-trace run` did, from syscalls down to commands.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunReport {
+    pub command: Vec<String>,
+    pub exit_status: Option<i32>,
+    pub processes: u64,
+    /// Per target device (partition or disk) the command wrote to.
+    pub targets: Vec<RunTarget>,
+    /// Writeback by other tasks (kernel threads) to the same devices during the run.
+    pub background: Measures,
+}
+
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunTarget {
+    pub device: String,
+    pub write_syscalls: u64,
+    pub write_syscall_bytes: u64,
+    pub write_syscall_size: Distribution,
+    pub fsync_calls: u64,
+    /// Bios the command's process tree submitted to this device.
+    pub bios: u64,
+    pub bio_size: Distribution,
+    pub commands: u64,
+    /// Device commands per write syscall, where offsets allowed matching.
+    pub commands_per_write: Distribution,
+    /// Write syscalls per device command.
+    pub writes_per_command: Distribution,
+    /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
+    pub summary: String,
+}
