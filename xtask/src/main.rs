@@ -1,1 +1,59 @@
-fn main() {}
+//! Developer and CI tasks: `cargo xtask setup | run | test | bench | vm-test`.
+//!
+//! Every task sets up what it needs first, so each one works on a fresh machine.
+
+mod bench;
+mod setup;
+mod test;
+mod util;
+mod vm;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "xtask")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install everything the build and the tests need (idempotent).
+    Setup,
+    /// Set up, build, and start iosplit-trace with these arguments.
+    Run {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Set up, build, and run every test (privileged ones need root).
+    Test {
+        /// Extra arguments for `cargo test`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Overhead benchmark against a no-tracer baseline and bpftrace.
+    Bench(bench::BenchArgs),
+    /// Boot other kernels and disk geometries in qemu and run the scenarios.
+    VmTest(vm::VmArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Setup => setup::setup(),
+        Task::Run { args } => setup::setup().and_then(|()| test::run_tracer(&args)),
+        Task::Test { args } => setup::setup().and_then(|()| test::test(&args)),
+        Task::Bench(args) => setup::setup().and_then(|()| bench::bench(&args)),
+        Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

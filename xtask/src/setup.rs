@@ -1,0 +1,138 @@
+//! `cargo xtask setup`: Debian packages, the nightly toolchain with rust-src,
+//! and a bpf-linker built against the nightly's own LLVM. Idempotent.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{is_root, on_path, output, run, workspace_root, Result};
+
+/// Debian packages the tests, benchmarks and VM matrix use.
+pub const PACKAGES: &[&str] = &[
+    "fdisk",      // sfdisk
+    "e2fsprogs",  // mkfs.ext4
+    "util-linux", // losetup, partx, blockdev
+    "fio",
+    "bpftrace",
+    "tmux",
+    "sysstat",
+];
+
+const BPF_LINKER_VERSION: &str = "0.13.0";
+
+pub fn setup() -> Result<()> {
+    install_packages()?;
+    install_nightly()?;
+    install_bpf_linker()?;
+    Ok(())
+}
+
+fn installed(package: &str) -> bool {
+    output(Command::new("dpkg-query").args(["-W", "-f=${Status}", package]))
+        .is_some_and(|status| status.contains("install ok installed"))
+}
+
+fn install_packages() -> Result<()> {
+    let missing: Vec<&str> = PACKAGES.iter().copied().filter(|p| !installed(p)).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    if !is_root() {
+        return Err(format!(
+            "missing Debian packages: {}; install them with `sudo apt-get install {}`",
+            missing.join(" "),
+            missing.join(" ")
+        ));
+    }
+    eprintln!("xtask: installing {}", missing.join(" "));
+    run(Command::new("apt-get").arg("update").arg("-q"))?;
+    run(Command::new("apt-get")
+        .args(["install", "-y", "-q", "--no-install-recommends"])
+        .args(&missing)
+        .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+fn install_nightly() -> Result<()> {
+    if output(Command::new("rustup").args(["run", "nightly", "rustc", "--version"])).is_none() {
+        run(Command::new("rustup").args([
+            "toolchain",
+            "install",
+            "nightly",
+            "--profile",
+            "minimal",
+        ]))?;
+    }
+    let sysroot = nightly_sysroot()?;
+    if !sysroot.join("lib/rustlib/src/rust/library/core").is_dir() {
+        run(Command::new("rustup").args([
+            "component",
+            "add",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ]))?;
+    }
+    Ok(())
+}
+
+fn nightly_sysroot() -> Result<PathBuf> {
+    output(Command::new("rustup").args(["run", "nightly", "rustc", "--print", "sysroot"]))
+        .map(|text| PathBuf::from(text.trim()))
+        .ok_or_else(|| "cannot find the nightly toolchain's sysroot".to_string())
+}
+
+/// The major LLVM version of the nightly rustc, e.g. 22.
+fn nightly_llvm_major() -> Result<u32> {
+    let verbose = output(Command::new("rustup").args(["run", "nightly", "rustc", "-vV"]))
+        .ok_or("cannot run the nightly rustc")?;
+    verbose
+        .lines()
+        .find_map(|line| line.strip_prefix("LLVM version: "))
+        .and_then(|version| version.split('.').next()?.parse().ok())
+        .ok_or_else(|| "the nightly rustc does not report its LLVM version".to_string())
+}
+
+fn install_bpf_linker() -> Result<()> {
+    let current = output(Command::new("bpf-linker").arg("--version")).unwrap_or_default();
+    if on_path("bpf-linker") && current.contains(BPF_LINKER_VERSION) {
+        return Ok(());
+    }
+    // bpf-linker must link the same LLVM as rustc: point it at the nightly's libLLVM.
+    let sysroot = nightly_sysroot()?;
+    let llvm_major = nightly_llvm_major()?;
+    let libllvm = std::fs::read_dir(sysroot.join("lib"))
+        .map_err(|err| format!("cannot list the nightly's lib/: {err}"))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| {
+            path.file_name()
+                .and_then(|name| name.to_str())
+                .is_some_and(|name| {
+                    name.starts_with("libLLVM.so.")
+                        || (name.starts_with("libLLVM-") && name.ends_with(".so"))
+                })
+        })
+        .ok_or("the nightly toolchain has no libLLVM shared library")?;
+    let prefix = workspace_root().join("target/llvm-prefix");
+    let lib = prefix.join("lib");
+    std::fs::create_dir_all(&lib)
+        .map_err(|err| format!("cannot create {}: {err}", lib.display()))?;
+    let soname = libllvm.file_name().map(PathBuf::from).unwrap_or_default();
+    for name in [Path::new("libLLVM.so"), soname.as_path()] {
+        let link = lib.join(name);
+        let _ = std::fs::remove_file(&link);
+        std::os::unix::fs::symlink(&libllvm, &link)
+            .map_err(|err| format!("cannot link {}: {err}", link.display()))?;
+    }
+    eprintln!("xtask: building bpf-linker {BPF_LINKER_VERSION} against LLVM {llvm_major} (about 2 minutes)");
+    run(Command::new("cargo")
+        .args([
+            "install",
+            "--locked",
+            &format!("bpf-linker@{BPF_LINKER_VERSION}"),
+        ])
+        .args([
+            "--no-default-features",
+            "--features",
+            &format!("llvm-{llvm_major}"),
+        ])
+        .env("LLVM_PREFIX", &prefix))
+}
