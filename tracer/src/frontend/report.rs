@@ -54,6 +54,7 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
     let config = scope::capture_config(&devices);
     let capture = Capture::start(&config, Tally::default())?;
     let started = Instant::now();
+    scope::announce(&devices, &capture);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
