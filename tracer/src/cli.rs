@@ -53,10 +53,10 @@ pub enum Command {
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Print one report per interval, like iostat.
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<f64>,
     /// Print one JSON document (schema in the README) instead of text.
     #[arg(long)]
