@@ -2,6 +2,7 @@
 //! Each is a thin adapter over the capture layer and the engine.
 
 pub mod report;
+pub mod run_recorder;
 pub mod scope;
 
 use std::process::ExitCode;
