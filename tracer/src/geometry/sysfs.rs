@@ -63,7 +63,7 @@ fn list_disks(sysfs_root: &Path) -> Result<Vec<String>> {
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect();
-    names.sort_by(|a, b| natural_key(a).cmp(&natural_key(b)));
+    names.sort_by_key(|name| natural_key(name));
     Ok(names)
 }
 
