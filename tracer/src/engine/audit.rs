@@ -463,12 +463,13 @@ fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Prop
             start = proposal.start,
         )
     } else {
+        let cut = part.size - proposal.size;
         format!(
-            "Shrink {name} by {cut} sectors to {size} (a multiple of 8 sectors), after \
+            "Shrink {name} by {cut} sector{plural} to {size} (a multiple of 8 sectors), after \
              shrinking any filesystem on it below that:\n  {sfdisk}\nor with parted:\n  \
              parted {disk_node} unit s resizepart {number} {last}s",
             name = part.name,
-            cut = part.size - proposal.size,
+            plural = if cut == 1 { "" } else { "s" },
             size = proposal.size,
             number = part.number,
         )
