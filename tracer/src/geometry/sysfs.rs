@@ -226,6 +226,11 @@ pub fn name_of_dev_in(sysfs_root: &Path, dev: DevId) -> Option<String> {
     Some(target.file_name()?.to_string_lossy().into_owned())
 }
 
+/// The kernel name of a device number on the live system.
+pub fn name_of_dev(dev: DevId) -> Option<String> {
+    name_of_dev_in(Path::new("/sys"), dev)
+}
+
 /// The disk a device number belongs to, and the partition if it is one.
 pub fn locate(
     disks: &[DiskGeometry],
