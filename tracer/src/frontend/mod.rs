@@ -1,6 +1,7 @@
 //! What users run: the live TUI, `report`, `run`, `check`, and JSON output.
 //! Each is a thin adapter over the capture layer and the engine.
 
+pub mod check;
 pub mod report;
 pub mod run_recorder;
 pub mod scope;
@@ -14,10 +15,9 @@ use crate::error::Result;
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
         Some(Command::Report(args)) => report::run(&cli.scope, &args),
-        Some(Command::Run(_)) | Some(Command::Check(_)) | None => {
-            Err(crate::error::Error::failure(
-                "this subcommand is not built yet; use `iosplit-trace report`",
-            ))
-        }
+        Some(Command::Check(args)) => check::run(&args),
+        Some(Command::Run(_)) | None => Err(crate::error::Error::failure(
+            "this subcommand is not built yet; use `iosplit-trace report`",
+        )),
     }
 }
