@@ -1,8 +1,14 @@
 //! What users run: the live TUI, `report`, `run`, `check`, and JSON output.
 //! Each is a thin adapter over the capture layer and the engine.
 
+pub mod live;
 pub mod report;
 pub mod scope;
+#[cfg(test)]
+mod test_reports;
+pub mod text;
+pub mod tui;
+pub mod units;
 
 use std::process::ExitCode;
 
