@@ -1,13 +1,15 @@
 //! Glue shared by the tracing frontends: geometry, the runtime, and turning
 //! the engine's state into a [`Report`].
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::capture::KernelCounters;
+use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::{sysfs, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
+
+use super::live::LiveSource;
 
 /// Geometry of every disk, for the engine's names, limits and diagnoses.
 pub fn read_geometry() -> Result<Vec<DiskGeometry>> {
@@ -43,5 +45,41 @@ pub fn report(
         devices: engine.devices(),
         run: None,
         unsupported_probes,
+    }
+}
+
+/// The running capture and engine, as the live TUI sees them.
+pub struct LiveSession {
+    capture: Capture<Engine>,
+    unsupported: Vec<String>,
+    counting_since: Instant,
+}
+
+impl LiveSession {
+    pub fn new(capture: Capture<Engine>) -> LiveSession {
+        LiveSession {
+            unsupported: capture.unsupported(),
+            counting_since: capture.started,
+            capture,
+        }
+    }
+}
+
+impl LiveSource for LiveSession {
+    fn snapshot(&mut self) -> Result<Report> {
+        let elapsed = self.counting_since.elapsed();
+        let unsupported = self.unsupported.clone();
+        self.capture
+            .query(move |engine, counters| report(engine, counters, elapsed, unsupported))
+    }
+
+    fn reset(&mut self) -> Result<()> {
+        self.capture.query(|engine, _| engine.reset())?;
+        self.counting_since = Instant::now();
+        Ok(())
+    }
+
+    fn uptime(&self) -> Duration {
+        self.capture.started.elapsed()
     }
 }
