@@ -22,10 +22,29 @@ const MAX_BAR: usize = 32;
 /// Histograms fill empty buckets between the smallest and largest size up to this many rows.
 const MAX_FILLED_ROWS: usize = 24;
 
-/// The whole report (without the `run` chain: see [`render_run_summary`]).
+/// Width to render a report for stdout: the terminal's, or [`DEFAULT_WIDTH`]
+/// when stdout is a pipe or file (then lines stay readable in an editor).
+pub fn stdout_width() -> u16 {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return DEFAULT_WIDTH;
+    }
+    match ratatui::crossterm::terminal::size() {
+        Ok((columns, _)) if columns > 0 => columns,
+        _ => DEFAULT_WIDTH,
+    }
+}
+
+/// The whole report. When `report.run` is set, the `run` chain (the same
+/// block [`render_run_summary`] renders alone) follows the header, so callers
+/// print this one string and nothing else.
 pub fn render_report(report: &Report, width: u16) -> String {
     let mut out = Out::new(width);
     header(&mut out, report);
+    if let Some(run) = &report.run {
+        out.blank();
+        run_summary(&mut out, run);
+    }
     if no_io_seen(report) {
         out.blank();
         out.line(&format!(
@@ -71,6 +90,11 @@ pub fn render_report(report: &Report, width: u16) -> String {
 /// The `run` chain: per target, the sentence the engine wrote and the numbers behind it.
 pub fn render_run_summary(run: &RunReport) -> String {
     let mut out = Out::new(DEFAULT_WIDTH);
+    run_summary(&mut out, run);
+    out.finish()
+}
+
+fn run_summary(out: &mut Out, run: &RunReport) {
     let status = match run.exit_status {
         Some(code) => format!("exit status {code}"),
         None => "killed by a signal".to_string(),
@@ -120,7 +144,6 @@ pub fn render_run_summary(run: &RunReport) -> String {
             units::thousands(commands)
         ));
     }
-    out.finish()
 }
 
 /// Diagnoses, most severe first; engine order within one severity.
@@ -807,6 +830,18 @@ mod tests {
         assert!(text.contains("write syscalls 2,048 (64 MiB, avg 32 KiB), fsync 1"));
         assert!(text.contains("bios 131,072 (avg 512 B) -> commands 1,032"));
         assert!(text.contains("background writeback by other tasks: 10 user I/Os -> 10 commands"));
+        assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn run_chain_follows_the_header_once() {
+        let mut report = seed_report();
+        report.run = Some(seed_run());
+        let text = render_report(&report, 80);
+        let run = text.find("run: mkfs.ext4 /dev/loop0p2").unwrap();
+        assert!(run > text.find("events:").unwrap());
+        assert!(run < text.find("Diagnoses").unwrap());
+        assert_eq!(text.matches("run: mkfs.ext4").count(), 1);
         assert_fits(&text, 80);
     }
 

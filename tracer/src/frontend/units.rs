@@ -39,7 +39,7 @@ fn scale_bytes(bytes: f64) -> (f64, Option<usize>) {
 
 /// One decimal below 100 unless the value is whole: `64`, `63.5`, `1.2`, `512`.
 fn short_decimal(value: f64) -> String {
-    if (value - value.round()).abs() < 0.05 || value >= 100.0 {
+    if (value - value.round()).abs() < 0.05 || value >= 99.95 {
         format!("{value:.0}")
     } else {
         format!("{value:.1}")
@@ -88,7 +88,8 @@ pub fn compact_count(value: f64) -> String {
     } else {
         (value / 1e9, "G")
     };
-    if scaled < 10.0 {
+    // 9.96 would print as "10.0": switch to whole numbers where rounding does.
+    if scaled < 9.95 {
         format!("{scaled:.1}{suffix}")
     } else {
         format!("{scaled:.0}{suffix}")
@@ -201,6 +202,8 @@ mod tests {
         assert_eq!(compact_count(999.0), "999");
         assert_eq!(compact_count(16385.0), "16k");
         assert_eq!(compact_count(1234.0), "1.2k");
+        assert_eq!(compact_count(9990.0), "10k");
+        assert_eq!(compact_bytes(99.97 * 1024.0), "100K");
         assert_eq!(compact_count(2.5e6), "2.5M");
         assert_eq!(compact_count(f64::NAN), "0");
     }

@@ -57,8 +57,9 @@ pub struct Totals {
     pub merges: u64,
     pub misaligned_pbs_commands: u64,
     pub command_bytes: f64,
-    /// Worst p99 queue→complete latency of any operation class, µs.
-    pub p99_us: u64,
+    /// Worst p99 queue→complete latency of any operation class, µs; `None`
+    /// before any latency was measured.
+    pub p99_us: Option<u64>,
 }
 
 impl Totals {
@@ -72,7 +73,10 @@ impl Totals {
             totals.merges += op.merges;
             totals.misaligned_pbs_commands += op.misaligned_pbs_commands;
             totals.command_bytes += op.command_size.mean * op.command_size.count as f64;
-            totals.p99_us = totals.p99_us.max(op.queue_to_complete_us.p99);
+            if op.queue_to_complete_us.count > 0 {
+                let p99 = op.queue_to_complete_us.p99;
+                totals.p99_us = Some(totals.p99_us.map_or(p99, |worst| worst.max(p99)));
+            }
         }
         totals
     }
@@ -341,6 +345,7 @@ mod tests {
         assert_eq!(none.amplification(), 0.0);
         assert_eq!(none.avg_command_bytes(), 0.0);
         assert_eq!(none.misaligned_share(), 0.0);
+        assert_eq!(none.p99_us, None);
         let seed = seed_report();
         let loop0p2 = &seed.devices[0].partitions[1];
         let totals = Totals::of(&loop0p2.measures);
@@ -350,6 +355,8 @@ mod tests {
         // 128 commands of 64 KiB and one of 512 B carry the 16,385 × 512 bytes.
         assert!((totals.avg_command_bytes() - 16385.0 * 512.0 / 129.0).abs() < 1e-6);
         assert_eq!(totals.misaligned_share(), 1.0);
+        // The synthetic latency distribution's p99 bucket.
+        assert_eq!(totals.p99_us, Some(4096));
     }
 
     #[test]

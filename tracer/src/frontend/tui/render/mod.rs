@@ -215,6 +215,33 @@ mod tests {
         assert!(status.contains("PAUSED"), "{status:?}");
     }
 
+    /// Style of the first cell of `needle` on the screen.
+    fn style_at(app: &App, needle: &str) -> Style {
+        use ratatui::backend::TestBackend;
+        use ratatui::Terminal;
+        let mut terminal = Terminal::new(TestBackend::new(100, 30)).unwrap();
+        terminal.draw(|frame| draw(frame, app)).unwrap();
+        let screen = testing::rows(terminal.backend());
+        let (y, line) = screen
+            .iter()
+            .enumerate()
+            .find(|(_, line)| line.contains(needle))
+            .unwrap();
+        let column = line[..line.find(needle).unwrap()].chars().count();
+        terminal.backend().buffer()[(column as u16, y as u16)].style()
+    }
+
+    #[test]
+    fn drops_and_diagnosed_rows_are_styled() {
+        let app = seeded();
+        assert_eq!(style_at(&app, "drops 42").bg, Some(Color::Red));
+        assert_eq!(style_at(&app, "!   loop0p2").fg, Some(Color::Red));
+        assert_eq!(style_at(&app, "! loop1").fg, Some(Color::Yellow));
+        let mut quiet = App::new();
+        quiet.on_snapshot(empty_report(), Duration::from_secs(1));
+        assert_ne!(style_at(&quiet, "drops 0").bg, Some(Color::Red));
+    }
+
     #[test]
     fn wide_frame_snapshot() {
         let mut app = seeded();

@@ -11,7 +11,7 @@ use super::{severity_marker, severity_style, TITLE};
 use crate::frontend::tui::app::{App, Row as AppRow};
 use crate::frontend::units;
 
-/// Header and width of each numeric column; the device name takes the rest.
+/// Header and width of each numeric column, after the device name.
 const COLUMNS: [(&str, u16); 9] = [
     ("IO/s", 6),
     ("cmd/s", 6),
@@ -23,6 +23,26 @@ const COLUMNS: [(&str, u16); 9] = [
     ("avg cmd", 7),
     ("p99", 5),
 ];
+/// Column indexes in the order they are given up when the table is too narrow
+/// (all fit from 80 columns on).
+const DROP_ORDER: [usize; 6] = [4, 5, 1, 8, 7, 6];
+/// Borders and the highlight symbol.
+const CHROME: u16 = 3;
+
+/// Indexes into [`COLUMNS`] that fit next to a name column of `name_width`.
+fn shown_columns(area_width: u16, name_width: u16) -> Vec<usize> {
+    let mut shown: Vec<usize> = (0..COLUMNS.len()).collect();
+    let needed = |shown: &[usize]| {
+        shown.iter().map(|&index| COLUMNS[index].1 + 1).sum::<u16>() + name_width + CHROME
+    };
+    for drop in DROP_ORDER {
+        if needed(&shown) <= area_width {
+            break;
+        }
+        shown.retain(|&index| index != drop);
+    }
+    shown
+}
 
 /// Bounds of the device-name column (marker and indent included).
 const MIN_NAME: usize = 8;
@@ -45,21 +65,28 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         frame.render_widget(Paragraph::new(waiting).block(block), area);
         return;
     }
-    let header = Row::new(
-        std::iter::once(Cell::from("  device"))
-            .chain(COLUMNS.iter().map(|(name, _)| right(name.to_string()))),
-    )
-    .style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
     let name_width = app
         .rows
         .iter()
         .map(|row| row_name(row).width())
         .max()
         .unwrap_or(0)
-        .clamp(MIN_NAME, MAX_NAME);
-    let widths = std::iter::once(Constraint::Length(name_width as u16))
-        .chain(COLUMNS.iter().map(|&(_, width)| Constraint::Length(width)));
-    let table = Table::new(app.rows.iter().map(table_row), widths)
+        .clamp(MIN_NAME, MAX_NAME) as u16;
+    let shown = shown_columns(area.width, name_width);
+    let header = Row::new(
+        std::iter::once(Cell::from("  device")).chain(
+            shown
+                .iter()
+                .map(|&index| right(COLUMNS[index].0.to_string())),
+        ),
+    )
+    .style(Style::default().add_modifier(Modifier::BOLD | Modifier::UNDERLINED));
+    let widths = std::iter::once(Constraint::Length(name_width)).chain(
+        shown
+            .iter()
+            .map(|&index| Constraint::Length(COLUMNS[index].1)),
+    );
+    let table = Table::new(app.rows.iter().map(|row| table_row(row, &shown)), widths)
         .header(header)
         .block(block)
         .column_spacing(1)
@@ -75,7 +102,7 @@ fn row_name(row: &AppRow) -> String {
     format!("{} {indent}{}", severity_marker(row.severity), row.name)
 }
 
-fn table_row(row: &AppRow) -> Row<'static> {
+fn table_row(row: &AppRow, shown: &[usize]) -> Row<'static> {
     let totals = &row.totals;
     // Ratios of nothing are shown as "-", not as a misleading 0.
     let per_user_io = |value: String| {
@@ -106,8 +133,17 @@ fn table_row(row: &AppRow) -> Row<'static> {
         right(per_command(units::compact_bytes(
             totals.avg_command_bytes(),
         ))),
-        right(per_user_io(units::compact_micros(totals.p99_us))),
+        right(
+            totals
+                .p99_us
+                .map_or(NONE.to_string(), units::compact_micros),
+        ),
     ];
+    let cells = cells
+        .into_iter()
+        .enumerate()
+        .filter(|(index, _)| *index == 0 || shown.contains(&(index - 1)))
+        .map(|(_, cell)| cell);
     let table_row = Row::new(cells);
     match row.severity {
         Some(severity) => table_row.style(severity_style(severity)),
@@ -117,4 +153,22 @@ fn table_row(row: &AppRow) -> Row<'static> {
 
 fn right(text: String) -> Cell<'static> {
     Cell::from(Text::from(text).alignment(Alignment::Right))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_columns_fit_80_and_narrow_terminals_drop_the_least_useful() {
+        assert_eq!(shown_columns(80, 12).len(), COLUMNS.len());
+        let narrow = shown_columns(60, 12);
+        let headers: Vec<&str> = narrow.iter().map(|&index| COLUMNS[index].0).collect();
+        assert!(!headers.contains(&"merge%"));
+        for kept in ["IO/s", "amp", "split%"] {
+            assert!(headers.contains(&kept), "{kept} dropped at 60 columns");
+        }
+        let width: u16 = narrow.iter().map(|&i| COLUMNS[i].1 + 1).sum::<u16>() + 12 + CHROME;
+        assert!(width <= 60);
+    }
 }
