@@ -207,10 +207,13 @@ pub enum ProcessEventKind {
     Fsync = 5,
     Fdatasync = 6,
     Fork = 7,
+    Openat = 8,
+    Openat2 = 9,
+    Open = 10,
 }
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 11;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -220,9 +223,12 @@ impl ProcessEventKind {
         ProcessEventKind::Fsync,
         ProcessEventKind::Fdatasync,
         ProcessEventKind::Fork,
+        ProcessEventKind::Openat,
+        ProcessEventKind::Openat2,
+        ProcessEventKind::Open,
     ];
     /// The syscalls traced, in program order (`Fork` is not one).
-    pub const SYSCALLS: [ProcessEventKind; 7] = [
+    pub const SYSCALLS: [ProcessEventKind; 10] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
         ProcessEventKind::Writev,
@@ -230,6 +236,9 @@ impl ProcessEventKind {
         ProcessEventKind::Pwritev2,
         ProcessEventKind::Fsync,
         ProcessEventKind::Fdatasync,
+        ProcessEventKind::Openat,
+        ProcessEventKind::Openat2,
+        ProcessEventKind::Open,
     ];
 
     pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
@@ -251,6 +260,9 @@ impl ProcessEventKind {
             ProcessEventKind::Fsync => "fsync",
             ProcessEventKind::Fdatasync => "fdatasync",
             ProcessEventKind::Fork => "fork",
+            ProcessEventKind::Openat => "openat",
+            ProcessEventKind::Openat2 => "openat2",
+            ProcessEventKind::Open => "open",
         }
     }
 
@@ -265,11 +277,22 @@ impl ProcessEventKind {
             ProcessEventKind::Fsync => "enter_fsync",
             ProcessEventKind::Fdatasync => "enter_fdatasync",
             ProcessEventKind::Fork => "process_fork",
+            ProcessEventKind::Openat => "enter_openat",
+            ProcessEventKind::Openat2 => "enter_openat2",
+            ProcessEventKind::Open => "enter_open",
         }
     }
 
     pub const fn is_write(self) -> bool {
         (self as u8) <= (ProcessEventKind::Pwritev2 as u8)
+    }
+
+    /// Opens arrive as [`OpenEvent`]s: the path tells which device a new fd is.
+    pub const fn is_open(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::Openat | ProcessEventKind::Openat2 | ProcessEventKind::Open
+        )
     }
 }
 
@@ -305,6 +328,18 @@ impl ProcessEvent {
     };
 }
 
+/// Bytes of a path carried by an [`OpenEvent`] (longer paths are cut).
+pub const PATH_BYTES: usize = 256;
+
+/// An open by a traced process: `event.result` is the new fd (or -errno)
+/// and `path` the NUL-terminated name it opened, 296 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenEvent {
+    pub event: ProcessEvent,
+    pub path: [u8; PATH_BYTES],
+}
+
 /// Offsets in the `syscalls` and `sched` tracepoint records, from their format files.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -320,7 +355,10 @@ pub struct ProcessOffsets {
     /// `child_pid` in `sched_process_fork`.
     pub child_pid: u16,
     pub enabled: u16,
-    pub _pad: [u16; 2],
+    /// `filename` in `sys_enter_openat` and `sys_enter_openat2`.
+    pub openat_filename: u16,
+    /// `filename` in `sys_enter_open` (absent on some architectures).
+    pub open_filename: u16,
 }
 
 impl ProcessOffsets {
@@ -331,7 +369,8 @@ impl ProcessOffsets {
         ret: NO_FIELD,
         child_pid: NO_FIELD,
         enabled: 0,
-        _pad: [0; 2],
+        openat_filename: NO_FIELD,
+        open_filename: NO_FIELD,
     };
 }
 
@@ -368,6 +407,7 @@ mod user {
     unsafe impl aya::Pod for BlockEvent {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ProcessOffsets {}
+    unsafe impl aya::Pod for OpenEvent {}
 }
 
 #[cfg(test)]
@@ -379,6 +419,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
+        assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }
 

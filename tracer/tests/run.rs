@@ -70,6 +70,11 @@ fn mkfs_on_an_odd_sized_partition_is_explained_and_an_aligned_one_is_clean() {
         .iter()
         .find(|t| t["device"] == odd.as_str())
         .unwrap_or_else(|| panic!("mkfs's writes to {odd} were not seen: {}", report["run"]));
+    assert_eq!(
+        report["events"]["dropped"], 0,
+        "events were lost: {}",
+        report["events"]
+    );
     let writes = target["write_syscalls"].as_u64().unwrap();
     let bios = target["bios"].as_u64().unwrap();
     let commands = target["commands"].as_u64().unwrap();

@@ -1,19 +1,20 @@
-//! The traced process tree (`run`): forks that grow it, and its write-family
-//! syscalls with fd, offset and result, as `ProcessEvent`s.
+//! The traced process tree (`run`): forks that grow it, its opens (so each fd
+//! is known to be a block device or not), and its write-family syscalls with
+//! fd, offset and result, as `ProcessEvent`s and `OpenEvent`s.
 //!
 //! Attached only by `run`. An entry probe stashes the arguments per thread;
 //! the exit probe emits one record with the result.
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes},
     macros::{map, tracepoint},
     maps::{HashMap, RingBuf},
     programs::TracePointContext,
     Global,
 };
 use tracer_common::{
-    counter, ProcessEvent, ProcessEventKind, ProcessOffsets, NO_FIELD, UNKNOWN_OFFSET,
+    counter, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, NO_FIELD, UNKNOWN_OFFSET,
 };
 
 use super::block::{bump, PIDS};
@@ -109,6 +110,10 @@ enter_probe!(enter_pwritev, ProcessEventKind::Pwritev, pwritev_pos);
 enter_probe!(enter_pwritev2, ProcessEventKind::Pwritev2, pwritev_pos);
 enter_probe!(enter_fsync, ProcessEventKind::Fsync);
 enter_probe!(enter_fdatasync, ProcessEventKind::Fdatasync);
+// For opens the stashed "offset" is the user pointer to the file name.
+enter_probe!(enter_openat, ProcessEventKind::Openat, openat_filename);
+enter_probe!(enter_openat2, ProcessEventKind::Openat2, openat_filename);
+enter_probe!(enter_open, ProcessEventKind::Open, open_filename);
 
 /// Attached to every `sys_exit_*` of the family.
 #[tracepoint]
@@ -120,7 +125,7 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
     };
     let _ = PENDING_CALLS.remove(&pid_tgid);
     let result = read_u64(&ctx, PROCESS_FIELDS.load().ret).unwrap_or(0) as i64;
-    emit(ProcessEvent {
+    let event = ProcessEvent {
         // SAFETY: a helper with no preconditions.
         ts_ns: unsafe { bpf_ktime_get_ns() },
         offset: call.offset,
@@ -129,7 +134,30 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
         fd: call.fd,
         kind: call.kind,
         _pad: [0; 7],
-    });
+    };
+    let is_open = ProcessEventKind::from_u8(call.kind).is_some_and(|kind| kind.is_open());
+    if !is_open {
+        emit(event);
+        return 0;
+    }
+    if result < 0 {
+        return 0;
+    }
+    match PROCESS_EVENTS.reserve::<OpenEvent>(0) {
+        Some(mut entry) => {
+            let open = entry.as_mut_ptr();
+            // SAFETY: `open` points at a reserved, writable OpenEvent; the
+            // name is copied from the caller's memory with a faulting-safe helper.
+            unsafe {
+                (*open).event = ProcessEvent { offset: 0, ..event };
+                let path = &mut (*open).path;
+                path[0] = 0;
+                let _ = bpf_probe_read_user_str_bytes(call.offset as *const u8, path);
+            }
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => bump(counter::PROCESS_DROPPED),
+    }
     0
 }
 

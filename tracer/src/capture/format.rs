@@ -193,7 +193,10 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, String>
     };
     let mut offsets = ProcessOffsets::ABSENT;
     // The probes read one fd offset and one ret offset for the whole family.
-    for kind in ProcessEventKind::SYSCALLS {
+    for kind in ProcessEventKind::SYSCALLS
+        .iter()
+        .filter(|k| k.is_write() || !k.is_open())
+    {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
         let fd = find(&fields("syscalls", &enter)?, "fd", 8, &enter)?;
@@ -206,6 +209,25 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, String>
         offsets.fd = fd;
         offsets.ret = ret;
         offsets.enabled = 1;
+    }
+    offsets.openat_filename = find(
+        &fields("syscalls", "sys_enter_openat")?,
+        "filename",
+        8,
+        "sys_enter_openat",
+    )?;
+    if find(
+        &fields("syscalls", "sys_exit_openat")?,
+        "ret",
+        8,
+        "sys_exit_openat",
+    )? != offsets.ret
+    {
+        return Err("sys_exit_openat: ret offset differs".to_string());
+    }
+    // `open` does not exist on every architecture; without it, opens via openat still count.
+    if let Ok(open) = fields("syscalls", "sys_enter_open") {
+        offsets.open_filename = find(&open, "filename", 8, "sys_enter_open").unwrap_or(NO_FIELD);
     }
     offsets.pwrite_pos = find(
         &fields("syscalls", "sys_enter_pwrite64")?,

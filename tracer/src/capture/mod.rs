@@ -23,7 +23,7 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, names, BlockEvent, EventKind, FieldOffsets, ProcessEvent, ProcessEventKind,
+    counter, names, BlockEvent, EventKind, FieldOffsets, OpenEvent, ProcessEvent, ProcessEventKind,
     ProcessOffsets,
 };
 
@@ -44,6 +44,8 @@ pub trait EventSink: Send + 'static {
     fn block_event(&mut self, event: &BlockEvent);
     /// Only with `CaptureConfig::process_tree`: syscalls and forks of the traced tree.
     fn process_event(&mut self, _event: &ProcessEvent) {}
+    /// Only with `CaptureConfig::process_tree`: a file the traced tree opened.
+    fn open_event(&mut self, _event: &OpenEvent) {}
     /// Called after each drain, with the consumer's clock.
     fn drained(&mut self, _now: Instant) {}
 }
@@ -310,7 +312,12 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
     for (index, kind) in ProcessEventKind::SYSCALLS.iter().enumerate() {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
-        attach_one(kind.enter_program(), "syscalls", &enter, true)?;
+        let attached = attach_one(kind.enter_program(), "syscalls", &enter, true);
+        // openat2 and open are optional (older kernels, other architectures).
+        if attached.is_err() && matches!(kind, ProcessEventKind::Openat2 | ProcessEventKind::Open) {
+            continue;
+        }
+        attached?;
         // One exit program serves the whole family: load it once.
         attach_one("exit_write_family", "syscalls", &exit, index == 0)?;
     }
@@ -473,7 +480,11 @@ fn drain<S: EventSink>(
     // Process events first: a fork must be known before its child's I/O.
     if let Some(process_events) = process_events {
         while let Some(item) = process_events.next() {
-            if item.len() >= std::mem::size_of::<ProcessEvent>() {
+            if item.len() >= std::mem::size_of::<OpenEvent>() {
+                // SAFETY: an item this long is a whole `OpenEvent` (checked length).
+                let open = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<OpenEvent>()) };
+                sink.open_event(&open);
+            } else if item.len() >= std::mem::size_of::<ProcessEvent>() {
                 // SAFETY: the probes write whole `ProcessEvent`s (checked length).
                 let event =
                     unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ProcessEvent>()) };

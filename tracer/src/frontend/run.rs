@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tracer_common::{BlockEvent, ProcessEvent, ProcessEventKind};
+use tracer_common::{BlockEvent, OpenEvent, ProcessEvent, ProcessEventKind};
 
 use crate::capture::{Capture, CaptureConfig, EventSink};
 use crate::cli::{RunArgs, Scope};
@@ -18,7 +18,7 @@ use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
-use crate::geometry::DevId;
+use crate::geometry::{sysfs, DevId};
 use crate::model::{Report, RunReport, RunTarget};
 
 use super::run_recorder::{FdResolver, FdTarget, RunRecorder};
@@ -27,29 +27,54 @@ use super::{output, scope, session, units};
 /// How long to wait after the command exits for its I/O to complete.
 const SETTLE: Duration = Duration::from_secs(2);
 
-/// Resolves `/proc/PID/fd/FD` to a block device through sysfs.
+/// Resolves opened paths (and, for fds opened before tracking, `/proc/PID/fd`)
+/// to block devices through sysfs.
 pub struct ProcFdResolver;
 
 impl FdResolver for ProcFdResolver {
-    fn resolve(&mut self, tgid: u32, fd: u32) -> Option<FdTarget> {
-        let link = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?;
-        let name = link.to_str()?.strip_prefix("/dev/")?;
-        let device = resolve(name).ok()?;
-        let start_sector = if device.is_partition() {
-            std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
-                .ok()?
-                .trim()
-                .parse()
-                .ok()?
+    fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget> {
+        let path = Path::new(path);
+        let absolute = if path.is_absolute() {
+            path.to_path_buf()
         } else {
-            0
+            std::fs::read_link(format!("/proc/{tgid}/cwd"))
+                .or_else(|_| std::env::current_dir())
+                .ok()?
+                .join(path)
         };
-        Some(FdTarget {
-            device: device.name,
-            disk_dev: device.disk_dev,
-            start_sector,
-        })
+        // Follows /dev/disk/by-* links to the kernel name.
+        let real = std::fs::canonicalize(&absolute).ok()?;
+        block_target(&real)
     }
+
+    fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget> {
+        block_target(&std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?)
+    }
+}
+
+/// The block device at `path`, by its device number (any name or link works).
+fn block_target(path: &Path) -> Option<FdTarget> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let metadata = std::fs::metadata(path).ok()?;
+    if !metadata.file_type().is_block_device() {
+        return None;
+    }
+    let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
+    let device = resolve(&name).ok()?;
+    let start_sector = if device.is_partition() {
+        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?
+    } else {
+        0
+    };
+    Some(FdTarget {
+        device: device.name,
+        disk_dev: device.disk_dev,
+        start_sector,
+    })
 }
 
 /// The engine plus what only `run` needs.
@@ -74,6 +99,12 @@ impl EventSink for RunSink {
             self.engine.track_processes([event.tgid]);
         }
         self.recorder.process_event(event);
+    }
+
+    fn open_event(&mut self, event: &OpenEvent) {
+        if event.event.tgid != self.own_pid {
+            self.recorder.open_event(event);
+        }
     }
 }
 
@@ -162,7 +193,14 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
     let report = capture.query(move |sink, counters| {
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
-        scope_to_run(&mut report, &run, &named);
+        let tracked_devices: Vec<String> = sink
+            .engine
+            .origins()
+            .into_iter()
+            .filter(|origin| !origin.tracked.ops.is_empty())
+            .map(|origin| origin.device)
+            .collect();
+        scope_to_run(&mut report, &run, &tracked_devices, &named);
         report.run = Some(run);
         report
     })?;
@@ -261,8 +299,9 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
 }
 
 /// Keeps the devices the command touched (or that were named with -d).
-fn scope_to_run(report: &mut Report, run: &RunReport, named: &[DevId]) {
-    let touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
+fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String], named: &[DevId]) {
+    let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
+    touched.extend(tracked_devices.iter().map(String::as_str));
     let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();
     report.devices.retain(|device| {
         touched.contains(device.name.as_str())

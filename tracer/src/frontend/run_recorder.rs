@@ -7,7 +7,9 @@
 use std::collections::HashMap;
 
 use hdrhistogram::Histogram;
-use tracer_common::{BlockEvent, EventKind, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET};
+use tracer_common::{
+    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
+};
 
 use crate::geometry::DevId;
 
@@ -22,9 +24,12 @@ pub struct FdTarget {
     pub start_sector: u64,
 }
 
-/// Finds what `fd` of process `tgid` refers to; `None` for non-block files.
+/// Finds which block device a file is; `None` for anything else.
 pub trait FdResolver: Send {
-    fn resolve(&mut self, tgid: u32, fd: u32) -> Option<FdTarget>;
+    /// A path the process opened (relative paths are from its cwd).
+    fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget>;
+    /// An fd whose open was not seen (inherited from before tracking).
+    fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget>;
 }
 
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
@@ -100,8 +105,15 @@ impl<R: FdResolver> RunRecorder<R> {
         if let Some(known) = self.fds.get(&(tgid, fd)) {
             return *known;
         }
-        let found = self.resolver.resolve(tgid, fd).map(|target| {
-            match self.targets.iter().position(|t| t.target == target) {
+        let found = self.resolver.resolve_fd(tgid, fd);
+        let found = self.intern(found);
+        self.fds.insert((tgid, fd), found);
+        found
+    }
+
+    fn intern(&mut self, target: Option<FdTarget>) -> Option<usize> {
+        target.map(
+            |target| match self.targets.iter().position(|t| t.target == target) {
                 Some(index) => index,
                 None => {
                     self.targets.push(TargetCalls {
@@ -114,10 +126,27 @@ impl<R: FdResolver> RunRecorder<R> {
                     });
                     self.targets.len() - 1
                 }
-            }
-        });
-        self.fds.insert((tgid, fd), found);
-        found
+            },
+        )
+    }
+
+    /// A successful open: from now on this fd is (or is not) that device.
+    pub fn open_event(&mut self, open: &OpenEvent) {
+        let event = &open.event;
+        if event.result < 0 {
+            return;
+        }
+        let end = open
+            .path
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(open.path.len());
+        let Ok(path) = std::str::from_utf8(&open.path[..end]) else {
+            return;
+        };
+        let target = self.resolver.resolve_path(event.tgid, path);
+        let found = self.intern(target);
+        self.fds.insert((event.tgid, event.result as u32), found);
     }
 
     pub fn process_event(&mut self, event: &ProcessEvent) {
@@ -126,6 +155,17 @@ impl<R: FdResolver> RunRecorder<R> {
         };
         if kind == ProcessEventKind::Fork {
             self.processes += 1;
+            // The child starts with a copy of its parent's descriptors.
+            let (child, parent) = (event.tgid, event.fd);
+            let inherited: Vec<(u32, Option<usize>)> = self
+                .fds
+                .iter()
+                .filter(|((tgid, _), _)| *tgid == parent)
+                .map(|((_, fd), target)| (*fd, *target))
+                .collect();
+            for (fd, target) in inherited {
+                self.fds.insert((child, fd), target);
+            }
             return;
         }
         if event.result < 0 {
@@ -247,13 +287,21 @@ mod tests {
 
     struct OnePartition;
 
+    fn loop0p2() -> FdTarget {
+        FdTarget {
+            device: "loop0p2".into(),
+            disk_dev: DevId::new(7, 0),
+            start_sector: 1000,
+        }
+    }
+
     impl FdResolver for OnePartition {
-        fn resolve(&mut self, _tgid: u32, fd: u32) -> Option<FdTarget> {
-            (fd == 3).then(|| FdTarget {
-                device: "loop0p2".into(),
-                disk_dev: DevId::new(7, 0),
-                start_sector: 1000,
-            })
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
+            (path == "/dev/loop0p2").then(loop0p2)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, fd: u32) -> Option<FdTarget> {
+            (fd == 3).then(loop0p2)
         }
     }
 
@@ -338,6 +386,47 @@ mod tests {
             0,
             "reads are not write commands"
         );
+    }
+
+    fn open(tgid: u32, fd: i64, path: &str) -> OpenEvent {
+        let mut event = OpenEvent {
+            event: ProcessEvent {
+                result: fd,
+                tgid,
+                kind: ProcessEventKind::Openat as u8,
+                ..ProcessEvent::ZERO
+            },
+            path: [0; tracer_common::PATH_BYTES],
+        };
+        event.path[..path.len()].copy_from_slice(path.as_bytes());
+        event
+    }
+
+    #[test]
+    fn opens_name_fds_and_forks_inherit_them() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        // fd 5 opened as the partition; fd 3 reopened as a regular file.
+        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
+        recorder.open_event(&open(42, 3, "/tmp/log"));
+        recorder.process_event(&write(5, 0, 4096));
+        recorder.process_event(&write(3, 0, 4096));
+        let fork = ProcessEvent {
+            tgid: 43,
+            fd: 42,
+            kind: ProcessEventKind::Fork as u8,
+            ..ProcessEvent::ZERO
+        };
+        recorder.process_event(&fork);
+        let mut child_write = write(5, 4096, 4096);
+        child_write.tgid = 43;
+        recorder.process_event(&child_write);
+        let calls = &recorder.targets()[0];
+        assert_eq!(recorder.targets().len(), 1);
+        assert_eq!(
+            calls.write_syscalls, 2,
+            "the parent's and the child's writes to fd 5"
+        );
+        assert_eq!(recorder.processes, 1);
     }
 
     #[test]
