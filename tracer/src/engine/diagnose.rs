@@ -462,6 +462,20 @@ fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
     let bio_p50 = p50_bytes(&total.user_io_sectors);
     let segment_capped = geometry.max_segments != 0
         && bios_per_command >= SEGMENT_CAPPED_SHARE * f64::from(geometry.max_segments);
+    // Sub-page bios filling max_segments are the subpage_block_size finding
+    // itself (its explanation names the cap); one root cause, one diagnosis.
+    let subpage_partition = scope.partition.is_some_and(|part| {
+        let block_size = part.block_size.unwrap_or_else(|| {
+            crate::geometry::predicted_block_size(part.size, geometry.logical_block_size)
+        });
+        block_size < crate::geometry::ioctl::PAGE_SIZE_BYTES
+    });
+    if segment_capped
+        && subpage_partition
+        && bio_p50 < u64::from(crate::geometry::ioctl::PAGE_SIZE_BYTES)
+    {
+        return None;
+    }
     let mut evidence = BTreeMap::new();
     evidence.insert("adjacent_unmerged_commands".into(), json!(adjacent));
     evidence.insert("commands".into(), json!(total.commands));

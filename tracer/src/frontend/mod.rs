@@ -42,7 +42,7 @@ fn live(scope_args: &cli::Scope) -> Result<ExitCode> {
     }
     let devices = scope::resolve_scope(scope_args)?;
     let config = scope::capture_config(&devices);
-    let engine = Engine::new(session::read_geometry()?, Default::default());
+    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;
     let mut live = session::LiveSession::new(capture);
     let report = tui::run_tui(&mut live)?;

@@ -14,7 +14,7 @@ use super::{output, scope, session};
 pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
     let devices = scope::resolve_scope(scope_args)?;
     let config = scope::capture_config(&devices);
-    let engine = Engine::new(session::read_geometry()?, Default::default());
+    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;
     scope::announce(&devices, &capture);
     let unsupported = capture.unsupported();

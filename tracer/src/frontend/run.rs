@@ -140,7 +140,7 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
         });
     };
     let named = scope::resolve_scope(scope_args)?;
-    let disks = session::read_geometry()?;
+    let disks = session::read_geometry(&[])?;
     let sink = RunSink {
         engine: Engine::new(disks, Default::default()),
         recorder: RunRecorder::new(ProcFdResolver),

@@ -6,14 +6,23 @@ use std::time::{Duration, Instant};
 use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
+use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::{sysfs, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 
 use super::live::LiveSource;
 
-/// Geometry of every disk, for the engine's names, limits and diagnoses.
-pub fn read_geometry() -> Result<Vec<DiskGeometry>> {
-    sysfs::read_disks(None)
+/// Geometry of the disks in scope (every attached disk when none was
+/// named), for the engine's names, limits and diagnoses.
+pub fn read_geometry(devices: &[ResolvedDevice]) -> Result<Vec<DiskGeometry>> {
+    if devices.is_empty() {
+        let mut disks = sysfs::read_disks(None)?;
+        // Unattached loop devices and empty drives have nothing to show.
+        disks.retain(|disk| disk.size_sectors > 0);
+        return Ok(disks);
+    }
+    let names: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
+    sysfs::read_disks(Some(&names))
 }
 
 /// A single-threaded tokio runtime: signals, timers and the child process.
