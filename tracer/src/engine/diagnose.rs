@@ -16,9 +16,9 @@ use crate::model::{code, ratio, Diagnosis, Op, Severity};
 
 /// `split_amplification` needs at least this many splits...
 pub const MIN_SPLITS: u64 = 16;
-/// ...and at least this share of user I/Os split (1%), so a stray large
-/// read does not raise it.
-pub const MIN_SPLIT_SHARE: f64 = 0.01;
+/// ...and at least this share of user I/Os split (10%): a few large I/Os
+/// split among many small ones (mkfs zeroing tables) amplify nothing much.
+pub const MIN_SPLIT_SHARE: f64 = 0.1;
 /// Alignment-caused splits on at least half the user I/Os are critical.
 pub const CRITICAL_SPLIT_SHARE: f64 = 0.5;
 /// `merge_blocked` needs at least this many adjacent unmerged commands...
