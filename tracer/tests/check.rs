@@ -113,7 +113,7 @@ fn check_resolves_partitions_to_their_disk_and_renders_in_80_columns() {
         ]
     );
     assert!(
-        text.contains("[critical] subpage_block_size on sdc2"),
+        text.contains("CRITICAL subpage_block_size on sdc2"),
         "{text}"
     );
     assert!(
@@ -323,7 +323,7 @@ fn check_on_a_partitioned_loop_device() {
         assert!(line.chars().count() <= 80, "too wide: {line:?}");
     }
     assert!(
-        text.contains(&format!("[critical] subpage_block_size on {name}p2")),
+        text.contains(&format!("CRITICAL subpage_block_size on {name}p2")),
         "{text}"
     );
 

@@ -14,7 +14,7 @@ use crate::error::{Error, Result};
 use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::{predicted_block_size, sysfs, DiskGeometry};
-use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, Severity, SCHEMA_VERSION};
+use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 /// Schema name of the `check --json` document.
 pub const CHECK_SCHEMA_NAME: &str = "iosplit-trace/check";
@@ -231,58 +231,8 @@ fn block_size_text(current: Option<u32>, size_sectors: u64, logical_block_size: 
 }
 
 fn render_diagnosis(out: &mut String, diagnosis: &Diagnosis) {
-    let severity = match diagnosis.severity {
-        Severity::Info => "info",
-        Severity::Warning => "warning",
-        Severity::Critical => "critical",
-    };
-    let _ = writeln!(
-        out,
-        "\n  [{severity}] {} on {}",
-        diagnosis.code, diagnosis.device
-    );
-    for line in wrap(&diagnosis.explanation, 4) {
-        let _ = writeln!(out, "{line}");
-    }
-    let evidence = diagnosis
-        .evidence
-        .iter()
-        .map(|(key, value)| match value {
-            serde_json::Value::String(text) => format!("{key}={text}"),
-            other => format!("{key}={other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(", ");
-    for line in wrap(&format!("evidence: {evidence}"), 4) {
-        let _ = writeln!(out, "{line}");
-    }
-    for line in wrap(&format!("fix: {}", diagnosis.fix), 4) {
-        let _ = writeln!(out, "{line}");
-    }
-}
-
-/// Greedy word wrap to [`COLUMNS`], `indent` spaces on every line; each input
-/// line keeps its own leading spaces (the indented commands in a fix).
-fn wrap(text: &str, indent: usize) -> Vec<String> {
-    let mut lines = Vec::new();
-    for source in text.lines() {
-        let lead = indent + source.len() - source.trim_start().len();
-        let mut line = " ".repeat(lead);
-        let mut empty = true;
-        for word in source.split_whitespace() {
-            if !empty && line.chars().count() + 1 + word.chars().count() > COLUMNS {
-                lines.push(std::mem::replace(&mut line, " ".repeat(lead)));
-                empty = true;
-            }
-            if !empty {
-                line.push(' ');
-            }
-            line.push_str(word);
-            empty = false;
-        }
-        lines.push(line);
-    }
-    lines
+    out.push('\n');
+    out.push_str(&super::text::render_diagnosis(diagnosis, COLUMNS as u16));
 }
 
 /// "20.0 GiB": one decimal in the largest binary unit that fits.
@@ -304,27 +254,6 @@ fn human_size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn wrap_keeps_lines_within_the_width_and_command_indents() {
-        let text = format!(
-            "{}\n  echo 'start=1, size=8' | sfdisk -N 2 /dev/sdc",
-            "word ".repeat(40)
-        );
-        let lines = wrap(&text, 4);
-        assert!(
-            lines.iter().all(|line| line.chars().count() <= COLUMNS),
-            "{lines:#?}"
-        );
-        assert!(lines.len() >= 4, "{lines:#?}");
-        assert!(lines
-            .iter()
-            .all(|line| line.starts_with("    word") || line.starts_with("      echo")));
-        assert_eq!(
-            lines.last().unwrap().trim(),
-            "echo 'start=1, size=8' | sfdisk -N 2 /dev/sdc"
-        );
-    }
 
     #[test]
     fn human_sizes() {

@@ -362,25 +362,37 @@ fn diagnoses(out: &mut Out, diagnoses: &[Diagnosis]) {
         diagnoses.len()
     ));
     for diagnosis in by_severity(diagnoses) {
-        out.line(&format!(
-            "  {} {} on {}",
-            severity_label(diagnosis.severity),
-            diagnosis.code,
-            diagnosis.device
-        ));
-        if !diagnosis.evidence.is_empty() {
-            out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
-        }
-        out.wrapped("    ", "    ", &diagnosis.explanation);
-        for (index, fix) in diagnosis
-            .fix
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .enumerate()
-        {
-            let prefix = if index == 0 { "    fix: " } else { "         " };
-            out.wrapped(prefix, "         ", fix.trim());
-        }
+        diagnosis_block(out, diagnosis);
+    }
+}
+
+/// One diagnosis: severity, code and device, evidence, explanation, fix.
+/// `check` prints its findings with this too.
+pub fn render_diagnosis(diagnosis: &Diagnosis, width: u16) -> String {
+    let mut out = Out::new(width);
+    diagnosis_block(&mut out, diagnosis);
+    out.text
+}
+
+fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
+    out.line(&format!(
+        "  {} {} on {}",
+        severity_label(diagnosis.severity),
+        diagnosis.code,
+        diagnosis.device
+    ));
+    if !diagnosis.evidence.is_empty() {
+        out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
+    }
+    out.wrapped("    ", "    ", &diagnosis.explanation);
+    for (index, fix) in diagnosis
+        .fix
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+    {
+        let prefix = if index == 0 { "    fix: " } else { "         " };
+        out.wrapped(prefix, "         ", fix.trim());
     }
 }
 
