@@ -28,6 +28,11 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Report(args)) => report::run(&cli.scope, &args),
         Some(Command::Run(args)) => run::run(&cli.scope, &args),
         Some(Command::Check(args)) => check::run(&args),
+        Some(Command::Generate { what }) => {
+            cli::generate(what, &mut std::io::stdout().lock())
+                .map_err(|err| Error::failure(format!("cannot write to stdout: {err}")))?;
+            Ok(ExitCode::SUCCESS)
+        }
         None => live(&cli.scope),
     }
 }
