@@ -104,6 +104,60 @@ fn event_counts_match_the_kernels_blk_tracer() {
         })
         .collect();
     eprintln!("blk tracer: {theirs:?}\niosplit-trace: {events}");
+
+    // The engine's totals for the disk agree with the oracle too.
+    let device = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == disk.name.as_str())
+        .expect("the disk is in the report");
+    let total = |key: &str| -> u64 {
+        device["measures"]["ops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|op| op[key].as_u64().unwrap())
+            .sum()
+    };
+    let engine = [
+        ("Q", total("user_ios")),
+        ("X", total("splits")),
+        ("D", total("commands")),
+        ("M+F", total("merges")),
+    ];
+    let merges = oracle_count("M") + oracle_count("F");
+    for (action, ours) in engine {
+        let expected = if action == "M+F" {
+            merges
+        } else {
+            oracle_count(action)
+        };
+        assert_eq!(
+            ours, expected,
+            "engine total for {action} differs from the blk tracer"
+        );
+    }
+    assert_eq!(
+        report["correlation"]["incomplete"], 0,
+        "{}",
+        report["correlation"]
+    );
+
+    // max_sectors_kb=64 cut every large direct write on partition 1.
+    let p1_name = format!("{}p1", disk.name);
+    let split = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["code"] == "split_amplification" && d["device"] == p1_name.as_str())
+        .unwrap_or_else(|| {
+            panic!(
+                "no split_amplification on {p1_name}: {}",
+                report["diagnoses"]
+            )
+        });
+    assert_eq!(split["evidence"]["cause"], "max_sectors", "{split}");
     assert!(
         mismatches.is_empty(),
         "event counts differ from the kernel's blk tracer: {mismatches:?}\nblk: {theirs:?}\nours: {events}"
