@@ -45,7 +45,7 @@ pub enum Command {
     Run(RunArgs),
     /// Audit partition alignment and queue limits from geometry alone (no tracing, no root).
     #[command(
-        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json"
+        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
     )]
     Check(CheckArgs),
 }
