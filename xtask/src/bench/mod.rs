@@ -66,6 +66,9 @@ pub struct BenchArgs {
     /// clock reads then cost nothing).
     #[arg(long)]
     no_bpf_stats: bool,
+    /// Benchmark this iosplit-trace binary instead of building target/release's.
+    #[arg(long, value_name = "PATH")]
+    binary: Option<PathBuf>,
 }
 
 struct Plan {
