@@ -113,13 +113,21 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         }
     }
     let root = workspace_root();
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "iosplit-trace",
-    ]))?;
-    let binary = root.join("target/release/iosplit-trace");
+    let binary = match &args.binary {
+        Some(binary) => binary.clone(),
+        None => {
+            run(Command::new("cargo").current_dir(&root).args([
+                "build",
+                "--release",
+                "-p",
+                "iosplit-trace",
+            ]))?;
+            root.join("target/release/iosplit-trace")
+        }
+    };
+    if !binary.is_file() {
+        return Err(format!("{} does not exist", binary.display()));
+    }
     system::install_interrupt_handler();
 
     let mut notes = Vec::new();
