@@ -10,15 +10,18 @@ use super::devices::{DeviceKind, TestDevice};
 use crate::util::Result;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
 pub enum Workload {
     /// 4 KiB random write, QD32, io_uring, O_DIRECT.
+    #[serde(rename = "randwrite-4k-qd32")]
     RandWrite,
     /// 4 KiB random read, QD32, io_uring, O_DIRECT.
+    #[serde(rename = "randread-4k-qd32")]
     RandRead,
     /// 1 MiB sequential write, QD8, O_DIRECT, with max_sectors_kb lowered to 64.
+    #[serde(rename = "seqwrite-1m-split64k")]
     SplitWrite,
     /// 512-byte buffered writes, fsync at the end of each pass.
+    #[serde(rename = "buffered-512b-fsync")]
     Buffered512,
 }
 
@@ -157,6 +160,14 @@ mod tests {
         assert!((result.iops - 197281.9).abs() < 1e-6);
         assert!((result.runtime_s - 3.0).abs() < 1e-9);
         assert!((result.cpu_s - 0.38 * 3.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn json_names_match_the_table_names() {
+        for workload in Workload::ALL {
+            let json = serde_json::to_value(workload).unwrap();
+            assert_eq!(json.as_str(), Some(workload.key()));
+        }
     }
 
     #[test]
