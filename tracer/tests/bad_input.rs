@@ -56,7 +56,12 @@ fn tracing_without_privileges_says_how_to_fix_it() {
     }
     // Drop to nobody with no capabilities, as a user without sudo would run it.
     let out = Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--inh-caps=-all"])
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
         .arg(binary())
         .args(["report", "--duration", "1"])
         .output()

@@ -41,8 +41,14 @@ fn mkfs_on_an_odd_sized_partition_is_explained_and_an_aligned_one_is_clean() {
         "run",
         160,
         &[
-            PartitionSpec { start: 2048, size: 131072 },
-            PartitionSpec { start: 133120, size: 131073 },
+            PartitionSpec {
+                start: 2048,
+                size: 131072,
+            },
+            PartitionSpec {
+                start: 133120,
+                size: 131073,
+            },
         ],
     );
     let odd = format!("{}p2", disk.name);
@@ -72,7 +78,10 @@ fn mkfs_on_an_odd_sized_partition_is_explained_and_an_aligned_one_is_clean() {
     assert_eq!(target["bio_size"]["p50"], 512, "{target}");
     assert!(bios > 4 * writes, "bios {bios} vs writes {writes}");
     let summary = target["summary"].as_str().unwrap();
-    assert!(summary.contains("mkfs.ext4 issued") && summary.contains(&odd), "{summary}");
+    assert!(
+        summary.contains("mkfs.ext4 issued") && summary.contains(&odd),
+        "{summary}"
+    );
 
     // The same on a partition whose size is a multiple of 4 KiB: no such diagnosis.
     let aligned = format!("{}p1", disk.name);

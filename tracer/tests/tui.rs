@@ -15,9 +15,21 @@ struct Tmux {
 
 impl Tmux {
     fn start(session: &str, command: &str) -> Tmux {
-        let _ = Command::new("tmux").args(["kill-session", "-t", session]).status();
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", session])
+            .status();
         let status = Command::new("tmux")
-            .args(["new-session", "-d", "-s", session, "-x", "120", "-y", "40", command])
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "120",
+                "-y",
+                "40",
+                command,
+            ])
             .status()
             .expect("tmux runs");
         assert!(status.success(), "tmux new-session failed");
@@ -77,8 +89,14 @@ fn live_view_shows_the_odd_partition_and_restores_the_terminal() {
         "tui",
         64,
         &[
-            PartitionSpec { start: 2048, size: 40000 },
-            PartitionSpec { start: 43008, size: 60001 },
+            PartitionSpec {
+                start: 2048,
+                size: 40000,
+            },
+            PartitionSpec {
+                start: 43008,
+                size: 60001,
+            },
         ],
     );
     let session = format!("iosplit-tui-{}", std::process::id());
@@ -91,11 +109,20 @@ fn live_view_shows_the_odd_partition_and_restores_the_terminal() {
     // Buffered 32 KiB writes to the odd-sized partition: 512-byte bios.
     let p2 = disk.partition(2);
     for _ in 0..3 {
-        dd(&["if=/dev/zero", &format!("of={p2}"), "bs=32k", "count=256", "conv=fsync"]);
+        dd(&[
+            "if=/dev/zero",
+            &format!("of={p2}"),
+            "bs=32k",
+            "count=256",
+            "conv=fsync",
+        ]);
     }
     let part = format!("{}p2", disk.name);
     let screen = tmux.wait_for(&[&part, "amp"], Duration::from_secs(10));
-    assert!(screen.contains("drops"), "the status line shows drops:\n{screen}");
+    assert!(
+        screen.contains("drops"),
+        "the status line shows drops:\n{screen}"
+    );
 
     // Select rows until the partition's detail pane opens with its diagnosis.
     tmux.keys(&["Tab"]);
@@ -109,12 +136,18 @@ fn live_view_shows_the_odd_partition_and_restores_the_terminal() {
         tmux.keys(&["j"]);
     }
     let screen = tmux.screen();
-    assert!(found, "the detail pane never showed the diagnosis:\n{screen}");
+    assert!(
+        found,
+        "the detail pane never showed the diagnosis:\n{screen}"
+    );
 
     tmux.keys(&["q"]);
     let screen = tmux.wait_for(&["EXITED=0"], Duration::from_secs(10));
     // After leaving, the one-shot report of the session is printed on a normal screen.
-    assert!(screen.contains("subpage_block_size"), "no report after quitting:\n{screen}");
+    assert!(
+        screen.contains("subpage_block_size"),
+        "no report after quitting:\n{screen}"
+    );
     drop(tmux);
     drop(disk);
 }

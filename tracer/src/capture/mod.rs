@@ -136,6 +136,17 @@ impl<S: EventSink> Capture<S> {
             .map_err(|err| Error::failure(format!("cannot track process {pid}: {err}")))
     }
 
+    /// Removes a process from the traced tree.
+    pub fn untrack_process(&mut self, pid: u32) -> Result<()> {
+        let processes = self
+            .processes
+            .as_mut()
+            .ok_or_else(|| Error::failure("process tracking was not enabled"))?;
+        processes
+            .remove(&pid)
+            .map_err(|err| Error::failure(format!("cannot untrack process {pid}: {err}")))
+    }
+
     /// Processes in the traced tree so far.
     pub fn tracked_processes(&self) -> Vec<u32> {
         self.processes

@@ -24,7 +24,7 @@
 pub mod audit;
 mod diagnose;
 pub mod split;
-mod stats;
+pub mod stats;
 mod table;
 #[cfg(test)]
 mod tests;

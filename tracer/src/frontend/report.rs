@@ -20,7 +20,9 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
     let unsupported = capture.unsupported();
     let runtime = session::runtime()?;
     let started = Instant::now();
-    let deadline = args.duration.map(|secs| started + Duration::from_secs_f64(secs));
+    let deadline = args
+        .duration
+        .map(|secs| started + Duration::from_secs_f64(secs));
     let interval = args.interval.map(Duration::from_secs_f64);
     let mut interval_start = started;
     loop {

@@ -1,8 +1,8 @@
 //! `iosplit-trace run -- CMD`: trace while CMD runs, then report what its
 //! writes became, and exit with CMD's own status.
 //!
-//! The child is held at a pipe until its pid is in the kernel's tracked set,
-//! so not one of its I/Os is missed; its forks join the set in the kernel.
+//! The child joins the kernel's tracked set at fork time, and so do its own
+//! forks, so not one of its I/Os is missed.
 
 use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
@@ -56,6 +56,7 @@ impl FdResolver for ProcFdResolver {
 pub struct RunSink {
     pub engine: Engine,
     pub recorder: RunRecorder<ProcFdResolver>,
+    own_pid: u32,
 }
 
 impl EventSink for RunSink {
@@ -65,6 +66,10 @@ impl EventSink for RunSink {
     }
 
     fn process_event(&mut self, event: &ProcessEvent) {
+        // Our own events are only the fork that started the command.
+        if event.tgid == self.own_pid {
+            return;
+        }
         if event.kind == ProcessEventKind::Fork as u8 {
             self.engine.track_processes([event.tgid]);
         }
@@ -97,7 +102,9 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
     };
     let Some(program_path) = find_program(program) else {
         return Err(Error {
-            message: format!("command not found: `{program}` (not an executable file, nor on PATH)"),
+            message: format!(
+                "command not found: `{program}` (not an executable file, nor on PATH)"
+            ),
             exit_code: 127,
         });
     };
@@ -106,6 +113,7 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
     let sink = RunSink {
         engine: Engine::new(disks, Default::default()),
         recorder: RunRecorder::new(ProcFdResolver),
+        own_pid: std::process::id(),
     };
     // Every device: scope is what the command touches, known only afterwards.
     let config = CaptureConfig {
@@ -121,34 +129,18 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
 
     let runtime = session::runtime()?;
     let status = runtime.block_on(async {
-        let (release_read, release_write) = pipe()?;
         let mut command = tokio::process::Command::new(&program_path);
         command.args(&args.command[1..]);
-        // SAFETY: the closure only calls async-signal-safe read/close on fds
-        // that stay valid across fork.
-        unsafe {
-            command.pre_exec(move || {
-                let mut byte = 0u8;
-                libc::read(release_read, (&mut byte as *mut u8).cast(), 1);
-                libc::close(release_read);
-                Ok(())
-            });
-        }
-        let mut child = command
-            .spawn()
-            .map_err(|err| Error::failure(format!("cannot start `{program}`: {err}")))?;
+        // Tracking ourselves for the instant of the fork makes the kernel's
+        // fork probe add the child and report it in order with its I/O, so
+        // not one of the child's events precedes its tracking.
+        let own_pid = std::process::id();
+        capture.track_process(own_pid)?;
+        let spawned = command.spawn();
+        capture.untrack_process(own_pid)?;
+        let mut child =
+            spawned.map_err(|err| Error::failure(format!("cannot start `{program}`: {err}")))?;
         let pid = child.id().unwrap_or(0);
-        // Known to the kernel filter and to the engine before the child runs.
-        let tracked = capture.track_process(pid).and_then(|()| {
-            capture.query(move |sink, _| sink.engine.track_processes([pid]))
-        });
-        // SAFETY: closing our copies of the pipe; writing releases the child.
-        unsafe {
-            libc::close(release_read);
-            libc::write(release_write, [1u8].as_ptr().cast(), 1);
-            libc::close(release_write);
-        }
-        tracked?;
         forward_signals_until_exit(&mut child, pid).await
     })?;
 
@@ -177,18 +169,6 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
     drop(capture);
     output::emit(&report, args.json, args.output.as_deref())?;
     Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
-}
-
-fn pipe() -> Result<(i32, i32)> {
-    let mut fds = [0i32; 2];
-    // SAFETY: fds has room for the two descriptors.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(Error::failure(format!(
-            "cannot create a pipe: {}",
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok((fds[0], fds[1]))
 }
 
 /// Waits for the child; Ctrl-C and SIGTERM are passed on to it.
@@ -265,7 +245,10 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
     }
     for origin in &origins {
         for (op, measures) in &origin.other.ops {
-            background.ops.entry(*op).or_insert_with(|| measures.clone());
+            background
+                .ops
+                .entry(*op)
+                .or_insert_with(|| measures.clone());
         }
     }
     RunReport {
@@ -284,14 +267,19 @@ fn scope_to_run(report: &mut Report, run: &RunReport, named: &[DevId]) {
     report.devices.retain(|device| {
         touched.contains(device.name.as_str())
             || named.contains(&device.dev)
-            || device.partitions.iter().any(|p| {
-                touched.contains(p.name.as_str()) || named.contains(&p.dev)
-            })
+            || device
+                .partitions
+                .iter()
+                .any(|p| touched.contains(p.name.as_str()) || named.contains(&p.dev))
     });
     let kept: BTreeSet<String> = report
         .devices
         .iter()
-        .flat_map(|d| std::iter::once(d.name.clone()).chain(d.partitions.iter().map(|p| p.name.clone())))
+        .flat_map(|d| {
+            std::iter::once(d.name.clone()).chain(d.partitions.iter().map(|p| p.name.clone()))
+        })
         .collect();
-    report.diagnoses.retain(|diagnosis| kept.contains(&diagnosis.device));
+    report
+        .diagnoses
+        .retain(|diagnosis| kept.contains(&diagnosis.device));
 }

@@ -69,6 +69,7 @@ pub struct RunRecorder<R: FdResolver> {
     targets: Vec<TargetCalls>,
     writes: Vec<WriteCall>,
     commands: Vec<IssuedCommand>,
+    /// Processes (and threads) the command's tree forked, itself included.
     pub processes: u64,
     pub writes_not_kept: u64,
     pub commands_not_kept: u64,
@@ -88,7 +89,7 @@ impl<R: FdResolver> RunRecorder<R> {
             targets: Vec::new(),
             writes: Vec::new(),
             commands: Vec::new(),
-            processes: 1,
+            processes: 0,
             writes_not_kept: 0,
             commands_not_kept: 0,
             failed_syscalls: 0,
