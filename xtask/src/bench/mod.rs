@@ -36,8 +36,8 @@ use devices::{DeviceKind, TestDevice};
 use peers::{Config, RunningTracer};
 use summary::{RunRecord, SoakRecord};
 use system::{
-    busy_between, load_average, machine_ticks, pause, read_trimmed, Process, ScratchDir, Setting,
-    TracefsMount,
+    busy_between, load_average, machine_ticks, pause, read_trimmed, BenchLock, Process, ScratchDir,
+    Setting, TracefsMount,
 };
 use workload::{parse_fio, Workload, SPLIT_MAX_SECTORS_KB};
 
@@ -139,6 +139,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let load_start = load_average();
 
     // Guards, dropped in reverse order at the end or on any error.
+    let _lock = BenchLock::acquire()?;
     let scratch = ScratchDir::create()?;
     let _tracefs = TracefsMount::ensure()?;
     let _bpf_stats = if plan.bpf_stats {

@@ -85,6 +85,35 @@ impl Drop for Setting {
     }
 }
 
+/// One benchmark at a time: a second one would record the first one's
+/// settings (bpf_stats, max_sectors_kb) as the originals and restore those.
+/// The kernel releases the lock when the process exits, however it exits.
+pub struct BenchLock {
+    _file: fs::File,
+}
+
+const LOCK_PATH: &str = "/run/lock/iosplit-bench.lock";
+
+impl BenchLock {
+    pub fn acquire() -> Result<Self> {
+        use std::os::fd::AsRawFd;
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(LOCK_PATH)
+            .map_err(|err| format!("cannot open {LOCK_PATH}: {err}"))?;
+        // SAFETY: flock on a descriptor we own for as long as `file` lives.
+        let locked = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+        if locked != 0 {
+            return Err(format!(
+                "another `cargo xtask bench` is running (it holds {LOCK_PATH})"
+            ));
+        }
+        Ok(Self { _file: file })
+    }
+}
+
 /// Scratch files (tracer output, fio JSON) in /dev/shm, removed on drop.
 pub struct ScratchDir {
     pub path: PathBuf,
