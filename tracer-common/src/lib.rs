@@ -151,7 +151,27 @@ impl FieldOffsets {
 /// Length of the `rwbs` prefix carried in each event (enough for op and flags).
 pub const RWBS_BYTES: usize = 8;
 
-/// One block-layer tracepoint hit, 56 bytes.
+/// Bytes of each tracepoint record the probes copy, after the 8-byte common
+/// header: every field the engine reads lies within them on all known layouts.
+pub const RAW_BYTES: usize = 56;
+/// Offset in the tracepoint record where the copied bytes start.
+pub const RAW_START: usize = 8;
+
+/// What the probes send per block event, 72 bytes: the record's bytes as the
+/// kernel laid them out. One copy instead of a helper call per field keeps
+/// the probe cheap; userspace decodes the fields with the format-file offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawBlockEvent {
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    /// Record bytes `RAW_START..RAW_START + RAW_BYTES`.
+    pub raw: [u8; RAW_BYTES],
+}
+
+/// One block-layer tracepoint hit, decoded, 56 bytes.
 ///
 /// Field meaning by kind:
 /// - `sector`, `nr_sector`: the bio or request range, disk-absolute.
@@ -405,6 +425,7 @@ mod user {
     // arrays, and have no implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for FieldOffsets {}
     unsafe impl aya::Pod for BlockEvent {}
+    unsafe impl aya::Pod for RawBlockEvent {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ProcessOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
@@ -417,6 +438,7 @@ mod tests {
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
+        assert_eq!(core::mem::size_of::<RawBlockEvent>(), 72);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

@@ -140,6 +140,14 @@ pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, St
             Slot::Error => &mut offsets.error,
         };
         *slot = field.offset;
+        // The probes copy a fixed window of the record; a field past it cannot be read.
+        let read = usize::from(field.size.min(tracer_common::RWBS_BYTES as u16));
+        if !super::decode::within_copy(field.offset, read) {
+            return Err(format!(
+                "field `{}` at offset {} lies past the bytes the probe copies",
+                wanted.name, field.offset
+            ));
+        }
     }
     debug_assert!(offsets.dev != NO_FIELD);
     offsets.enabled = 1;

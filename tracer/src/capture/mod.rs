@@ -6,6 +6,7 @@
 //! ring. Frontends talk to it with [`Capture::query`], which runs a closure on
 //! the consumer thread between drains.
 
+pub mod decode;
 pub mod format;
 pub mod system;
 
@@ -24,6 +25,7 @@ use aya::{
 };
 use tracer_common::{
     counter, names, BlockEvent, EventKind, FieldOffsets, OpenEvent, ProcessEvent, ProcessEventKind,
+    RawBlockEvent,
     ProcessOffsets,
 };
 
@@ -103,7 +105,7 @@ impl<S: EventSink> Capture<S> {
     pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
-        let (mut ebpf, probes, process_probes) = load(config, &events_dir)?;
+        let (mut ebpf, probes, process_probes, decoder) = load(config, &events_dir)?;
         // The probes log only rare failures; drained with the events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
         let processes = match config.process_tree {
@@ -115,7 +117,7 @@ impl<S: EventSink> Capture<S> {
         let (control, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("iosplit-consumer".into())
-            .spawn(move || consume(ebpf, logger, sink, inbox))
+            .spawn(move || consume(ebpf, logger, decoder, sink, inbox))
             .map_err(|err| Error::failure(format!("cannot start the consumer thread: {err}")))?;
         Ok(Capture {
             control,
@@ -204,7 +206,7 @@ impl<S: EventSink> Drop for Capture<S> {
     }
 }
 
-type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>);
+type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, decode::Decoder);
 
 fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     if PROBES_OBJECT.is_empty() {
@@ -221,10 +223,9 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .iter()
         .map(|&kind| (kind, format::read_offsets(events_dir, kind)))
         .collect();
-    let resolved: Vec<FieldOffsets> = offsets
-        .iter()
-        .map(|(_, offsets)| offsets.clone().unwrap_or(FieldOffsets::ABSENT))
-        .collect();
+    let resolved: [FieldOffsets; EventKind::COUNT] = EventKind::ALL
+        .map(|kind| offsets[kind as usize].1.clone().unwrap_or(FieldOffsets::ABSENT));
+    let decoder = decode::Decoder::new(resolved);
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
     let ring_bytes = if config.ring_bytes == 0 {
@@ -282,7 +283,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
         }
     }
-    Ok((ebpf, probes, process_probes))
+    Ok((ebpf, probes, process_probes, decoder))
 }
 
 /// Fork following plus entry/exit probes for the write-family syscalls.
@@ -429,6 +430,7 @@ impl Waiter {
 fn consume<S: EventSink>(
     mut ebpf: Ebpf,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    decoder: decode::Decoder,
     mut sink: S,
     inbox: mpsc::Receiver<Control<S>>,
 ) -> S {
@@ -453,7 +455,7 @@ fn consume<S: EventSink>(
             Some(waiter) => waiter.wait(),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
-        drain(&mut events, process_events.as_mut(), &mut sink);
+        drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
         if let Some(logger) = logger.as_mut() {
             logger.flush();
         }
@@ -462,7 +464,7 @@ fn consume<S: EventSink>(
             match inbox.try_recv() {
                 Ok(Control::Run(job)) => job(&mut sink, counters_now(&counters)),
                 Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
-                    drain(&mut events, process_events.as_mut(), &mut sink);
+                    drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
                     sink.drained(Instant::now());
                     return sink;
                 }
@@ -475,6 +477,7 @@ fn consume<S: EventSink>(
 fn drain<S: EventSink>(
     events: &mut RingBuf<MapData>,
     process_events: Option<&mut RingBuf<MapData>>,
+    decoder: &decode::Decoder,
     sink: &mut S,
 ) {
     // Process events first: a fork must be known before its child's I/O.
@@ -493,11 +496,12 @@ fn drain<S: EventSink>(
         }
     }
     while let Some(item) = events.next() {
-        if item.len() >= std::mem::size_of::<BlockEvent>() {
-            // SAFETY: the probes write whole `BlockEvent`s (checked length);
-            // read_unaligned because ring records are only 8-byte aligned.
-            let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BlockEvent>()) };
-            sink.block_event(&event);
+        if item.len() >= std::mem::size_of::<RawBlockEvent>() {
+            // SAFETY: the probes write whole `RawBlockEvent`s (checked length).
+            let raw = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawBlockEvent>()) };
+            if let Some(event) = decoder.decode(&raw) {
+                sink.block_event(&event);
+            }
         }
     }
 }
