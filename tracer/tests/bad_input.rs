@@ -1,4 +1,6 @@
 //! Bad input: one clear line on stderr, a non-zero exit, no panic or backtrace.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

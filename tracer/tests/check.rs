@@ -1,5 +1,7 @@
 //! `iosplit-trace check`: the seed's three verdicts on geometry read from
 //! fixture sysfs trees, and the real binary on a partitioned loop device.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

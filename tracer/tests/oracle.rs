@@ -1,5 +1,7 @@
 //! The event stream against the kernel's own `blk` tracer: one workload on a
 //! partitioned loop disk with both tracing; per-action counts must match.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

@@ -1,4 +1,6 @@
 //! `iosplit-trace run -- mkfs.ext4` on real partitions: the seed's case.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

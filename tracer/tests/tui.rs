@@ -1,5 +1,7 @@
 //! The live TUI as a person uses it: the real binary in tmux during real I/O,
 //! read back with capture-pane, driven with send-keys.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod common;
 

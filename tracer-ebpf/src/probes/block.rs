@@ -150,7 +150,10 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
 #[inline(always)]
 fn read_failed(ctx: &TracePointContext, kind: EventKind, errno: i32) -> u32 {
     bump(counter::READ_FAILED);
-    debug!(ctx, "iosplit-trace: reading a {} record failed: {}", kind as u8, errno);
+    debug!(
+        ctx,
+        "iosplit-trace: reading a {} record failed: {}", kind as u8, errno
+    );
     0
 }
 

@@ -34,7 +34,8 @@ impl Decoder {
             let start = usize::from(offset).checked_sub(RAW_START)?;
             bytes.get(start..start + size)
         };
-        let u32_at = |offset| at(offset, 4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
+        let u32_at =
+            |offset| at(offset, 4).map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]));
         let u64_at = |offset| {
             at(offset, 8).map_or(0, |b| {
                 u64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
@@ -77,7 +78,14 @@ mod tests {
     }
 
     /// A record laid out as the kernel would, from the same offsets.
-    fn record(fields: &FieldOffsets, dev: u32, sector: u64, nr: u32, aux: u64, rwbs: &[u8]) -> [u8; RAW_BYTES] {
+    fn record(
+        fields: &FieldOffsets,
+        dev: u32,
+        sector: u64,
+        nr: u32,
+        aux: u64,
+        rwbs: &[u8],
+    ) -> [u8; RAW_BYTES] {
         let mut raw = [0u8; RAW_BYTES];
         let mut put = |offset: u16, bytes: &[u8]| {
             if offset != NO_FIELD {
@@ -107,7 +115,11 @@ mod tests {
                 raw: record(issue, 7 << 20, 2048, 128, 0, b"WS\0\0\0\0\0\0"),
             };
             let event = decoder.decode(&raw).unwrap();
-            assert_eq!((event.dev, event.sector, event.nr_sector), (7 << 20, 2048, 128), "{version}");
+            assert_eq!(
+                (event.dev, event.sector, event.nr_sector),
+                (7 << 20, 2048, 128),
+                "{version}"
+            );
             assert_eq!(&event.rwbs[..2], b"WS", "{version}");
             assert_eq!((event.ts_ns, event.tgid), (5, 9));
 
@@ -118,7 +130,11 @@ mod tests {
                 ..raw
             };
             let event = decoder.decode(&raw).unwrap();
-            assert_eq!((event.sector, event.aux_sector, event.nr_sector), (2048, 2176, 0), "{version}");
+            assert_eq!(
+                (event.sector, event.aux_sector, event.nr_sector),
+                (2048, 2176, 0),
+                "{version}"
+            );
         }
     }
 

@@ -25,8 +25,7 @@ use aya::{
 };
 use tracer_common::{
     counter, names, BlockEvent, EventKind, FieldOffsets, OpenEvent, ProcessEvent, ProcessEventKind,
-    RawBlockEvent,
-    ProcessOffsets,
+    ProcessOffsets, RawBlockEvent,
 };
 
 use crate::error::{Error, Result};
@@ -223,8 +222,12 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .iter()
         .map(|&kind| (kind, format::read_offsets(events_dir, kind)))
         .collect();
-    let resolved: [FieldOffsets; EventKind::COUNT] = EventKind::ALL
-        .map(|kind| offsets[kind as usize].1.clone().unwrap_or(FieldOffsets::ABSENT));
+    let resolved: [FieldOffsets; EventKind::COUNT] = EventKind::ALL.map(|kind| {
+        offsets[kind as usize]
+            .1
+            .clone()
+            .unwrap_or(FieldOffsets::ABSENT)
+    });
     let decoder = decode::Decoder::new(resolved);
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());

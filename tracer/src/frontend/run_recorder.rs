@@ -81,10 +81,7 @@ pub struct RunRecorder<R: FdResolver> {
     pub failed_syscalls: u64,
 }
 
-fn histogram() -> Histogram<u64> {
-    // 3 significant digits up to 2^40: sizes and counts both fit.
-    Histogram::new_with_bounds(1, 1 << 40, 3).expect("constant bounds are valid")
-}
+use crate::engine::stats::new_histogram as histogram;
 
 impl<R: FdResolver> RunRecorder<R> {
     pub fn new(resolver: R) -> Self {
