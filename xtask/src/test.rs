@@ -14,6 +14,18 @@ pub fn test(extra: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .current_dir(&root)
         .args(["build", "--workspace", "--all-targets"]))?;
+    // Lints that can fail the run: formatting and clippy warnings.
+    run(Command::new("cargo")
+        .current_dir(&root)
+        .args(["fmt", "--all", "--", "--check"]))?;
+    run(Command::new("cargo").current_dir(&root).args([
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ]))?;
     write_docs(&root.join("target/debug/iosplit-trace"))?;
     run(Command::new("cargo")
         .current_dir(&root)
