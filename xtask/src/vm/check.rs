@@ -63,14 +63,15 @@ impl Results<'_> {
     /// A JSON document written by iosplit-trace; the error names the file and
     /// quotes the tool's stderr, which says why it is missing.
     pub fn json(&self, name: &str) -> Result<Value, String> {
-        let text = self.text(name)?;
+        let stderr = self.text(&format!("{name}.stderr")).unwrap_or_default();
+        let reason = stderr
+            .lines()
+            .rev()
+            .find(|line| !line.trim().is_empty())
+            .unwrap_or("")
+            .to_string();
+        let text = self.text(name).map_err(|why| format!("{why}: {reason}"))?;
         serde_json::from_str(&text).map_err(|_| {
-            let stderr = self.text(&format!("{name}.stderr")).unwrap_or_default();
-            let reason = stderr
-                .lines()
-                .rev()
-                .find(|line| !line.trim().is_empty())
-                .unwrap_or("");
             if text.trim().is_empty() {
                 format!("{name} empty: {reason}")
             } else {

@@ -51,6 +51,35 @@ pub fn parse_blk_trace(text: &str) -> BlkCounts {
     counts
 }
 
+/// `action` lines on device `dev`, split into (with data, without): a line
+/// carries data when it shows a `sector + n` range with n > 0.
+pub fn lines_with_data(text: &str, dev: (u32, u32), action: &str) -> (u64, u64) {
+    let device = format!("{},{}", dev.0, dev.1);
+    let mut with_data = 0;
+    let mut without = 0;
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if words.len() < 2 || words[0] != device || words[1] != action {
+            continue;
+        }
+        let length = words
+            .iter()
+            .position(|word| *word == "+")
+            .and_then(|plus| words.get(plus + 1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if length > 0 {
+            with_data += 1;
+        } else {
+            without += 1;
+        }
+    }
+    (with_data, without)
+}
+
 /// One row of the comparison: the report's events against the tracer's actions.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Agreement {
@@ -145,6 +174,18 @@ mod tests {
         let rows = compare(&wrong, &counts);
         let queue = rows.iter().find(|row| row.label.starts_with('Q')).unwrap();
         assert_eq!((queue.report, queue.oracle), (1, 2));
+    }
+
+    #[test]
+    fn empty_flushes_are_told_apart_from_data_bios() {
+        let text = "\
+ guest-io-183 [000] d..1. 6.033093: 253,0    Q FWS [guest-io]
+ guest-io-183 [000] d..1. 6.033236: 254,0    A FWS 0 + 0 <- (253,0) 0
+ guest-io-183 [000] d..1. 6.033300: 253,0    Q  WS 0 + 2048 [guest-io]
+";
+        assert_eq!(lines_with_data(text, (253, 0), "Q"), (1, 1));
+        assert_eq!(lines_with_data(text, (254, 0), "A"), (0, 1));
+        assert_eq!(lines_with_data(text, (254, 0), "Q"), (0, 0));
     }
 
     #[test]

@@ -196,6 +196,32 @@ fn seed_512e(results: &Results) -> Vec<Check> {
         ));
     }
     // O_DIRECT 1 MiB writes on the misaligned layout, the aligned one as control.
+    for layout in ["layout1", "layout3"] {
+        checks.push(expect_oracle_agreement(
+            &format!("{layout} O_DIRECT: events vs blk tracer"),
+            results,
+            &format!("{layout}.direct.json"),
+            &format!("{layout}.direct.trace"),
+        ));
+    }
+    // The kernel fact the tool must report: with a 1 MiB transfer limit the
+    // misaligned start splits each 1 MiB write in two; the aligned one does not.
+    let splits = |layout: &str| {
+        results
+            .text(&format!("{layout}.direct.trace"))
+            .map(|trace| super::oracle::parse_blk_trace(&trace).total("X"))
+    };
+    let what = "kernel splits 8 x 1 MiB (blk tracer)";
+    let expected = "layout1 8 splits, layout3 0";
+    checks.push(match (splits("layout1"), splits("layout3")) {
+        (Ok(misaligned), Ok(aligned)) => Check::new(
+            what,
+            expected,
+            format!("layout1 {misaligned} splits, layout3 {aligned}"),
+            misaligned == 8 && aligned == 0,
+        ),
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+    });
     let direct = |layout: &str| -> Result<(u64, u64, u64, u64), String> {
         let part = results.value("names", layout)?;
         let report = results.json(&format!("{layout}.direct.json"))?;
@@ -454,22 +480,19 @@ fn dm_linear(results: &Results) -> Vec<Check> {
         "report.json",
         "blk.trace",
     ));
-    // Each bio to dm-0 is remapped twice (dm-0 -> vda1, vda1 -> vda).
-    let what = "remaps per bio through dm + partition";
-    let expected = "A = 2 x Q(dm-0) > 0";
+    // Each data bio to dm-0 is remapped twice (dm-0 -> vda1, vda1 -> vda); an
+    // empty flush only once (partitions remap only bios with sectors).
+    let what = "remaps per dm-0 bio: 2 (data), 1 (flush)";
+    let expected = "tool remap = blk A = 2 x data Q(dm-0) + empty Q(dm-0)";
     checks.push(
         match (results.text("blk.trace"), results.value("names", "dm_dev")) {
             (Ok(trace), Ok(dm_dev)) => {
-                let counts = super::oracle::parse_blk_trace(&trace);
                 let dm = dm_dev
                     .split_once(':')
-                    .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
-                let dm_queues = dm
-                    .and_then(|dev| counts.per_device.get(&dev))
-                    .and_then(|actions| actions.get("Q"))
-                    .copied()
-                    .unwrap_or(0);
-                let remaps = counts.total("A");
+                    .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
+                    .unwrap_or((0, 0));
+                let (data, empty) = super::oracle::lines_with_data(&trace, dm, "Q");
+                let remaps = super::oracle::parse_blk_trace(&trace).total("A");
                 let tool_remaps = results
                     .json("report.json")
                     .map(|r| event(&r, "remap"))
@@ -477,8 +500,10 @@ fn dm_linear(results: &Results) -> Vec<Check> {
                 Check::new(
                     what,
                     expected,
-                    format!("blk A {remaps}, Q(dm-0) {dm_queues}; tool remap {tool_remaps}"),
-                    dm_queues > 0 && remaps == 2 * dm_queues && tool_remaps == remaps,
+                    format!(
+                        "tool {tool_remaps}, blk A {remaps}, Q(dm-0) {data} data + {empty} empty"
+                    ),
+                    data > 0 && remaps == 2 * data + empty && tool_remaps == remaps,
                 )
             }
             (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),

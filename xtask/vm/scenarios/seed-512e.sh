@@ -19,7 +19,10 @@ for n in 1 3; do
     # 1 MiB write then splits at the physical-block boundary (2047 + 1 sectors).
     echo 1024 > /sys/block/$disk/queue/max_sectors_kb
     echo "disk.max_sectors_kb=$(cat /sys/block/$disk/queue/max_sectors_kb)" >> /results/layout$n.geometry
+    blk_trace_start "$disk"
     start_report /results/layout$n.direct.json -d "$part"
     guest-io write "/dev/$part" 0 1048576 8
+    sleep 1
     stop_report
+    blk_trace_stop /results/layout$n.direct.trace "$disk"
 done
