@@ -94,6 +94,8 @@ pub struct Found {
     pub code: String,
     pub block_size: Option<u64>,
     pub cause: Option<String>,
+    /// The cause or the explanation names the virt boundary.
+    pub names_virt_boundary: bool,
 }
 
 impl std::fmt::Display for Found {
@@ -104,6 +106,8 @@ impl std::fmt::Display for Found {
         }
         if let Some(cause) = &self.cause {
             write!(f, "(cause {cause})")?;
+        } else if self.names_virt_boundary {
+            write!(f, "(virt boundary)")?;
         }
         Ok(())
     }
@@ -124,7 +128,14 @@ pub fn diagnoses_on(report: &Value, device: &str) -> Vec<Found> {
         })
         .map(|diagnosis| {
             let evidence = diagnosis.get("evidence");
+            let text =
+                |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or("").to_lowercase();
+            let cause = text(evidence.and_then(|e| e.get("cause")));
+            let explanation = text(diagnosis.get("explanation"));
             Found {
+                names_virt_boundary: cause.contains("virt_boundary")
+                    || explanation.contains("virt boundary")
+                    || explanation.contains("virt_boundary"),
                 code: diagnosis
                     .get("code")
                     .and_then(Value::as_str)
@@ -312,6 +323,27 @@ mod tests {
         assert!(expect_diagnoses("l3", &report, "vdc1", &[], None).pass);
         let missing = Err("no report".to_string());
         assert!(!expect_diagnoses("l3", &missing, "vdc1", &[], None).pass);
+    }
+
+    #[test]
+    fn the_virt_boundary_counts_when_named_in_cause_or_explanation() {
+        let report = serde_json::json!({"diagnoses": [
+            {"code": "merge_blocked", "device": "nvme0n1", "evidence": {},
+             "explanation": "The device's virt boundary (mask 0xfff) refuses to merge"},
+            {"code": "split_amplification", "device": "nvme0n1", "evidence": {"cause": "virt_boundary"}},
+            {"code": "split_amplification", "device": "vda", "evidence": {"cause": "max_sectors"},
+             "explanation": "Each piece is max_sectors_kb"}
+        ]});
+        let nvme = diagnoses_on(&report, "nvme0n1");
+        assert!(
+            nvme.iter().all(|found| found.names_virt_boundary),
+            "{nvme:?}"
+        );
+        assert!(!diagnoses_on(&report, "vda")[0].names_virt_boundary);
+        assert_eq!(
+            describe(&nvme),
+            "merge_blocked(virt boundary), split_amplification(cause virt_boundary)"
+        );
     }
 
     #[test]
