@@ -8,9 +8,10 @@
  *                                           each from its own page
  *   guest-io aiorev DEV OFFSET SIZE COUNT   the same, submitted from the highest
  *                                           offset down (front-merge candidates)
- *   guest-io writev DEV OFFSET SEG NSEGS    one pwritev of NSEGS iovecs of SEG
- *                                           bytes, each in its own page (gaps for
- *                                           a virt boundary)
+ *   guest-io writev DEV OFFSET SEG NSEGS [N] N (default 1) pwritevs, one after the
+ *                                           other, of NSEGS iovecs of SEG bytes,
+ *                                           each in its own page (gaps for a
+ *                                           virt boundary)
  *
  * OFFSET and sizes are bytes. Exit status 0 only if every byte was written.
  */
@@ -116,7 +117,7 @@ static int batched(int fd, off_t offset, size_t size, size_t count, int descendi
 	return 0;
 }
 
-static int vectored(int fd, off_t offset, size_t segment, size_t segments)
+static int vectored(int fd, off_t offset, size_t segment, size_t segments, size_t repeat)
 {
 	size_t stride;
 	char *buffers = pages(segment, segments, &stride);
@@ -129,18 +130,21 @@ static int vectored(int fd, off_t offset, size_t segment, size_t segments)
 		vectors[i].iov_base = buffers + i * stride;
 		vectors[i].iov_len = segment;
 	}
-	ssize_t done = pwritev(fd, vectors, (int)segments, offset);
-	if (done != (ssize_t)(segment * segments)) {
-		perror("guest-io: pwritev");
-		return 1;
+	size_t bytes = segment * segments;
+	for (size_t i = 0; i < repeat; i++) {
+		ssize_t done = pwritev(fd, vectors, (int)segments, offset + (off_t)(i * bytes));
+		if (done != (ssize_t)bytes) {
+			perror("guest-io: pwritev");
+			return 1;
+		}
 	}
 	return 0;
 }
 
 int main(int argc, char **argv)
 {
-	if (argc != 6) {
-		fprintf(stderr, "usage: guest-io write|aio|aiorev|writev DEV OFFSET SIZE COUNT\n");
+	if (argc != 6 && !(argc == 7 && strcmp(argv[1], "writev") == 0)) {
+		fprintf(stderr, "usage: guest-io write|aio|aiorev|writev DEV OFFSET SIZE COUNT [REPEAT]\n");
 		return 2;
 	}
 	int fd = open(argv[2], O_WRONLY | O_DIRECT);
@@ -159,7 +163,7 @@ int main(int argc, char **argv)
 	else if (strcmp(argv[1], "aiorev") == 0)
 		status = batched(fd, offset, size, count, 1);
 	else if (strcmp(argv[1], "writev") == 0)
-		status = vectored(fd, offset, size, count);
+		status = vectored(fd, offset, size, count, argc == 7 ? (size_t)number(argv[6]) : 1);
 	else {
 		fprintf(stderr, "guest-io: unknown mode %s\n", argv[1]);
 		return 2;

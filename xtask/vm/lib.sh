@@ -70,6 +70,22 @@ geometry() {
     fi
 }
 
+# bounded SECS CMD...: run CMD, send it SIGINT after SECS and SIGKILL 10 s
+# later, so one hung step cannot eat the whole VM's time budget.
+bounded() {
+    secs=$1
+    shift
+    "$@" &
+    pid=$!
+    ( sleep "$secs"; kill -INT "$pid" 2>/dev/null && echo "bounded: SIGINT to $1 after ${secs}s" \
+        && sleep 10 && kill -KILL "$pid" 2>/dev/null ) &
+    watchdog=$!
+    wait "$pid"
+    rc=$?
+    kill "$watchdog" 2>/dev/null
+    return "$rc"
+}
+
 # tracer_attached PID: the number of perf-event and BPF-link descriptors PID holds.
 tracer_attached() {
     ls -l "/proc/$1/fd" 2>/dev/null | grep -c -e 'perf_event' -e 'bpf_link' -e 'bpf-link'
@@ -97,11 +113,15 @@ start_report() {
     sleep 1
 }
 
-# stop_report: SIGINT the report started last, wait, record its exit status.
+# stop_report: SIGINT the report started last, wait (SIGKILL after 60 s),
+# record its exit status.
 stop_report() {
     kill -INT "$REPORT_PID" 2>/dev/null
+    ( sleep 60; kill -KILL "$REPORT_PID" 2>/dev/null && echo "stop_report: had to SIGKILL" ) &
+    watchdog=$!
     wait "$REPORT_PID"
     rc=$?
+    kill "$watchdog" 2>/dev/null
     echo "$rc" > "$REPORT_OUT.rc"
     return "$rc"
 }

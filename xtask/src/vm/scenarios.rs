@@ -186,6 +186,14 @@ fn seed_512e(results: &Results) -> Vec<Check> {
         let part = results
             .value("names", layout)
             .unwrap_or_else(|_| format!("{layout}?"));
+        let audit = results.json(&format!("{layout}.check.json"));
+        checks.push(expect_diagnoses(
+            &format!("{layout} check (geometry only)"),
+            &audit,
+            &part,
+            codes,
+            block_size,
+        ));
         let report = results.json(&format!("{layout}.run.json"));
         checks.push(expect_diagnoses(
             &format!("{layout} run -- mkfs.ext4"),
@@ -348,9 +356,9 @@ fn nvme_virt_boundary(results: &Results) -> Vec<Check> {
         }
         (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
     });
-    // One pwritev of 16 x 512 B iovecs in separate pages: NVMe splits at each gap.
-    let what = "writev 16x512 B: splits nvme vs virtio";
-    let expected = "nvme 15 splits; virtio 0";
+    // 4 pwritevs of 16 x 512 B iovecs in separate pages: NVMe splits at each gap.
+    let what = "4 writev 16x512 B: splits nvme vs virtio";
+    let expected = "nvme 60 splits; virtio 0";
     checks.push(match (results.json("nvme.writev.json"), results.json("control.writev.json")) {
         (Ok(nvme), Ok(control)) => {
             let (_, nvme_splits, nvme_cmds) = merge_counts(&nvme);
@@ -359,7 +367,7 @@ fn nvme_virt_boundary(results: &Results) -> Vec<Check> {
                 what,
                 expected,
                 format!("nvme {nvme_splits} splits/{nvme_cmds} cmds; virtio {control_splits}/{control_cmds}"),
-                nvme_splits == 15 && control_splits == 0,
+                nvme_splits == 60 && control_splits == 0,
             )
         }
         (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),

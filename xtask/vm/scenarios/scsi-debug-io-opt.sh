@@ -14,5 +14,5 @@ echo "p1=sda1" > /results/names
 echo "p2=sda2" >> /results/names
 geometry sda sda1 > /results/sda1.geometry
 geometry sda sda2 > /results/sda2.geometry
-iosplit-trace check sda --json > /results/check.json 2> /results/check.json.stderr
+bounded 60 iosplit-trace check sda --json > /results/check.json 2> /results/check.json.stderr
 echo $? > /results/check.rc

@@ -7,7 +7,9 @@ for n in 1 2 3; do
     wait_for_block "$part" 10
     echo "layout$n=$part" >> /results/names
     geometry "$disk" "$part" > /results/layout$n.geometry
-    iosplit-trace run --json -o /results/layout$n.run.json -- \
+    bounded 60 iosplit-trace check "$disk" --json > /results/layout$n.check.json \
+        2> /results/layout$n.check.json.stderr
+    bounded 90 iosplit-trace run --json -o /results/layout$n.run.json -- \
         mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part" \
         > /results/layout$n.run.stdout 2> /results/layout$n.run.json.stderr
     echo $? > /results/layout$n.run.rc
