@@ -77,8 +77,10 @@ bounded() {
     shift
     "$@" &
     pid=$!
+    # The watchdog writes to the console, not to our stdout: a leftover sleep
+    # holding the log pipe open would stall /init's tee until it ends.
     ( sleep "$secs"; kill -INT "$pid" 2>/dev/null && echo "bounded: SIGINT to $1 after ${secs}s" \
-        && sleep 10 && kill -KILL "$pid" 2>/dev/null ) &
+        && sleep 10 && kill -KILL "$pid" 2>/dev/null ) > /dev/console 2>&1 &
     watchdog=$!
     wait "$pid"
     rc=$?
@@ -117,7 +119,8 @@ start_report() {
 # record its exit status.
 stop_report() {
     kill -INT "$REPORT_PID" 2>/dev/null
-    ( sleep 60; kill -KILL "$REPORT_PID" 2>/dev/null && echo "stop_report: had to SIGKILL" ) &
+    ( sleep 60; kill -KILL "$REPORT_PID" 2>/dev/null && echo "stop_report: had to SIGKILL" ) \
+        > /dev/console 2>&1 &
     watchdog=$!
     wait "$REPORT_PID"
     rc=$?

@@ -64,10 +64,11 @@ impl Results<'_> {
     /// quotes the tool's stderr, which says why it is missing.
     pub fn json(&self, name: &str) -> Result<Value, String> {
         let stderr = self.text(&format!("{name}.stderr")).unwrap_or_default();
+        // The last line the tool wrote (`+ ` lines are the guest shell's trace).
         let reason = stderr
             .lines()
             .rev()
-            .find(|line| !line.trim().is_empty())
+            .find(|line| !line.trim().is_empty() && !line.starts_with("+ "))
             .unwrap_or("")
             .to_string();
         let text = self.text(name).map_err(|why| format!("{why}: {reason}"))?;

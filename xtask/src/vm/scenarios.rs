@@ -300,9 +300,7 @@ fn merge_counts(report: &Value) -> (u64, u64, u64) {
 fn names_virt_boundary(report: &Value, device: &str, code: &str) -> bool {
     super::check::diagnoses_on(report, device)
         .iter()
-        .any(|found| {
-            found.code == code && found.cause.as_deref().is_some_and(|c| c.contains("virt"))
-        })
+        .any(|found| found.code == code && found.names_virt_boundary)
 }
 
 fn nvme_virt_boundary(results: &Results) -> Vec<Check> {

@@ -25,4 +25,3 @@ blk_trace_stop /results/blk.trace "$dm" "$disk"
 bounded 60 iosplit-trace run --json -o /results/run.json -- guest-io write "/dev/$dm" 0 1048576 4 \
     2> /results/run.json.stderr
 echo $? > /results/run.rc
-dmsetup remove vmtest-linear
