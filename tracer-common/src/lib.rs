@@ -151,7 +151,27 @@ impl FieldOffsets {
 /// Length of the `rwbs` prefix carried in each event (enough for op and flags).
 pub const RWBS_BYTES: usize = 8;
 
-/// One block-layer tracepoint hit, 56 bytes.
+/// Bytes of each tracepoint record the probes copy, after the 8-byte common
+/// header: every field the engine reads lies within them on all known layouts.
+pub const RAW_BYTES: usize = 56;
+/// Offset in the tracepoint record where the copied bytes start.
+pub const RAW_START: usize = 8;
+
+/// What the probes send per block event, 72 bytes: the record's bytes as the
+/// kernel laid them out. One copy instead of a helper call per field keeps
+/// the probe cheap; userspace decodes the fields with the format-file offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawBlockEvent {
+    pub ts_ns: u64,
+    pub tgid: u32,
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    /// Record bytes `RAW_START..RAW_START + RAW_BYTES`.
+    pub raw: [u8; RAW_BYTES],
+}
+
+/// One block-layer tracepoint hit, decoded, 56 bytes.
 ///
 /// Field meaning by kind:
 /// - `sector`, `nr_sector`: the bio or request range, disk-absolute.
@@ -194,10 +214,11 @@ impl BlockEvent {
     };
 }
 
-/// Which write-family syscall produced a [`SyscallEvent`].
+/// What a [`ProcessEvent`] records: a write-family syscall of a traced
+/// process, or a fork that grew the traced process tree.
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SyscallKind {
+pub enum ProcessEventKind {
     Write = 0,
     Pwrite64 = 1,
     Writev = 2,
@@ -205,21 +226,42 @@ pub enum SyscallKind {
     Pwritev2 = 4,
     Fsync = 5,
     Fdatasync = 6,
+    Fork = 7,
+    Openat = 8,
+    Openat2 = 9,
+    Open = 10,
 }
 
-impl SyscallKind {
-    pub const COUNT: usize = 7;
-    pub const ALL: [SyscallKind; Self::COUNT] = [
-        SyscallKind::Write,
-        SyscallKind::Pwrite64,
-        SyscallKind::Writev,
-        SyscallKind::Pwritev,
-        SyscallKind::Pwritev2,
-        SyscallKind::Fsync,
-        SyscallKind::Fdatasync,
+impl ProcessEventKind {
+    pub const COUNT: usize = 11;
+    pub const ALL: [ProcessEventKind; Self::COUNT] = [
+        ProcessEventKind::Write,
+        ProcessEventKind::Pwrite64,
+        ProcessEventKind::Writev,
+        ProcessEventKind::Pwritev,
+        ProcessEventKind::Pwritev2,
+        ProcessEventKind::Fsync,
+        ProcessEventKind::Fdatasync,
+        ProcessEventKind::Fork,
+        ProcessEventKind::Openat,
+        ProcessEventKind::Openat2,
+        ProcessEventKind::Open,
+    ];
+    /// The syscalls traced, in program order (`Fork` is not one).
+    pub const SYSCALLS: [ProcessEventKind; 10] = [
+        ProcessEventKind::Write,
+        ProcessEventKind::Pwrite64,
+        ProcessEventKind::Writev,
+        ProcessEventKind::Pwritev,
+        ProcessEventKind::Pwritev2,
+        ProcessEventKind::Fsync,
+        ProcessEventKind::Fdatasync,
+        ProcessEventKind::Openat,
+        ProcessEventKind::Openat2,
+        ProcessEventKind::Open,
     ];
 
-    pub const fn from_u8(value: u8) -> Option<SyscallKind> {
+    pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
         if (value as usize) < Self::COUNT {
             Some(Self::ALL[value as usize])
         } else {
@@ -230,28 +272,63 @@ impl SyscallKind {
     /// The syscall name; its tracepoints are `syscalls/sys_{enter,exit}_<name>`.
     pub const fn name(self) -> &'static str {
         match self {
-            SyscallKind::Write => "write",
-            SyscallKind::Pwrite64 => "pwrite64",
-            SyscallKind::Writev => "writev",
-            SyscallKind::Pwritev => "pwritev",
-            SyscallKind::Pwritev2 => "pwritev2",
-            SyscallKind::Fsync => "fsync",
-            SyscallKind::Fdatasync => "fdatasync",
+            ProcessEventKind::Write => "write",
+            ProcessEventKind::Pwrite64 => "pwrite64",
+            ProcessEventKind::Writev => "writev",
+            ProcessEventKind::Pwritev => "pwritev",
+            ProcessEventKind::Pwritev2 => "pwritev2",
+            ProcessEventKind::Fsync => "fsync",
+            ProcessEventKind::Fdatasync => "fdatasync",
+            ProcessEventKind::Fork => "fork",
+            ProcessEventKind::Openat => "openat",
+            ProcessEventKind::Openat2 => "openat2",
+            ProcessEventKind::Open => "open",
         }
+    }
+
+    /// The eBPF program for the syscall's entry.
+    pub const fn enter_program(self) -> &'static str {
+        match self {
+            ProcessEventKind::Write => "enter_write",
+            ProcessEventKind::Pwrite64 => "enter_pwrite64",
+            ProcessEventKind::Writev => "enter_writev",
+            ProcessEventKind::Pwritev => "enter_pwritev",
+            ProcessEventKind::Pwritev2 => "enter_pwritev2",
+            ProcessEventKind::Fsync => "enter_fsync",
+            ProcessEventKind::Fdatasync => "enter_fdatasync",
+            ProcessEventKind::Fork => "process_fork",
+            ProcessEventKind::Openat => "enter_openat",
+            ProcessEventKind::Openat2 => "enter_openat2",
+            ProcessEventKind::Open => "enter_open",
+        }
+    }
+
+    pub const fn is_write(self) -> bool {
+        (self as u8) <= (ProcessEventKind::Pwritev2 as u8)
+    }
+
+    /// Opens arrive as [`OpenEvent`]s: the path tells which device a new fd is.
+    pub const fn is_open(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::Openat | ProcessEventKind::Openat2 | ProcessEventKind::Open
+        )
     }
 }
 
-/// Marks an unknown file offset in [`SyscallEvent::offset`].
+/// Marks an unknown file offset in [`ProcessEvent::offset`].
 pub const UNKNOWN_OFFSET: u64 = u64::MAX;
 
-/// One write-family syscall by a traced process, 40 bytes.
+/// One event of the traced process tree, 40 bytes.
+///
+/// Syscalls: `tgid` made the call on file descriptor `fd` at `offset`
+/// (or [`UNKNOWN_OFFSET`]) and got `result` (bytes written, or -errno).
+/// Fork: `tgid` is the new child, `fd` its parent.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct SyscallEvent {
+pub struct ProcessEvent {
     pub ts_ns: u64,
-    /// Byte offset in the file, or [`UNKNOWN_OFFSET`].
     pub offset: u64,
-    /// Bytes written (the syscall's result; negative results are errors).
     pub result: i64,
     pub tgid: u32,
     pub fd: u32,
@@ -259,8 +336,8 @@ pub struct SyscallEvent {
     pub _pad: [u8; 7],
 }
 
-impl SyscallEvent {
-    pub const ZERO: SyscallEvent = SyscallEvent {
+impl ProcessEvent {
+    pub const ZERO: ProcessEvent = ProcessEvent {
         ts_ns: 0,
         offset: 0,
         result: 0,
@@ -271,12 +348,58 @@ impl SyscallEvent {
     };
 }
 
+/// Bytes of a path carried by an [`OpenEvent`] (longer paths are cut).
+pub const PATH_BYTES: usize = 256;
+
+/// An open by a traced process: `event.result` is the new fd (or -errno)
+/// and `path` the NUL-terminated name it opened, 296 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenEvent {
+    pub event: ProcessEvent,
+    pub path: [u8; PATH_BYTES],
+}
+
+/// Offsets in the `syscalls` and `sched` tracepoint records, from their format files.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessOffsets {
+    /// `fd` in every `sys_enter_*` of the write family.
+    pub fd: u16,
+    /// `pos` in `sys_enter_pwrite64`.
+    pub pwrite_pos: u16,
+    /// `pos_l` in `sys_enter_pwritev` and `sys_enter_pwritev2`.
+    pub pwritev_pos: u16,
+    /// `ret` in every `sys_exit_*`.
+    pub ret: u16,
+    /// `child_pid` in `sched_process_fork`.
+    pub child_pid: u16,
+    pub enabled: u16,
+    /// `filename` in `sys_enter_openat` and `sys_enter_openat2`.
+    pub openat_filename: u16,
+    /// `filename` in `sys_enter_open` (absent on some architectures).
+    pub open_filename: u16,
+}
+
+impl ProcessOffsets {
+    pub const ABSENT: ProcessOffsets = ProcessOffsets {
+        fd: NO_FIELD,
+        pwrite_pos: NO_FIELD,
+        pwritev_pos: NO_FIELD,
+        ret: NO_FIELD,
+        child_pid: NO_FIELD,
+        enabled: 0,
+        openat_filename: NO_FIELD,
+        open_filename: NO_FIELD,
+    };
+}
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
     pub const DROPPED: u32 = 0;
-    /// Syscall events lost because their ring buffer was full.
-    pub const SYSCALL_DROPPED: u32 = 1;
+    /// Process events (syscalls, forks) lost because their ring buffer was full.
+    pub const PROCESS_DROPPED: u32 = 1;
     /// Tracepoint field reads that failed (the record is dropped and counted).
     pub const READ_FAILED: u32 = 2;
     pub const COUNT: u32 = 3;
@@ -285,7 +408,8 @@ pub mod counter {
 /// Map and global names, shared so neither side can misspell them.
 pub mod names {
     pub const EVENTS: &str = "EVENTS";
-    pub const SYSCALLS: &str = "SYSCALLS";
+    pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
+    pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";
     pub const COUNTERS: &str = "COUNTERS";
     pub const DEVICES: &str = "DEVICES";
     pub const PIDS: &str = "PIDS";
@@ -297,11 +421,14 @@ pub mod names {
 #[cfg(feature = "user")]
 mod user {
     use super::*;
-    // SAFETY: all three are `#[repr(C)]`, contain only integers and byte
+    // SAFETY: all of them are `#[repr(C)]`, contain only integers and byte
     // arrays, and have no implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for FieldOffsets {}
     unsafe impl aya::Pod for BlockEvent {}
-    unsafe impl aya::Pod for SyscallEvent {}
+    unsafe impl aya::Pod for RawBlockEvent {}
+    unsafe impl aya::Pod for ProcessEvent {}
+    unsafe impl aya::Pod for ProcessOffsets {}
+    unsafe impl aya::Pod for OpenEvent {}
 }
 
 #[cfg(test)]
@@ -311,7 +438,10 @@ mod tests {
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
-        assert_eq!(core::mem::size_of::<SyscallEvent>(), 40);
+        assert_eq!(core::mem::size_of::<RawBlockEvent>(), 72);
+        assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
+        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
+        assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }
 
@@ -321,8 +451,8 @@ mod tests {
             assert_eq!(EventKind::from_u8(kind as u8), Some(kind));
         }
         assert_eq!(EventKind::from_u8(EventKind::COUNT as u8), None);
-        for kind in SyscallKind::ALL {
-            assert_eq!(SyscallKind::from_u8(kind as u8), Some(kind));
+        for kind in ProcessEventKind::ALL {
+            assert_eq!(ProcessEventKind::from_u8(kind as u8), Some(kind));
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The command line. The man page and shell completions are generated from
-//! these definitions (`cargo xtask setup` writes them under target/).
+//! these definitions (`iosplit-trace generate man|bash|zsh|fish`; `cargo xtask
+//! run` and `test` write them under target/share/).
 
 use std::path::PathBuf;
 
@@ -43,20 +44,48 @@ pub enum Command {
         after_help = "Examples:\n  sudo iosplit-trace run -- mkfs.ext4 -F /dev/sdc2\n  sudo iosplit-trace run --json --output mkfs.json -- dd if=/dev/zero of=/dev/sdc2 bs=32k count=256"
     )]
     Run(RunArgs),
+    /// Print the man page or a shell completion script, generated from these definitions.
+    #[command(hide = true)]
+    Generate {
+        #[arg(value_enum)]
+        what: Generated,
+    },
     /// Audit partition alignment and queue limits from geometry alone (no tracing, no root).
     #[command(
-        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json"
+        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
     )]
     Check(CheckArgs),
+}
+
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum Generated {
+    Man,
+    Bash,
+    Zsh,
+    Fish,
+}
+
+/// Writes the man page or completion script for `what` to `out`.
+pub fn generate(what: Generated, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    use clap::CommandFactory;
+    let mut command = Cli::command();
+    let shell = match what {
+        Generated::Man => return clap_mangen::Man::new(command).render(out),
+        Generated::Bash => clap_complete::Shell::Bash,
+        Generated::Zsh => clap_complete::Shell::Zsh,
+        Generated::Fish => clap_complete::Shell::Fish,
+    };
+    clap_complete::generate(shell, &mut command, "iosplit-trace", out);
+    Ok(())
 }
 
 #[derive(Debug, Clone, Args)]
 pub struct ReportArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
     /// Print one report per interval, like iostat.
-    #[arg(long, value_name = "SECS", value_parser = parse_seconds)]
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<f64>,
     /// Print one JSON document (schema in the README) instead of text.
     #[arg(long)]
@@ -109,6 +138,23 @@ mod tests {
     #[test]
     fn definitions_are_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn man_page_and_completions_name_every_subcommand() {
+        for what in [
+            Generated::Man,
+            Generated::Bash,
+            Generated::Zsh,
+            Generated::Fish,
+        ] {
+            let mut out = Vec::new();
+            generate(what, &mut out).unwrap();
+            let text = String::from_utf8(out).unwrap();
+            for word in ["report", "run", "check", "device"] {
+                assert!(text.contains(word), "{what:?} lacks {word}");
+            }
+        }
     }
 
     #[test]

@@ -30,6 +30,7 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 
 pub fn setup() -> Result<()> {
     install_packages()?;
+    install_lints()?;
     install_nightly()?;
     install_bpf_linker()?;
     Ok(())
@@ -58,6 +59,16 @@ fn install_packages() -> Result<()> {
         .args(["install", "-y", "-q", "--no-install-recommends"])
         .args(&missing)
         .env("DEBIAN_FRONTEND", "noninteractive"))
+}
+
+/// `cargo xtask test` fails on formatting and clippy warnings, so both must exist.
+fn install_lints() -> Result<()> {
+    for (probe, component) in [("clippy", "clippy"), ("fmt", "rustfmt")] {
+        if output(Command::new("cargo").args([probe, "--version"])).is_none() {
+            run(Command::new("rustup").args(["component", "add", component]))?;
+        }
+    }
+    Ok(())
 }
 
 fn install_nightly() -> Result<()> {

@@ -1,19 +1,20 @@
 //! Block tracepoints → `BlockEvent` records in the `EVENTS` ring buffer.
 //!
-//! Per hit: up to seven field reads, two map lookups for the filters, one
-//! reserve and one submit. No loops, no string work, no wakeup unless the
-//! ring holds more than `WAKEUP_BYTES` (userspace drains on a short timer).
+//! Per hit: one copy of the record's bytes straight into the ring (fields are
+//! decoded in userspace), plus a device read and lookup only when filtering.
+//! No loops, no string work, no wakeup unless the ring holds more than
+//! `WAKEUP_BYTES` (userspace drains on a short timer).
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns},
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
     macros::{map, tracepoint},
     maps::{HashMap, PerCpuArray, RingBuf},
     programs::TracePointContext,
-    Global,
+    EbpfContext, Global,
 };
 use aya_log_ebpf::debug;
-use tracer_common::{counter, BlockEvent, EventKind, FieldOffsets, NO_FIELD, RWBS_BYTES};
+use tracer_common::{counter, EventKind, FieldOffsets, RawBlockEvent, NO_FIELD, RAW_START};
 
 /// Default ring size; userspace may resize it at load time.
 const EVENTS_RING_BYTES: u32 = 16 << 20;
@@ -69,12 +70,9 @@ pub fn bump(index: u32) {
     }
 }
 
-/// Reads a `T` at `offset` in the tracepoint record; absent fields read as zero.
+/// Reads a `T` at `offset` in the tracepoint record.
 #[inline(always)]
-fn field<T: Default>(ctx: &TracePointContext, offset: u16) -> Result<T, i32> {
-    if offset == NO_FIELD {
-        return Ok(T::default());
-    }
+fn field<T>(ctx: &TracePointContext, offset: u16) -> Result<T, i32> {
     // SAFETY: the offset comes from the tracepoint's own format file and the
     // read goes through bpf_probe_read_kernel, which faults safely.
     unsafe { ctx.read_at::<T>(offset as usize) }
@@ -86,64 +84,76 @@ fn device_in_scope(dev: u32) -> bool {
     unsafe { DEVICES.get(&dev) }.is_some()
 }
 
+/// Whether the event's device (or, for a remap, the device it came from) is in scope.
+#[inline(always)]
+fn in_scope(ctx: &TracePointContext, fields: &FieldOffsets) -> Result<bool, i32> {
+    if device_in_scope(field::<u32>(ctx, fields.dev)?) {
+        return Ok(true);
+    }
+    if fields.aux_dev == NO_FIELD {
+        return Ok(false);
+    }
+    let aux_dev = field::<u32>(ctx, fields.aux_dev)?;
+    Ok(aux_dev != 0 && device_in_scope(aux_dev))
+}
+
 #[inline(always)]
 fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u32 {
     if fields.enabled == 0 {
         return 0;
     }
-    let read = || -> Result<BlockEvent, i32> {
-        Ok(BlockEvent {
-            ts_ns: 0,
-            sector: field(ctx, fields.sector)?,
-            aux_sector: field(ctx, fields.aux_sector)?,
-            dev: field(ctx, fields.dev)?,
-            aux_dev: field(ctx, fields.aux_dev)?,
-            nr_sector: field(ctx, fields.nr_sector)?,
-            tgid: 0,
-            rwbs: field::<[u8; RWBS_BYTES]>(ctx, fields.rwbs)?,
-            kind: kind as u8,
-            _pad: [0; 3],
-            error: field(ctx, fields.error)?,
-        })
-    };
-    let mut event = match read() {
-        Ok(event) => event,
-        Err(errno) => {
-            bump(counter::READ_FAILED);
-            // Rare by construction (offsets come from the format file), so logging is off the hot path.
-            debug!(
-                ctx,
-                "iosplit-trace: reading a {} record failed: {}", kind as u8, errno
-            );
-            return 0;
+    if FILTER_DEVICES.load() != 0 {
+        match in_scope(ctx, &fields) {
+            Ok(true) => {}
+            Ok(false) => return 0,
+            Err(errno) => return read_failed(ctx, kind, errno),
         }
-    };
-    if FILTER_DEVICES.load() != 0
-        && !device_in_scope(event.dev)
-        && !(event.aux_dev != 0 && device_in_scope(event.aux_dev))
-    {
-        return 0;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
     // SAFETY: as above, a lookup in a map of plain integers.
     if FILTER_PIDS.load() != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
         return 0;
     }
-    event.tgid = tgid;
-    // SAFETY: a helper with no preconditions.
-    event.ts_ns = unsafe { bpf_ktime_get_ns() };
-    match EVENTS.reserve::<BlockEvent>(0) {
-        Some(mut entry) => {
-            entry.write(event);
-            let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
-                BPF_RB_FORCE_WAKEUP
-            } else {
-                BPF_RB_NO_WAKEUP
-            };
-            entry.submit(wakeup as u64);
-        }
-        None => bump(counter::DROPPED),
+    let Some(mut entry) = EVENTS.reserve::<RawBlockEvent>(0) else {
+        bump(counter::DROPPED);
+        return 0;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable RawBlockEvent; the record
+    // bytes are copied with a helper that faults safely.
+    let copied = unsafe {
+        (*event).ts_ns = bpf_ktime_get_ns();
+        (*event).tgid = tgid;
+        (*event).kind = kind as u8;
+        (*event)._pad = [0; 3];
+        bpf_probe_read_kernel_buf(
+            (ctx.as_ptr() as *const u8).add(RAW_START),
+            &mut (*event).raw,
+        )
+    };
+    if let Err(errno) = copied {
+        entry.discard(0);
+        return read_failed(ctx, kind, errno);
     }
+    // The reader drains on a timer; the ring (16 MiB) holds ~100 ms at 2M
+    // events/s, so a wakeup is only worth its cost when the ring is filling.
+    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup as u64);
+    0
+}
+
+/// Counts (and logs, off the hot path: it should never happen) a failed read.
+#[inline(always)]
+fn read_failed(ctx: &TracePointContext, kind: EventKind, errno: i32) -> u32 {
+    bump(counter::READ_FAILED);
+    debug!(
+        ctx,
+        "iosplit-trace: reading a {} record failed: {}", kind as u8, errno
+    );
     0
 }
 

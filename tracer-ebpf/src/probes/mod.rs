@@ -4,6 +4,7 @@
 //! block_bio_backmerge, block_bio_frontmerge, block_rq_merge, block_rq_issue,
 //! block_rq_complete, block_bio_complete, block_dirty_buffer}` and produces
 //! `BlockEvent`s; attaches `sched/sched_process_fork` to follow a process tree,
-//! and `syscalls/sys_{enter,exit}_*` to produce `SyscallEvent`s for it.
+//! and `syscalls/sys_{enter,exit}_*` to produce `ProcessEvent`s for it.
 
 pub mod block;
+pub mod process;

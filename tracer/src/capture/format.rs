@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use tracer_common::{EventKind, FieldOffsets, NO_FIELD};
+use tracer_common::{EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, NO_FIELD};
 
 /// One `field:` line of a format file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -140,6 +140,14 @@ pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, St
             Slot::Error => &mut offsets.error,
         };
         *slot = field.offset;
+        // The probes copy a fixed window of the record; a field past it cannot be read.
+        let read = usize::from(field.size.min(tracer_common::RWBS_BYTES as u16));
+        if !super::decode::within_copy(field.offset, read) {
+            return Err(format!(
+                "field `{}` at offset {} lies past the bytes the probe copies",
+                wanted.name, field.offset
+            ));
+        }
     }
     debug_assert!(offsets.dev != NO_FIELD);
     offsets.enabled = 1;
@@ -174,6 +182,90 @@ pub fn read_offsets(events_dir: &Path, kind: EventKind) -> Result<FieldOffsets, 
     parse_fields(&text)
         .and_then(|fields| offsets_for(kind, &fields))
         .map_err(|why| ProbeStatus::Broken(format!("{}: {why}", kind.tracepoint())))
+}
+
+/// Offsets for the `run` probes: syscall arguments and the fork's child pid.
+pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, String> {
+    let fields = |category: &str, event: &str| -> Result<Vec<Field>, String> {
+        let path = events_dir.join(category).join(event).join("format");
+        let text =
+            std::fs::read_to_string(&path).map_err(|err| format!("{category}/{event}: {err}"))?;
+        parse_fields(&text).map_err(|why| format!("{category}/{event}: {why}"))
+    };
+    let find = |fields: &[Field], name: &str, size: u16, event: &str| -> Result<u16, String> {
+        fields
+            .iter()
+            .find(|f| f.name == name && f.size == size)
+            .map(|f| f.offset)
+            .ok_or_else(|| format!("{event}: no {size}-byte field `{name}`"))
+    };
+    let mut offsets = ProcessOffsets::ABSENT;
+    // The probes read one fd offset and one ret offset for the whole family.
+    for kind in ProcessEventKind::SYSCALLS
+        .iter()
+        .filter(|k| k.is_write() || !k.is_open())
+    {
+        let enter = format!("sys_enter_{}", kind.name());
+        let exit = format!("sys_exit_{}", kind.name());
+        let fd = find(&fields("syscalls", &enter)?, "fd", 8, &enter)?;
+        let ret = find(&fields("syscalls", &exit)?, "ret", 8, &exit)?;
+        if offsets.enabled != 0 && (fd != offsets.fd || ret != offsets.ret) {
+            return Err(format!(
+                "{enter}: fd/ret offsets differ across the write family"
+            ));
+        }
+        offsets.fd = fd;
+        offsets.ret = ret;
+        offsets.enabled = 1;
+    }
+    offsets.openat_filename = find(
+        &fields("syscalls", "sys_enter_openat")?,
+        "filename",
+        8,
+        "sys_enter_openat",
+    )?;
+    if find(
+        &fields("syscalls", "sys_exit_openat")?,
+        "ret",
+        8,
+        "sys_exit_openat",
+    )? != offsets.ret
+    {
+        return Err("sys_exit_openat: ret offset differs".to_string());
+    }
+    // `open` does not exist on every architecture; without it, opens via openat still count.
+    if let Ok(open) = fields("syscalls", "sys_enter_open") {
+        offsets.open_filename = find(&open, "filename", 8, "sys_enter_open").unwrap_or(NO_FIELD);
+    }
+    offsets.pwrite_pos = find(
+        &fields("syscalls", "sys_enter_pwrite64")?,
+        "pos",
+        8,
+        "sys_enter_pwrite64",
+    )?;
+    let pwritev_pos = find(
+        &fields("syscalls", "sys_enter_pwritev")?,
+        "pos_l",
+        8,
+        "sys_enter_pwritev",
+    )?;
+    let pwritev2_pos = find(
+        &fields("syscalls", "sys_enter_pwritev2")?,
+        "pos_l",
+        8,
+        "sys_enter_pwritev2",
+    )?;
+    if pwritev_pos != pwritev2_pos {
+        return Err("sys_enter_pwritev2: pos_l differs from pwritev".to_string());
+    }
+    offsets.pwritev_pos = pwritev_pos;
+    offsets.child_pid = find(
+        &fields("sched", "sched_process_fork")?,
+        "child_pid",
+        4,
+        "sched_process_fork",
+    )?;
+    Ok(offsets)
 }
 
 #[cfg(test)]
@@ -251,6 +343,27 @@ mod tests {
         let dir = std::env::temp_dir().join("iosplit-no-events");
         let status = read_offsets(&dir, EventKind::DirtyBuffer).unwrap_err();
         assert!(matches!(status, ProbeStatus::Unsupported(_)), "{status:?}");
+    }
+
+    #[test]
+    fn process_offsets_come_from_syscall_and_sched_formats() {
+        let events = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events-6.18");
+        let offsets = read_process_offsets(&events).expect("6.18 layout understood");
+        assert_eq!(
+            (
+                offsets.fd,
+                offsets.pwrite_pos,
+                offsets.pwritev_pos,
+                offsets.ret
+            ),
+            (16, 40, 40, 16)
+        );
+        assert_eq!(
+            offsets.child_pid, 20,
+            "child_pid follows __data_loc comm fields"
+        );
+        let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none"));
+        assert!(missing.is_err());
     }
 
     #[test]

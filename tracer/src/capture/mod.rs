@@ -6,6 +6,7 @@
 //! ring. Frontends talk to it with [`Capture::query`], which runs a closure on
 //! the consumer thread between drains.
 
+pub mod decode;
 pub mod format;
 pub mod system;
 
@@ -22,7 +23,10 @@ use aya::{
     programs::TracePoint,
     Ebpf, EbpfLoader,
 };
-use tracer_common::{counter, names, BlockEvent, EventKind, FieldOffsets, SyscallEvent};
+use tracer_common::{
+    counter, names, BlockEvent, EventKind, FieldOffsets, OpenEvent, ProcessEvent, ProcessEventKind,
+    ProcessOffsets, RawBlockEvent,
+};
 
 use crate::error::{Error, Result};
 use crate::geometry::DevId;
@@ -39,7 +43,10 @@ pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
 /// Receives every event in kernel order, on the consumer thread.
 pub trait EventSink: Send + 'static {
     fn block_event(&mut self, event: &BlockEvent);
-    fn syscall_event(&mut self, _event: &SyscallEvent) {}
+    /// Only with `CaptureConfig::process_tree`: syscalls and forks of the traced tree.
+    fn process_event(&mut self, _event: &ProcessEvent) {}
+    /// Only with `CaptureConfig::process_tree`: a file the traced tree opened.
+    fn open_event(&mut self, _event: &OpenEvent) {}
     /// Called after each drain, with the consumer's clock.
     fn drained(&mut self, _now: Instant) {}
 }
@@ -53,6 +60,8 @@ pub struct CaptureConfig {
     pub pids: Option<Vec<u32>>,
     /// Size of the `EVENTS` ring buffer; a power of two, multiple of the page size.
     pub ring_bytes: u32,
+    /// Follow a process tree (`run`): forks and write-family syscalls.
+    pub process_tree: bool,
 }
 
 /// Counters the probes keep in the kernel.
@@ -82,7 +91,11 @@ enum Control<S> {
 pub struct Capture<S: EventSink> {
     control: mpsc::Sender<Control<S>>,
     thread: Option<JoinHandle<S>>,
+    /// The traced process tree (kernel map; forks add to it).
+    processes: Option<HashMap<MapData, u32, u8>>,
     pub probes: Vec<ProbeReport>,
+    /// Why the process-tree probes are missing, if they are.
+    pub process_probes: Option<String>,
     pub started: Instant,
 }
 
@@ -91,31 +104,58 @@ impl<S: EventSink> Capture<S> {
     pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
-        let (mut ebpf, probes) = load(config, &events_dir)?;
-        if let Ok(logger) = aya_log::EbpfLogger::init(&mut ebpf) {
-            // The probes log only rare failures; drained with the events.
-            return Self::spawn(ebpf, Some(logger), probes, sink);
-        }
-        Self::spawn(ebpf, None, probes, sink)
-    }
-
-    fn spawn(
-        ebpf: Ebpf,
-        logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-        probes: Vec<ProbeReport>,
-        sink: S,
-    ) -> Result<Capture<S>> {
+        let (mut ebpf, probes, process_probes, decoder) = load(config, &events_dir)?;
+        // The probes log only rare failures; drained with the events.
+        let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
+        let processes = match config.process_tree {
+            true => ebpf
+                .take_map(names::PIDS)
+                .and_then(|map| HashMap::try_from(map).ok()),
+            false => None,
+        };
         let (control, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("iosplit-consumer".into())
-            .spawn(move || consume(ebpf, logger, sink, inbox))
+            .spawn(move || consume(ebpf, logger, decoder, sink, inbox))
             .map_err(|err| Error::failure(format!("cannot start the consumer thread: {err}")))?;
         Ok(Capture {
             control,
             thread: Some(thread),
+            processes,
             probes,
+            process_probes,
             started: Instant::now(),
         })
+    }
+
+    /// Adds a process to the traced tree; its later forks join by themselves.
+    pub fn track_process(&mut self, pid: u32) -> Result<()> {
+        let processes = self
+            .processes
+            .as_mut()
+            .ok_or_else(|| Error::failure("process tracking was not enabled"))?;
+        processes
+            .insert(pid, 1, 0)
+            .map_err(|err| Error::failure(format!("cannot track process {pid}: {err}")))
+    }
+
+    /// Removes a process from the traced tree.
+    pub fn untrack_process(&mut self, pid: u32) -> Result<()> {
+        let processes = self
+            .processes
+            .as_mut()
+            .ok_or_else(|| Error::failure("process tracking was not enabled"))?;
+        processes
+            .remove(&pid)
+            .map_err(|err| Error::failure(format!("cannot untrack process {pid}: {err}")))
+    }
+
+    /// Processes in the traced tree so far.
+    pub fn tracked_processes(&self) -> Vec<u32> {
+        self.processes
+            .as_ref()
+            .map(|map| map.keys().filter_map(|key| key.ok()).collect())
+            .unwrap_or_default()
     }
 
     /// Runs `job` on the consumer thread between drains and returns its result.
@@ -165,7 +205,9 @@ impl<S: EventSink> Drop for Capture<S> {
     }
 }
 
-fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeReport>)> {
+type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, decode::Decoder);
+
+fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     if PROBES_OBJECT.is_empty() {
         return Err(Error::failure(
             "this binary was built without its eBPF probes (AYA_BUILD_SKIP): rebuild with `cargo xtask run`",
@@ -180,10 +222,13 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeRep
         .iter()
         .map(|&kind| (kind, format::read_offsets(events_dir, kind)))
         .collect();
-    let resolved: Vec<FieldOffsets> = offsets
-        .iter()
-        .map(|(_, offsets)| offsets.clone().unwrap_or(FieldOffsets::ABSENT))
-        .collect();
+    let resolved: [FieldOffsets; EventKind::COUNT] = EventKind::ALL.map(|kind| {
+        offsets[kind as usize]
+            .1
+            .clone()
+            .unwrap_or(FieldOffsets::ABSENT)
+    });
+    let decoder = decode::Decoder::new(resolved);
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
     let ring_bytes = if config.ring_bytes == 0 {
@@ -192,6 +237,12 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeRep
         config.ring_bytes
     };
     let wakeup_bytes: u64 = u64::from(ring_bytes) / 4;
+    let process_offsets = if config.process_tree {
+        format::read_process_offsets(events_dir)
+    } else {
+        Err("not requested".to_string())
+    };
+    let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
 
     let mut loader = EbpfLoader::new();
     for (kind, offsets) in EventKind::ALL.iter().zip(&resolved) {
@@ -201,6 +252,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeRep
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
+        .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .map_max_entries(names::EVENTS, ring_bytes);
     let mut ebpf = loader.load(PROBES_OBJECT).map_err(|err| {
         Error::failure(format!(
@@ -224,7 +276,56 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<(Ebpf, Vec<ProbeRep
             "no block tracepoint could be attached; see the warnings above",
         ));
     }
-    Ok((ebpf, probes))
+    let process_probes = match (config.process_tree, process_offsets) {
+        (false, _) => None,
+        (true, Err(why)) => Some(why),
+        (true, Ok(_)) => attach_process_probes(&mut ebpf).err(),
+    };
+    if let Some(why) = &process_probes {
+        if config.process_tree {
+            eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
+        }
+    }
+    Ok((ebpf, probes, process_probes, decoder))
+}
+
+/// Fork following plus entry/exit probes for the write-family syscalls.
+fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
+    let mut attach_one = |program: &str, category: &str, name: &str, load: bool| {
+        let tracepoint: &mut TracePoint = ebpf
+            .program_mut(program)
+            .ok_or_else(|| format!("{program} missing from the object"))?
+            .try_into()
+            .map_err(|err| format!("{program}: {err}"))?;
+        if load {
+            tracepoint
+                .load()
+                .map_err(|err| format!("loading {program}: {err}"))?;
+        }
+        tracepoint
+            .attach(category, name)
+            .map(|_| ())
+            .map_err(|err| format!("attaching {category}/{name}: {err}"))
+    };
+    attach_one(
+        ProcessEventKind::Fork.enter_program(),
+        "sched",
+        "sched_process_fork",
+        true,
+    )?;
+    for (index, kind) in ProcessEventKind::SYSCALLS.iter().enumerate() {
+        let enter = format!("sys_enter_{}", kind.name());
+        let exit = format!("sys_exit_{}", kind.name());
+        let attached = attach_one(kind.enter_program(), "syscalls", &enter, true);
+        // openat2 and open are optional (older kernels, other architectures).
+        if attached.is_err() && matches!(kind, ProcessEventKind::Openat2 | ProcessEventKind::Open) {
+            continue;
+        }
+        attached?;
+        // One exit program serves the whole family: load it once.
+        attach_one("exit_write_family", "syscalls", &exit, index == 0)?;
+    }
+    Ok(())
 }
 
 fn attach(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
@@ -277,7 +378,7 @@ fn read_counters(counters: &PerCpuArray<&MapData, u64>) -> KernelCounters {
     };
     KernelCounters {
         dropped: sum(counter::DROPPED),
-        syscall_dropped: sum(counter::SYSCALL_DROPPED),
+        syscall_dropped: sum(counter::PROCESS_DROPPED),
         read_failed: sum(counter::READ_FAILED),
     }
 }
@@ -332,6 +433,7 @@ impl Waiter {
 fn consume<S: EventSink>(
     mut ebpf: Ebpf,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
+    decoder: decode::Decoder,
     mut sink: S,
     inbox: mpsc::Receiver<Control<S>>,
 ) -> S {
@@ -341,6 +443,9 @@ fn consume<S: EventSink>(
     let Ok(mut events) = RingBuf::try_from(events_map) else {
         return sink;
     };
+    let mut process_events = ebpf
+        .take_map(names::PROCESS_EVENTS)
+        .and_then(|map| RingBuf::try_from(map).ok());
     let waiter = Waiter::new(events.as_raw_fd());
     let counters = ebpf
         .map(names::COUNTERS)
@@ -353,7 +458,7 @@ fn consume<S: EventSink>(
             Some(waiter) => waiter.wait(),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
-        drain(&mut events, &mut sink);
+        drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
         if let Some(logger) = logger.as_mut() {
             logger.flush();
         }
@@ -362,7 +467,7 @@ fn consume<S: EventSink>(
             match inbox.try_recv() {
                 Ok(Control::Run(job)) => job(&mut sink, counters_now(&counters)),
                 Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
-                    drain(&mut events, &mut sink);
+                    drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
                     sink.drained(Instant::now());
                     return sink;
                 }
@@ -372,13 +477,34 @@ fn consume<S: EventSink>(
     }
 }
 
-fn drain<S: EventSink>(events: &mut RingBuf<MapData>, sink: &mut S) {
+fn drain<S: EventSink>(
+    events: &mut RingBuf<MapData>,
+    process_events: Option<&mut RingBuf<MapData>>,
+    decoder: &decode::Decoder,
+    sink: &mut S,
+) {
+    // Process events first: a fork must be known before its child's I/O.
+    if let Some(process_events) = process_events {
+        while let Some(item) = process_events.next() {
+            if item.len() >= std::mem::size_of::<OpenEvent>() {
+                // SAFETY: an item this long is a whole `OpenEvent` (checked length).
+                let open = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<OpenEvent>()) };
+                sink.open_event(&open);
+            } else if item.len() >= std::mem::size_of::<ProcessEvent>() {
+                // SAFETY: the probes write whole `ProcessEvent`s (checked length).
+                let event =
+                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ProcessEvent>()) };
+                sink.process_event(&event);
+            }
+        }
+    }
     while let Some(item) = events.next() {
-        if item.len() >= std::mem::size_of::<BlockEvent>() {
-            // SAFETY: the probes write whole `BlockEvent`s (checked length);
-            // read_unaligned because ring records are only 8-byte aligned.
-            let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BlockEvent>()) };
-            sink.block_event(&event);
+        if item.len() >= std::mem::size_of::<RawBlockEvent>() {
+            // SAFETY: the probes write whole `RawBlockEvent`s (checked length).
+            let raw = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawBlockEvent>()) };
+            if let Some(event) = decoder.decode(&raw) {
+                sink.block_event(&event);
+            }
         }
     }
 }

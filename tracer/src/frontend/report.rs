@@ -1,96 +1,74 @@
-//! `iosplit-trace report`: trace for a while, then print what happened.
+//! `iosplit-trace report`: trace for a while (or per interval, like iostat),
+//! then print the measures, histograms and diagnoses.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tracer_common::{BlockEvent, EventKind};
-
-use crate::capture::{Capture, EventSink, KernelCounters};
+use crate::capture::Capture;
 use crate::cli::{ReportArgs, Scope};
-use crate::error::{Error, Result};
-use crate::model::{CorrelationStats, EventCounts, Report, SCHEMA_NAME, SCHEMA_VERSION};
+use crate::engine::Engine;
+use crate::error::Result;
 
-use super::scope;
-
-/// Counts events per kind.
-#[derive(Default)]
-pub struct Tally {
-    pub events: EventCounts,
-}
-
-impl EventSink for Tally {
-    fn block_event(&mut self, event: &BlockEvent) {
-        if let Some(kind) = EventKind::from_u8(event.kind) {
-            *self.events.slot(kind) += 1;
-        }
-    }
-}
-
-fn snapshot(
-    tally: &Tally,
-    counters: KernelCounters,
-    duration: Duration,
-    unsupported: Vec<String>,
-) -> Report {
-    let mut events = tally.events;
-    events.dropped = counters.dropped;
-    events.syscall_dropped = counters.syscall_dropped;
-    events.read_failed = counters.read_failed;
-    Report {
-        schema: SCHEMA_NAME,
-        schema_version: SCHEMA_VERSION,
-        duration_s: duration.as_secs_f64(),
-        events,
-        correlation: CorrelationStats::default(),
-        diagnoses: Vec::new(),
-        devices: Vec::new(),
-        run: None,
-        unsupported_probes: unsupported,
-    }
-}
+use super::{output, scope, session};
 
 pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
     let devices = scope::resolve_scope(scope_args)?;
     let config = scope::capture_config(&devices);
-    let capture = Capture::start(&config, Tally::default())?;
-    let started = Instant::now();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|err| Error::failure(format!("cannot start the runtime: {err}")))?;
-    let duration = args.duration.map(Duration::from_secs_f64);
-    runtime.block_on(async {
-        let stop = async {
-            match duration {
-                Some(limit) => tokio::time::sleep(limit).await,
-                None => std::future::pending().await,
-            }
-        };
-        tokio::select! {
-            _ = stop => {}
-            _ = tokio::signal::ctrl_c() => {}
-        }
-    });
+    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
+    let capture = Capture::start(&config, engine)?;
+    scope::announce(&devices, &capture);
     let unsupported = capture.unsupported();
-    let report = capture
-        .query(move |tally, counters| snapshot(tally, counters, started.elapsed(), unsupported))?;
-    drop(capture);
-    print_report(&report, args.json)?;
-    Ok(ExitCode::SUCCESS)
-}
-
-fn print_report(report: &Report, json: bool) -> Result<()> {
-    if json {
-        let text = serde_json::to_string_pretty(report)
-            .map_err(|err| Error::failure(format!("cannot encode the report: {err}")))?;
-        println!("{text}");
-    } else {
-        println!(
-            "{} block events in {:.1}s, {} dropped",
-            report.events.total(),
-            report.duration_s,
-            report.events.dropped
-        );
+    let runtime = session::runtime()?;
+    let started = Instant::now();
+    let deadline = args
+        .duration
+        .map(|secs| started + Duration::from_secs_f64(secs));
+    let interval = args.interval.map(Duration::from_secs_f64);
+    let mut interval_start = started;
+    loop {
+        let now = Instant::now();
+        let until_deadline = deadline.map(|d| d.saturating_duration_since(now));
+        let until_tick = interval.map(|i| (interval_start + i).saturating_duration_since(now));
+        let wait = match (until_deadline, until_tick) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let interrupted = runtime.block_on(async {
+            tokio::select! {
+                _ = async {
+                    match wait {
+                        Some(wait) => tokio::time::sleep(wait).await,
+                        None => std::future::pending().await,
+                    }
+                } => false,
+                _ = tokio::signal::ctrl_c() => true,
+            }
+        });
+        let finished = interrupted || deadline.is_some_and(|d| Instant::now() >= d);
+        if interval.is_some() || finished {
+            let elapsed = interval_start.elapsed();
+            let unsupported = unsupported.clone();
+            let per_interval = interval.is_some();
+            let report = capture.query(move |engine, counters| {
+                let report = session::report(engine, counters, elapsed, unsupported);
+                if per_interval {
+                    engine.reset();
+                }
+                report
+            })?;
+            interval_start = Instant::now();
+            if interval.is_some() && args.json {
+                // One compact document per interval (JSON Lines).
+                let line = serde_json::to_string(&report).unwrap_or_default();
+                println!("{line}");
+            } else {
+                output::emit(&report, args.json, None)?;
+            }
+        }
+        if finished {
+            break;
+        }
     }
-    Ok(())
+    drop(capture);
+    Ok(ExitCode::SUCCESS)
 }

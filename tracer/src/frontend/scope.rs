@@ -1,22 +1,49 @@
 //! Resolves `--device` arguments into the capture filter.
 
-use crate::capture::CaptureConfig;
+use crate::capture::{Capture, CaptureConfig, EventSink};
 use crate::cli::Scope;
 use crate::error::Result;
-use crate::geometry::resolve::{resolve, ResolvedDevice};
+use std::path::Path;
+
+use crate::geometry::resolve::{partitions_in, resolve, ResolvedDevice};
+use crate::geometry::DevId;
 
 /// The devices named on the command line (empty: every disk).
 pub fn resolve_scope(scope: &Scope) -> Result<Vec<ResolvedDevice>> {
     scope.devices.iter().map(|arg| resolve(arg)).collect()
 }
 
-/// The capture filter for these devices: their whole disks.
+/// The capture filter for these devices: their whole disks, and every
+/// partition of those disks (block_dirty_buffer reports the partition).
 pub fn capture_config(devices: &[ResolvedDevice]) -> CaptureConfig {
-    let mut disks: Vec<_> = devices.iter().map(|d| d.disk_dev).collect();
-    disks.sort();
-    disks.dedup();
+    let sysfs = Path::new("/sys");
+    let mut scope: Vec<DevId> = Vec::new();
+    for device in devices {
+        scope.push(device.disk_dev);
+        scope.extend(partitions_in(sysfs, &device.disk_name));
+    }
+    scope.sort();
+    scope.dedup();
     CaptureConfig {
-        devices: disks,
+        devices: scope,
         ..CaptureConfig::default()
     }
+}
+
+/// Tells the user (on stderr) that tracing has started; scripts wait for this line.
+pub fn announce<S: EventSink>(devices: &[ResolvedDevice], capture: &Capture<S>) {
+    let attached = capture.probes.iter().filter(|p| p.status.is_ok()).count();
+    let what = if devices.is_empty() {
+        "every block device".to_string()
+    } else {
+        devices
+            .iter()
+            .map(|d| d.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    eprintln!(
+        "iosplit-trace: tracing {what} ({attached}/{} probes attached); Ctrl-C to stop",
+        capture.probes.len()
+    );
 }

@@ -109,4 +109,8 @@ impl DiskGeometry {
     }
 }
 
+pub mod ioctl;
 pub mod resolve;
+pub mod sysfs;
+
+pub use ioctl::predicted_block_size;

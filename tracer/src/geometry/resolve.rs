@@ -83,6 +83,20 @@ pub fn resolve_in(sysfs: &Path, arg: &str) -> Result<ResolvedDevice> {
     }
 }
 
+/// Device numbers of a disk's partitions, from a sysfs tree.
+pub fn partitions_in(sysfs: &Path, disk_name: &str) -> Vec<DevId> {
+    let Ok(entries) = std::fs::read_dir(sysfs.join("class/block").join(disk_name)) else {
+        return Vec::new();
+    };
+    let mut found: Vec<DevId> = entries
+        .filter_map(|entry| entry.ok())
+        .filter(|entry| entry.path().join("partition").exists())
+        .filter_map(|entry| read_dev(&entry.path().join("dev")))
+        .collect();
+    found.sort();
+    found
+}
+
 /// Resolves against the live `/sys`.
 pub fn resolve(arg: &str) -> Result<ResolvedDevice> {
     resolve_in(Path::new("/sys"), arg)
@@ -126,6 +140,7 @@ mod tests {
         }
         let disk = resolve_in(&root, "sdc").unwrap();
         assert!(!disk.is_partition());
+        assert_eq!(partitions_in(&root, "sdc"), [DevId::new(8, 34)]);
         let _ = fs::remove_dir_all(root);
     }
 

@@ -1,0 +1,192 @@
+//! The traced process tree (`run`): forks that grow it, its opens (so each fd
+//! is known to be a block device or not), and its write-family syscalls with
+//! fd, offset and result, as `ProcessEvent`s and `OpenEvent`s.
+//!
+//! Attached only by `run`. An entry probe stashes the arguments per thread;
+//! the exit probe emits one record with the result.
+
+use aya_ebpf::{
+    bindings::BPF_RB_NO_WAKEUP,
+    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes},
+    macros::{map, tracepoint},
+    maps::{HashMap, RingBuf},
+    programs::TracePointContext,
+    Global,
+};
+use tracer_common::{
+    counter, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, NO_FIELD, UNKNOWN_OFFSET,
+};
+
+use super::block::{bump, PIDS};
+
+#[map(name = "PROCESS_EVENTS")]
+static PROCESS_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
+
+/// A syscall between entry and exit, per thread.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct PendingCall {
+    offset: u64,
+    fd: u32,
+    kind: u8,
+    _pad: [u8; 3],
+}
+
+#[map(name = "PENDING_CALLS")]
+static PENDING_CALLS: HashMap<u64, PendingCall> = HashMap::with_max_entries(4096, 0);
+
+#[unsafe(no_mangle)]
+static PROCESS_FIELDS: Global<ProcessOffsets> = Global::new(ProcessOffsets::ABSENT);
+
+#[inline(always)]
+fn tracked(tgid: u32) -> bool {
+    // SAFETY: a lookup in a map of plain integers; the value is not kept.
+    unsafe { PIDS.get(&tgid) }.is_some()
+}
+
+#[inline(always)]
+fn read_u64(ctx: &TracePointContext, offset: u16) -> Option<u64> {
+    if offset == NO_FIELD {
+        return None;
+    }
+    // SAFETY: offset from the tracepoint's format file; probe_read faults safely.
+    unsafe { ctx.read_at::<u64>(offset as usize) }.ok()
+}
+
+#[inline(always)]
+fn emit(event: ProcessEvent) {
+    match PROCESS_EVENTS.reserve::<ProcessEvent>(0) {
+        Some(mut entry) => {
+            entry.write(event);
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => bump(counter::PROCESS_DROPPED),
+    }
+}
+
+#[inline(always)]
+fn enter(ctx: &TracePointContext, kind: ProcessEventKind, pos_offset: u16) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(fd) = read_u64(ctx, fields.fd) else {
+        return 0;
+    };
+    let offset = read_u64(ctx, pos_offset).unwrap_or(UNKNOWN_OFFSET);
+    let call = PendingCall {
+        offset,
+        fd: fd as u32,
+        kind: kind as u8,
+        _pad: [0; 3],
+    };
+    let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
+    0
+}
+
+macro_rules! enter_probe {
+    ($program:ident, $kind:expr, $pos:ident) => {
+        #[tracepoint]
+        pub fn $program(ctx: TracePointContext) -> u32 {
+            enter(&ctx, $kind, PROCESS_FIELDS.load().$pos)
+        }
+    };
+    ($program:ident, $kind:expr) => {
+        #[tracepoint]
+        pub fn $program(ctx: TracePointContext) -> u32 {
+            enter(&ctx, $kind, NO_FIELD)
+        }
+    };
+}
+
+enter_probe!(enter_write, ProcessEventKind::Write);
+enter_probe!(enter_pwrite64, ProcessEventKind::Pwrite64, pwrite_pos);
+enter_probe!(enter_writev, ProcessEventKind::Writev);
+enter_probe!(enter_pwritev, ProcessEventKind::Pwritev, pwritev_pos);
+enter_probe!(enter_pwritev2, ProcessEventKind::Pwritev2, pwritev_pos);
+enter_probe!(enter_fsync, ProcessEventKind::Fsync);
+enter_probe!(enter_fdatasync, ProcessEventKind::Fdatasync);
+// For opens the stashed "offset" is the user pointer to the file name.
+enter_probe!(enter_openat, ProcessEventKind::Openat, openat_filename);
+enter_probe!(enter_openat2, ProcessEventKind::Openat2, openat_filename);
+enter_probe!(enter_open, ProcessEventKind::Open, open_filename);
+
+/// Attached to every `sys_exit_*` of the family.
+#[tracepoint]
+pub fn exit_write_family(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { PENDING_CALLS.get(&pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_CALLS.remove(&pid_tgid);
+    let result = read_u64(&ctx, PROCESS_FIELDS.load().ret).unwrap_or(0) as i64;
+    let event = ProcessEvent {
+        // SAFETY: a helper with no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        offset: call.offset,
+        result,
+        tgid: (pid_tgid >> 32) as u32,
+        fd: call.fd,
+        kind: call.kind,
+        _pad: [0; 7],
+    };
+    let is_open = ProcessEventKind::from_u8(call.kind).is_some_and(|kind| kind.is_open());
+    if !is_open {
+        emit(event);
+        return 0;
+    }
+    if result < 0 {
+        return 0;
+    }
+    match PROCESS_EVENTS.reserve::<OpenEvent>(0) {
+        Some(mut entry) => {
+            let open = entry.as_mut_ptr();
+            // SAFETY: `open` points at a reserved, writable OpenEvent; the
+            // name is copied from the caller's memory with a faulting-safe helper.
+            unsafe {
+                (*open).event = ProcessEvent { offset: 0, ..event };
+                let path = &mut (*open).path;
+                path[0] = 0;
+                let _ = bpf_probe_read_user_str_bytes(call.offset as *const u8, path);
+            }
+            entry.submit(BPF_RB_NO_WAKEUP as u64);
+        }
+        None => bump(counter::PROCESS_DROPPED),
+    }
+    0
+}
+
+/// `sched_process_fork` fires in the parent: a tracked parent adds its child.
+#[tracepoint]
+pub fn process_fork(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    if fields.enabled == 0 || fields.child_pid == NO_FIELD {
+        return 0;
+    }
+    let parent = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(parent) {
+        return 0;
+    }
+    // SAFETY: offset from the format file; probe_read faults safely.
+    let Ok(child) = (unsafe { ctx.read_at::<i32>(fields.child_pid as usize) }) else {
+        return 0;
+    };
+    let child = child as u32;
+    let _ = PIDS.insert(&child, &1, 0);
+    emit(ProcessEvent {
+        // SAFETY: a helper with no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        offset: 0,
+        result: 0,
+        tgid: child,
+        fd: parent,
+        kind: ProcessEventKind::Fork as u8,
+        _pad: [0; 7],
+    });
+    0
+}

@@ -1,0 +1,369 @@
+//! Why did the kernel split a bio here? A pure inference from the queue
+//! limits and the split's geometry, mirroring `block/blk-merge.c`.
+
+use crate::geometry::DiskGeometry;
+use crate::model::Op;
+
+/// Bytes per sector, the unit of every tracepoint range.
+pub const SECTOR_BYTES: u64 = 512;
+/// Page size assumed for segment and virt-boundary reasoning (x86-64, arm64 4k).
+pub const PAGE_BYTES: u64 = 4096;
+
+/// The inferred reason for one `block_split`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SplitCause {
+    MaxSectors,
+    MaxSegments,
+    MaxSegmentSize,
+    ChunkBoundary,
+    PhysicalBlock,
+    VirtBoundary,
+    DiscardGranularity,
+    Unknown,
+}
+
+impl SplitCause {
+    pub const COUNT: usize = 8;
+    pub const ALL: [SplitCause; Self::COUNT] = [
+        SplitCause::MaxSectors,
+        SplitCause::MaxSegments,
+        SplitCause::MaxSegmentSize,
+        SplitCause::ChunkBoundary,
+        SplitCause::PhysicalBlock,
+        SplitCause::VirtBoundary,
+        SplitCause::DiscardGranularity,
+        SplitCause::Unknown,
+    ];
+
+    /// The key used in `split_causes` and in the diagnosis' `cause` evidence.
+    pub const fn key(self) -> &'static str {
+        match self {
+            SplitCause::MaxSectors => "max_sectors",
+            SplitCause::MaxSegments => "max_segments",
+            SplitCause::MaxSegmentSize => "max_segment_size",
+            SplitCause::ChunkBoundary => "chunk_boundary",
+            SplitCause::PhysicalBlock => "physical_block",
+            SplitCause::VirtBoundary => "virt_boundary",
+            SplitCause::DiscardGranularity => "discard_granularity",
+            SplitCause::Unknown => "unknown",
+        }
+    }
+
+    pub const fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Causes that come from where the I/O sits on the disk, not from its size.
+    pub const fn is_alignment(self) -> bool {
+        matches!(
+            self,
+            SplitCause::PhysicalBlock
+                | SplitCause::ChunkBoundary
+                | SplitCause::VirtBoundary
+                | SplitCause::DiscardGranularity
+        )
+    }
+}
+
+/// The queue limits that decide split points, in sectors unless named otherwise.
+/// Zero means unknown (or no limit, for `chunk_sectors` and the virt boundary).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SplitLimits {
+    pub max_sectors: u64,
+    pub max_segments: u64,
+    pub max_segment_bytes: u64,
+    pub chunk_sectors: u64,
+    /// Physical block size in sectors, at least 1.
+    pub pbs_sectors: u64,
+    /// Logical block size in sectors, at least 1.
+    pub lbs_sectors: u64,
+    pub virt_boundary_mask: u64,
+}
+
+impl SplitLimits {
+    pub fn from_geometry(disk: &DiskGeometry) -> SplitLimits {
+        SplitLimits {
+            max_sectors: u64::from(disk.max_sectors_kb) * 2,
+            max_segments: u64::from(disk.max_segments),
+            max_segment_bytes: u64::from(disk.max_segment_size),
+            chunk_sectors: u64::from(disk.chunk_sectors),
+            pbs_sectors: power_of_two_sectors(disk.physical_block_size),
+            lbs_sectors: power_of_two_sectors(disk.logical_block_size),
+            virt_boundary_mask: disk.virt_boundary_mask,
+        }
+    }
+
+    /// Longest piece `get_max_io_size()` allows for a bio starting at `sector`
+    /// (absolute), or `None` when `max_sectors` is unknown.
+    pub fn max_io_sectors(&self, sector: u64) -> Option<u64> {
+        if self.max_sectors == 0 {
+            return None;
+        }
+        let mut max_sectors = self.max_sectors;
+        if self.chunk_sectors != 0 {
+            let left = self.chunk_sectors - sector % self.chunk_sectors;
+            max_sectors = max_sectors.min(left);
+        }
+        let pbs = self.pbs_sectors.max(1);
+        let start = sector & (pbs - 1);
+        let end = (start + max_sectors) & !(pbs - 1);
+        if end > start {
+            Some(end - start)
+        } else {
+            Some(max_sectors & !(self.lbs_sectors.max(1) - 1))
+        }
+    }
+}
+
+/// A block size in sectors, rounded down to a power of two, at least 1.
+fn power_of_two_sectors(bytes: u32) -> u64 {
+    let sectors = u64::from(bytes) / SECTOR_BYTES;
+    if sectors <= 1 {
+        1
+    } else {
+        1 << (63 - sectors.leading_zeros())
+    }
+}
+
+/// Infers why the front piece `[sector, new_sector)` was split off a bio.
+///
+/// In order: discards split on `discard_granularity`; a piece ending on a
+/// chunk boundary short of `max_sectors` is `chunk_boundary`; a piece of
+/// exactly the `get_max_io_size()` length is `max_sectors`, or
+/// `physical_block` when the start was not physical-block aligned (the
+/// kernel shortened the piece to end on an absolute pbs boundary). A shorter
+/// piece was cut by the segment walk: `virt_boundary` when it ends inside a
+/// page and the device has a virt boundary, `max_segment_size` when it is
+/// exactly `max_segments` full segments, `max_segments` when it fits within
+/// `max_segments` segments, and `unknown` otherwise (or when limits are unknown).
+pub fn split_cause(limits: &SplitLimits, op: Op, sector: u64, new_sector: u64) -> SplitCause {
+    if new_sector <= sector {
+        return SplitCause::Unknown;
+    }
+    if op == Op::Discard {
+        return SplitCause::DiscardGranularity;
+    }
+    let piece = new_sector - sector;
+    let limit = limits.max_io_sectors(sector);
+    let below_max = limits.max_sectors == 0 || piece < limits.max_sectors;
+    if limits.chunk_sectors != 0 && new_sector.is_multiple_of(limits.chunk_sectors) && below_max {
+        return SplitCause::ChunkBoundary;
+    }
+    let Some(limit) = limit else {
+        return SplitCause::Unknown;
+    };
+    let pbs = limits.pbs_sectors.max(1);
+    if piece == limits.max_sectors {
+        return SplitCause::MaxSectors;
+    }
+    if piece == limit {
+        return if !sector.is_multiple_of(pbs) {
+            SplitCause::PhysicalBlock
+        } else {
+            SplitCause::MaxSectors
+        };
+    }
+    if piece > limit {
+        return SplitCause::Unknown;
+    }
+    let piece_bytes = piece * SECTOR_BYTES;
+    if limits.virt_boundary_mask != 0 && piece_bytes & limits.virt_boundary_mask != 0 {
+        return SplitCause::VirtBoundary;
+    }
+    if limits.max_segments == 0 {
+        return SplitCause::Unknown;
+    }
+    let segment_bytes = if limits.max_segment_bytes == 0 {
+        u64::MAX
+    } else {
+        limits.max_segment_bytes
+    };
+    if piece_bytes == limits.max_segments.saturating_mul(segment_bytes) {
+        return SplitCause::MaxSegmentSize;
+    }
+    if piece_bytes <= limits.max_segments.saturating_mul(segment_bytes) {
+        return SplitCause::MaxSegments;
+    }
+    SplitCause::Unknown
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// vda on the development VM: 512 B blocks, 1280 KiB max, 254 segments.
+    fn vda() -> SplitLimits {
+        SplitLimits {
+            max_sectors: 2560,
+            max_segments: 254,
+            max_segment_bytes: 1 << 32,
+            chunk_sectors: 0,
+            pbs_sectors: 1,
+            lbs_sectors: 1,
+            virt_boundary_mask: 0,
+        }
+    }
+
+    fn loop_4k() -> SplitLimits {
+        SplitLimits {
+            max_sectors: 256,
+            max_segments: 128,
+            max_segment_bytes: 65536,
+            chunk_sectors: 0,
+            pbs_sectors: 8,
+            lbs_sectors: 1,
+            virt_boundary_mask: 0,
+        }
+    }
+
+    #[test]
+    fn piece_of_exactly_max_sectors_is_max_sectors() {
+        assert_eq!(
+            split_cause(&vda(), Op::Write, 0, 2560),
+            SplitCause::MaxSectors
+        );
+        assert_eq!(
+            split_cause(&loop_4k(), Op::Write, 2048, 2048 + 256),
+            SplitCause::MaxSectors
+        );
+    }
+
+    #[test]
+    fn pbs_shortened_piece_from_unaligned_start_is_physical_block() {
+        // Start 2049 (1 sector past a 4 KiB boundary): the kernel ends the
+        // piece at the next absolute pbs boundary below start+max, 2049+255.
+        let limits = loop_4k();
+        let sector = 2049;
+        let new_sector = (sector + 256) & !7;
+        assert_eq!(new_sector - sector, 255);
+        assert_eq!(limits.max_io_sectors(sector), Some(255));
+        assert_eq!(
+            split_cause(&limits, Op::Write, sector, new_sector),
+            SplitCause::PhysicalBlock
+        );
+    }
+
+    #[test]
+    fn segment_walk_split_below_max_is_max_segments() {
+        // A 1 MiB O_DIRECT write on vda: 2040 + 8 sectors.
+        assert_eq!(
+            split_cause(&vda(), Op::Write, 4096, 4096 + 2040),
+            SplitCause::MaxSegments
+        );
+    }
+
+    #[test]
+    fn full_segments_of_max_size_is_max_segment_size() {
+        let limits = SplitLimits {
+            max_sectors: 4096,
+            max_segments: 4,
+            max_segment_bytes: 65536,
+            ..loop_4k()
+        };
+        // 4 segments of 64 KiB = 512 sectors, well below max_sectors.
+        assert_eq!(
+            split_cause(&limits, Op::Read, 0, 512),
+            SplitCause::MaxSegmentSize
+        );
+        assert_eq!(
+            split_cause(&limits, Op::Read, 0, 256),
+            SplitCause::MaxSegments
+        );
+        // Longer than max_segments full segments can carry: not a segment split.
+        assert_eq!(split_cause(&limits, Op::Read, 0, 1024), SplitCause::Unknown);
+    }
+
+    #[test]
+    fn chunk_boundary_short_of_max() {
+        let limits = SplitLimits {
+            chunk_sectors: 128,
+            ..vda()
+        };
+        assert_eq!(
+            split_cause(&limits, Op::Write, 100, 128),
+            SplitCause::ChunkBoundary
+        );
+        // Not on a boundary: something else.
+        assert_ne!(
+            split_cause(&limits, Op::Write, 100, 120),
+            SplitCause::ChunkBoundary
+        );
+        assert_eq!(limits.max_io_sectors(100), Some(28));
+    }
+
+    #[test]
+    fn discard_splits_are_discard_granularity() {
+        assert_eq!(
+            split_cause(&vda(), Op::Discard, 0, 2560),
+            SplitCause::DiscardGranularity
+        );
+    }
+
+    #[test]
+    fn virt_boundary_piece_ending_inside_a_page() {
+        let limits = SplitLimits {
+            virt_boundary_mask: 4095,
+            ..vda()
+        };
+        assert_eq!(
+            split_cause(&limits, Op::Write, 0, 3),
+            SplitCause::VirtBoundary
+        );
+        // Page-multiple pieces are not blamed on the virt boundary.
+        assert_eq!(
+            split_cause(&limits, Op::Write, 0, 8),
+            SplitCause::MaxSegments
+        );
+    }
+
+    #[test]
+    fn unknown_limits_or_nonsense_give_unknown() {
+        let unknown = SplitLimits::default();
+        assert_eq!(split_cause(&unknown, Op::Write, 0, 8), SplitCause::Unknown);
+        assert_eq!(split_cause(&vda(), Op::Write, 8, 8), SplitCause::Unknown);
+        assert_eq!(split_cause(&vda(), Op::Write, 9, 8), SplitCause::Unknown);
+        assert_eq!(split_cause(&vda(), Op::Write, 0, 5000), SplitCause::Unknown);
+    }
+
+    #[test]
+    fn limits_from_geometry() {
+        let disk = DiskGeometry {
+            max_sectors_kb: 1280,
+            max_segments: 254,
+            max_segment_size: 65536,
+            physical_block_size: 4096,
+            logical_block_size: 512,
+            chunk_sectors: 0,
+            ..DiskGeometry::default()
+        };
+        let limits = SplitLimits::from_geometry(&disk);
+        assert_eq!(limits.max_sectors, 2560);
+        assert_eq!(limits.pbs_sectors, 8);
+        assert_eq!(limits.lbs_sectors, 1);
+        assert_eq!(
+            SplitLimits::from_geometry(&DiskGeometry::default()).pbs_sectors,
+            1
+        );
+    }
+
+    #[test]
+    fn keys_are_the_documented_ones() {
+        let keys: Vec<&str> = SplitCause::ALL.iter().map(|cause| cause.key()).collect();
+        assert_eq!(
+            keys,
+            [
+                "max_sectors",
+                "max_segments",
+                "max_segment_size",
+                "chunk_boundary",
+                "physical_block",
+                "virt_boundary",
+                "discard_granularity",
+                "unknown"
+            ]
+        );
+        for (index, cause) in SplitCause::ALL.iter().enumerate() {
+            assert_eq!(cause.index(), index);
+        }
+    }
+}

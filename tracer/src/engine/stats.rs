@@ -1,0 +1,316 @@
+//! Counters and histograms of one (device scope, origin, operation), and
+//! their conversion into the report model.
+
+use std::collections::BTreeMap;
+
+use hdrhistogram::Histogram;
+
+use super::split::{SplitCause, SECTOR_BYTES};
+use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
+
+/// Highest value a histogram keeps exactly enough (sectors, µs, counts);
+/// larger values saturate. 2^36 µs is 19 hours, 2^36 sectors is 32 TiB.
+const HISTOGRAM_HIGH: u64 = 1 << 36;
+/// Two significant digits: 1% resolution, about 30 KiB per histogram.
+const HISTOGRAM_SIGFIG: u8 = 2;
+
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, HISTOGRAM_HIGH, HISTOGRAM_SIGFIG)
+        .expect("constant histogram bounds are valid")
+}
+
+pub const fn op_index(op: Op) -> usize {
+    match op {
+        Op::Read => 0,
+        Op::Write => 1,
+        Op::Discard => 2,
+        Op::Flush => 3,
+        Op::Other => 4,
+    }
+}
+
+pub const OP_COUNT: usize = Op::ALL.len();
+
+/// Everything measured for one operation class in one scope.
+pub struct OpStats {
+    pub user_ios: u64,
+    pub fragments: u64,
+    pub commands: u64,
+    pub bytes: u64,
+    pub splits: u64,
+    pub merges: u64,
+    pub misaligned_pbs: u64,
+    pub misaligned_4k: u64,
+    pub split_causes: [u64; SplitCause::COUNT],
+    /// Commands adjacent to the previous command of the same op on the same
+    /// disk, both far below `max_sectors`, whose bios were queued before the
+    /// previous one was issued: merges that could have happened and did not.
+    pub adjacent_unmerged: u64,
+    /// User I/O size, in sectors.
+    pub user_io_sectors: Histogram<u64>,
+    /// Command size, in sectors.
+    pub command_sectors: Histogram<u64>,
+    pub fragments_per_io: Histogram<u64>,
+    pub commands_per_io: Histogram<u64>,
+    pub queue_to_complete_us: Histogram<u64>,
+    pub issue_to_complete_us: Histogram<u64>,
+}
+
+impl Default for OpStats {
+    fn default() -> Self {
+        OpStats {
+            user_ios: 0,
+            fragments: 0,
+            commands: 0,
+            bytes: 0,
+            splits: 0,
+            merges: 0,
+            misaligned_pbs: 0,
+            misaligned_4k: 0,
+            split_causes: [0; SplitCause::COUNT],
+            adjacent_unmerged: 0,
+            user_io_sectors: new_histogram(),
+            command_sectors: new_histogram(),
+            fragments_per_io: new_histogram(),
+            commands_per_io: new_histogram(),
+            queue_to_complete_us: new_histogram(),
+            issue_to_complete_us: new_histogram(),
+        }
+    }
+}
+
+impl OpStats {
+    /// Adds `other` into `self` (merging partitions or origins for a report).
+    pub fn absorb(&mut self, other: &OpStats) {
+        self.user_ios += other.user_ios;
+        self.fragments += other.fragments;
+        self.commands += other.commands;
+        self.bytes += other.bytes;
+        self.splits += other.splits;
+        self.merges += other.merges;
+        self.misaligned_pbs += other.misaligned_pbs;
+        self.misaligned_4k += other.misaligned_4k;
+        for (mine, theirs) in self.split_causes.iter_mut().zip(other.split_causes) {
+            *mine += theirs;
+        }
+        self.adjacent_unmerged += other.adjacent_unmerged;
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.user_io_sectors.add(&other.user_io_sectors);
+        let _ = self.command_sectors.add(&other.command_sectors);
+        let _ = self.fragments_per_io.add(&other.fragments_per_io);
+        let _ = self.commands_per_io.add(&other.commands_per_io);
+        let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
+        let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
+    }
+
+    pub fn to_model(&self) -> OpMeasures {
+        let split_causes: BTreeMap<String, u64> = SplitCause::ALL
+            .iter()
+            .filter(|cause| self.split_causes[cause.index()] != 0)
+            .map(|cause| (cause.key().to_string(), self.split_causes[cause.index()]))
+            .collect();
+        OpMeasures {
+            user_ios: self.user_ios,
+            fragments: self.fragments,
+            commands: self.commands,
+            bytes: self.bytes,
+            splits: self.splits,
+            merges: self.merges,
+            amplification: crate::model::ratio(self.commands, self.user_ios),
+            misaligned_pbs_commands: self.misaligned_pbs,
+            misaligned_4k_commands: self.misaligned_4k,
+            split_causes,
+            user_io_size: distribution(&self.user_io_sectors, SECTOR_BYTES),
+            command_size: distribution(&self.command_sectors, SECTOR_BYTES),
+            fragments_per_io: distribution(&self.fragments_per_io, 1),
+            commands_per_io: distribution(&self.commands_per_io, 1),
+            queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
+            issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
+        }
+    }
+
+    /// The most common split cause, if any split was seen.
+    pub fn dominant_cause(&self) -> Option<SplitCause> {
+        SplitCause::ALL
+            .iter()
+            .copied()
+            .filter(|cause| self.split_causes[cause.index()] != 0)
+            .max_by_key(|cause| {
+                (
+                    self.split_causes[cause.index()],
+                    std::cmp::Reverse(cause.index()),
+                )
+            })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.user_ios == 0 && self.commands == 0 && self.splits == 0 && self.merges == 0
+    }
+}
+
+/// Stats of one scope (a disk's own traffic, or a partition), per origin and op.
+#[derive(Default)]
+pub struct ScopeStats {
+    /// `[tracked as usize][op_index(op)]`, allocated on first use.
+    slots: [[Option<Box<OpStats>>; OP_COUNT]; 2],
+}
+
+impl ScopeStats {
+    pub fn get_mut(&mut self, tracked: bool, op: Op) -> &mut OpStats {
+        self.slots[usize::from(tracked)][op_index(op)].get_or_insert_with(Box::default)
+    }
+
+    pub fn get(&self, tracked: bool, op: Op) -> Option<&OpStats> {
+        self.slots[usize::from(tracked)][op_index(op)].as_deref()
+    }
+
+    pub fn clear(&mut self) {
+        *self = ScopeStats::default();
+    }
+
+    /// Adds this scope's stats of the selected origins into `into`, per op.
+    pub fn collect_into(&self, origins: &[bool], into: &mut [Option<OpStats>; OP_COUNT]) {
+        for &tracked in origins {
+            for op in Op::ALL {
+                if let Some(stats) = self.get(tracked, op) {
+                    into[op_index(op)]
+                        .get_or_insert_with(OpStats::default)
+                        .absorb(stats);
+                }
+            }
+        }
+    }
+}
+
+pub const ALL_ORIGINS: [bool; 2] = [false, true];
+
+/// Report measures from per-op stats, leaving out ops with no traffic.
+pub fn measures(per_op: &[Option<OpStats>; OP_COUNT]) -> Measures {
+    let ops = Op::ALL
+        .iter()
+        .filter_map(|&op| {
+            per_op[op_index(op)]
+                .as_ref()
+                .filter(|stats| !stats.is_empty())
+                .map(|stats| (op, stats.to_model()))
+        })
+        .collect();
+    Measures { ops }
+}
+
+/// Summary of a histogram, values multiplied by `scale` (sectors → bytes).
+pub fn distribution(histogram: &Histogram<u64>, scale: u64) -> Distribution {
+    if histogram.is_empty() {
+        return Distribution::default();
+    }
+    let mut buckets: BTreeMap<u64, u64> = BTreeMap::new();
+    for step in histogram.iter_recorded() {
+        let value = histogram
+            .lowest_equivalent(step.value_iterated_to())
+            .saturating_mul(scale);
+        let low = if value == 0 {
+            0
+        } else {
+            1u64 << (63 - value.leading_zeros())
+        };
+        *buckets.entry(low).or_default() += step.count_at_value();
+    }
+    Distribution {
+        count: histogram.len(),
+        min: histogram.min().saturating_mul(scale),
+        max: histogram
+            .lowest_equivalent(histogram.max())
+            .saturating_mul(scale),
+        mean: histogram.mean() * scale as f64,
+        p50: quantile(histogram, 0.5).saturating_mul(scale),
+        p90: quantile(histogram, 0.9).saturating_mul(scale),
+        p99: quantile(histogram, 0.99).saturating_mul(scale),
+        buckets: buckets
+            .into_iter()
+            .map(|(low, count)| Bucket { low, count })
+            .collect(),
+    }
+}
+
+/// The value at `q`, reported as the low end of its bucket so exact values
+/// (sizes that are multiples of the resolution) come back unchanged.
+fn quantile(histogram: &Histogram<u64>, q: f64) -> u64 {
+    histogram.lowest_equivalent(histogram.value_at_quantile(q))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn distribution_of_exact_sizes() {
+        let mut histogram = new_histogram();
+        for _ in 0..90 {
+            histogram.saturating_record(8);
+        }
+        for _ in 0..10 {
+            histogram.saturating_record(2040);
+        }
+        let summary = distribution(&histogram, SECTOR_BYTES);
+        assert_eq!(summary.count, 100);
+        assert_eq!(summary.min, 4096);
+        assert_eq!(summary.max, 2040 * 512);
+        assert_eq!(summary.p50, 4096);
+        assert_eq!(summary.p99, 2040 * 512);
+        let expected_mean = (90.0 * 4096.0 + 10.0 * 2040.0 * 512.0) / 100.0;
+        // hdrhistogram averages bucket midpoints: within its 1% resolution.
+        assert!((summary.mean - expected_mean).abs() < expected_mean / 100.0);
+        assert_eq!(
+            summary.buckets,
+            vec![
+                Bucket {
+                    low: 4096,
+                    count: 90
+                },
+                Bucket {
+                    low: 524288,
+                    count: 10
+                }
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_histogram_is_default_and_zero_lands_in_bucket_zero() {
+        assert_eq!(distribution(&new_histogram(), 1), Distribution::default());
+        let mut histogram = new_histogram();
+        histogram.saturating_record(0);
+        histogram.saturating_record(1);
+        let summary = distribution(&histogram, 1);
+        assert_eq!(
+            summary.buckets,
+            vec![Bucket { low: 0, count: 1 }, Bucket { low: 1, count: 1 }]
+        );
+        assert_eq!(summary.min, 0);
+    }
+
+    #[test]
+    fn absorb_adds_counts_and_histograms() {
+        let mut left = OpStats {
+            user_ios: 2,
+            commands: 1,
+            ..OpStats::default()
+        };
+        left.split_causes[SplitCause::PhysicalBlock.index()] = 3;
+        left.user_io_sectors.saturating_record(8);
+        let mut right = OpStats {
+            user_ios: 5,
+            ..OpStats::default()
+        };
+        right.split_causes[SplitCause::MaxSectors.index()] = 4;
+        right.user_io_sectors.saturating_record(16);
+        left.absorb(&right);
+        assert_eq!(left.user_ios, 7);
+        assert_eq!(left.user_io_sectors.len(), 2);
+        assert_eq!(left.dominant_cause(), Some(SplitCause::MaxSectors));
+        let model = left.to_model();
+        assert_eq!(model.split_causes.get("physical_block"), Some(&3));
+        assert_eq!(model.split_causes.len(), 2);
+        assert!((model.amplification - 1.0 / 7.0).abs() < 1e-12);
+    }
+}

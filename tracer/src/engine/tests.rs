@@ -1,0 +1,1195 @@
+//! Synthetic event sequences of every shape the kernel produces.
+
+use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
+
+use super::*;
+use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+use crate::model::{code, Op, OpMeasures, Severity};
+
+const LOOP0: DevId = DevId::new(7, 0);
+const P1: DevId = DevId::new(259, 0);
+const P2: DevId = DevId::new(259, 1);
+const ZRAM: DevId = DevId::new(252, 0);
+const DM: DevId = DevId::new(253, 0);
+const MS: u64 = 1_000_000;
+
+fn k(dev: DevId) -> u32 {
+    dev.to_kernel()
+}
+
+/// loop0: 4 KiB physical blocks, 128 KiB max commands; p1 aligned, p2 not
+/// (start 10241, odd size 20001).
+fn loop0() -> DiskGeometry {
+    DiskGeometry {
+        name: "loop0".into(),
+        dev: Some(LOOP0),
+        size_sectors: 40960,
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        minimum_io_size: 4096,
+        max_sectors_kb: 128,
+        max_hw_sectors_kb: 2048,
+        max_segments: 128,
+        max_segment_size: 65536,
+        scheduler: "none".into(),
+        request_based: true,
+        partitions: vec![
+            PartitionGeometry {
+                name: "loop0p1".into(),
+                dev: Some(P1),
+                number: 1,
+                start: 2048,
+                size: 8192,
+                ..PartitionGeometry::default()
+            },
+            PartitionGeometry {
+                name: "loop0p2".into(),
+                dev: Some(P2),
+                number: 2,
+                start: 10241,
+                size: 20001,
+                ..PartitionGeometry::default()
+            },
+        ],
+        ..DiskGeometry::default()
+    }
+}
+
+fn zram() -> DiskGeometry {
+    DiskGeometry {
+        name: "zram0".into(),
+        dev: Some(ZRAM),
+        logical_block_size: 4096,
+        physical_block_size: 4096,
+        request_based: false,
+        ..DiskGeometry::default()
+    }
+}
+
+fn dm() -> DiskGeometry {
+    DiskGeometry {
+        name: "dm-0".into(),
+        dev: Some(DM),
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        max_sectors_kb: 128,
+        request_based: false,
+        ..DiskGeometry::default()
+    }
+}
+
+fn engine() -> Engine {
+    Engine::new(vec![loop0(), zram(), dm()], EngineLimits::default())
+}
+
+fn rwbs(text: &str) -> [u8; RWBS_BYTES] {
+    let mut bytes = [0; RWBS_BYTES];
+    for (slot, byte) in bytes.iter_mut().zip(text.bytes()) {
+        *slot = byte;
+    }
+    bytes
+}
+
+fn event(kind: EventKind, ts_ns: u64, dev: DevId, sector: u64, nr_sector: u32) -> BlockEvent {
+    BlockEvent {
+        ts_ns,
+        sector,
+        dev: k(dev),
+        nr_sector,
+        tgid: 100,
+        rwbs: rwbs("W"),
+        kind: kind as u8,
+        ..BlockEvent::ZERO
+    }
+}
+
+fn queue(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::Queue, ts, dev, sector, nr)
+}
+fn issue(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::Issue, ts, dev, sector, nr)
+}
+fn complete(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::Complete, ts, dev, sector, nr)
+}
+fn backmerge(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::Backmerge, ts, dev, sector, nr)
+}
+fn split(ts: u64, dev: DevId, sector: u64, new_sector: u64) -> BlockEvent {
+    BlockEvent {
+        aux_sector: new_sector,
+        ..event(EventKind::Split, ts, dev, sector, 0)
+    }
+}
+fn remap(ts: u64, dev: DevId, sector: u64, nr: u32, old: DevId, old_sector: u64) -> BlockEvent {
+    BlockEvent {
+        aux_dev: k(old),
+        aux_sector: old_sector,
+        ..event(EventKind::Remap, ts, dev, sector, nr)
+    }
+}
+fn bio_complete(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::BioComplete, ts, dev, sector, nr)
+}
+
+fn feed(engine: &mut Engine, events: &[BlockEvent]) {
+    for event in events {
+        engine.ingest(event);
+    }
+}
+
+fn device<'a>(reports: &'a [DeviceReport], name: &str) -> &'a DeviceReport {
+    reports
+        .iter()
+        .find(|report| report.name == name)
+        .unwrap_or_else(|| panic!("no device {name}"))
+}
+
+fn disk_op(engine: &Engine, name: &str, op: Op) -> OpMeasures {
+    let reports = engine.devices();
+    device(&reports, name)
+        .measures
+        .op(op)
+        .cloned()
+        .unwrap_or_else(|| panic!("no {op:?} on {name}"))
+}
+
+fn part_op(engine: &Engine, disk: &str, part: &str, op: Op) -> OpMeasures {
+    let reports = engine.devices();
+    device(&reports, disk)
+        .partitions
+        .iter()
+        .find(|report| report.name == part)
+        .and_then(|report| report.measures.op(op).cloned())
+        .unwrap_or_else(|| panic!("no {op:?} on {part}"))
+}
+
+/// Histograms keep two significant digits: 1% resolution.
+fn assert_near(actual: u64, expected: u64) {
+    assert!(
+        actual.abs_diff(expected) * 100 <= expected,
+        "{actual} is not within 1% of {expected}"
+    );
+}
+
+fn assert_clean(engine: &Engine) {
+    assert_eq!(engine.correlation(), CorrelationStats::default());
+}
+
+#[test]
+fn rwbs_operation_classes() {
+    assert_eq!(op_from_rwbs(b"W\0\0\0\0\0\0\0"), Op::Write);
+    assert_eq!(op_from_rwbs(b"WS"), Op::Write);
+    assert_eq!(op_from_rwbs(b"FWS"), Op::Write);
+    assert_eq!(op_from_rwbs(b"FWFS"), Op::Write);
+    assert_eq!(op_from_rwbs(b"R"), Op::Read);
+    assert_eq!(op_from_rwbs(b"RA"), Op::Read);
+    assert_eq!(op_from_rwbs(b"FR"), Op::Read);
+    assert_eq!(op_from_rwbs(b"D"), Op::Discard);
+    assert_eq!(op_from_rwbs(b"DE"), Op::Discard);
+    assert_eq!(op_from_rwbs(b"F"), Op::Flush);
+    assert_eq!(op_from_rwbs(b"FN"), Op::Flush);
+    assert_eq!(op_from_rwbs(b"FF"), Op::Flush);
+    assert_eq!(op_from_rwbs(b"N"), Op::Other);
+    assert_eq!(op_from_rwbs(b""), Op::Other);
+    assert_eq!(op_from_rwbs(b"\0\0"), Op::Other);
+}
+
+#[test]
+fn one_bio_split_into_three_commands() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 2048, 768),
+            split(MS, LOOP0, 2048, 2304),
+            split(MS, LOOP0, 2304, 2560),
+            issue(2 * MS, LOOP0, 2048, 256),
+            issue(2 * MS, LOOP0, 2304, 256),
+            issue(2 * MS, LOOP0, 2560, 256),
+            complete(3 * MS, LOOP0, 2304, 256),
+            complete(3 * MS, LOOP0, 2048, 256),
+        ],
+    );
+    assert_eq!(engine.correlation().in_flight, 1, "one fragment still out");
+    engine.ingest(&complete(5 * MS, LOOP0, 2560, 256));
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(write.user_ios, 1);
+    assert_eq!(write.fragments, 3);
+    assert_eq!(write.splits, 2);
+    assert_eq!(write.commands, 3);
+    assert_eq!(write.bytes, 768 * 512);
+    assert!((write.amplification - 3.0).abs() < 1e-9);
+    assert_eq!(write.split_causes.get("max_sectors"), Some(&2));
+    assert_eq!(write.fragments_per_io.p50, 3);
+    assert_eq!(write.commands_per_io.p50, 3);
+    assert_eq!(write.command_size.p50, 256 * 512);
+    assert_eq!(write.user_io_size.max, 768 * 512);
+    assert_near(write.queue_to_complete_us.max, 4000);
+    assert_eq!(write.issue_to_complete_us.count, 3);
+    assert_eq!(write.misaligned_pbs_commands, 0);
+}
+
+#[test]
+fn seed_case_64_sector_bios_back_merged_into_one_command() {
+    let mut engine = engine();
+    let start = 4096;
+    for index in 0..64u64 {
+        engine.ingest(&queue(MS + index, LOOP0, start + index, 1));
+        if index > 0 {
+            engine.ingest(&backmerge(MS + index, LOOP0, start + index, 1));
+        }
+    }
+    engine.ingest(&issue(2 * MS, LOOP0, start, 64));
+    engine.ingest(&complete(3 * MS, LOOP0, start, 64));
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(write.user_ios, 64);
+    assert_eq!(write.commands, 1);
+    assert_eq!(write.merges, 63);
+    assert!((write.amplification - 1.0 / 64.0).abs() < 1e-12);
+    assert_eq!(write.commands_per_io.count, 64);
+    assert_eq!(write.commands_per_io.max, 1);
+    assert_eq!(write.user_io_size.p50, 512);
+    assert_eq!(write.command_size.p50, 64 * 512);
+    // 64 sectors at 4096 is a whole number of 4 KiB blocks.
+    assert_eq!(write.misaligned_pbs_commands, 0);
+}
+
+#[test]
+fn front_merge_and_request_merge_form_one_command() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 100, 8),
+            queue(MS, LOOP0, 92, 8),
+            event(EventKind::Frontmerge, MS, LOOP0, 92, 8),
+            queue(MS, LOOP0, 116, 8),
+            queue(MS, LOOP0, 108, 8),
+            backmerge(MS, LOOP0, 108, 8),
+            // The request at 116 is merged into the one at 92.
+            event(EventKind::RqMerge, MS, LOOP0, 116, 8),
+            issue(2 * MS, LOOP0, 92, 32),
+            complete(3 * MS, LOOP0, 92, 32),
+        ],
+    );
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(write.user_ios, 4);
+    assert_eq!(write.merges, 3);
+    assert_eq!(write.commands, 1);
+    assert_eq!(write.commands_per_io.count, 4);
+    // Starts at 92: not 4 KiB aligned.
+    assert_eq!(write.misaligned_4k_commands, 1);
+    assert_eq!(write.misaligned_pbs_commands, 1);
+}
+
+#[test]
+fn partial_completions_complete_fragment_by_fragment() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            queue(MS, LOOP0, 8, 8),
+            backmerge(MS, LOOP0, 8, 8),
+            issue(2 * MS, LOOP0, 0, 16),
+            complete(3 * MS, LOOP0, 0, 4),
+        ],
+    );
+    assert_eq!(engine.correlation().in_flight, 2, "half a fragment done");
+    engine.ingest(&complete(4 * MS, LOOP0, 4, 4));
+    assert_eq!(engine.correlation().in_flight, 1, "first bio done");
+    engine.ingest(&complete(5 * MS, LOOP0, 8, 8));
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_near(write.queue_to_complete_us.min, 3000);
+    assert_near(write.queue_to_complete_us.max, 4000);
+    assert_eq!(write.issue_to_complete_us.count, 1);
+    assert_near(write.issue_to_complete_us.p50, 3000);
+}
+
+#[test]
+fn partition_remap_attributes_to_the_partition() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            remap(MS, LOOP0, 2048 + 16, 8, P1, 16),
+            queue(MS, LOOP0, 2048 + 16, 8),
+            issue(MS, LOOP0, 2048 + 16, 8),
+            complete(MS, LOOP0, 2048 + 16, 8),
+            // Straight to the whole disk: not a partition's I/O.
+            queue(MS, LOOP0, 0, 8),
+            issue(MS, LOOP0, 0, 8),
+            complete(MS, LOOP0, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!(p1.user_ios, 1);
+    assert_eq!(p1.commands, 1);
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).user_ios, 2);
+    let reports = engine.devices();
+    let p2 = &device(&reports, "loop0").partitions[1];
+    assert_eq!(p2.name, "loop0p2");
+    assert!(p2.measures.ops.is_empty());
+}
+
+#[test]
+fn remaps_match_queues_first_in_first_out_and_unknown_partitions_appear() {
+    let mut engine = engine();
+    let unknown_part = DevId::new(259, 7);
+    feed(
+        &mut engine,
+        &[
+            // Same bio range remapped from two partitions: FIFO decides.
+            remap(MS, LOOP0, 30000, 8, P2, 19759),
+            remap(MS, LOOP0, 30000, 8, unknown_part, 0),
+            queue(MS, LOOP0, 30000, 8),
+            queue(MS, LOOP0, 30000, 8),
+        ],
+    );
+    assert_eq!(part_op(&engine, "loop0", "loop0p2", Op::Write).user_ios, 1);
+    assert_eq!(part_op(&engine, "loop0", "259:7", Op::Write).user_ios, 1);
+}
+
+#[test]
+fn missing_queue_is_unmatched_but_the_command_still_counts() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[issue(MS, LOOP0, 0, 8), complete(2 * MS, LOOP0, 0, 8)],
+    );
+    let stats = engine.correlation();
+    assert_eq!(stats.unmatched_events, 1);
+    assert_eq!(stats.incomplete, 0);
+    assert_eq!(stats.in_flight, 0);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(write.commands, 1);
+    assert_eq!(write.user_ios, 0);
+    assert_near(write.issue_to_complete_us.p50, 1000);
+}
+
+#[test]
+fn missing_issue_leaves_the_chain_to_age_out_as_incomplete() {
+    let limits = EngineLimits {
+        max_age_ns: 10 * MS,
+        ..EngineLimits::default()
+    };
+    let mut engine = Engine::new(vec![loop0()], limits);
+    feed(
+        &mut engine,
+        &[queue(MS, LOOP0, 0, 8), complete(2 * MS, LOOP0, 0, 8)],
+    );
+    assert_eq!(engine.correlation().unmatched_events, 1);
+    assert_eq!(engine.correlation().in_flight, 1);
+    // Any later event moves the clock: the chain is now too old.
+    engine.ingest(&queue(20 * MS, LOOP0, 64, 8));
+    let stats = engine.correlation();
+    assert_eq!(stats.aged_out, 1);
+    assert_eq!(stats.incomplete, 1);
+    assert_eq!(stats.in_flight, 1, "only the new bio");
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(write.queue_to_complete_us.count, 0);
+}
+
+#[test]
+fn gap_in_an_issued_range_is_unmatched() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            // The bio at 8 was dropped by the ring buffer.
+            issue(MS, LOOP0, 0, 16),
+            complete(2 * MS, LOOP0, 0, 16),
+        ],
+    );
+    let stats = engine.correlation();
+    assert_eq!(stats.unmatched_events, 1);
+    assert_eq!(stats.in_flight, 0, "the bio we saw completed");
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 1);
+}
+
+#[test]
+fn bio_based_device_completes_bios_as_commands() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, ZRAM, 0, 8),
+            queue(MS, ZRAM, 8, 8),
+            bio_complete(2 * MS, ZRAM, 8, 8),
+            bio_complete(3 * MS, ZRAM, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let write = disk_op(&engine, "zram0", Op::Write);
+    assert_eq!(write.user_ios, 2);
+    assert_eq!(write.commands, 2);
+    assert_eq!(write.commands_per_io.max, 1);
+    assert_near(write.queue_to_complete_us.max, 2000);
+}
+
+#[test]
+fn unknown_device_without_issues_is_bio_based_and_named_by_number() {
+    let mut engine = engine();
+    let unknown = DevId::new(43, 0);
+    feed(
+        &mut engine,
+        &[
+            queue(MS, unknown, 0, 8),
+            bio_complete(2 * MS, unknown, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let reports = engine.devices();
+    let report = device(&reports, "43:0");
+    assert_eq!(report.dev, "43:0");
+    assert!(report.geometry.name.is_empty());
+    assert_eq!(report.measures.op(Op::Write).map(|op| op.commands), Some(1));
+}
+
+#[test]
+fn request_based_bio_completions_do_not_double_count() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            issue(MS, LOOP0, 0, 8),
+            complete(2 * MS, LOOP0, 0, 8),
+            // What the kernel reports for a bio advanced to its end.
+            bio_complete(2 * MS, LOOP0, 8, 0),
+        ],
+    );
+    assert_clean(&engine);
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 1);
+}
+
+#[test]
+fn stacked_remap_continues_the_chain_on_the_lower_partition() {
+    let mut engine = engine();
+    engine.track_processes([42]);
+    let mut on_dm = queue(MS, DM, 100, 8);
+    on_dm.tgid = 42;
+    // The lower bio is submitted by a kernel thread.
+    let mut lower = queue(MS, LOOP0, 2148, 8);
+    lower.tgid = 7;
+    feed(
+        &mut engine,
+        &[
+            on_dm,
+            // dm remaps to loop0p1 (sector relative to it), then the partition remap.
+            remap(MS, LOOP0, 100, 8, DM, 100),
+            remap(MS, LOOP0, 2148, 8, P1, 100),
+            lower,
+            issue(2 * MS, LOOP0, 2148, 8),
+            complete(3 * MS, LOOP0, 2148, 8),
+            bio_complete(4 * MS, DM, 100, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!(upper.user_ios, 1);
+    assert_eq!(upper.commands, 1);
+    assert_near(upper.queue_to_complete_us.p50, 3000);
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!(p1.user_ios, 1);
+    assert_eq!(p1.commands, 1);
+    // The lower bio inherits the upper bio's process.
+    let origins = engine.origins();
+    let p1_origin = origins
+        .iter()
+        .find(|origin| origin.device == "loop0p1")
+        .unwrap();
+    assert_eq!(
+        p1_origin.tracked.op(Op::Write).map(|op| op.user_ios),
+        Some(1)
+    );
+    assert!(p1_origin.other.ops.is_empty());
+}
+
+#[test]
+fn concurrent_io_to_the_same_sectors_is_first_in_first_out() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            queue(2 * MS, LOOP0, 0, 8),
+            issue(3 * MS, LOOP0, 0, 8),
+            complete(MS + 2048 * 1000, LOOP0, 0, 8),
+            issue(4 * MS, LOOP0, 0, 8),
+            complete(2 * MS + 16384 * 1000, LOOP0, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    // First queued, first completed: 2048 µs and 16384 µs (LIFO would give 1048 and 17384).
+    assert_eq!(write.queue_to_complete_us.min, 2048);
+    assert_eq!(write.queue_to_complete_us.max, 16384);
+}
+
+#[test]
+fn full_table_evicts_the_oldest_chains() {
+    let limits = EngineLimits {
+        max_in_flight: 4,
+        ..EngineLimits::default()
+    };
+    let mut engine = Engine::new(vec![loop0()], limits);
+    for index in 0..10 {
+        engine.ingest(&queue(MS + index, LOOP0, index * 8, 8));
+    }
+    let stats = engine.correlation();
+    assert_eq!(stats.evicted, 6);
+    assert_eq!(stats.incomplete, 6);
+    assert_eq!(stats.in_flight, 4);
+    // The newest survive: issuing the last one still correlates.
+    feed(
+        &mut engine,
+        &[issue(2 * MS, LOOP0, 72, 8), complete(3 * MS, LOOP0, 72, 8)],
+    );
+    assert_eq!(engine.correlation().in_flight, 3);
+    assert_eq!(engine.correlation().unmatched_events, 0);
+    // An evicted one no longer does.
+    engine.ingest(&issue(3 * MS, LOOP0, 0, 8));
+    assert_eq!(engine.correlation().unmatched_events, 1);
+}
+
+#[test]
+fn full_command_table_evicts_the_oldest_command_and_its_chain() {
+    let limits = EngineLimits {
+        max_in_flight: 2,
+        ..EngineLimits::default()
+    };
+    let mut engine = Engine::new(vec![loop0()], limits);
+    for index in 0..3 {
+        feed(
+            &mut engine,
+            &[
+                queue(MS, LOOP0, index * 8, 8),
+                issue(MS, LOOP0, index * 8, 8),
+            ],
+        );
+    }
+    let stats = engine.correlation();
+    assert_eq!(stats.evicted, 1);
+    assert_eq!(stats.in_flight, 2);
+    engine.ingest(&complete(2 * MS, LOOP0, 0, 8));
+    assert_eq!(engine.correlation().unmatched_events, 1);
+}
+
+#[test]
+fn flushes_are_counted_not_correlated() {
+    let mut engine = engine();
+    let mut flush_bio = queue(MS, LOOP0, 0, 0);
+    flush_bio.rwbs = rwbs("FWS");
+    let mut flush_rq = issue(MS, LOOP0, 0, 0);
+    flush_rq.rwbs = rwbs("FF");
+    let mut flush_done = complete(2 * MS, LOOP0, 0, 0);
+    flush_done.rwbs = rwbs("FF");
+    feed(&mut engine, &[flush_bio, flush_rq, flush_done]);
+    assert_clean(&engine);
+    let flush = disk_op(&engine, "loop0", Op::Flush);
+    assert_eq!(flush.user_ios, 1);
+    assert_eq!(flush.commands, 1);
+    assert!(engine.devices()[0].measures.op(Op::Write).is_none());
+}
+
+#[test]
+fn requeued_command_issued_twice_completes_once() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            issue(MS, LOOP0, 0, 8),
+            issue(2 * MS, LOOP0, 0, 8),
+            complete(3 * MS, LOOP0, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 2);
+}
+
+/// A deterministic xorshift generator, so failures reproduce.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn below(&mut self, bound: u64) -> u64 {
+        self.next() % bound
+    }
+}
+
+fn garbage(rng: &mut Rng, ts: &mut u64) -> BlockEvent {
+    let devs = [LOOP0, P1, P2, ZRAM, DM, DevId::new(8, 0), DevId::new(0, 0)];
+    let rwbs_set = ["W", "R", "FWS", "D", "F", "N", "", "FN", "RA"];
+    *ts = match rng.below(100) {
+        0 => rng.next(),
+        1 => ts.saturating_sub(rng.below(MS)),
+        _ => ts.saturating_add(rng.below(MS)),
+    };
+    let sector = if rng.below(10) == 0 {
+        rng.next()
+    } else {
+        rng.below(64) * 8 + rng.below(3)
+    };
+    BlockEvent {
+        ts_ns: *ts,
+        sector,
+        aux_sector: if rng.below(2) == 0 {
+            sector + rng.below(300)
+        } else {
+            rng.next()
+        },
+        dev: k(devs[rng.below(devs.len() as u64) as usize]),
+        aux_dev: k(devs[rng.below(devs.len() as u64) as usize]),
+        nr_sector: match rng.below(10) {
+            0 => rng.next() as u32,
+            1 => 0,
+            _ => rng.below(300) as u32,
+        },
+        tgid: rng.below(4) as u32,
+        rwbs: rwbs(rwbs_set[rng.below(rwbs_set.len() as u64) as usize]),
+        kind: rng.below(EventKind::COUNT as u64 + 3) as u8,
+        _pad: [0; 3],
+        error: rng.next() as i32,
+    }
+}
+
+#[test]
+fn garbage_events_never_panic() {
+    for (seed, limits) in [
+        (1, EngineLimits::default()),
+        (
+            2,
+            EngineLimits {
+                max_in_flight: 8,
+                max_age_ns: 5 * MS,
+            },
+        ),
+        (
+            3,
+            EngineLimits {
+                max_in_flight: 0,
+                max_age_ns: 0,
+            },
+        ),
+    ] {
+        let mut engine = Engine::new(vec![loop0(), zram(), dm()], limits);
+        engine.track_processes([1, 3]);
+        let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ seed);
+        let mut ts = 0;
+        let mut queues = 0;
+        let mut splits = 0;
+        for round in 0..100_000 {
+            let event = garbage(&mut rng, &mut ts);
+            queues += u64::from(event.kind == EventKind::Queue as u8);
+            splits += u64::from(event.kind == EventKind::Split as u8);
+            engine.ingest(&event);
+            if round % 25_000 == 0 {
+                let _ = engine.devices();
+                let _ = engine.diagnoses();
+            }
+            if round == 60_000 {
+                engine.reset();
+                queues = 0;
+                splits = 0;
+            }
+        }
+        let reports = engine.devices();
+        let _ = engine.diagnoses();
+        let _ = engine.origins();
+        let _ = serde_json::to_string(&reports).unwrap();
+        let sum = |field: fn(&OpMeasures) -> u64| -> u64 {
+            reports
+                .iter()
+                .flat_map(|report| report.measures.ops.values())
+                .map(field)
+                .sum()
+        };
+        // Every queue and split is counted somewhere, whatever the chain.
+        assert_eq!(sum(|op| op.user_ios), queues);
+        assert_eq!(sum(|op| op.splits), splits);
+        assert_eq!(engine.events().queue, queues);
+        let stats = engine.correlation();
+        assert!(stats.in_flight <= limits.max_in_flight.max(1) as u64);
+    }
+}
+
+/// A realistic mix on request-based devices: partitions, splits, merges,
+/// partial completions.
+fn mixed_workload(engine: &mut Engine) {
+    let mut ts = MS;
+    for round in 0..50u64 {
+        ts += MS;
+        let base = 2048 + (round % 8) * 1024;
+        // A 384-sector write through loop0p1, split at max_sectors.
+        let relative = base - 2048;
+        feed(
+            engine,
+            &[
+                remap(ts, LOOP0, base, 384, P1, relative),
+                queue(ts, LOOP0, base, 384),
+                split(ts, LOOP0, base, base + 256),
+                issue(ts, LOOP0, base, 256),
+                issue(ts, LOOP0, base + 256, 128),
+                complete(ts + MS, LOOP0, base, 256),
+                complete(ts + MS, LOOP0, base + 256, 64),
+                complete(ts + MS, LOOP0, base + 320, 64),
+            ],
+        );
+        // Four small reads straight to the disk, back merged.
+        let read_base = 32768 + (round % 4) * 64;
+        for index in 0..4 {
+            let mut bio = queue(ts, LOOP0, read_base + index * 8, 8);
+            bio.rwbs = rwbs("R");
+            engine.ingest(&bio);
+            if index > 0 {
+                let mut merge = backmerge(ts, LOOP0, read_base + index * 8, 8);
+                merge.rwbs = rwbs("R");
+                engine.ingest(&merge);
+            }
+        }
+        let mut read_issue = issue(ts, LOOP0, read_base, 32);
+        read_issue.rwbs = rwbs("R");
+        let mut read_done = complete(ts + MS, LOOP0, read_base, 32);
+        read_done.rwbs = rwbs("R");
+        feed(engine, &[read_issue, read_done]);
+    }
+}
+
+#[test]
+fn totals_agree_with_event_counts() {
+    let mut engine = engine();
+    mixed_workload(&mut engine);
+    assert_clean(&engine);
+    let events = engine.events();
+    let reports = engine.devices();
+    let ops: Vec<&OpMeasures> = reports
+        .iter()
+        .flat_map(|report| report.measures.ops.values())
+        .collect();
+    let sum = |field: fn(&OpMeasures) -> u64| -> u64 { ops.iter().map(|op| field(op)).sum() };
+    assert_eq!(sum(|op| op.user_ios), events.queue);
+    assert_eq!(sum(|op| op.splits), events.split);
+    assert_eq!(sum(|op| op.commands), events.issue);
+    assert_eq!(
+        sum(|op| op.merges),
+        events.backmerge + events.frontmerge + events.rq_merge
+    );
+    assert_eq!(sum(|op| op.fragments), events.queue + events.split);
+    // Partition measures are inside the disk's.
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!(p1.user_ios, 50);
+    assert_eq!(p1.commands, 100);
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).user_ios, 50);
+    assert_eq!(disk_op(&engine, "loop0", Op::Read).commands, 50);
+}
+
+#[test]
+fn reset_zeroes_counters_and_keeps_chains_in_flight() {
+    let mut engine = engine();
+    mixed_workload(&mut engine);
+    feed(
+        &mut engine,
+        &[queue(100 * MS, LOOP0, 0, 8), issue(100 * MS, LOOP0, 0, 8)],
+    );
+    engine.reset();
+    assert_eq!(engine.events(), EventCounts::default());
+    assert!(engine
+        .devices()
+        .iter()
+        .all(|report| report.measures.ops.is_empty()));
+    assert_eq!(engine.correlation().in_flight, 1);
+    engine.ingest(&complete(101 * MS, LOOP0, 0, 8));
+    let stats = engine.correlation();
+    assert_eq!(stats.in_flight, 0);
+    assert_eq!(stats.unmatched_events, 0);
+    // The pre-reset chain does not feed the new latency histograms.
+    let reports = engine.devices();
+    let write = device(&reports, "loop0").measures.op(Op::Write);
+    assert!(write.is_none_or(|write| write.queue_to_complete_us.count == 0));
+}
+
+#[test]
+fn geometry_refresh_keeps_measures() {
+    let mut engine = engine();
+    mixed_workload(&mut engine);
+    let before = part_op(&engine, "loop0", "loop0p1", Op::Write).user_ios;
+    let mut refreshed = loop0();
+    refreshed.max_sectors_kb = 1024;
+    engine.set_disks(vec![refreshed]);
+    assert_eq!(
+        part_op(&engine, "loop0", "loop0p1", Op::Write).user_ios,
+        before
+    );
+    let reports = engine.devices();
+    assert_eq!(device(&reports, "loop0").geometry.max_sectors_kb, 1024);
+    assert_eq!(
+        reports
+            .iter()
+            .filter(|report| report.name == "loop0")
+            .count(),
+        1
+    );
+}
+
+// ----- diagnoses ---------------------------------------------------------------
+
+#[test]
+fn quiet_aligned_device_has_no_diagnoses() {
+    let mut engine = engine();
+    for index in 0..64u64 {
+        let base = 2048 + index * 256;
+        let ts = MS * (index + 1);
+        feed(
+            &mut engine,
+            &[
+                remap(ts, LOOP0, base, 256, P1, base - 2048),
+                queue(ts, LOOP0, base, 256),
+                issue(ts, LOOP0, base, 256),
+                complete(ts + MS / 2, LOOP0, base, 256),
+            ],
+        );
+    }
+    assert_clean(&engine);
+    // loop0p2 is misaligned and odd-sized by construction (the audit says so);
+    // the traffic went to the aligned loop0p1, which must stay quiet.
+    let on_p1: Vec<_> = engine
+        .diagnoses()
+        .into_iter()
+        .filter(|d| d.device != "loop0p2")
+        .collect();
+    assert_eq!(on_p1, Vec::new());
+}
+
+/// 128 KiB writes at the start of the misaligned loop0p2 (absolute 10241):
+/// the kernel cuts 255 sectors to end on a 4 KiB boundary, then 1 more.
+fn misaligned_writes(engine: &mut Engine, count: u64) {
+    for index in 0..count {
+        let relative = index * 256;
+        let start = 10241 + relative;
+        let cut = (start + 256) & !7;
+        let ts = MS * (index + 1);
+        feed(
+            engine,
+            &[
+                remap(ts, LOOP0, start, 256, P2, relative),
+                queue(ts, LOOP0, start, 256),
+                split(ts, LOOP0, start, cut),
+                issue(ts, LOOP0, start, (cut - start) as u32),
+                issue(ts, LOOP0, cut, (start + 256 - cut) as u32),
+                complete(ts + MS / 2, LOOP0, start, (cut - start) as u32),
+                complete(ts + MS / 2, LOOP0, cut, (start + 256 - cut) as u32),
+            ],
+        );
+    }
+}
+
+#[test]
+fn misaligned_partition_raises_split_amplification_by_physical_block() {
+    let mut engine = engine();
+    misaligned_writes(&mut engine, 20);
+    assert_clean(&engine);
+    let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
+    assert_eq!(p2.splits, 20);
+    assert_eq!(p2.split_causes.get("physical_block"), Some(&20));
+    assert_eq!(p2.commands, 40);
+    assert_eq!(p2.misaligned_pbs_commands, 40);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.device, "loop0p2");
+    assert_eq!(found.severity, Severity::Critical);
+    assert_eq!(found.evidence["cause"], "physical_block");
+    assert_eq!(found.evidence["splits"], 20);
+    assert_eq!(found.evidence["user_ios"], 20);
+    assert_eq!(found.evidence["partition_start"], 10241);
+    assert_eq!(found.evidence["partition_size"], 20001);
+    assert_eq!(found.evidence["amplification"], 2.0);
+    assert!(found.fix.contains("loop0p2"), "{}", found.fix);
+    assert!(found.fix.contains("sector 12288"), "{}", found.fix);
+    assert!(
+        found.explanation.contains("20 of 20"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn too_few_splits_raise_nothing() {
+    let mut engine = engine();
+    misaligned_writes(&mut engine, diagnose::MIN_SPLITS - 1);
+    assert!(engine
+        .diagnoses()
+        .iter()
+        .all(|diagnosis| diagnosis.code != code::SPLIT_AMPLIFICATION));
+}
+
+#[test]
+fn max_sectors_splits_suggest_raising_max_sectors_kb() {
+    let mut engine = engine();
+    for index in 0..20u64 {
+        let base = index * 512;
+        let ts = MS * (index + 1);
+        feed(
+            &mut engine,
+            &[
+                queue(ts, LOOP0, base, 512),
+                split(ts, LOOP0, base, base + 256),
+                issue(ts, LOOP0, base, 256),
+                issue(ts, LOOP0, base + 256, 256),
+                complete(ts, LOOP0, base, 256),
+                complete(ts, LOOP0, base + 256, 256),
+            ],
+        );
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.device, "loop0");
+    assert_eq!(found.evidence["cause"], "max_sectors");
+    assert_eq!(found.severity, Severity::Warning);
+    assert_eq!(
+        found.fix,
+        "raise /sys/block/loop0/queue/max_sectors_kb to 256 (max_hw_sectors_kb is 2048)"
+    );
+}
+
+/// `count` 512-byte bios queued together, each issued as its own command.
+fn unmerged_small_writes(engine: &mut Engine, count: u64) {
+    for index in 0..count {
+        engine.ingest(&queue(MS, LOOP0, 4096 + index, 1));
+    }
+    for index in 0..count {
+        let ts = 2 * MS + index * 1000;
+        feed(
+            engine,
+            &[
+                issue(ts, LOOP0, 4096 + index, 1),
+                complete(ts + 500, LOOP0, 4096 + index, 1),
+            ],
+        );
+    }
+}
+
+#[test]
+fn adjacent_unmerged_commands_raise_merge_blocked() {
+    let mut geometry = loop0();
+    geometry.virt_boundary_mask = 4095;
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    unmerged_small_writes(&mut engine, 32);
+    assert_clean(&engine);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.device, "loop0");
+    assert_eq!(found.evidence["adjacent_unmerged_commands"], 31);
+    assert_eq!(found.evidence["commands"], 32);
+    assert_eq!(found.evidence["virt_boundary_mask"], 4095);
+    assert!(found.fix.contains("page-aligned"), "{}", found.fix);
+    assert_eq!(found.severity, Severity::Critical);
+}
+
+#[test]
+fn nomerges_is_named_as_the_fix() {
+    let mut geometry = loop0();
+    geometry.nomerges = 2;
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.fix, "echo 0 > /sys/block/loop0/queue/nomerges");
+}
+
+#[test]
+fn synchronous_sequential_writes_are_not_merge_blocked() {
+    let mut engine = engine();
+    // Queue depth one: each bio is queued after the previous command completed.
+    for index in 0..64u64 {
+        let ts = MS * (index + 1);
+        feed(
+            &mut engine,
+            &[
+                queue(ts, LOOP0, 4096 + index * 8, 8),
+                issue(ts + 10, LOOP0, 4096 + index * 8, 8),
+                complete(ts + 500, LOOP0, 4096 + index * 8, 8),
+            ],
+        );
+    }
+    assert_clean(&engine);
+    let live: Vec<_> = engine
+        .diagnoses()
+        .into_iter()
+        .filter(|d| d.code == code::MERGE_BLOCKED || d.code == code::SPLIT_AMPLIFICATION)
+        .collect();
+    assert!(live.is_empty(), "{live:?}");
+}
+
+#[test]
+fn segment_capped_merges_are_explained_by_max_segments() {
+    let mut geometry = loop0();
+    geometry.max_segments = 8;
+    geometry.max_sectors_kb = 1024;
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    // 160 one-sector bios, merged 8 per command (one segment each).
+    for index in 0..160u64 {
+        engine.ingest(&queue(MS, LOOP0, index, 1));
+        if index % 8 != 0 {
+            engine.ingest(&backmerge(MS, LOOP0, index, 1));
+        }
+    }
+    for command in 0..20u64 {
+        let ts = 2 * MS + command * 1000;
+        feed(
+            &mut engine,
+            &[
+                issue(ts, LOOP0, command * 8, 8),
+                complete(ts + 100, LOOP0, command * 8, 8),
+            ],
+        );
+    }
+    assert_clean(&engine);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.evidence["segment_capped"], true);
+    assert_eq!(found.evidence["bios_per_command"], 8.0);
+    assert!(
+        found.explanation.contains("max_segments (8)"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn subpage_dirty_buffers_raise_subpage_block_size() {
+    let mut engine = engine();
+    for index in 0..100 {
+        let buffer = BlockEvent {
+            aux_sector: 512,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
+        .unwrap_or_else(|| panic!("{diagnoses:?}"));
+    assert_eq!(found.device, "loop0p2");
+    assert_eq!(found.evidence["block_size"], 512);
+    // The live evidence joins the audit's finding.
+    assert_eq!(found.evidence["dirty_buffers"], 100);
+    assert_eq!(found.evidence["partition_size"], 20001);
+    assert!(found.fix.contains("sfdisk"), "{}", found.fix);
+    assert!(
+        found.explanation.contains("20001 sectors"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn page_sized_dirty_buffers_raise_nothing() {
+    let mut engine = engine();
+    for index in 0..100 {
+        let buffer = BlockEvent {
+            aux_sector: 4096,
+            ..event(EventKind::DirtyBuffer, MS, P1, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let on_p1: Vec<_> = engine
+        .diagnoses()
+        .into_iter()
+        .filter(|d| d.device == "loop0p1")
+        .collect();
+    assert!(on_p1.is_empty(), "{on_p1:?}");
+}
+
+#[test]
+fn every_diagnosis_is_complete() {
+    let mut engine = engine();
+    misaligned_writes(&mut engine, 40);
+    unmerged_small_writes(&mut engine, 40);
+    for index in 0..10 {
+        let buffer = BlockEvent {
+            aux_sector: 1024,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let diagnoses = engine.diagnoses();
+    let codes: Vec<&str> = diagnoses.iter().map(|diagnosis| diagnosis.code).collect();
+    assert!(codes.contains(&code::SPLIT_AMPLIFICATION), "{codes:?}");
+    assert!(codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+    assert!(codes.contains(&code::SUBPAGE_BLOCK_SIZE), "{codes:?}");
+    for diagnosis in &diagnoses {
+        assert!(!diagnosis.device.is_empty());
+        assert!(!diagnosis.evidence.is_empty());
+        assert!(
+            diagnosis.explanation.len() > 40,
+            "{}",
+            diagnosis.explanation
+        );
+        assert!(diagnosis.explanation.chars().any(|c| c.is_ascii_digit()));
+        assert!(!diagnosis.fix.is_empty());
+    }
+    // Worst first.
+    assert!(diagnoses
+        .windows(2)
+        .all(|pair| pair[0].severity >= pair[1].severity));
+}
+
+#[test]
+fn origins_split_tracked_from_other_io() {
+    let mut engine = engine();
+    engine.track_processes([100]);
+    let mut other = queue(MS, LOOP0, 64, 8);
+    other.tgid = 5;
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            other,
+            issue(MS, LOOP0, 0, 8),
+            issue(MS, LOOP0, 64, 8),
+        ],
+    );
+    // The process tree grows.
+    engine.track_processes([5]);
+    engine.ingest(&queue(2 * MS, LOOP0, 128, 8));
+    let origins = engine.origins();
+    assert_eq!(origins.len(), 1);
+    let loop0 = &origins[0];
+    assert_eq!(loop0.device, "loop0");
+    let tracked = loop0.tracked.op(Op::Write).unwrap();
+    let other = loop0.other.op(Op::Write).unwrap();
+    assert_eq!(tracked.user_ios, 2);
+    assert_eq!(tracked.commands, 1);
+    assert_eq!(other.user_ios, 1);
+    assert_eq!(other.commands, 1);
+}

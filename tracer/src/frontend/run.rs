@@ -1,0 +1,324 @@
+//! `iosplit-trace run -- CMD`: trace while CMD runs, then report what its
+//! writes became, and exit with CMD's own status.
+//!
+//! The child joins the kernel's tracked set at fork time, and so do its own
+//! forks, so not one of its I/Os is missed.
+
+use std::collections::BTreeSet;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use tracer_common::{BlockEvent, OpenEvent, ProcessEvent, ProcessEventKind};
+
+use crate::capture::{Capture, CaptureConfig, EventSink};
+use crate::cli::{RunArgs, Scope};
+use crate::engine::stats::distribution;
+use crate::engine::Engine;
+use crate::error::{Error, Result};
+use crate::geometry::resolve::resolve;
+use crate::geometry::{sysfs, DevId};
+use crate::model::{Report, RunReport, RunTarget};
+
+use super::run_recorder::{FdResolver, FdTarget, RunRecorder};
+use super::{output, scope, session, units};
+
+/// How long to wait after the command exits for its I/O to complete.
+const SETTLE: Duration = Duration::from_secs(2);
+
+/// Resolves opened paths (and, for fds opened before tracking, `/proc/PID/fd`)
+/// to block devices through sysfs.
+pub struct ProcFdResolver;
+
+impl FdResolver for ProcFdResolver {
+    fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget> {
+        let path = Path::new(path);
+        let absolute = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            std::fs::read_link(format!("/proc/{tgid}/cwd"))
+                .or_else(|_| std::env::current_dir())
+                .ok()?
+                .join(path)
+        };
+        // Follows /dev/disk/by-* links to the kernel name.
+        let real = std::fs::canonicalize(&absolute).ok()?;
+        block_target(&real)
+    }
+
+    fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget> {
+        block_target(&std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?)
+    }
+}
+
+/// The block device at `path`, by its device number (any name or link works).
+fn block_target(path: &Path) -> Option<FdTarget> {
+    use std::os::unix::fs::{FileTypeExt, MetadataExt};
+    let metadata = std::fs::metadata(path).ok()?;
+    if !metadata.file_type().is_block_device() {
+        return None;
+    }
+    let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
+    let device = resolve(&name).ok()?;
+    let start_sector = if device.is_partition() {
+        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?
+    } else {
+        0
+    };
+    Some(FdTarget {
+        device: device.name,
+        disk_dev: device.disk_dev,
+        start_sector,
+    })
+}
+
+/// The engine plus what only `run` needs.
+pub struct RunSink {
+    pub engine: Engine,
+    pub recorder: RunRecorder<ProcFdResolver>,
+    own_pid: u32,
+}
+
+impl EventSink for RunSink {
+    fn block_event(&mut self, event: &BlockEvent) {
+        self.engine.ingest(event);
+        self.recorder.block_event(event);
+    }
+
+    fn process_event(&mut self, event: &ProcessEvent) {
+        // Our own events are only the fork that started the command.
+        if event.tgid == self.own_pid {
+            return;
+        }
+        if event.kind == ProcessEventKind::Fork as u8 {
+            self.engine.track_processes([event.tgid]);
+        }
+        self.recorder.process_event(event);
+    }
+
+    fn open_event(&mut self, event: &OpenEvent) {
+        if event.event.tgid != self.own_pid {
+            self.recorder.open_event(event);
+        }
+    }
+}
+
+/// Finds the program like the shell would, so a typo fails before tracing starts.
+fn find_program(program: &str) -> Option<PathBuf> {
+    let executable = |path: &Path| {
+        use std::os::unix::fs::PermissionsExt;
+        path.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if program.contains('/') {
+        let path = PathBuf::from(program);
+        return executable(&path).then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(program))
+        .find(|path| executable(path))
+}
+
+pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
+    let Some(program) = args.command.first() else {
+        return Err(Error::usage(
+            "missing command after `--`: e.g. `iosplit-trace run -- mkfs.ext4 /dev/sdc2`",
+        ));
+    };
+    let Some(program_path) = find_program(program) else {
+        return Err(Error {
+            message: format!(
+                "command not found: `{program}` (not an executable file, nor on PATH)"
+            ),
+            exit_code: 127,
+        });
+    };
+    let named = scope::resolve_scope(scope_args)?;
+    let disks = session::read_geometry(&[])?;
+    let sink = RunSink {
+        engine: Engine::new(disks, Default::default()),
+        recorder: RunRecorder::new(ProcFdResolver),
+        own_pid: std::process::id(),
+    };
+    // Every device: scope is what the command touches, known only afterwards.
+    let config = CaptureConfig {
+        process_tree: true,
+        ..CaptureConfig::default()
+    };
+    let mut capture = Capture::start(&config, sink)?;
+    let started = Instant::now();
+    eprintln!(
+        "iosplit-trace: tracing `{}` and the I/O it causes",
+        args.command.join(" ")
+    );
+
+    let runtime = session::runtime()?;
+    let status = runtime.block_on(async {
+        let mut command = tokio::process::Command::new(&program_path);
+        command.args(&args.command[1..]);
+        // Tracking ourselves for the instant of the fork makes the kernel's
+        // fork probe add the child and report it in order with its I/O, so
+        // not one of the child's events precedes its tracking.
+        let own_pid = std::process::id();
+        capture.track_process(own_pid)?;
+        let spawned = command.spawn();
+        capture.untrack_process(own_pid)?;
+        let mut child =
+            spawned.map_err(|err| Error::failure(format!("cannot start `{program}`: {err}")))?;
+        let pid = child.id().unwrap_or(0);
+        forward_signals_until_exit(&mut child, pid).await
+    })?;
+
+    // Let the command's last I/O (fsync, writeback it forced) complete.
+    let settle_until = Instant::now() + SETTLE;
+    while Instant::now() < settle_until {
+        let in_flight = capture.query(|sink, _| sink.engine.correlation().in_flight)?;
+        if in_flight == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let exit_code = exit_code_of(status);
+    let command = args.command.clone();
+    let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
+    let unsupported = capture.unsupported();
+    let elapsed = started.elapsed();
+    let report = capture.query(move |sink, counters| {
+        let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
+        let run = run_report(sink, &command, exit_code);
+        let tracked_devices: Vec<String> = sink
+            .engine
+            .origins()
+            .into_iter()
+            .filter(|origin| !origin.tracked.ops.is_empty())
+            .map(|origin| origin.device)
+            .collect();
+        scope_to_run(&mut report, &run, &tracked_devices, &named);
+        report.run = Some(run);
+        report
+    })?;
+    drop(capture);
+    output::emit(&report, args.json, args.output.as_deref())?;
+    Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
+}
+
+/// Waits for the child; Ctrl-C and SIGTERM are passed on to it.
+async fn forward_signals_until_exit(
+    child: &mut tokio::process::Child,
+    pid: u32,
+) -> Result<std::process::ExitStatus> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let signal_error = |err: std::io::Error| Error::failure(format!("cannot watch signals: {err}"));
+    let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                return status.map_err(|err| Error::failure(format!("waiting for the command failed: {err}")));
+            }
+            _ = interrupt.recv() => forward(pid, libc::SIGINT),
+            _ = terminate.recv() => forward(pid, libc::SIGTERM),
+        }
+    }
+}
+
+fn forward(pid: u32, signal: i32) {
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(pid as i32, signal) };
+}
+
+/// The shell's convention: the exit code, or 128 + the signal that killed it.
+fn exit_code_of(status: std::process::ExitStatus) -> i32 {
+    status
+        .code()
+        .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
+}
+
+fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport {
+    let recorder = &sink.recorder;
+    let origins = sink.engine.origins();
+    let program = command
+        .first()
+        .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
+        .unwrap_or_default();
+    let mut background = crate::model::Measures::default();
+    let mut targets = Vec::new();
+    for (index, calls) in recorder.targets().iter().enumerate() {
+        let matched = recorder.match_writes(index);
+        let tracked = origins.iter().find(|o| o.device == calls.target.device);
+        let write_op = tracked.and_then(|o| o.tracked.op(crate::model::Op::Write));
+        let bios = write_op.map_or(0, |m| m.user_ios);
+        let commands = write_op.map_or(0, |m| m.commands);
+        let bio_size = write_op.map(|m| m.user_io_size.clone()).unwrap_or_default();
+        let write_size = distribution(&calls.write_size, 1);
+        let summary = format!(
+            "{program} issued {} writes of {} to {}; they reached the block layer as {} bios of {}; the device received {} commands",
+            units::thousands(calls.write_syscalls),
+            units::bytes(write_size.p50 as f64),
+            calls.target.device,
+            units::thousands(bios),
+            units::bytes(bio_size.p50 as f64),
+            units::thousands(commands),
+        );
+        targets.push(RunTarget {
+            device: calls.target.device.clone(),
+            write_syscalls: calls.write_syscalls,
+            write_syscall_bytes: calls.write_bytes,
+            write_syscall_size: write_size,
+            fsync_calls: calls.fsync_calls,
+            bios,
+            bio_size,
+            commands,
+            commands_per_write: distribution(&matched.commands_per_write, 1),
+            writes_per_command: distribution(&matched.writes_per_command, 1),
+            summary,
+        });
+    }
+    for origin in &origins {
+        for (op, measures) in &origin.other.ops {
+            background
+                .ops
+                .entry(*op)
+                .or_insert_with(|| measures.clone());
+        }
+    }
+    RunReport {
+        command: command.to_vec(),
+        exit_status: Some(exit_status),
+        processes: recorder.processes,
+        targets,
+        background,
+    }
+}
+
+/// Keeps the devices the command touched (or that were named with -d).
+fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String], named: &[DevId]) {
+    let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
+    touched.extend(tracked_devices.iter().map(String::as_str));
+    let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();
+    report.devices.retain(|device| {
+        touched.contains(device.name.as_str())
+            || named.contains(&device.dev)
+            || device
+                .partitions
+                .iter()
+                .any(|p| touched.contains(p.name.as_str()) || named.contains(&p.dev))
+    });
+    let kept: BTreeSet<String> = report
+        .devices
+        .iter()
+        .flat_map(|d| {
+            std::iter::once(d.name.clone()).chain(d.partitions.iter().map(|p| p.name.clone()))
+        })
+        .collect();
+    report
+        .diagnoses
+        .retain(|diagnosis| kept.contains(&diagnosis.device));
+}

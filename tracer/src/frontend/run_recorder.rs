@@ -1,0 +1,436 @@
+//! What `run` keeps besides the engine: the command's write syscalls, the
+//! files they went to, and the device commands issued, so each write can be
+//! matched by sector range to the commands that carried it.
+//!
+//! Pure apart from the injected [`FdResolver`], so it is unit-tested.
+
+use std::collections::HashMap;
+
+use hdrhistogram::Histogram;
+use tracer_common::{
+    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
+};
+
+use crate::geometry::DevId;
+
+/// A block device a file descriptor pointed at.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FdTarget {
+    /// Kernel name, e.g. "loop0p2".
+    pub device: String,
+    /// The whole disk, whose absolute sectors the commands carry.
+    pub disk_dev: DevId,
+    /// Partition start (0 for a whole disk), in sectors.
+    pub start_sector: u64,
+}
+
+/// Finds which block device a file is; `None` for anything else.
+pub trait FdResolver: Send {
+    /// A path the process opened (relative paths are from its cwd).
+    fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget>;
+    /// An fd whose open was not seen (inherited from before tracking).
+    fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget>;
+}
+
+/// Caps so a long run cannot grow memory without bound (dropped ones are counted).
+pub const MAX_WRITES: usize = 1 << 21;
+pub const MAX_COMMANDS: usize = 1 << 21;
+
+#[derive(Clone, Copy, Debug)]
+struct WriteCall {
+    target: usize,
+    /// Byte offset within the target, when the syscall carried one.
+    offset: Option<u64>,
+    bytes: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct IssuedCommand {
+    disk: u32,
+    sector: u64,
+    nr_sector: u32,
+}
+
+/// Per target: the syscalls the command made to it.
+pub struct TargetCalls {
+    pub target: FdTarget,
+    pub write_syscalls: u64,
+    pub write_bytes: u64,
+    pub write_size: Histogram<u64>,
+    pub fsync_calls: u64,
+    /// Writes whose offset was unknown (plain write/writev), not matchable.
+    pub unmatched_writes: u64,
+}
+
+/// Matching of writes to the device commands covering their sectors.
+pub struct WriteMatch {
+    pub commands_per_write: Histogram<u64>,
+    pub writes_per_command: Histogram<u64>,
+}
+
+pub struct RunRecorder<R: FdResolver> {
+    resolver: R,
+    fds: HashMap<(u32, u32), Option<usize>>,
+    targets: Vec<TargetCalls>,
+    writes: Vec<WriteCall>,
+    commands: Vec<IssuedCommand>,
+    /// Processes (and threads) the command's tree forked, itself included.
+    pub processes: u64,
+    pub writes_not_kept: u64,
+    pub commands_not_kept: u64,
+    pub failed_syscalls: u64,
+}
+
+use crate::engine::stats::new_histogram as histogram;
+
+impl<R: FdResolver> RunRecorder<R> {
+    pub fn new(resolver: R) -> Self {
+        RunRecorder {
+            resolver,
+            fds: HashMap::new(),
+            targets: Vec::new(),
+            writes: Vec::new(),
+            commands: Vec::new(),
+            processes: 0,
+            writes_not_kept: 0,
+            commands_not_kept: 0,
+            failed_syscalls: 0,
+        }
+    }
+
+    fn target_of(&mut self, tgid: u32, fd: u32) -> Option<usize> {
+        if let Some(known) = self.fds.get(&(tgid, fd)) {
+            return *known;
+        }
+        let found = self.resolver.resolve_fd(tgid, fd);
+        let found = self.intern(found);
+        self.fds.insert((tgid, fd), found);
+        found
+    }
+
+    fn intern(&mut self, target: Option<FdTarget>) -> Option<usize> {
+        target.map(
+            |target| match self.targets.iter().position(|t| t.target == target) {
+                Some(index) => index,
+                None => {
+                    self.targets.push(TargetCalls {
+                        target,
+                        write_syscalls: 0,
+                        write_bytes: 0,
+                        write_size: histogram(),
+                        fsync_calls: 0,
+                        unmatched_writes: 0,
+                    });
+                    self.targets.len() - 1
+                }
+            },
+        )
+    }
+
+    /// A successful open: from now on this fd is (or is not) that device.
+    pub fn open_event(&mut self, open: &OpenEvent) {
+        let event = &open.event;
+        if event.result < 0 {
+            return;
+        }
+        let end = open
+            .path
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(open.path.len());
+        let Ok(path) = std::str::from_utf8(&open.path[..end]) else {
+            return;
+        };
+        let target = self.resolver.resolve_path(event.tgid, path);
+        let found = self.intern(target);
+        self.fds.insert((event.tgid, event.result as u32), found);
+    }
+
+    pub fn process_event(&mut self, event: &ProcessEvent) {
+        let Some(kind) = ProcessEventKind::from_u8(event.kind) else {
+            return;
+        };
+        if kind == ProcessEventKind::Fork {
+            self.processes += 1;
+            // The child starts with a copy of its parent's descriptors.
+            let (child, parent) = (event.tgid, event.fd);
+            let inherited: Vec<(u32, Option<usize>)> = self
+                .fds
+                .iter()
+                .filter(|((tgid, _), _)| *tgid == parent)
+                .map(|((_, fd), target)| (*fd, *target))
+                .collect();
+            for (fd, target) in inherited {
+                self.fds.insert((child, fd), target);
+            }
+            return;
+        }
+        if event.result < 0 {
+            self.failed_syscalls += 1;
+            return;
+        }
+        let Some(target) = self.target_of(event.tgid, event.fd) else {
+            return;
+        };
+        let calls = &mut self.targets[target];
+        if !kind.is_write() {
+            calls.fsync_calls += 1;
+            return;
+        }
+        let bytes = event.result as u64;
+        calls.write_syscalls += 1;
+        calls.write_bytes += bytes;
+        let _ = calls.write_size.record(bytes.max(1));
+        let offset = (event.offset != UNKNOWN_OFFSET).then_some(event.offset);
+        if offset.is_none() {
+            calls.unmatched_writes += 1;
+        }
+        if self.writes.len() < MAX_WRITES {
+            self.writes.push(WriteCall {
+                target,
+                offset,
+                bytes,
+            });
+        } else {
+            self.writes_not_kept += 1;
+        }
+    }
+
+    /// Records device write commands (block_rq_issue, and bio completions on bio-based devices).
+    pub fn block_event(&mut self, event: &BlockEvent) {
+        if event.kind != EventKind::Issue as u8 || !is_write(&event.rwbs) {
+            return;
+        }
+        if self.commands.len() < MAX_COMMANDS {
+            self.commands.push(IssuedCommand {
+                disk: event.dev,
+                sector: event.sector,
+                nr_sector: event.nr_sector,
+            });
+        } else {
+            self.commands_not_kept += 1;
+        }
+    }
+
+    pub fn targets(&self) -> &[TargetCalls] {
+        &self.targets
+    }
+
+    /// For one target: commands per write and writes per command, matched by
+    /// absolute sector range (only writes with a known offset).
+    pub fn match_writes(&self, target: usize) -> WriteMatch {
+        let mut result = WriteMatch {
+            commands_per_write: histogram(),
+            writes_per_command: histogram(),
+        };
+        let Some(calls) = self.targets.get(target) else {
+            return result;
+        };
+        let disk = calls.target.disk_dev.to_kernel();
+        let mut commands: Vec<IssuedCommand> = self
+            .commands
+            .iter()
+            .copied()
+            .filter(|c| c.disk == disk)
+            .collect();
+        commands.sort();
+        let mut writes_on_command = vec![0u64; commands.len()];
+        // Commands never exceed this length, so a search window of it is complete.
+        let longest = commands
+            .iter()
+            .map(|c| u64::from(c.nr_sector))
+            .max()
+            .unwrap_or(0);
+        for write in self.writes.iter().filter(|w| w.target == target) {
+            let Some(offset) = write.offset else { continue };
+            if write.bytes == 0 {
+                continue;
+            }
+            let first = calls.target.start_sector + offset / 512;
+            let end = calls.target.start_sector + (offset + write.bytes).div_ceil(512);
+            let lower = first.saturating_sub(longest);
+            let from = commands.partition_point(|c| c.sector < lower);
+            let mut carried = 0;
+            for (index, command) in commands.iter().enumerate().skip(from) {
+                if command.sector >= end {
+                    break;
+                }
+                if command.sector + u64::from(command.nr_sector) > first {
+                    carried += 1;
+                    writes_on_command[index] += 1;
+                }
+            }
+            let _ = result.commands_per_write.record(carried);
+        }
+        for count in writes_on_command.into_iter().filter(|&n| n > 0) {
+            let _ = result.writes_per_command.record(count);
+        }
+        result
+    }
+}
+
+/// True for a write command: the op letter after an optional preflush `F`.
+fn is_write(rwbs: &[u8; 8]) -> bool {
+    let op = match rwbs {
+        [b'F', next, ..] if *next != 0 => *next,
+        [first, ..] => *first,
+    };
+    op == b'W'
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct OnePartition;
+
+    fn loop0p2() -> FdTarget {
+        FdTarget {
+            device: "loop0p2".into(),
+            disk_dev: DevId::new(7, 0),
+            start_sector: 1000,
+        }
+    }
+
+    impl FdResolver for OnePartition {
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
+            (path == "/dev/loop0p2").then(loop0p2)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, fd: u32) -> Option<FdTarget> {
+            (fd == 3).then(loop0p2)
+        }
+    }
+
+    fn write(fd: u32, offset: u64, bytes: i64) -> ProcessEvent {
+        ProcessEvent {
+            ts_ns: 1,
+            offset,
+            result: bytes,
+            tgid: 42,
+            fd,
+            kind: ProcessEventKind::Pwrite64 as u8,
+            _pad: [0; 7],
+        }
+    }
+
+    fn issue(sector: u64, nr_sector: u32) -> BlockEvent {
+        BlockEvent {
+            kind: EventKind::Issue as u8,
+            dev: DevId::new(7, 0).to_kernel(),
+            sector,
+            nr_sector,
+            rwbs: *b"WS\0\0\0\0\0\0",
+            ..BlockEvent::ZERO
+        }
+    }
+
+    #[test]
+    fn each_32k_write_split_into_512b_commands_is_counted_both_ways() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        // Two 32 KiB writes at partition offsets 0 and 32 KiB.
+        recorder.process_event(&write(3, 0, 32768));
+        recorder.process_event(&write(3, 32768, 32768));
+        // Device saw one-sector commands for the first write, one 64-sector command for the second.
+        for sector in 1000..1064 {
+            recorder.block_event(&issue(sector, 1));
+        }
+        recorder.block_event(&issue(1064, 64));
+        let calls = &recorder.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.write_bytes), (2, 65536));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.commands_per_write.len(), 2);
+        assert_eq!(matched.commands_per_write.max(), 64);
+        assert_eq!(matched.commands_per_write.min(), 1);
+        assert_eq!(matched.writes_per_command.len(), 65);
+        assert_eq!(matched.writes_per_command.max(), 1);
+    }
+
+    #[test]
+    fn a_merged_command_carries_several_writes() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        for n in 0..4 {
+            recorder.process_event(&write(3, n * 4096, 4096));
+        }
+        recorder.block_event(&issue(1000, 32));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.writes_per_command.max(), 4);
+        assert_eq!(matched.commands_per_write.max(), 1);
+    }
+
+    #[test]
+    fn other_files_reads_failures_and_unknown_offsets_are_kept_apart() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        recorder.process_event(&write(9, 0, 100)); // not a block device
+        recorder.process_event(&write(3, 0, -5)); // EIO
+        let mut plain = write(3, UNKNOWN_OFFSET, 512);
+        plain.kind = ProcessEventKind::Write as u8;
+        recorder.process_event(&plain);
+        let mut read_command = issue(1000, 1);
+        read_command.rwbs = *b"R\0\0\0\0\0\0\0";
+        recorder.block_event(&read_command);
+        assert_eq!(recorder.failed_syscalls, 1);
+        let calls = &recorder.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.unmatched_writes), (1, 1));
+        let matched = recorder.match_writes(0);
+        assert_eq!(
+            matched.commands_per_write.len(),
+            0,
+            "unknown offsets are not matched"
+        );
+        assert_eq!(
+            matched.writes_per_command.len(),
+            0,
+            "reads are not write commands"
+        );
+    }
+
+    fn open(tgid: u32, fd: i64, path: &str) -> OpenEvent {
+        let mut event = OpenEvent {
+            event: ProcessEvent {
+                result: fd,
+                tgid,
+                kind: ProcessEventKind::Openat as u8,
+                ..ProcessEvent::ZERO
+            },
+            path: [0; tracer_common::PATH_BYTES],
+        };
+        event.path[..path.len()].copy_from_slice(path.as_bytes());
+        event
+    }
+
+    #[test]
+    fn opens_name_fds_and_forks_inherit_them() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        // fd 5 opened as the partition; fd 3 reopened as a regular file.
+        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
+        recorder.open_event(&open(42, 3, "/tmp/log"));
+        recorder.process_event(&write(5, 0, 4096));
+        recorder.process_event(&write(3, 0, 4096));
+        let fork = ProcessEvent {
+            tgid: 43,
+            fd: 42,
+            kind: ProcessEventKind::Fork as u8,
+            ..ProcessEvent::ZERO
+        };
+        recorder.process_event(&fork);
+        let mut child_write = write(5, 4096, 4096);
+        child_write.tgid = 43;
+        recorder.process_event(&child_write);
+        let calls = &recorder.targets()[0];
+        assert_eq!(recorder.targets().len(), 1);
+        assert_eq!(
+            calls.write_syscalls, 2,
+            "the parent's and the child's writes to fd 5"
+        );
+        assert_eq!(recorder.processes, 1);
+    }
+
+    #[test]
+    fn preflush_write_counts_as_write() {
+        assert!(is_write(b"FWS\0\0\0\0\0"));
+        assert!(is_write(b"WFS\0\0\0\0\0"));
+        assert!(!is_write(b"F\0\0\0\0\0\0\0"));
+        assert!(!is_write(b"RA\0\0\0\0\0\0"));
+    }
+}

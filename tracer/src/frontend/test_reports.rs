@@ -1,0 +1,325 @@
+//! Synthetic reports for frontend tests, shaped like what the engine produces
+//! for the seed case: a partition with a 512-byte block size, a clean one, and
+//! a disk whose large writes are split at `max_sectors_kb`.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+use crate::model::{
+    code, Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Measures,
+    Op, OpMeasures, PartitionReport, Report, RunReport, RunTarget, Severity, SCHEMA_NAME,
+    SCHEMA_VERSION,
+};
+
+/// A distribution built from `(bucket low, count)` pairs; percentiles from the buckets.
+pub fn distribution(buckets: &[(u64, u64)]) -> Distribution {
+    let count: u64 = buckets.iter().map(|&(_, n)| n).sum();
+    let total: u64 = buckets.iter().map(|&(low, n)| low * n).sum();
+    let percentile = |share: f64| {
+        let wanted = (count as f64 * share).ceil() as u64;
+        let mut seen = 0;
+        for &(low, n) in buckets {
+            seen += n;
+            if seen >= wanted {
+                return low;
+            }
+        }
+        0
+    };
+    Distribution {
+        count,
+        min: buckets.first().map_or(0, |&(low, _)| low),
+        max: buckets.last().map_or(0, |&(low, _)| low),
+        mean: if count == 0 {
+            0.0
+        } else {
+            total as f64 / count as f64
+        },
+        p50: percentile(0.5),
+        p90: percentile(0.9),
+        p99: percentile(0.99),
+        buckets: buckets
+            .iter()
+            .map(|&(low, count)| Bucket { low, count })
+            .collect(),
+    }
+}
+
+/// Writes: `user_ios` bios of the given sizes became `commands` of the given sizes.
+pub fn writes(user_sizes: &[(u64, u64)], command_sizes: &[(u64, u64)]) -> OpMeasures {
+    let user_io_size = distribution(user_sizes);
+    let command_size = distribution(command_sizes);
+    let user_ios = user_io_size.count;
+    let commands = command_size.count;
+    OpMeasures {
+        user_ios,
+        fragments: user_ios,
+        commands,
+        bytes: user_sizes.iter().map(|&(low, n)| low * n).sum(),
+        amplification: crate::model::ratio(commands, user_ios),
+        user_io_size,
+        command_size,
+        queue_to_complete_us: distribution(&[(1024, 50), (2048, 40), (4096, 9), (8192, 1)]),
+        issue_to_complete_us: distribution(&[(256, 60), (512, 39), (4096, 1)]),
+        ..OpMeasures::default()
+    }
+}
+
+fn measures(write: OpMeasures) -> Measures {
+    Measures {
+        ops: BTreeMap::from([(Op::Write, write)]),
+    }
+}
+
+/// loop0p2 of the seed case: 16,385 user I/Os of 512 B merged into 129 commands of ~64 KiB.
+pub fn seed_partition_writes() -> OpMeasures {
+    let mut write = writes(&[(512, 16385)], &[(512, 1), (65536, 128)]);
+    write.merges = 16256;
+    write.misaligned_pbs_commands = 129;
+    write.misaligned_4k_commands = 129;
+    write
+}
+
+/// loop0p1: 4 KiB writes merged into 128 KiB commands, all aligned.
+pub fn clean_partition_writes() -> OpMeasures {
+    let mut write = writes(&[(4096, 256)], &[(131072, 8)]);
+    write.merges = 248;
+    write
+}
+
+/// loop1: 1 MiB writes split into 128 KiB commands at `max_sectors_kb`.
+pub fn split_disk_writes() -> OpMeasures {
+    let mut write = writes(&[(1 << 20, 100)], &[(131072, 800)]);
+    write.fragments = 800;
+    write.splits = 700;
+    write.split_causes = BTreeMap::from([("max_sectors".to_string(), 700)]);
+    write
+}
+
+fn sum(parts: &[&OpMeasures]) -> OpMeasures {
+    let mut total = OpMeasures::default();
+    let mut user_buckets = BTreeMap::new();
+    let mut command_buckets = BTreeMap::new();
+    for part in parts {
+        total.user_ios += part.user_ios;
+        total.fragments += part.fragments;
+        total.commands += part.commands;
+        total.bytes += part.bytes;
+        total.splits += part.splits;
+        total.merges += part.merges;
+        total.misaligned_pbs_commands += part.misaligned_pbs_commands;
+        total.misaligned_4k_commands += part.misaligned_4k_commands;
+        for bucket in &part.user_io_size.buckets {
+            *user_buckets.entry(bucket.low).or_insert(0) += bucket.count;
+        }
+        for bucket in &part.command_size.buckets {
+            *command_buckets.entry(bucket.low).or_insert(0) += bucket.count;
+        }
+    }
+    let user: Vec<_> = user_buckets.into_iter().collect();
+    let command: Vec<_> = command_buckets.into_iter().collect();
+    total.amplification = crate::model::ratio(total.commands, total.user_ios);
+    total.user_io_size = distribution(&user);
+    total.command_size = distribution(&command);
+    total.queue_to_complete_us = parts[0].queue_to_complete_us.clone();
+    total.issue_to_complete_us = parts[0].issue_to_complete_us.clone();
+    total
+}
+
+pub fn seed_diagnosis() -> Diagnosis {
+    Diagnosis {
+        code: code::SUBPAGE_BLOCK_SIZE,
+        device: "loop0p2".to_string(),
+        severity: Severity::Critical,
+        evidence: BTreeMap::from([
+            ("block_size".to_string(), json!(512)),
+            ("partition_size".to_string(), json!(65537)),
+            ("partition_start".to_string(), json!(4097)),
+        ]),
+        explanation: "loop0p2 is 65,537 sectors long, not a multiple of 8, so the kernel \
+            gave it a 512-byte block size (the largest power of two up to 4 KiB that divides \
+            its size). Buffered writes to it become one 512-byte bio per buffer: 16,385 user \
+            I/Os carried only 8 MiB."
+            .to_string(),
+        fix: "Make the partition size a multiple of 8 sectors (4 KiB), e.g. shrink it \
+            to 65,536 sectors.\n\
+            Or write with O_DIRECT in 4 KiB multiples."
+            .to_string(),
+    }
+}
+
+fn misaligned_diagnosis() -> Diagnosis {
+    Diagnosis {
+        code: code::MISALIGNED_START,
+        device: "loop0p2".to_string(),
+        severity: Severity::Warning,
+        evidence: BTreeMap::from([
+            ("partition_start".to_string(), json!(4097)),
+            ("physical_block_size".to_string(), json!(4096)),
+        ]),
+        explanation: "loop0p2 starts at sector 4,097, which is not a multiple of the \
+            4 KiB physical block: every command straddles physical blocks."
+            .to_string(),
+        fix: "Recreate the partition starting at a multiple of 2,048 sectors (1 MiB).".to_string(),
+    }
+}
+
+fn split_diagnosis() -> Diagnosis {
+    Diagnosis {
+        code: code::SPLIT_AMPLIFICATION,
+        device: "loop1".to_string(),
+        severity: Severity::Warning,
+        evidence: BTreeMap::from([
+            ("cause".to_string(), json!("max_sectors")),
+            ("max_sectors_kb".to_string(), json!(128)),
+            ("splits".to_string(), json!(700)),
+        ]),
+        explanation: "Writes of 1 MiB were split into 8 commands each because the \
+            queue accepts at most 128 KiB per command."
+            .to_string(),
+        fix: "Raise /sys/block/loop1/queue/max_sectors_kb up to max_hw_sectors_kb.".to_string(),
+    }
+}
+
+fn disk_geometry(name: &str, minor: u32, size_sectors: u64) -> DiskGeometry {
+    DiskGeometry {
+        name: name.to_string(),
+        dev: Some(DevId::new(7, minor)),
+        size_sectors,
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        minimum_io_size: 4096,
+        max_sectors_kb: 128,
+        max_hw_sectors_kb: 32767,
+        max_segments: 128,
+        max_segment_size: 65536,
+        scheduler: "none".to_string(),
+        request_based: true,
+        block_size: Some(4096),
+        ..DiskGeometry::default()
+    }
+}
+
+fn partition(name: &str, number: u32, start: u64, size: u64, block_size: u32) -> PartitionGeometry {
+    PartitionGeometry {
+        name: name.to_string(),
+        dev: Some(DevId::new(259, number)),
+        number,
+        start,
+        size,
+        alignment_offset: 0,
+        block_size: Some(block_size),
+    }
+}
+
+fn base(duration_s: f64) -> Report {
+    Report {
+        schema: SCHEMA_NAME,
+        schema_version: SCHEMA_VERSION,
+        duration_s,
+        events: EventCounts::default(),
+        correlation: CorrelationStats::default(),
+        diagnoses: Vec::new(),
+        devices: Vec::new(),
+        run: None,
+        unsupported_probes: Vec::new(),
+    }
+}
+
+/// Nothing traced yet.
+pub fn empty_report() -> Report {
+    base(0.0)
+}
+
+/// The seed case on loop0 plus a split-amplified loop1.
+pub fn seed_report() -> Report {
+    let seed = seed_partition_writes();
+    let clean = clean_partition_writes();
+    let split = split_disk_writes();
+    let loop0 = DeviceReport {
+        name: "loop0".to_string(),
+        dev: "7:0".to_string(),
+        geometry: disk_geometry("loop0", 0, 131072),
+        measures: measures(sum(&[&seed, &clean])),
+        partitions: vec![
+            PartitionReport {
+                name: "loop0p1".to_string(),
+                dev: "259:1".to_string(),
+                geometry: partition("loop0p1", 1, 2048, 2048, 4096),
+                measures: measures(clean),
+            },
+            PartitionReport {
+                name: "loop0p2".to_string(),
+                dev: "259:2".to_string(),
+                geometry: partition("loop0p2", 2, 4097, 65537, 512),
+                measures: measures(seed),
+            },
+            PartitionReport {
+                name: "loop0p3".to_string(),
+                dev: "259:3".to_string(),
+                geometry: partition("loop0p3", 3, 71680, 2048, 4096),
+                measures: Measures::default(),
+            },
+        ],
+    };
+    let loop1 = DeviceReport {
+        name: "loop1".to_string(),
+        dev: "7:1".to_string(),
+        geometry: disk_geometry("loop1", 1, 262144),
+        measures: measures(split),
+        partitions: Vec::new(),
+    };
+    let mut report = base(12.34);
+    report.events = EventCounts {
+        remap: 16641,
+        queue: 16741,
+        split: 700,
+        backmerge: 16504,
+        issue: 937,
+        complete: 937,
+        bio_complete: 17441,
+        dirty_buffer: 16385,
+        dropped: 42,
+        read_failed: 1,
+        ..EventCounts::default()
+    };
+    report.correlation = CorrelationStats {
+        incomplete: 3,
+        unmatched_events: 5,
+        in_flight: 2,
+        ..CorrelationStats::default()
+    };
+    // Engine order is not severity order; the frontends sort.
+    report.diagnoses = vec![split_diagnosis(), seed_diagnosis(), misaligned_diagnosis()];
+    report.devices = vec![loop0, loop1];
+    report.unsupported_probes = vec!["block_dirty_buffer: tracepoint not found".to_string()];
+    report
+}
+
+/// `run -- mkfs.ext4 /dev/loop0p2`.
+pub fn seed_run() -> RunReport {
+    RunReport {
+        command: vec!["mkfs.ext4".to_string(), "/dev/loop0p2".to_string()],
+        exit_status: Some(0),
+        processes: 1,
+        targets: vec![RunTarget {
+            device: "loop0p2".to_string(),
+            write_syscalls: 2048,
+            write_syscall_bytes: 2048 * 32768,
+            write_syscall_size: distribution(&[(32768, 2048)]),
+            fsync_calls: 1,
+            bios: 131072,
+            bio_size: distribution(&[(512, 131072)]),
+            commands: 1032,
+            commands_per_write: distribution(&[(0, 1024), (1, 1024)]),
+            writes_per_command: distribution(&[(2, 1032)]),
+            summary: "mkfs.ext4 issued 2,048 writes of 32 KiB; the kernel turned them into \
+                131,072 bios of 512 B (block size 512) and the device received 1,032 \
+                commands of 64 KiB."
+                .to_string(),
+        }],
+        background: measures(writes(&[(4096, 10)], &[(4096, 10)])),
+    }
+}

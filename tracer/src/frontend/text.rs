@@ -1,0 +1,864 @@
+//! The human report: what `report`, `run` and the TUI's exit print.
+//!
+//! Diagnoses come first (they answer "what do I change"), then the measures
+//! behind them per disk and partition. Every line fits the given width: prose
+//! is word-wrapped, tables are sized to fit 80 columns.
+
+use std::collections::BTreeSet;
+
+use unicode_width::UnicodeWidthStr;
+
+use crate::geometry::{DiskGeometry, PartitionGeometry};
+use crate::model::{Diagnosis, Distribution, Measures, OpMeasures, Report, RunReport, Severity};
+
+use super::units;
+
+/// Width used when the caller has no terminal to measure.
+pub const DEFAULT_WIDTH: u16 = 80;
+/// Below this the layout cannot be kept; narrower requests render at this width.
+const MIN_WIDTH: usize = 40;
+/// Longest histogram bar, so wide terminals do not stretch the bars absurdly.
+const MAX_BAR: usize = 32;
+/// Histograms fill empty buckets between the smallest and largest size up to this many rows.
+const MAX_FILLED_ROWS: usize = 24;
+
+/// Width to render a report for stdout: the terminal's, or [`DEFAULT_WIDTH`]
+/// when stdout is a pipe or file (then lines stay readable in an editor).
+pub fn stdout_width() -> u16 {
+    use std::io::IsTerminal;
+    if !std::io::stdout().is_terminal() {
+        return DEFAULT_WIDTH;
+    }
+    match ratatui::crossterm::terminal::size() {
+        Ok((columns, _)) if columns > 0 => columns,
+        _ => DEFAULT_WIDTH,
+    }
+}
+
+/// The whole report. When `report.run` is set, the `run` chain (the same
+/// block [`render_run_summary`] renders alone) follows the header, so callers
+/// print this one string and nothing else.
+pub fn render_report(report: &Report, width: u16) -> String {
+    let mut out = Out::new(width);
+    header(&mut out, report);
+    if let Some(run) = &report.run {
+        out.blank();
+        run_summary(&mut out, run);
+    }
+    if no_io_seen(report) {
+        out.blank();
+        out.line(&format!(
+            "no I/O seen on the traced devices in {}.",
+            units::seconds(report.duration_s)
+        ));
+        out.line("  (write to a traced device while tracing, or check --device)");
+        return out.finish();
+    }
+    if !report.diagnoses.is_empty() {
+        out.blank();
+        diagnoses(&mut out, &report.diagnoses);
+    }
+    for device in &report.devices {
+        out.blank();
+        let diagnosed = codes_for(&report.diagnoses, &device.name);
+        out.line(&format!(
+            "{}{} ({}): {}",
+            marker(&diagnosed),
+            device.name,
+            device.dev,
+            disk_summary(&device.geometry)
+        ));
+        diagnosed_line(&mut out, "  ", &diagnosed);
+        measures(&mut out, "  ", &device.measures);
+        for partition in &device.partitions {
+            out.blank();
+            let diagnosed = codes_for(&report.diagnoses, &partition.name);
+            out.line(&format!(
+                "  {}{} ({}): {}",
+                marker(&diagnosed),
+                partition.name,
+                partition.dev,
+                partition_summary(&partition.geometry)
+            ));
+            diagnosed_line(&mut out, "    ", &diagnosed);
+            measures(&mut out, "    ", &partition.measures);
+        }
+    }
+    out.finish()
+}
+
+/// The `run` chain: per target, the sentence the engine wrote and the numbers behind it.
+pub fn render_run_summary(run: &RunReport) -> String {
+    let mut out = Out::new(DEFAULT_WIDTH);
+    run_summary(&mut out, run);
+    out.finish()
+}
+
+fn run_summary(out: &mut Out, run: &RunReport) {
+    let status = match run.exit_status {
+        Some(code) => format!("exit status {code}"),
+        None => "killed by a signal".to_string(),
+    };
+    out.line(&format!(
+        "run: {} ({status}, {} process{})",
+        run.command.join(" "),
+        units::thousands(run.processes),
+        if run.processes == 1 { "" } else { "es" }
+    ));
+    if run.targets.is_empty() {
+        out.line("  the command wrote nothing to the traced devices.");
+    }
+    for target in &run.targets {
+        out.blank();
+        out.wrapped(&format!("  {}: ", target.device), "    ", &target.summary);
+        out.line(&format!(
+            "    write syscalls {} ({}, avg {}), fsync {}",
+            units::thousands(target.write_syscalls),
+            units::bytes(target.write_syscall_bytes as f64),
+            units::bytes(target.write_syscall_size.mean),
+            units::thousands(target.fsync_calls),
+        ));
+        out.line(&format!(
+            "    bios {} (avg {}) -> commands {} (avg writes per command {})",
+            units::thousands(target.bios),
+            units::bytes(target.bio_size.mean),
+            units::thousands(target.commands),
+            units::ratio(target.writes_per_command.mean),
+        ));
+        if target.commands_per_write.count > 0 {
+            out.line(&format!(
+                "    commands per write: p50 {}, p99 {}, max {}",
+                target.commands_per_write.p50,
+                target.commands_per_write.p99,
+                target.commands_per_write.max
+            ));
+        }
+    }
+    let background: u64 = run.background.ops.values().map(|m| m.user_ios).sum();
+    if background > 0 {
+        let commands: u64 = run.background.ops.values().map(|m| m.commands).sum();
+        out.blank();
+        out.line(&format!(
+            "  background writeback by other tasks: {} user I/Os -> {} commands",
+            units::thousands(background),
+            units::thousands(commands)
+        ));
+    }
+}
+
+/// Diagnoses, most severe first; engine order within one severity.
+pub fn by_severity(diagnoses: &[Diagnosis]) -> Vec<&Diagnosis> {
+    let mut sorted: Vec<&Diagnosis> = diagnoses.iter().collect();
+    sorted.sort_by_key(|diagnosis| std::cmp::Reverse(diagnosis.severity));
+    sorted
+}
+
+pub fn severity_label(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Critical => "CRITICAL",
+        Severity::Warning => "WARNING",
+        Severity::Info => "INFO",
+    }
+}
+
+/// `key=value` pairs of a diagnosis's evidence; strings without quotes.
+pub fn evidence_line(diagnosis: &Diagnosis) -> String {
+    diagnosis
+        .evidence
+        .iter()
+        .map(|(key, value)| match value {
+            serde_json::Value::String(text) => format!("{key}={text}"),
+            other => format!("{key}={other}"),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Side-by-side log2 histograms of user I/O size and command size, each bar
+/// scaled to its own column's largest bucket. Lines start with `indent` and
+/// fit `width` columns.
+pub fn size_histogram(
+    user: &Distribution,
+    commands: &Distribution,
+    indent: &str,
+    width: usize,
+) -> Vec<String> {
+    let lows = histogram_rows(user, commands);
+    if lows.is_empty() {
+        return Vec::new();
+    }
+    let count_at = |dist: &Distribution, low: u64| {
+        dist.buckets
+            .iter()
+            .filter(|bucket| bucket.low == low)
+            .map(|bucket| bucket.count)
+            .sum::<u64>()
+    };
+    let all_rows: Vec<(String, u64, u64)> = lows
+        .iter()
+        .map(|&low| {
+            (
+                units::bucket_label(low),
+                count_at(user, low),
+                count_at(commands, low),
+            )
+        })
+        .collect();
+    let rows = collapse_empty_runs(all_rows);
+    let label_width = rows
+        .iter()
+        .map(|(label, _, _)| label.len())
+        .max()
+        .unwrap_or(0)
+        .max("size".len());
+    let count_width = |pick: fn(&(String, u64, u64)) -> u64| {
+        rows.iter()
+            .map(|row| units::thousands(pick(row)).len())
+            .max()
+            .unwrap_or(1)
+    };
+    let user_width = count_width(|row| row.1);
+    let command_width = count_width(|row| row.2);
+    let fixed = indent.width() + label_width + 2 + user_width + 1 + 2 + command_width + 1;
+    let bar = (width.saturating_sub(fixed) / 2).clamp(1, MAX_BAR);
+    let user_max = rows.iter().map(|row| row.1).max().unwrap_or(0);
+    let command_max = rows.iter().map(|row| row.2).max().unwrap_or(0);
+
+    let user_column = user_width + 1 + bar;
+    let mut lines = vec![format!(
+        "{indent}{:<label_width$}  {:<user_column$}  commands",
+        "size", "user I/Os"
+    )];
+    for (label, user_count, command_count) in &rows {
+        if label == GAP {
+            lines.push(format!("{indent}{GAP}"));
+            continue;
+        }
+        let line = format!(
+            "{indent}{label:<label_width$}  {:>user_width$} {:<bar$}  {:>command_width$} {}",
+            units::thousands(*user_count),
+            bar_of(*user_count, user_max, bar),
+            units::thousands(*command_count),
+            bar_of(*command_count, command_max, bar),
+        );
+        lines.push(line.trim_end().to_string());
+    }
+    lines
+}
+
+/// Bucket lows shown: every bucket seen, plus the empty powers of two between
+/// them so the distance between sizes is visible.
+fn histogram_rows(user: &Distribution, commands: &Distribution) -> Vec<u64> {
+    let seen: BTreeSet<u64> = user
+        .buckets
+        .iter()
+        .chain(&commands.buckets)
+        .filter(|bucket| bucket.count > 0)
+        .map(|bucket| bucket.low)
+        .collect();
+    let (Some(&first), Some(&last)) = (seen.iter().find(|&&low| low > 0), seen.last()) else {
+        return seen.into_iter().collect();
+    };
+    let all_powers = seen.iter().all(|&low| low == 0 || low.is_power_of_two());
+    let span = (last.trailing_zeros() - first.trailing_zeros()) as usize + 1;
+    if !all_powers || span > MAX_FILLED_ROWS {
+        return seen.into_iter().collect();
+    }
+    let mut rows: Vec<u64> = seen.iter().copied().filter(|&low| low == 0).collect();
+    let mut low = first;
+    while low <= last {
+        rows.push(low);
+        match low.checked_mul(2) {
+            Some(next) => low = next,
+            None => break,
+        }
+    }
+    rows
+}
+
+/// Label of a row standing for several empty buckets.
+const GAP: &str = "…";
+/// Longer runs of empty buckets than this are shown as one [`GAP`] row.
+const MAX_EMPTY_RUN: usize = 2;
+
+/// Keeps the histogram short: a run of more than [`MAX_EMPTY_RUN`] empty
+/// buckets between sizes becomes a single `…` row.
+fn collapse_empty_runs(rows: Vec<(String, u64, u64)>) -> Vec<(String, u64, u64)> {
+    let mut kept: Vec<(String, u64, u64)> = Vec::with_capacity(rows.len());
+    let mut empty_run: Vec<(String, u64, u64)> = Vec::new();
+    for row in rows {
+        if row.1 == 0 && row.2 == 0 {
+            empty_run.push(row);
+            continue;
+        }
+        if empty_run.len() > MAX_EMPTY_RUN {
+            kept.push((GAP.to_string(), 0, 0));
+            empty_run.clear();
+        }
+        kept.append(&mut empty_run);
+        kept.push(row);
+    }
+    kept
+}
+
+fn bar_of(count: u64, max: u64, width: usize) -> String {
+    if count == 0 || max == 0 {
+        return String::new();
+    }
+    // Round up so a single non-zero bucket is never invisible.
+    let cells = ((count as f64 / max as f64) * width as f64).ceil() as usize;
+    "█".repeat(cells.clamp(1, width))
+}
+
+fn header(out: &mut Out, report: &Report) {
+    let events = &report.events;
+    let correlation = &report.correlation;
+    out.line(&format!(
+        "iosplit-trace report: {} traced",
+        units::seconds(report.duration_s)
+    ));
+    out.line(&format!(
+        "  events: {} received, {} dropped, {} read failures",
+        units::thousands(events.total()),
+        units::thousands(events.dropped),
+        units::thousands(events.read_failed),
+    ));
+    out.line(&format!(
+        "  chains: {} incomplete, {} unmatched events, {} evicted, {} aged out, {} in flight",
+        units::thousands(correlation.incomplete),
+        units::thousands(correlation.unmatched_events),
+        units::thousands(correlation.evicted),
+        units::thousands(correlation.aged_out),
+        units::thousands(correlation.in_flight),
+    ));
+    if events.dropped > 0 || events.syscall_dropped > 0 {
+        out.wrapped(
+            "  warning: ",
+            "    ",
+            &format!(
+                "{} block and {} syscall events were lost (ring buffer full); \
+                 counts below are lower bounds and some chains are incomplete.",
+                units::thousands(events.dropped),
+                units::thousands(events.syscall_dropped)
+            ),
+        );
+    }
+    for probe in &report.unsupported_probes {
+        out.wrapped("  note: unsupported probe ", "    ", probe);
+    }
+}
+
+fn no_io_seen(report: &Report) -> bool {
+    let empty = |measures: &Measures| measures.ops.values().all(|op| op.user_ios == 0);
+    report.diagnoses.is_empty()
+        && report.devices.iter().all(|device| {
+            empty(&device.measures) && device.partitions.iter().all(|p| empty(&p.measures))
+        })
+}
+
+fn diagnoses(out: &mut Out, diagnoses: &[Diagnosis]) {
+    out.line(&format!(
+        "Diagnoses ({}, most severe first)",
+        diagnoses.len()
+    ));
+    for diagnosis in by_severity(diagnoses) {
+        diagnosis_block(out, diagnosis);
+    }
+}
+
+/// One diagnosis: severity, code and device, evidence, explanation, fix.
+/// `check` prints its findings with this too.
+pub fn render_diagnosis(diagnosis: &Diagnosis, width: u16) -> String {
+    let mut out = Out::new(width);
+    diagnosis_block(&mut out, diagnosis);
+    out.text
+}
+
+fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
+    out.line(&format!(
+        "  {} {} on {}",
+        severity_label(diagnosis.severity),
+        diagnosis.code,
+        diagnosis.device
+    ));
+    if !diagnosis.evidence.is_empty() {
+        out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
+    }
+    out.wrapped("    ", "    ", &diagnosis.explanation);
+    for (index, fix) in diagnosis
+        .fix
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .enumerate()
+    {
+        let prefix = if index == 0 { "    fix: " } else { "         " };
+        out.wrapped(prefix, "         ", fix.trim());
+    }
+}
+
+fn codes_for<'a>(diagnoses: &'a [Diagnosis], device: &str) -> Vec<&'a Diagnosis> {
+    by_severity(diagnoses)
+        .into_iter()
+        .filter(|diagnosis| diagnosis.device == device)
+        .collect()
+}
+
+/// `! ` before a diagnosed device, so it stands out without colour.
+fn marker(diagnosed: &[&Diagnosis]) -> &'static str {
+    if diagnosed.is_empty() {
+        ""
+    } else {
+        "! "
+    }
+}
+
+fn diagnosed_line(out: &mut Out, indent: &str, diagnosed: &[&Diagnosis]) {
+    if diagnosed.is_empty() {
+        return;
+    }
+    let codes: Vec<&str> = diagnosed.iter().map(|d| d.code).collect();
+    out.wrapped(
+        &format!("{indent}diagnosed: "),
+        &format!("{indent}  "),
+        &codes.join(", "),
+    );
+}
+
+fn disk_summary(geometry: &DiskGeometry) -> String {
+    let mut parts = vec![format!(
+        "disk, {}",
+        units::bytes(geometry.size_sectors as f64 * 512.0)
+    )];
+    parts.push(format!(
+        "logical {} / physical {}",
+        units::bytes(f64::from(geometry.logical_block_size)),
+        units::bytes(f64::from(geometry.physical_block_size))
+    ));
+    if geometry.optimal_io_size > 0 {
+        parts.push(format!(
+            "optimal I/O {}",
+            units::bytes(f64::from(geometry.optimal_io_size))
+        ));
+    }
+    parts.push(format!("max_sectors_kb {}", geometry.max_sectors_kb));
+    if geometry.virt_boundary_mask > 0 {
+        parts.push(format!(
+            "virt boundary {}",
+            units::bytes(geometry.virt_boundary_mask as f64 + 1.0)
+        ));
+    }
+    if geometry.nomerges > 0 {
+        parts.push(format!("nomerges {}", geometry.nomerges));
+    }
+    if !geometry.scheduler.is_empty() {
+        parts.push(format!("scheduler {}", geometry.scheduler));
+    }
+    if !geometry.request_based {
+        parts.push("bio-based".to_string());
+    }
+    parts.join(", ")
+}
+
+fn partition_summary(geometry: &PartitionGeometry) -> String {
+    let mut text = format!(
+        "partition {}, start sector {}, {} sectors ({})",
+        geometry.number,
+        units::thousands(geometry.start),
+        units::thousands(geometry.size),
+        units::bytes(geometry.size as f64 * 512.0)
+    );
+    if let Some(block_size) = geometry.block_size {
+        text.push_str(&format!(
+            ", block size {}",
+            units::bytes(f64::from(block_size))
+        ));
+    }
+    text
+}
+
+fn measures(out: &mut Out, indent: &str, measures: &Measures) {
+    let seen: Vec<_> = measures
+        .ops
+        .iter()
+        .filter(|(_, op)| op.user_ios > 0 || op.commands > 0)
+        .collect();
+    if seen.is_empty() {
+        out.line(&format!("{indent}no I/O seen"));
+        return;
+    }
+    for (op, op_measures) in seen {
+        op_block(out, indent, op.as_str(), op_measures);
+    }
+}
+
+fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
+    let inner = format!("{indent}  ");
+    out.line(&format!(
+        "{indent}{op}: {} user I/Os (avg {}) -> {} commands (avg {})",
+        units::thousands(m.user_ios),
+        units::bytes(m.user_io_size.mean),
+        units::thousands(m.commands),
+        units::bytes(m.command_size.mean),
+    ));
+    out.line(&format!(
+        "{inner}amplification {} commands per user I/O, {} carried",
+        units::ratio(m.amplification),
+        units::bytes(m.bytes as f64)
+    ));
+    out.line(&format!(
+        "{inner}splits {} ({}), merges {} ({}) of user I/Os",
+        units::thousands(m.splits),
+        units::percent(m.split_share()),
+        units::thousands(m.merges),
+        units::percent(m.merge_share()),
+    ));
+    out.line(&format!(
+        "{inner}misaligned commands: {} to the physical block, {} to 4 KiB",
+        units::percent(m.misaligned_pbs_share()),
+        units::percent(m.misaligned_4k_share()),
+    ));
+    if m.queue_to_complete_us.count > 0 || m.issue_to_complete_us.count > 0 {
+        out.line(&format!(
+            "{inner}{:<16}{:>10}{:>10}{:>10}{:>10}",
+            "latency", "p50", "p90", "p99", "max"
+        ));
+        for (label, dist) in [
+            ("queue->complete", &m.queue_to_complete_us),
+            ("issue->complete", &m.issue_to_complete_us),
+        ] {
+            let cell = |us: u64| {
+                if dist.count == 0 {
+                    "-".to_string()
+                } else {
+                    units::micros(us)
+                }
+            };
+            out.line(&format!(
+                "{inner}{label:<16}{:>10}{:>10}{:>10}{:>10}",
+                cell(dist.p50),
+                cell(dist.p90),
+                cell(dist.p99),
+                cell(dist.max)
+            ));
+        }
+    }
+    if !m.split_causes.is_empty() {
+        let causes = m
+            .split_causes
+            .iter()
+            .map(|(cause, count)| {
+                format!(
+                    "{cause} {} ({})",
+                    units::thousands(*count),
+                    units::percent(crate::model::ratio(*count, m.splits))
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        out.wrapped(
+            &format!("{inner}split causes: "),
+            &format!("{inner}  "),
+            &causes,
+        );
+    }
+    for line in size_histogram(&m.user_io_size, &m.command_size, &inner, out.width) {
+        out.line(&line);
+    }
+}
+
+/// Collects lines, keeping each within the width.
+struct Out {
+    width: usize,
+    text: String,
+}
+
+impl Out {
+    fn new(width: u16) -> Self {
+        Out {
+            width: usize::from(width).max(MIN_WIDTH),
+            text: String::new(),
+        }
+    }
+
+    fn blank(&mut self) {
+        self.text.push('\n');
+    }
+
+    /// A structured line; wrapped with a hanging indent only if it is too long.
+    fn line(&mut self, line: &str) {
+        if line.width() <= self.width {
+            self.text.push_str(line);
+            self.text.push('\n');
+            return;
+        }
+        let body = line.trim_start();
+        let indent = &line[..line.len() - body.len()];
+        self.wrapped(indent, &format!("{indent}  "), body);
+    }
+
+    /// Prose after `first`, continued on lines starting with `rest`.
+    fn wrapped(&mut self, first: &str, rest: &str, prose: &str) {
+        for line in wrap(prose, first, rest, self.width) {
+            self.text.push_str(&line);
+            self.text.push('\n');
+        }
+    }
+
+    fn finish(self) -> String {
+        self.text
+    }
+}
+
+/// Greedy word wrap; words longer than a line are cut.
+pub fn wrap(prose: &str, first: &str, rest: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut current = first.to_string();
+    let mut has_word = false;
+    for word in prose.split_whitespace() {
+        let needed = if has_word { 1 } else { 0 } + word.width();
+        if has_word && current.width() + needed > width {
+            lines.push(std::mem::replace(&mut current, rest.to_string()));
+            has_word = false;
+        }
+        if has_word {
+            current.push(' ');
+        }
+        // A single word wider than the line: cut it at the edge.
+        let mut remaining = word;
+        while current.width() + remaining.width() > width && !remaining.is_empty() {
+            let room = width.saturating_sub(current.width());
+            let cut = cut_at_width(remaining, room.max(1));
+            if cut == 0 || (room == 0 && has_word) {
+                lines.push(std::mem::replace(&mut current, rest.to_string()));
+                has_word = false;
+                continue;
+            }
+            current.push_str(&remaining[..cut]);
+            lines.push(std::mem::replace(&mut current, rest.to_string()));
+            remaining = &remaining[cut..];
+        }
+        current.push_str(remaining);
+        has_word = true;
+    }
+    if has_word || lines.is_empty() {
+        lines.push(current.trim_end().to_string());
+    }
+    lines
+}
+
+/// Byte index of the longest prefix of `text` at most `width` columns wide.
+fn cut_at_width(text: &str, width: usize) -> usize {
+    let mut used = 0;
+    for (index, ch) in text.char_indices() {
+        let ch_width = unicode_width::UnicodeWidthChar::width(ch).unwrap_or(0);
+        if used + ch_width > width {
+            return index;
+        }
+        used += ch_width;
+    }
+    text.len()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::test_reports::{distribution, empty_report, seed_report, seed_run};
+
+    fn assert_fits(text: &str, width: usize) {
+        for line in text.lines() {
+            assert!(
+                line.width() <= width,
+                "line wider than {width}: {:?} ({})",
+                line,
+                line.width()
+            );
+        }
+    }
+
+    #[test]
+    fn seed_report_fits_80_and_120_columns() {
+        let report = seed_report();
+        for width in [80u16, 120] {
+            let text = render_report(&report, width);
+            assert_fits(&text, usize::from(width));
+        }
+    }
+
+    #[test]
+    fn header_shows_events_drops_failures_and_incomplete_chains() {
+        let report = seed_report();
+        let text = render_report(&report, 80);
+        let total = units::thousands(report.events.total());
+        assert!(text.contains(&format!("{total} received")), "{text}");
+        assert!(text.contains("42 dropped"));
+        assert!(text.contains("1 read failures"));
+        assert!(text.contains("3 incomplete"));
+        assert!(text.contains("12.3 s traced"));
+        assert!(text.contains("note: unsupported probe block_dirty_buffer"));
+    }
+
+    #[test]
+    fn diagnoses_come_first_most_severe_first() {
+        let text = render_report(&seed_report(), 80);
+        let critical = text.find("CRITICAL subpage_block_size on loop0p2").unwrap();
+        let warning_split = text.find("WARNING split_amplification on loop1").unwrap();
+        let warning_start = text.find("WARNING misaligned_start on loop0p2").unwrap();
+        let first_device = text.find("loop0 (7:0)").unwrap();
+        assert!(critical < warning_split && critical < warning_start);
+        // Engine order is kept within one severity.
+        assert!(warning_split < warning_start);
+        assert!(warning_start < first_device);
+        assert!(text.contains("evidence: block_size=512 partition_size=65537 partition_start=4097"));
+        assert!(text.contains("cause=max_sectors"));
+        assert!(text.contains("    fix: Make the partition size a multiple of 8 sectors"));
+        // The second fix line is aligned under the first, not prefixed again.
+        assert!(text.contains("         Or write with O_DIRECT in 4 KiB multiples."));
+    }
+
+    #[test]
+    fn explanation_is_wrapped_not_cut() {
+        let report = seed_report();
+        let text = render_report(&report, 80);
+        let words: Vec<&str> = report.diagnoses[1].explanation.split_whitespace().collect();
+        let rendered: Vec<&str> = text.split_whitespace().collect();
+        let start = rendered
+            .windows(words.len())
+            .position(|window| window == words.as_slice());
+        assert!(
+            start.is_some(),
+            "explanation words not all present in order"
+        );
+    }
+
+    #[test]
+    fn seed_partition_measures_are_human_readable() {
+        let text = render_report(&seed_report(), 80);
+        assert!(text.contains("write: 16,385 user I/Os (avg 512 B) -> 129 commands"));
+        // 129 commands per 16,385 user I/Os.
+        assert!(text.contains("amplification 0.008 commands per user I/O"));
+        assert!(text.contains("merges 16,256 (99.2%)"));
+        assert!(text.contains("misaligned commands: 100.0% to the physical block"));
+        assert!(text.contains("block size 512 B"));
+        assert!(text.contains("! loop0p2 (259:2)"));
+        assert!(text.contains("diagnosed: subpage_block_size, misaligned_start"));
+        // The clean partition is not marked; the idle one says so.
+        assert!(text.contains("  loop0p1 (259:1)"));
+        assert!(!text.contains("! loop0p1"));
+        let idle = text.find("loop0p3 (259:3)").unwrap();
+        let next_device = text.find("loop1 (7:1)").unwrap();
+        assert!(text[idle..next_device].contains("no I/O seen"));
+    }
+
+    #[test]
+    fn split_causes_and_latency_are_shown() {
+        let text = render_report(&seed_report(), 80);
+        assert!(text.contains("splits 700 (700.0%)"));
+        assert!(text.contains("split causes: max_sectors 700 (100.0%)"));
+        let latency = text
+            .lines()
+            .find(|l| l.contains("queue->complete"))
+            .unwrap();
+        // p50 of the synthetic latency distribution is its 1024 µs bucket.
+        assert!(latency.contains("1 ms"), "{latency}");
+    }
+
+    #[test]
+    fn histogram_puts_user_ios_and_commands_side_by_side() {
+        let user = distribution(&[(512, 16385)]);
+        let commands = distribution(&[(512, 1), (65536, 128)]);
+        let lines = size_histogram(&user, &commands, "  ", 80);
+        assert!(lines[0].contains("size") && lines[0].contains("user I/Os"));
+        assert!(lines[0].contains("commands"));
+        // 512B, a gap row for the six empty sizes 1K..32K, 64K, plus the header.
+        assert_eq!(lines.len(), 1 + 3, "{lines:#?}");
+        assert_eq!(lines[2].trim(), "…");
+        let row_512 = &lines[1];
+        assert!(row_512.trim_start().starts_with("512B"));
+        assert!(row_512.contains("16,385 █"));
+        let row_64k = lines
+            .iter()
+            .find(|l| l.trim_start().starts_with("64K"))
+            .unwrap();
+        assert!(row_64k.contains(" 0 "), "{row_64k}");
+        for line in &lines {
+            assert!(line.width() <= 80);
+        }
+        // Each side is scaled to its own largest bucket: 16,385 user I/Os and
+        // 128 commands both get the full bar; the single 512 B command one cell.
+        let full = row_64k.matches('█').count();
+        assert!((10..=MAX_BAR).contains(&full), "bar of {full} cells");
+        assert_eq!(row_512.matches('█').count(), full + 1);
+        assert!(row_512.ends_with("  1 █"), "{row_512}");
+        assert!(row_64k.ends_with(&format!("128 {}", "█".repeat(full))));
+    }
+
+    #[test]
+    fn histogram_keeps_short_gaps_and_fills_missing_powers() {
+        let user = distribution(&[(4096, 10), (16384, 5)]);
+        let commands = distribution(&[(4096, 3)]);
+        let lines = size_histogram(&user, &commands, "", 80);
+        let labels: Vec<&str> = lines[1..]
+            .iter()
+            .map(|line| line.split_whitespace().next().unwrap())
+            .collect();
+        assert_eq!(labels, vec!["4K", "8K", "16K"]);
+        assert!(lines[2].contains(" 0 ") && !lines[2].contains('█'));
+    }
+
+    #[test]
+    fn histogram_of_nothing_is_empty() {
+        let none = Distribution::default();
+        assert!(size_histogram(&none, &none, "", 80).is_empty());
+    }
+
+    #[test]
+    fn empty_report_says_no_io_seen() {
+        let text = render_report(&empty_report(), 80);
+        assert!(text.contains("no I/O seen on the traced devices"));
+        assert!(text.contains("0 dropped"));
+        assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn tiny_width_does_not_panic() {
+        let text = render_report(&seed_report(), 10);
+        assert!(text.contains("subpage_block_size"));
+    }
+
+    #[test]
+    fn wrap_keeps_words_and_width() {
+        let lines = wrap("aaa bbb ccc ddd", "> ", "  ", 9);
+        assert_eq!(lines, vec!["> aaa bbb", "  ccc ddd"]);
+        let cut = wrap("abcdefghijkl", "", "", 5);
+        assert_eq!(cut, vec!["abcde", "fghij", "kl"]);
+        assert_eq!(wrap("", "fix: ", "", 80), vec!["fix:"]);
+    }
+
+    #[test]
+    fn run_summary_lists_targets() {
+        let text = render_run_summary(&seed_run());
+        assert!(text.starts_with("run: mkfs.ext4 /dev/loop0p2 (exit status 0, 1 process)"));
+        assert!(text.contains("loop0p2: mkfs.ext4 issued 2,048 writes of 32 KiB"));
+        assert!(text.contains("write syscalls 2,048 (64 MiB, avg 32 KiB), fsync 1"));
+        assert!(text.contains("bios 131,072 (avg 512 B) -> commands 1,032"));
+        assert!(text.contains("background writeback by other tasks: 10 user I/Os -> 10 commands"));
+        assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn run_chain_follows_the_header_once() {
+        let mut report = seed_report();
+        report.run = Some(seed_run());
+        let text = render_report(&report, 80);
+        let run = text.find("run: mkfs.ext4 /dev/loop0p2").unwrap();
+        assert!(run > text.find("events:").unwrap());
+        assert!(run < text.find("Diagnoses").unwrap());
+        assert_eq!(text.matches("run: mkfs.ext4").count(), 1);
+        assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn seed_report_snapshot() {
+        insta::assert_snapshot!(render_report(&seed_report(), 80));
+    }
+}

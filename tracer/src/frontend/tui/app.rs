@@ -1,0 +1,512 @@
+//! TUI state. Pure — no ratatui, no I/O — so it is unit-testable.
+//!
+//! The event loop feeds it snapshots and decoded keys; [`App::on_key`] decides
+//! and returns an [`Action`] whose I/O (reset, quit) the loop performs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use crate::model::{ratio, Bucket, Diagnosis, Distribution, Measures, Report, Severity};
+
+use crate::frontend::text::by_severity;
+
+/// Keys the TUI reacts to, decoded from terminal events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Key {
+    Up,
+    Down,
+    Enter,
+    Tab,
+    Esc,
+    CtrlC,
+    Char(char),
+    Other,
+}
+
+/// What a key asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Nothing to do (no redraw needed).
+    None,
+    Quit,
+    /// Zero the counters (the loop calls `LiveSource::reset`).
+    Reset,
+    TogglePause,
+    SelectUp,
+    SelectDown,
+    ToggleDetail,
+}
+
+/// Events per second from two counter readings `elapsed` apart; 0 when no time
+/// passed, and counters that went backwards (a reset in between) count as 0.
+pub fn per_second(now: u64, before: u64, elapsed: Duration) -> f64 {
+    let seconds = elapsed.as_secs_f64();
+    if seconds <= 0.0 {
+        return 0.0;
+    }
+    now.saturating_sub(before) as f64 / seconds
+}
+
+/// Counters of one disk or partition, summed over operation classes.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Totals {
+    pub user_ios: u64,
+    pub commands: u64,
+    pub bytes: u64,
+    pub splits: u64,
+    pub merges: u64,
+    pub misaligned_pbs_commands: u64,
+    pub command_bytes: f64,
+    /// Worst p99 queue→complete latency of any operation class, µs; `None`
+    /// before any latency was measured.
+    pub p99_us: Option<u64>,
+}
+
+impl Totals {
+    pub fn of(measures: &Measures) -> Totals {
+        let mut totals = Totals::default();
+        for op in measures.ops.values() {
+            totals.user_ios += op.user_ios;
+            totals.commands += op.commands;
+            totals.bytes += op.bytes;
+            totals.splits += op.splits;
+            totals.merges += op.merges;
+            totals.misaligned_pbs_commands += op.misaligned_pbs_commands;
+            totals.command_bytes += op.command_size.mean * op.command_size.count as f64;
+            if op.queue_to_complete_us.count > 0 {
+                let p99 = op.queue_to_complete_us.p99;
+                totals.p99_us = Some(totals.p99_us.map_or(p99, |worst| worst.max(p99)));
+            }
+        }
+        totals
+    }
+
+    pub fn amplification(&self) -> f64 {
+        ratio(self.commands, self.user_ios)
+    }
+
+    pub fn split_share(&self) -> f64 {
+        ratio(self.splits, self.user_ios)
+    }
+
+    pub fn merge_share(&self) -> f64 {
+        ratio(self.merges, self.user_ios)
+    }
+
+    pub fn misaligned_share(&self) -> f64 {
+        ratio(self.misaligned_pbs_commands, self.commands)
+    }
+
+    pub fn avg_user_io_bytes(&self) -> f64 {
+        ratio(self.bytes, self.user_ios)
+    }
+
+    pub fn avg_command_bytes(&self) -> f64 {
+        if self.commands == 0 {
+            0.0
+        } else {
+            self.command_bytes / self.commands as f64
+        }
+    }
+}
+
+/// One line of the device table: rates over the last interval, everything
+/// else since the start (or the last reset).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Row {
+    pub name: String,
+    pub is_partition: bool,
+    /// Most severe diagnosis on this device, if any.
+    pub severity: Option<Severity>,
+    pub user_ios_per_s: f64,
+    pub commands_per_s: f64,
+    pub totals: Totals,
+}
+
+/// What the detail pane shows for the selected row.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Detail<'a> {
+    pub name: &'a str,
+    pub user_io_size: Distribution,
+    pub command_size: Distribution,
+    pub splits: u64,
+    pub split_causes: BTreeMap<String, u64>,
+    pub diagnoses: Vec<&'a Diagnosis>,
+}
+
+/// Counters at one instant, to compute rates from the next.
+#[derive(Clone, Debug, Default)]
+struct Sample {
+    at: Duration,
+    events: u64,
+    totals: HashMap<String, Totals>,
+}
+
+#[derive(Debug, Default)]
+pub struct App {
+    /// The report on screen (frozen while paused).
+    pub report: Option<Report>,
+    pub rows: Vec<Row>,
+    pub events_per_s: f64,
+    pub selected: usize,
+    pub detail: bool,
+    pub paused: bool,
+    /// Trace uptime at the shown snapshot.
+    pub uptime: Duration,
+    previous: Sample,
+}
+
+impl App {
+    pub fn new() -> Self {
+        App::default()
+    }
+
+    /// Takes a new snapshot taken at `uptime`. Ignored while paused; returns
+    /// whether the view changed.
+    pub fn on_snapshot(&mut self, report: Report, uptime: Duration) -> bool {
+        if self.paused {
+            return false;
+        }
+        let elapsed = uptime.saturating_sub(self.previous.at);
+        let mut sample = Sample {
+            at: uptime,
+            events: report.events.total(),
+            totals: HashMap::new(),
+        };
+        let selected_name = self.rows.get(self.selected).map(|row| row.name.clone());
+        let mut rows = Vec::new();
+        for device in &report.devices {
+            let entries = std::iter::once((&device.name, &device.measures, false)).chain(
+                device
+                    .partitions
+                    .iter()
+                    .map(|part| (&part.name, &part.measures, true)),
+            );
+            for (name, measures, is_partition) in entries {
+                let totals = Totals::of(measures);
+                let before = self.previous.totals.get(name);
+                let before_user = before.map_or(0, |t| t.user_ios);
+                let before_commands = before.map_or(0, |t| t.commands);
+                rows.push(Row {
+                    name: name.clone(),
+                    is_partition,
+                    severity: most_severe(&report.diagnoses, name),
+                    user_ios_per_s: per_second(totals.user_ios, before_user, elapsed),
+                    commands_per_s: per_second(totals.commands, before_commands, elapsed),
+                    totals: totals.clone(),
+                });
+                sample.totals.insert(name.clone(), totals);
+            }
+        }
+        self.events_per_s = per_second(sample.events, self.previous.events, elapsed);
+        // Keep the same device selected when rows come and go.
+        self.selected = selected_name
+            .and_then(|name| rows.iter().position(|row| row.name == name))
+            .unwrap_or(self.selected)
+            .min(rows.len().saturating_sub(1));
+        self.rows = rows;
+        self.report = Some(report);
+        self.uptime = uptime;
+        self.previous = sample;
+        true
+    }
+
+    /// Counters were zeroed at `uptime`: drop what is shown, rates restart from there.
+    pub fn on_reset(&mut self, uptime: Duration) {
+        self.previous = Sample {
+            at: uptime,
+            ..Sample::default()
+        };
+        self.report = None;
+        self.rows.clear();
+        self.events_per_s = 0.0;
+        self.selected = 0;
+        self.uptime = uptime;
+    }
+
+    pub fn on_key(&mut self, key: Key) -> Action {
+        let action = match key {
+            Key::Char('q') | Key::CtrlC => Action::Quit,
+            Key::Char('r') => Action::Reset,
+            Key::Char('p') => Action::TogglePause,
+            Key::Up | Key::Char('k') => Action::SelectUp,
+            Key::Down | Key::Char('j') => Action::SelectDown,
+            Key::Enter | Key::Tab => Action::ToggleDetail,
+            Key::Esc if self.detail => Action::ToggleDetail,
+            _ => Action::None,
+        };
+        match action {
+            Action::TogglePause => self.paused = !self.paused,
+            Action::SelectUp => self.selected = self.selected.saturating_sub(1),
+            Action::SelectDown => {
+                if self.selected + 1 < self.rows.len() {
+                    self.selected += 1;
+                }
+            }
+            Action::ToggleDetail => self.detail = !self.detail,
+            Action::None | Action::Quit | Action::Reset => {}
+        }
+        action
+    }
+
+    /// Events the kernel could not hand over since the start (or reset).
+    pub fn drops(&self) -> u64 {
+        self.report
+            .as_ref()
+            .map_or(0, |report| report.events.dropped)
+    }
+
+    pub fn selected_row(&self) -> Option<&Row> {
+        self.rows.get(self.selected)
+    }
+
+    /// Histograms, split causes and diagnoses of the selected row, over all op classes.
+    pub fn detail(&self) -> Option<Detail<'_>> {
+        let report = self.report.as_ref()?;
+        let row = self.selected_row()?;
+        let measures = report.devices.iter().find_map(|device| {
+            if device.name == row.name {
+                Some(&device.measures)
+            } else {
+                device
+                    .partitions
+                    .iter()
+                    .find(|part| part.name == row.name)
+                    .map(|part| &part.measures)
+            }
+        })?;
+        let mut split_causes = BTreeMap::new();
+        for op in measures.ops.values() {
+            for (cause, count) in &op.split_causes {
+                *split_causes.entry(cause.clone()).or_insert(0) += count;
+            }
+        }
+        Some(Detail {
+            name: &row.name,
+            user_io_size: merged(measures.ops.values().map(|op| &op.user_io_size)),
+            command_size: merged(measures.ops.values().map(|op| &op.command_size)),
+            splits: row.totals.splits,
+            split_causes,
+            diagnoses: by_severity(&report.diagnoses)
+                .into_iter()
+                .filter(|diagnosis| diagnosis.device == row.name)
+                .collect(),
+        })
+    }
+}
+
+fn most_severe(diagnoses: &[Diagnosis], device: &str) -> Option<Severity> {
+    diagnoses
+        .iter()
+        .filter(|diagnosis| diagnosis.device == device)
+        .map(|diagnosis| diagnosis.severity)
+        .max()
+}
+
+/// Buckets of several distributions added up (percentiles are not mergeable
+/// and are left at 0; the detail pane only draws buckets).
+fn merged<'a>(parts: impl Iterator<Item = &'a Distribution>) -> Distribution {
+    let mut buckets: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut merged = Distribution::default();
+    for part in parts {
+        merged.count += part.count;
+        for bucket in &part.buckets {
+            *buckets.entry(bucket.low).or_insert(0) += bucket.count;
+        }
+    }
+    merged.buckets = buckets
+        .into_iter()
+        .map(|(low, count)| Bucket { low, count })
+        .collect();
+    merged
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frontend::test_reports::{empty_report, seed_report};
+    use crate::model::Op;
+
+    fn secs(value: u64) -> Duration {
+        Duration::from_secs(value)
+    }
+
+    #[test]
+    fn per_second_guards_zero_time_and_resets() {
+        assert_eq!(per_second(100, 0, Duration::ZERO), 0.0);
+        assert_eq!(per_second(150, 50, secs(2)), 50.0);
+        assert_eq!(per_second(10, 50, secs(1)), 0.0);
+        assert_eq!(per_second(3, 0, Duration::from_millis(500)), 6.0);
+    }
+
+    #[test]
+    fn totals_ratios_guard_zero() {
+        let none = Totals::default();
+        assert_eq!(none.amplification(), 0.0);
+        assert_eq!(none.avg_command_bytes(), 0.0);
+        assert_eq!(none.misaligned_share(), 0.0);
+        assert_eq!(none.p99_us, None);
+        let seed = seed_report();
+        let loop0p2 = &seed.devices[0].partitions[1];
+        let totals = Totals::of(&loop0p2.measures);
+        assert_eq!(totals.user_ios, 16385);
+        assert_eq!(totals.commands, 129);
+        assert_eq!(totals.avg_user_io_bytes(), 512.0);
+        // 128 commands of 64 KiB and one of 512 B carry the 16,385 × 512 bytes.
+        assert!((totals.avg_command_bytes() - 16385.0 * 512.0 / 129.0).abs() < 1e-6);
+        assert_eq!(totals.misaligned_share(), 1.0);
+        // The synthetic latency distribution's p99 bucket.
+        assert_eq!(totals.p99_us, Some(4096));
+    }
+
+    #[test]
+    fn first_snapshot_rates_are_averages_since_start() {
+        let mut app = App::new();
+        let report = seed_report();
+        let events = report.events.total();
+        assert!(app.on_snapshot(report, secs(4)));
+        let row = app.rows.iter().find(|row| row.name == "loop0p2").unwrap();
+        assert_eq!(row.user_ios_per_s, 16385.0 / 4.0);
+        assert_eq!(row.commands_per_s, 129.0 / 4.0);
+        assert_eq!(app.events_per_s, events as f64 / 4.0);
+        assert_eq!(row.severity, Some(Severity::Critical));
+        assert!(row.is_partition);
+        let loop1 = app.rows.iter().find(|row| row.name == "loop1").unwrap();
+        assert_eq!(loop1.severity, Some(Severity::Warning));
+        let loop0p1 = app.rows.iter().find(|row| row.name == "loop0p1").unwrap();
+        assert_eq!(loop0p1.severity, None);
+    }
+
+    #[test]
+    fn rates_come_from_deltas_between_snapshots() {
+        let mut app = App::new();
+        let first = seed_report();
+        let mut second = seed_report();
+        let write = second.devices[0].partitions[1]
+            .measures
+            .ops
+            .get_mut(&Op::Write)
+            .unwrap();
+        write.user_ios += 1000;
+        write.commands += 10;
+        second.events.queue += 2000;
+        app.on_snapshot(first, secs(10));
+        app.on_snapshot(second, Duration::from_millis(10_500));
+        let row = app.rows.iter().find(|row| row.name == "loop0p2").unwrap();
+        assert_eq!(row.user_ios_per_s, 2000.0);
+        assert_eq!(row.commands_per_s, 20.0);
+        assert_eq!(app.events_per_s, 4000.0);
+        // Nothing changed on loop1.
+        let loop1 = app.rows.iter().find(|row| row.name == "loop1").unwrap();
+        assert_eq!(loop1.user_ios_per_s, 0.0);
+        // A snapshot at the same instant does not divide by zero.
+        app.on_snapshot(seed_report(), Duration::from_millis(10_500));
+        assert!(app.rows.iter().all(|row| row.user_ios_per_s == 0.0));
+    }
+
+    #[test]
+    fn reset_restarts_rates_from_the_reset_time() {
+        let mut app = App::new();
+        app.on_snapshot(seed_report(), secs(10));
+        app.on_reset(secs(20));
+        assert!(app.rows.is_empty() && app.report.is_none());
+        app.on_snapshot(seed_report(), secs(22));
+        let row = app.rows.iter().find(|row| row.name == "loop0p2").unwrap();
+        assert_eq!(row.user_ios_per_s, 16385.0 / 2.0);
+    }
+
+    #[test]
+    fn keys_map_to_actions() {
+        let mut app = App::new();
+        app.on_snapshot(seed_report(), secs(1));
+        assert_eq!(app.on_key(Key::Char('q')), Action::Quit);
+        assert_eq!(app.on_key(Key::CtrlC), Action::Quit);
+        assert_eq!(app.on_key(Key::Char('r')), Action::Reset);
+        assert_eq!(app.on_key(Key::Char('x')), Action::None);
+        assert_eq!(app.on_key(Key::Other), Action::None);
+        assert_eq!(app.on_key(Key::Esc), Action::None);
+
+        assert_eq!(app.on_key(Key::Char('j')), Action::SelectDown);
+        assert_eq!(app.on_key(Key::Down), Action::SelectDown);
+        assert_eq!(app.selected, 2);
+        assert_eq!(app.on_key(Key::Char('k')), Action::SelectUp);
+        assert_eq!(app.on_key(Key::Up), Action::SelectUp);
+        assert_eq!(app.on_key(Key::Up), Action::SelectUp);
+        assert_eq!(app.selected, 0);
+        for _ in 0..10 {
+            app.on_key(Key::Down);
+        }
+        assert_eq!(app.selected, app.rows.len() - 1);
+
+        assert_eq!(app.on_key(Key::Enter), Action::ToggleDetail);
+        assert!(app.detail);
+        assert_eq!(app.on_key(Key::Esc), Action::ToggleDetail);
+        assert!(!app.detail);
+        app.on_key(Key::Tab);
+        assert!(app.detail);
+    }
+
+    #[test]
+    fn pause_freezes_the_view() {
+        let mut app = App::new();
+        app.on_snapshot(seed_report(), secs(1));
+        assert_eq!(app.on_key(Key::Char('p')), Action::TogglePause);
+        assert!(app.paused);
+        assert!(!app.on_snapshot(empty_report(), secs(2)));
+        assert!(!app.rows.is_empty());
+        assert_eq!(app.uptime, secs(1));
+        app.on_key(Key::Char('p'));
+        assert!(app.on_snapshot(empty_report(), secs(3)));
+        assert!(app.rows.is_empty());
+    }
+
+    #[test]
+    fn selection_follows_the_device_and_stays_in_range() {
+        let mut app = App::new();
+        app.on_snapshot(seed_report(), secs(1));
+        app.on_key(Key::Down);
+        app.on_key(Key::Down);
+        assert_eq!(app.selected_row().unwrap().name, "loop0p2");
+        // loop0p1 disappears: loop0p2 stays selected at its new index.
+        let mut fewer = seed_report();
+        fewer.devices[0].partitions.remove(0);
+        app.on_snapshot(fewer, secs(2));
+        assert_eq!(app.selected_row().unwrap().name, "loop0p2");
+        app.on_snapshot(empty_report(), secs(3));
+        assert_eq!(app.selected, 0);
+        assert!(app.selected_row().is_none());
+        assert!(app.detail().is_none());
+    }
+
+    #[test]
+    fn detail_gathers_sizes_causes_and_diagnoses() {
+        let mut app = App::new();
+        app.on_snapshot(seed_report(), secs(1));
+        app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
+        let detail = app.detail().unwrap();
+        assert_eq!(detail.name, "loop0p2");
+        assert_eq!(
+            detail.user_io_size.buckets,
+            vec![Bucket {
+                low: 512,
+                count: 16385
+            }]
+        );
+        assert_eq!(detail.command_size.count, 129);
+        let codes: Vec<_> = detail.diagnoses.iter().map(|d| d.code).collect();
+        assert_eq!(codes, vec!["subpage_block_size", "misaligned_start"]);
+
+        app.selected = app.rows.iter().position(|r| r.name == "loop1").unwrap();
+        let detail = app.detail().unwrap();
+        assert_eq!(detail.split_causes.get("max_sectors"), Some(&700));
+        assert_eq!(detail.splits, 700);
+    }
+
+    #[test]
+    fn drops_come_from_the_shown_report() {
+        let mut app = App::new();
+        assert_eq!(app.drops(), 0);
+        app.on_snapshot(seed_report(), secs(1));
+        assert_eq!(app.drops(), 42);
+    }
+}

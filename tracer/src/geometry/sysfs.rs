@@ -1,0 +1,490 @@
+//! Reads disks, their queue limits and their partitions from sysfs.
+//!
+//! Every reader takes the sysfs root (normally `/sys`) so tests run on fixture
+//! trees. Attributes missing on older kernels fall back to the kernel's own
+//! defaults; nothing here panics on what a kernel may or may not provide.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use super::ioctl::{BlockSizeProbe, DevNodeProbe};
+use super::{DevId, DiskGeometry, PartitionGeometry};
+use crate::error::{Error, Result};
+
+/// Kernel defaults for limits a very old kernel may not export
+/// (BLK_MAX_SEGMENTS, BLK_MAX_SEGMENT_SIZE, BLK_DEF_MAX_SECTORS_CAP).
+const DEFAULT_MAX_SEGMENTS: u32 = 128;
+const DEFAULT_MAX_SEGMENT_SIZE: u32 = 65536;
+const DEFAULT_MAX_SECTORS_KB: u32 = 1280;
+
+/// Reads every disk under `/sys/block`, or only the named ones, from the live
+/// system; block sizes come from BLKBSZGET on `/dev/NAME` where permitted.
+pub fn read_disks(names: Option<&[String]>) -> Result<Vec<DiskGeometry>> {
+    read_disks_in(Path::new("/sys"), names, &DevNodeProbe::default())
+}
+
+/// Reads every disk under `SYSFS/block` (sorted by name), or the named ones in
+/// the given order. A partition name stands for its disk; each disk appears
+/// once. An unknown name is a usage error.
+pub fn read_disks_in(
+    sysfs_root: &Path,
+    names: Option<&[String]>,
+    probe: &dyn BlockSizeProbe,
+) -> Result<Vec<DiskGeometry>> {
+    let disk_names = match names {
+        Some(names) => {
+            let mut disks: Vec<String> = Vec::new();
+            for name in names {
+                let disk = disk_name_of(sysfs_root, name)?;
+                if !disks.contains(&disk) {
+                    disks.push(disk);
+                }
+            }
+            disks
+        }
+        None => list_disks(sysfs_root)?,
+    };
+    disk_names
+        .iter()
+        .map(|name| read_disk_in(sysfs_root, name, probe))
+        .collect()
+}
+
+/// The names under `SYSFS/block`, in natural order (loop2 before loop10).
+fn list_disks(sysfs_root: &Path) -> Result<Vec<String>> {
+    let dir = sysfs_root.join("block");
+    let entries = fs::read_dir(&dir).map_err(|err| {
+        Error::failure(format!(
+            "cannot list disks in {}: {err} (is sysfs mounted?)",
+            dir.display()
+        ))
+    })?;
+    let mut names: Vec<String> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort_by_key(|name| natural_key(name));
+    Ok(names)
+}
+
+/// Sort key that orders embedded numbers by value.
+fn natural_key(name: &str) -> (String, u64, String) {
+    let digits_at = name
+        .find(|c: char| c.is_ascii_digit())
+        .unwrap_or(name.len());
+    let (stem, rest) = name.split_at(digits_at);
+    let digits_end = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let number = rest[..digits_end].parse().unwrap_or(0);
+    (stem.to_string(), number, rest[digits_end..].to_string())
+}
+
+/// The disk a name belongs to: itself if it is a disk, its parent if it is a
+/// partition.
+fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
+    let unknown = || {
+        Error::usage(format!(
+            "unknown device `{name}`: give a disk or partition such as sda or sda2 (see `lsblk`)"
+        ))
+    };
+    if name.is_empty() || name.contains('/') {
+        return Err(unknown());
+    }
+    if sysfs_root.join("block").join(name).is_dir() {
+        return Ok(name.to_string());
+    }
+    let class = sysfs_root.join("class/block").join(name);
+    if class.join("partition").is_file() {
+        let real = fs::canonicalize(&class).map_err(|_| unknown())?;
+        return real
+            .parent()
+            .and_then(|disk| disk.file_name())
+            .map(|disk| disk.to_string_lossy().into_owned())
+            .ok_or_else(unknown);
+    }
+    Err(unknown())
+}
+
+/// Reads one disk (`SYSFS/block/NAME`) and its partitions.
+pub fn read_disk_in(
+    sysfs_root: &Path,
+    name: &str,
+    probe: &dyn BlockSizeProbe,
+) -> Result<DiskGeometry> {
+    let dir = sysfs_root.join("block").join(name);
+    if !dir.is_dir() {
+        return Err(Error::usage(format!(
+            "unknown disk `{name}`: no {} (see `lsblk`)",
+            dir.display()
+        )));
+    }
+    let queue = dir.join("queue");
+    let logical_block_size = read_u32(&queue, "logical_block_size").unwrap_or(512);
+    let physical_block_size = read_u32(&queue, "physical_block_size").unwrap_or(logical_block_size);
+    let max_sectors_kb = read_u32(&queue, "max_sectors_kb").unwrap_or(DEFAULT_MAX_SECTORS_KB);
+    let mut disk = DiskGeometry {
+        name: name.to_string(),
+        dev: read_dev(&dir.join("dev")),
+        size_sectors: read_u64(&dir, "size").unwrap_or(0),
+        logical_block_size,
+        physical_block_size,
+        minimum_io_size: read_u32(&queue, "minimum_io_size").unwrap_or(physical_block_size),
+        optimal_io_size: read_u32(&queue, "optimal_io_size").unwrap_or(0),
+        alignment_offset: read_alignment_offset(&dir),
+        max_sectors_kb,
+        max_hw_sectors_kb: read_u32(&queue, "max_hw_sectors_kb").unwrap_or(max_sectors_kb),
+        max_segments: read_u32(&queue, "max_segments").unwrap_or(DEFAULT_MAX_SEGMENTS),
+        max_segment_size: read_u32(&queue, "max_segment_size").unwrap_or(DEFAULT_MAX_SEGMENT_SIZE),
+        virt_boundary_mask: read_u64(&queue, "virt_boundary_mask").unwrap_or(0),
+        chunk_sectors: read_u32(&queue, "chunk_sectors").unwrap_or(0),
+        nomerges: read_u32(&queue, "nomerges").unwrap_or(0),
+        discard_granularity: read_u32(&queue, "discard_granularity").unwrap_or(0),
+        rotational: read_u32(&queue, "rotational").is_some_and(|value| value != 0),
+        scheduler: read_text(&queue, "scheduler")
+            .map(|line| active_scheduler(&line))
+            .unwrap_or_else(|| "none".to_string()),
+        request_based: dir.join("mq").is_dir(),
+        block_size: probe.block_size(name),
+        partitions: Vec::new(),
+    };
+    disk.partitions = read_partitions(&dir, probe);
+    Ok(disk)
+}
+
+/// Subdirectories with a `partition` file, sorted by partition number.
+fn read_partitions(disk_dir: &Path, probe: &dyn BlockSizeProbe) -> Vec<PartitionGeometry> {
+    let Ok(entries) = fs::read_dir(disk_dir) else {
+        return Vec::new();
+    };
+    let mut partitions: Vec<PartitionGeometry> = entries
+        .filter_map(|entry| entry.ok())
+        .map(|entry| entry.path())
+        .filter(|path| path.join("partition").is_file())
+        .filter_map(|path| read_partition(&path, probe))
+        .collect();
+    partitions.sort_by_key(|part| (part.number, part.start));
+    partitions
+}
+
+fn read_partition(dir: &Path, probe: &dyn BlockSizeProbe) -> Option<PartitionGeometry> {
+    let name = dir.file_name()?.to_string_lossy().into_owned();
+    Some(PartitionGeometry {
+        dev: read_dev(&dir.join("dev")),
+        number: read_u32(dir, "partition").unwrap_or(0),
+        start: read_u64(dir, "start")?,
+        size: read_u64(dir, "size")?,
+        alignment_offset: read_alignment_offset(dir),
+        block_size: probe.block_size(&name),
+        name,
+    })
+}
+
+/// The bracketed entry of `queue/scheduler` ("none [mq-deadline] kyber").
+/// Bio-based devices print just "none".
+fn active_scheduler(line: &str) -> String {
+    line.split_whitespace()
+        .find_map(|word| word.strip_prefix('[').and_then(|w| w.strip_suffix(']')))
+        .or_else(|| line.split_whitespace().next())
+        .unwrap_or("none")
+        .to_string()
+}
+
+/// `alignment_offset` is -1 when the kernel found the stacked limits
+/// impossible to align; report 0 then (the audit recomputes it anyway).
+fn read_alignment_offset(dir: &Path) -> u32 {
+    read_text(dir, "alignment_offset")
+        .and_then(|text| text.parse::<i64>().ok())
+        .and_then(|value| u32::try_from(value).ok())
+        .unwrap_or(0)
+}
+
+fn read_text(dir: &Path, attr: &str) -> Option<String> {
+    fs::read_to_string(dir.join(attr))
+        .ok()
+        .map(|text| text.trim().to_string())
+}
+
+fn read_u64(dir: &Path, attr: &str) -> Option<u64> {
+    read_text(dir, attr)?.parse().ok()
+}
+
+fn read_u32(dir: &Path, attr: &str) -> Option<u32> {
+    read_text(dir, attr)?.parse().ok()
+}
+
+fn read_dev(path: &Path) -> Option<DevId> {
+    let text = fs::read_to_string(path).ok()?;
+    let (major, minor) = text.trim().split_once(':')?;
+    Some(DevId::new(major.parse().ok()?, minor.parse().ok()?))
+}
+
+/// The kernel name of a device number, through `SYSFS/dev/block/MAJ:MIN`.
+pub fn name_of_dev_in(sysfs_root: &Path, dev: DevId) -> Option<String> {
+    let link: PathBuf = sysfs_root.join("dev/block").join(dev.to_string());
+    let target = fs::read_link(link).ok()?;
+    Some(target.file_name()?.to_string_lossy().into_owned())
+}
+
+/// The kernel name of a device number on the live system.
+pub fn name_of_dev(dev: DevId) -> Option<String> {
+    name_of_dev_in(Path::new("/sys"), dev)
+}
+
+/// The disk a device number belongs to, and the partition if it is one.
+pub fn locate(
+    disks: &[DiskGeometry],
+    dev: DevId,
+) -> Option<(&DiskGeometry, Option<&PartitionGeometry>)> {
+    disks.iter().find_map(|disk| {
+        if disk.dev == Some(dev) {
+            Some((disk, None))
+        } else {
+            disk.partition(dev).map(|part| (disk, Some(part)))
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::ioctl::NoBlockSize;
+    use std::collections::HashMap;
+
+    /// A scratch sysfs tree removed on drop.
+    struct Tree(PathBuf);
+
+    impl Tree {
+        fn new(tag: &str) -> Self {
+            let root =
+                std::env::temp_dir().join(format!("iosplit-sysfs-{tag}-{}", std::process::id()));
+            let _ = fs::remove_dir_all(&root);
+            fs::create_dir_all(root.join("block")).unwrap();
+            fs::create_dir_all(root.join("class/block")).unwrap();
+            fs::create_dir_all(root.join("dev/block")).unwrap();
+            Tree(root)
+        }
+
+        fn write(&self, rel: &str, text: &str) {
+            let path = self.0.join(rel);
+            fs::create_dir_all(path.parent().unwrap()).unwrap();
+            fs::write(path, format!("{text}\n")).unwrap();
+        }
+
+        /// A disk directory under devices/ with block/, class/block and
+        /// dev/block links, like the kernel lays them out.
+        fn disk(&self, name: &str, dev: &str, attrs: &[(&str, &str)]) {
+            let rel = format!("devices/virtual/block/{name}");
+            self.write(&format!("{rel}/dev"), dev);
+            for (attr, value) in attrs {
+                self.write(&format!("{rel}/{attr}"), value);
+            }
+            let target = self.0.join(&rel);
+            std::os::unix::fs::symlink(&target, self.0.join("block").join(name)).unwrap();
+            std::os::unix::fs::symlink(&target, self.0.join("class/block").join(name)).unwrap();
+            std::os::unix::fs::symlink(&target, self.0.join("dev/block").join(dev)).unwrap();
+        }
+
+        fn partition(&self, disk: &str, name: &str, dev: &str, attrs: &[(&str, &str)]) {
+            let rel = format!("devices/virtual/block/{disk}/{name}");
+            self.write(&format!("{rel}/dev"), dev);
+            for (attr, value) in attrs {
+                self.write(&format!("{rel}/{attr}"), value);
+            }
+            let target = self.0.join(&rel);
+            std::os::unix::fs::symlink(&target, self.0.join("class/block").join(name)).unwrap();
+            std::os::unix::fs::symlink(&target, self.0.join("dev/block").join(dev)).unwrap();
+        }
+    }
+
+    impl Drop for Tree {
+        fn drop(&mut self) {
+            let _ = fs::remove_dir_all(&self.0);
+        }
+    }
+
+    struct FakeProbe(HashMap<&'static str, u32>);
+
+    impl BlockSizeProbe for FakeProbe {
+        fn block_size(&self, name: &str) -> Option<u32> {
+            self.0.get(name).copied()
+        }
+    }
+
+    #[test]
+    fn reads_every_limit_and_partition() {
+        let tree = Tree::new("full");
+        tree.disk(
+            "loop1",
+            "7:1",
+            &[
+                ("size", "409600"),
+                ("alignment_offset", "0"),
+                ("queue/logical_block_size", "512"),
+                ("queue/physical_block_size", "4096"),
+                ("queue/minimum_io_size", "8192"),
+                ("queue/optimal_io_size", "1048576"),
+                ("queue/max_sectors_kb", "256"),
+                ("queue/max_hw_sectors_kb", "32767"),
+                ("queue/max_segments", "254"),
+                ("queue/max_segment_size", "4294967295"),
+                ("queue/virt_boundary_mask", "4095"),
+                ("queue/chunk_sectors", "256"),
+                ("queue/nomerges", "2"),
+                ("queue/discard_granularity", "4096"),
+                ("queue/rotational", "1"),
+                ("queue/scheduler", "none [mq-deadline] kyber bfq"),
+                ("mq/0/nr_tags", "128"),
+            ],
+        );
+        tree.partition(
+            "loop1",
+            "loop1p2",
+            "259:1",
+            &[
+                ("partition", "2"),
+                ("start", "200001"),
+                ("size", "200001"),
+                ("alignment_offset", "3584"),
+            ],
+        );
+        tree.partition(
+            "loop1",
+            "loop1p1",
+            "259:0",
+            &[("partition", "1"), ("start", "2048"), ("size", "40000")],
+        );
+        let probe = FakeProbe(HashMap::from([("loop1", 4096), ("loop1p2", 512)]));
+        let disks = read_disks_in(&tree.0, None, &probe).unwrap();
+        assert_eq!(disks.len(), 1);
+        let disk = &disks[0];
+        assert_eq!(disk.name, "loop1");
+        assert_eq!(disk.dev, Some(DevId::new(7, 1)));
+        assert_eq!(disk.size_sectors, 409_600);
+        assert_eq!(
+            (disk.logical_block_size, disk.physical_block_size),
+            (512, 4096)
+        );
+        assert_eq!(
+            (disk.minimum_io_size, disk.optimal_io_size),
+            (8192, 1_048_576)
+        );
+        assert_eq!((disk.max_sectors_kb, disk.max_hw_sectors_kb), (256, 32767));
+        assert_eq!((disk.max_segments, disk.max_segment_size), (254, u32::MAX));
+        assert_eq!(disk.virt_boundary_mask, 4095);
+        assert_eq!(disk.chunk_sectors, 256);
+        assert_eq!(disk.nomerges, 2);
+        assert_eq!(disk.discard_granularity, 4096);
+        assert!(disk.rotational);
+        assert_eq!(disk.scheduler, "mq-deadline");
+        assert!(disk.request_based);
+        assert_eq!(disk.block_size, Some(4096));
+        let names: Vec<&str> = disk.partitions.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(names, ["loop1p1", "loop1p2"], "sorted by number");
+        let part = &disk.partitions[1];
+        assert_eq!(part.number, 2);
+        assert_eq!(part.dev, Some(DevId::new(259, 1)));
+        assert_eq!((part.start, part.size), (200_001, 200_001));
+        assert_eq!(part.alignment_offset, 3584);
+        assert_eq!(part.block_size, Some(512));
+        assert_eq!(disk.partitions[0].block_size, None);
+        assert_eq!(disk.partitions[0].alignment_offset, 0, "missing file");
+    }
+
+    #[test]
+    fn an_old_kernel_without_newer_attributes_gets_defaults() {
+        let tree = Tree::new("old");
+        tree.disk(
+            "zram0",
+            "253:0",
+            &[
+                ("size", "1000"),
+                ("alignment_offset", "-1"),
+                ("queue/logical_block_size", "4096"),
+                ("queue/scheduler", "none"),
+            ],
+        );
+        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let disk = &disks[0];
+        assert_eq!(disk.physical_block_size, 4096, "defaults to logical");
+        assert_eq!(disk.minimum_io_size, 4096, "defaults to physical");
+        assert_eq!(disk.alignment_offset, 0, "-1 means unalignable");
+        assert_eq!(disk.max_sectors_kb, DEFAULT_MAX_SECTORS_KB);
+        assert_eq!(disk.max_hw_sectors_kb, DEFAULT_MAX_SECTORS_KB);
+        assert_eq!(disk.max_segments, DEFAULT_MAX_SEGMENTS);
+        assert_eq!(disk.virt_boundary_mask, 0);
+        assert_eq!(disk.scheduler, "none");
+        assert!(!disk.request_based, "no mq directory: bio-based");
+        assert!(!disk.rotational);
+        assert!(disk.partitions.is_empty());
+    }
+
+    #[test]
+    fn names_select_disks_and_partitions_imply_their_disk() {
+        let tree = Tree::new("names");
+        for (name, dev) in [("loop10", "7:10"), ("loop2", "7:2"), ("vda", "254:0")] {
+            tree.disk(name, dev, &[("size", "8")]);
+        }
+        tree.partition(
+            "loop2",
+            "loop2p1",
+            "259:4",
+            &[("partition", "1"), ("start", "0"), ("size", "8")],
+        );
+        let all = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["loop2", "loop10", "vda"]);
+
+        let wanted = [
+            "vda".to_string(),
+            "loop2p1".to_string(),
+            "loop2".to_string(),
+        ];
+        let some = read_disks_in(&tree.0, Some(&wanted), &NoBlockSize).unwrap();
+        let names: Vec<&str> = some.iter().map(|d| d.name.as_str()).collect();
+        assert_eq!(names, ["vda", "loop2"]);
+
+        let err = read_disks_in(&tree.0, Some(&["sdz".to_string()]), &NoBlockSize).unwrap_err();
+        assert!(err.message.contains("unknown device `sdz`"), "{err}");
+        assert_eq!(err.exit_code, crate::error::EXIT_USAGE);
+    }
+
+    #[test]
+    fn device_numbers_map_to_disks_and_partitions() {
+        let tree = Tree::new("devs");
+        tree.disk("loop3", "7:3", &[("size", "100")]);
+        tree.partition(
+            "loop3",
+            "loop3p1",
+            "259:7",
+            &[("partition", "1"), ("start", "8"), ("size", "16")],
+        );
+        assert_eq!(
+            name_of_dev_in(&tree.0, DevId::new(259, 7)).as_deref(),
+            Some("loop3p1")
+        );
+        assert_eq!(
+            name_of_dev_in(&tree.0, DevId::new(7, 3)).as_deref(),
+            Some("loop3")
+        );
+        assert_eq!(name_of_dev_in(&tree.0, DevId::new(9, 9)), None);
+
+        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let (disk, part) = locate(&disks, DevId::from_kernel((259 << 20) | 7)).unwrap();
+        assert_eq!(
+            (disk.name.as_str(), part.map(|p| p.name.as_str())),
+            ("loop3", Some("loop3p1"))
+        );
+        let (disk, part) = locate(&disks, DevId::new(7, 3)).unwrap();
+        assert_eq!((disk.name.as_str(), part), ("loop3", None));
+        assert!(locate(&disks, DevId::new(8, 0)).is_none());
+    }
+
+    #[test]
+    fn scheduler_line_parsing() {
+        assert_eq!(active_scheduler("[none] mq-deadline"), "none");
+        assert_eq!(active_scheduler("none [bfq]"), "bfq");
+        assert_eq!(active_scheduler("none"), "none");
+        assert_eq!(active_scheduler(""), "none");
+    }
+}

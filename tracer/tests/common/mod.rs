@@ -1,0 +1,301 @@
+//! Helpers for privileged integration tests: real loop disks with partitions,
+//! the kernel's ftrace `blk` tracer as an oracle, and the real binary.
+//! Every guard puts back what it changed when dropped, also on panic.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// True when privileged tests may run. Under CI=true a non-root run fails
+/// instead of skipping; elsewhere it says that it skipped.
+pub fn privileged(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return true;
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{test}: privileged tests must run in CI, but this is not root");
+    }
+    eprintln!("SKIPPED {test}: needs root (run `sudo cargo xtask test`)");
+    false
+}
+
+/// Runs a command and panics with its output if it fails.
+pub fn sh(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .output()
+        .unwrap_or_else(|err| panic!("cannot run {program}: {err}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A partition to create: start and size in 512-byte sectors.
+#[derive(Clone, Copy, Debug)]
+pub struct PartitionSpec {
+    pub start: u64,
+    pub size: u64,
+}
+
+/// A loop device over a file in /dev/shm, with partitions made by sfdisk and
+/// registered with `partx -a` (this kernel has no partition-table parsers).
+pub struct LoopDisk {
+    pub name: String,
+    pub image: PathBuf,
+    partitions: usize,
+    saved_queue: Vec<(String, String)>,
+}
+
+impl LoopDisk {
+    pub fn new(tag: &str, size_mib: u64, partitions: &[PartitionSpec]) -> LoopDisk {
+        let image = PathBuf::from(format!(
+            "/dev/shm/iosplit-test-{tag}-{}.img",
+            std::process::id()
+        ));
+        let file = std::fs::File::create(&image).expect("create image");
+        file.set_len(size_mib << 20).expect("size image");
+        drop(file);
+        let device = sh("losetup", &["-f", "--show", "-P", image.to_str().unwrap()]);
+        let device = device.trim().to_string();
+        let name = device.trim_start_matches("/dev/").to_string();
+        let mut disk = LoopDisk {
+            name,
+            image,
+            partitions: 0,
+            saved_queue: Vec::new(),
+        };
+        if !partitions.is_empty() {
+            let table: String = partitions
+                .iter()
+                .map(|p| format!("start={}, size={}\n", p.start, p.size))
+                .collect();
+            let mut child = Command::new("sfdisk")
+                .args(["--no-reread", "--no-tell-kernel", "-q", &device])
+                .stdin(Stdio::piped())
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("run sfdisk");
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(table.as_bytes())
+                .unwrap();
+            assert!(child.wait().unwrap().success(), "sfdisk failed");
+            sh("partx", &["-a", &device]);
+            disk.partitions = partitions.len();
+            for n in 1..=partitions.len() {
+                let part = disk.partition(n);
+                let deadline = Instant::now() + Duration::from_secs(5);
+                while !Path::new(&part).exists() {
+                    assert!(Instant::now() < deadline, "{part} did not appear");
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+        }
+        disk
+    }
+
+    pub fn device(&self) -> String {
+        format!("/dev/{}", self.name)
+    }
+
+    /// `/dev/loopNpK`.
+    pub fn partition(&self, number: usize) -> String {
+        format!("/dev/{}p{number}", self.name)
+    }
+
+    /// "major,minor" as the blk tracer prints it.
+    pub fn blk_dev(&self) -> String {
+        let dev = std::fs::read_to_string(format!("/sys/block/{}/dev", self.name)).unwrap();
+        dev.trim().replace(':', ",")
+    }
+
+    /// Sets a queue attribute, remembering the old value for Drop
+    /// (loop devices keep queue settings after detach).
+    pub fn set_queue(&mut self, attribute: &str, value: &str) {
+        let path = format!("/sys/block/{}/queue/{attribute}", self.name);
+        let old = std::fs::read_to_string(&path).unwrap().trim().to_string();
+        if !self.saved_queue.iter().any(|(a, _)| a == attribute) {
+            self.saved_queue.push((attribute.to_string(), old));
+        }
+        std::fs::write(&path, value).unwrap_or_else(|err| panic!("write {path}: {err}"));
+    }
+}
+
+impl Drop for LoopDisk {
+    fn drop(&mut self) {
+        for (attribute, value) in self.saved_queue.drain(..).rev() {
+            let _ = std::fs::write(format!("/sys/block/{}/queue/{attribute}", self.name), value);
+        }
+        let device = self.device();
+        if self.partitions > 0 {
+            let _ = Command::new("partx").args(["-d", &device]).status();
+        }
+        let _ = Command::new("losetup").args(["-d", &device]).status();
+        let _ = std::fs::remove_file(&self.image);
+    }
+}
+
+const TRACING: &str = "/sys/kernel/tracing";
+
+fn ensure_tracefs() {
+    if !Path::new(TRACING).join("trace").exists() {
+        sh("mount", &["-t", "tracefs", "nodev", TRACING]);
+    }
+}
+
+/// The kernel's ftrace `blk` tracer on one disk: the event-count oracle.
+pub struct BlkTracer {
+    disk: String,
+    old_buffer_kb: String,
+}
+
+impl BlkTracer {
+    pub fn start(disk: &str) -> BlkTracer {
+        ensure_tracefs();
+        let old_buffer_kb = std::fs::read_to_string(format!("{TRACING}/buffer_size_kb"))
+            .unwrap()
+            .trim()
+            .to_string();
+        let tracer = BlkTracer {
+            disk: disk.to_string(),
+            old_buffer_kb,
+        };
+        std::fs::write(format!("{TRACING}/buffer_size_kb"), "65536").unwrap();
+        std::fs::write(format!("{TRACING}/trace"), "").unwrap();
+        std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
+        std::fs::write(format!("{TRACING}/current_tracer"), "blk").unwrap();
+        tracer
+    }
+
+    /// Stops tracing and returns the trace text; panics if the buffer overran.
+    pub fn finish(&self) -> String {
+        std::fs::write(format!("{TRACING}/tracing_on"), "0").unwrap();
+        let trace = std::fs::read_to_string(format!("{TRACING}/trace")).unwrap();
+        for cpu in std::fs::read_dir(format!("{TRACING}/per_cpu")).unwrap() {
+            let stats = std::fs::read_to_string(cpu.unwrap().path().join("stats")).unwrap();
+            let overrun = stats
+                .lines()
+                .find_map(|l| l.strip_prefix("overrun: "))
+                .unwrap_or("0");
+            assert_eq!(overrun.trim(), "0", "the blk tracer's buffer overran");
+        }
+        trace
+    }
+}
+
+impl Drop for BlkTracer {
+    fn drop(&mut self) {
+        let _ = std::fs::write(format!("{TRACING}/current_tracer"), "nop");
+        let _ = std::fs::write(format!("/sys/block/{}/trace/enable", self.disk), "0");
+        let _ = std::fs::write(format!("{TRACING}/tracing_on"), "1");
+        let _ = std::fs::write(format!("{TRACING}/buffer_size_kb"), &self.old_buffer_kb);
+        let _ = std::fs::write(format!("{TRACING}/trace"), "");
+    }
+}
+
+/// Counts blk tracer actions (A, Q, X, M, F, D, C …) for one "major,minor".
+pub fn count_actions(trace: &str, dev: &str) -> std::collections::BTreeMap<String, u64> {
+    let mut counts = std::collections::BTreeMap::new();
+    for line in trace.lines().filter(|l| !l.starts_with('#')) {
+        // "  dd-123  [001] ..... 12.345678: 7,0    Q  WS 2048 + 8 [dd]"
+        let Some((_, event)) = line.split_once(": ") else {
+            continue;
+        };
+        let mut words = event.split_whitespace();
+        if words.next() != Some(dev) {
+            continue;
+        }
+        if let Some(action) = words.next() {
+            *counts.entry(action.to_string()).or_insert(0) += 1;
+        }
+    }
+    counts
+}
+
+/// The real binary, running in the background until stopped.
+pub struct Tracer {
+    child: Option<Child>,
+    stderr_lines: Vec<String>,
+}
+
+pub fn binary() -> &'static str {
+    env!("CARGO_BIN_EXE_iosplit-trace")
+}
+
+impl Tracer {
+    /// Starts `iosplit-trace ARGS` and waits for its "tracing …" line.
+    pub fn start(args: &[&str]) -> Tracer {
+        let mut child = Command::new(binary())
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start iosplit-trace");
+        let stderr = child.stderr.take().unwrap();
+        let mut reader = BufReader::new(stderr);
+        let mut stderr_lines = Vec::new();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            let read = reader.read_line(&mut line).unwrap();
+            assert!(
+                read > 0,
+                "iosplit-trace exited before tracing: {stderr_lines:?}"
+            );
+            stderr_lines.push(line.trim_end().to_string());
+            if line.contains("iosplit-trace: tracing") {
+                break;
+            }
+        }
+        // Keep draining stderr so the child never blocks on a full pipe.
+        std::thread::spawn(move || {
+            let mut rest = String::new();
+            let _ = reader.read_to_string(&mut rest);
+            if !rest.is_empty() {
+                eprint!("{rest}");
+            }
+        });
+        Tracer {
+            child: Some(child),
+            stderr_lines,
+        }
+    }
+
+    /// Sends SIGINT (Ctrl-C) and returns stdout; panics on a non-zero exit.
+    pub fn stop(mut self) -> String {
+        let child = self.child.take().unwrap();
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "iosplit-trace failed: {:?}",
+            out.status
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+}
+
+impl Drop for Tracer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// `dd` with these arguments, panicking on failure.
+pub fn dd(args: &[&str]) {
+    sh("dd", &[args, &["status=none"]].concat());
+}

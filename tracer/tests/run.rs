@@ -1,0 +1,119 @@
+//! `iosplit-trace run -- mkfs.ext4` on real partitions: the seed's case.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::process::Command;
+
+use common::{binary, privileged, LoopDisk, PartitionSpec};
+
+fn run_mkfs(partition: &str) -> (serde_json::Value, std::process::ExitStatus) {
+    let out = Command::new(binary())
+        .args(["run", "--json", "--", "mkfs.ext4", "-q", "-F", "-b", "4096"])
+        .args(["-E", "lazy_itable_init=0,lazy_journal_init=0", partition])
+        .output()
+        .expect("iosplit-trace runs");
+    let report = serde_json::from_slice(&out.stdout).unwrap_or_else(|err| {
+        panic!(
+            "not JSON ({err}): {}\nstderr: {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    (report, out.status)
+}
+
+fn codes_for<'a>(report: &'a serde_json::Value, device: &str) -> Vec<&'a str> {
+    report["diagnoses"]
+        .as_array()
+        .expect("diagnoses is a list")
+        .iter()
+        .filter(|d| d["device"] == device)
+        .filter_map(|d| d["code"].as_str())
+        .collect()
+}
+
+#[test]
+fn mkfs_on_an_odd_sized_partition_is_explained_and_an_aligned_one_is_clean() {
+    if !privileged("mkfs_on_an_odd_sized_partition_is_explained_and_an_aligned_one_is_clean") {
+        return;
+    }
+    let disk = LoopDisk::new(
+        "run",
+        160,
+        &[
+            PartitionSpec {
+                start: 2048,
+                size: 131072,
+            },
+            PartitionSpec {
+                start: 133120,
+                size: 131073,
+            },
+        ],
+    );
+    let odd = format!("{}p2", disk.name);
+    let (report, status) = run_mkfs(&disk.partition(2));
+    assert!(status.success(), "run exits with mkfs's status: {status:?}");
+    assert_eq!(report["run"]["exit_status"], 0);
+    let subpage = report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["code"] == "subpage_block_size" && d["device"] == odd.as_str())
+        .unwrap_or_else(|| panic!("no subpage_block_size on {odd}: {}", report["diagnoses"]));
+    assert_eq!(subpage["evidence"]["block_size"], 512);
+    assert_eq!(subpage["evidence"]["partition_size"], 131073);
+
+    let target = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["device"] == odd.as_str())
+        .unwrap_or_else(|| panic!("mkfs's writes to {odd} were not seen: {}", report["run"]));
+    assert_eq!(
+        report["events"]["dropped"], 0,
+        "events were lost: {}",
+        report["events"]
+    );
+    let writes = target["write_syscalls"].as_u64().unwrap();
+    let bios = target["bios"].as_u64().unwrap();
+    let commands = target["commands"].as_u64().unwrap();
+    assert!(writes > 0 && bios > 0 && commands > 0, "{target}");
+    // 512-byte buffers: each 4 KiB write became about eight 512-byte bios.
+    assert_eq!(target["bio_size"]["p50"], 512, "{target}");
+    assert!(bios > 4 * writes, "bios {bios} vs writes {writes}");
+    let summary = target["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("mkfs.ext4 issued") && summary.contains(&odd),
+        "{summary}"
+    );
+
+    // The same on a partition whose size is a multiple of 4 KiB: no such diagnosis.
+    let aligned = format!("{}p1", disk.name);
+    let (report, status) = run_mkfs(&disk.partition(1));
+    assert!(status.success());
+    let codes = codes_for(&report, &aligned);
+    assert!(!codes.contains(&"subpage_block_size"), "{codes:?}");
+    let target = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["device"] == aligned.as_str())
+        .expect("writes to the aligned partition seen");
+    assert_eq!(target["bio_size"]["p50"], 4096, "{target}");
+}
+
+#[test]
+fn run_exits_with_the_commands_status() {
+    if !privileged("run_exits_with_the_commands_status") {
+        return;
+    }
+    let status = Command::new(binary())
+        .args(["run", "--json", "--", "sh", "-c", "exit 7"])
+        .output()
+        .expect("runs")
+        .status;
+    assert_eq!(status.code(), Some(7));
+}

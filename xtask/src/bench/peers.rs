@@ -1,0 +1,410 @@
+//! The configurations compared: no tracer, iosplit-trace, and bpftrace with
+//! in-kernel counting or with one printf per event on the same tracepoints.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::devices::TestDevice;
+use super::system::{
+    bpf_run_stats, check_interrupted, process_cpu, vm_hwm_kib, BpfRunStats, Process,
+};
+use crate::util::Result;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Config {
+    Baseline,
+    IosplitTrace,
+    BpftraceCount,
+    BpftracePrintf,
+}
+
+impl Config {
+    pub const ALL: [Config; 4] = [
+        Config::Baseline,
+        Config::IosplitTrace,
+        Config::BpftraceCount,
+        Config::BpftracePrintf,
+    ];
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Config::Baseline => "baseline (no tracer)",
+            Config::IosplitTrace => "iosplit-trace report",
+            Config::BpftraceCount => "bpftrace count()",
+            Config::BpftracePrintf => "bpftrace printf/event",
+        }
+    }
+
+    pub fn uses_bpftrace(self) -> bool {
+        matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
+    }
+}
+
+/// The tracepoints iosplit-trace attaches, with the fields a printf line
+/// carries for each (the streaming equivalent of its 56-byte event).
+const TRACEPOINTS: [(&str, &str, &str); 10] = [
+    ("block_bio_remap", "A", "args->nr_sector, args->old_sector"),
+    ("block_bio_queue", "Q", "args->nr_sector, 0"),
+    ("block_split", "X", "0, args->new_sector"),
+    ("block_bio_backmerge", "M", "args->nr_sector, 0"),
+    ("block_bio_frontmerge", "F", "args->nr_sector, 0"),
+    ("block_rq_merge", "m", "args->nr_sector, 0"),
+    ("block_rq_issue", "D", "args->nr_sector, 0"),
+    ("block_rq_complete", "C", "args->nr_sector, args->error"),
+    ("block_bio_complete", "B", "args->nr_sector, args->error"),
+    ("block_dirty_buffer", "d", "args->size, 0"),
+];
+
+/// Printed from BEGIN, which bpftrace runs after every probe is attached.
+const BPFTRACE_ATTACHED: &str = "BENCH-ATTACHED";
+const IOSPLIT_ATTACHED: &str = "probes attached";
+
+fn device_filter(kernel_devs: &[u32]) -> String {
+    let tests: Vec<String> = kernel_devs
+        .iter()
+        .map(|dev| format!("args->dev == (uint32){dev}"))
+        .collect();
+    format!("/{}/", tests.join(" || "))
+}
+
+/// bpftrace program: one `count()` per tracepoint, in-kernel, printed at exit.
+pub fn bpftrace_count_script(kernel_devs: &[u32]) -> String {
+    let probes: Vec<String> = TRACEPOINTS
+        .iter()
+        .map(|(name, _, _)| format!("tracepoint:block:{name}"))
+        .collect();
+    format!(
+        "BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n{}\n{} {{ @[probe] = count(); }}\n",
+        probes.join(",\n"),
+        device_filter(kernel_devs)
+    )
+}
+
+/// bpftrace program: one printf line per event with what iosplit-trace's
+/// event carries (time, kind, dev, sector, size or second sector, pid, rwbs).
+pub fn bpftrace_printf_script(kernel_devs: &[u32]) -> String {
+    let filter = device_filter(kernel_devs);
+    let mut script = format!("BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n");
+    for (name, tag, fields) in TRACEPOINTS {
+        // block_dirty_buffer has no rwbs.
+        let (rwbs_format, rwbs_arg) = if name == "block_dirty_buffer" {
+            ("", String::new())
+        } else {
+            (" %s", ", args->rwbs".to_string())
+        };
+        script.push_str(&format!(
+            "tracepoint:block:{name} {filter} {{ printf(\"{tag} %llu %u %llu %llu %lld %d{rwbs_format}\\n\", nsecs, args->dev, args->sector, {fields}, pid{rwbs_arg}); }}\n"
+        ));
+    }
+    script
+}
+
+/// A tracer running alongside fio.
+pub struct RunningTracer {
+    pub config: Config,
+    process: Process,
+    stdout: PathBuf,
+    stderr: PathBuf,
+    pub attach: Duration,
+    cpu_at_attach: Duration,
+}
+
+/// What we sample from a live tracer (before stopping it).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct LiveSample {
+    pub cpu: Duration,
+    pub vm_hwm_kib: u64,
+    pub bpf: BpfRunStats,
+}
+
+/// What a tracer run handled and cost, measured after it exited.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct TracerOutcome {
+    pub attach_s: f64,
+    /// CPU used before the probes were attached (loading, compiling).
+    pub startup_cpu_s: f64,
+    /// CPU used from attach to exit (the consumer: draining, correlating, reporting).
+    pub consumer_cpu_s: f64,
+    /// CPU used while fio ran.
+    pub window_cpu_s: f64,
+    pub events: u64,
+    pub dropped: u64,
+    /// max(VmHWM just before stop, ru_maxrss at exit).
+    pub peak_rss_kib: u64,
+    pub bpf: BpfRunStats,
+    /// The iosplit-trace report's correlation statistics, when it has them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub correlation: Option<Value>,
+}
+
+/// How long a tracer may take to attach (bpftrace compiles its program first).
+const ATTACH_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a tracer may take to print its report after SIGINT.
+const STOP_TIMEOUT: Duration = Duration::from_secs(60);
+
+impl RunningTracer {
+    /// Starts the tracer for `config` (none for the baseline) and waits until
+    /// its probes are attached.
+    pub fn start(
+        config: Config,
+        iosplit_binary: &Path,
+        device: &TestDevice,
+        scratch: &Path,
+    ) -> Result<Option<Self>> {
+        let stdout = scratch.join("tracer.out");
+        let stderr = scratch.join("tracer.err");
+        let mut cmd = match config {
+            Config::Baseline => return Ok(None),
+            Config::IosplitTrace => {
+                let mut cmd = Command::new(iosplit_binary);
+                cmd.args(["report", "--json", "-d", &device.disk]);
+                cmd
+            }
+            Config::BpftraceCount | Config::BpftracePrintf => {
+                let script = if config == Config::BpftraceCount {
+                    bpftrace_count_script(&device.kernel_devs)
+                } else {
+                    bpftrace_printf_script(&device.kernel_devs)
+                };
+                let mut cmd = Command::new("bpftrace");
+                cmd.arg("-e").arg(script);
+                cmd
+            }
+        };
+        let open = |path: &Path| {
+            fs::File::create(path).map_err(|err| format!("cannot create {}: {err}", path.display()))
+        };
+        cmd.stdin(Stdio::null())
+            .stdout(open(&stdout)?)
+            .stderr(open(&stderr)?);
+        let started = Instant::now();
+        let mut process = Process::spawn(&mut cmd)?;
+        let (marker_file, marker) = match config {
+            Config::IosplitTrace => (&stderr, IOSPLIT_ATTACHED),
+            _ => (&stdout, BPFTRACE_ATTACHED),
+        };
+        loop {
+            if contains(marker_file, marker) {
+                break;
+            }
+            if let Some((status, _)) = process.try_reap()? {
+                return Err(format!(
+                    "{} exited with {status} before attaching: {}",
+                    config.title(),
+                    tail(&stderr)
+                ));
+            }
+            check_interrupted()?;
+            if started.elapsed() > ATTACH_TIMEOUT {
+                return Err(format!(
+                    "{} did not attach within {ATTACH_TIMEOUT:?}",
+                    config.title()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let attach = started.elapsed();
+        let cpu_at_attach = process_cpu(process.pid()).unwrap_or_default();
+        Ok(Some(Self {
+            config,
+            process,
+            stdout,
+            stderr,
+            attach,
+            cpu_at_attach,
+        }))
+    }
+
+    pub fn sample(&self) -> LiveSample {
+        let pid = self.process.pid();
+        LiveSample {
+            cpu: process_cpu(pid).unwrap_or_default(),
+            vm_hwm_kib: vm_hwm_kib(pid).unwrap_or(0),
+            bpf: bpf_run_stats(pid),
+        }
+    }
+
+    /// Stops the tracer (SIGINT, like Ctrl-C) and reads what it reported.
+    /// `window` is CPU used while fio ran; `last` was sampled just before this.
+    pub fn finish(mut self, window: Duration, last: LiveSample) -> Result<TracerOutcome> {
+        let (status, usage) = self.process.interrupt_and_wait(STOP_TIMEOUT)?;
+        let stdout = fs::read_to_string(&self.stdout).unwrap_or_default();
+        let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
+        let counted = match self.config {
+            Config::Baseline => Counted::default(),
+            Config::IosplitTrace => {
+                if !status.success() {
+                    return Err(format!(
+                        "{} failed with {status}: {}",
+                        self.process.name(),
+                        tail(&self.stderr)
+                    ));
+                }
+                parse_iosplit_report(&stdout)?
+            }
+            Config::BpftraceCount => Counted {
+                events: parse_bpftrace_counts(&stdout),
+                dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
+                correlation: None,
+            },
+            Config::BpftracePrintf => Counted {
+                events: count_printf_lines(&stdout),
+                dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
+                correlation: None,
+            },
+        };
+        // Large printf outputs: free the tmpfs memory at once.
+        let _ = fs::remove_file(&self.stdout);
+        Ok(TracerOutcome {
+            attach_s: self.attach.as_secs_f64(),
+            startup_cpu_s: self.cpu_at_attach.as_secs_f64(),
+            consumer_cpu_s: usage.cpu.saturating_sub(self.cpu_at_attach).as_secs_f64(),
+            window_cpu_s: window.as_secs_f64(),
+            events: counted.events,
+            dropped: counted.dropped,
+            peak_rss_kib: last.vm_hwm_kib.max(usage.max_rss_kib),
+            bpf: last.bpf,
+            correlation: counted.correlation,
+        })
+    }
+}
+
+fn contains(path: &Path, needle: &str) -> bool {
+    fs::read_to_string(path).is_ok_and(|text| text.contains(needle))
+}
+
+fn tail(path: &Path) -> String {
+    let text = fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().rev().take(5).collect();
+    lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+}
+
+#[derive(Debug, Default, PartialEq)]
+struct Counted {
+    events: u64,
+    dropped: u64,
+    correlation: Option<Value>,
+}
+
+/// The block event kinds in the report's `events` object.
+const EVENT_KEYS: [&str; 10] = [
+    "remap",
+    "queue",
+    "split",
+    "backmerge",
+    "frontmerge",
+    "rq_merge",
+    "issue",
+    "complete",
+    "bio_complete",
+    "dirty_buffer",
+];
+
+fn parse_iosplit_report(stdout: &str) -> Result<Counted> {
+    let start = stdout.find('{').ok_or("iosplit-trace printed no JSON")?;
+    let report: Value = serde_json::from_str(&stdout[start..])
+        .map_err(|err| format!("iosplit-trace's JSON does not parse: {err}"))?;
+    let events = report
+        .get("events")
+        .ok_or("iosplit-trace's report has no `events`")?;
+    let count = |key: &str| events.get(key).and_then(Value::as_u64).unwrap_or(0);
+    Ok(Counted {
+        events: EVENT_KEYS.iter().map(|key| count(key)).sum(),
+        dropped: count("dropped") + count("read_failed"),
+        correlation: report.get("correlation").cloned(),
+    })
+}
+
+/// Sums `@[tracepoint:block:…]: N` lines that bpftrace prints at exit.
+fn parse_bpftrace_counts(stdout: &str) -> u64 {
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("@["))
+        .filter_map(|line| line.rsplit_once(": "))
+        .filter_map(|(_, count)| count.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Sums bpftrace's `Lost N events` notices.
+fn parse_bpftrace_lost(text: &str) -> u64 {
+    text.lines()
+        .filter_map(|line| {
+            let rest = line.trim().strip_prefix("Lost ")?;
+            rest.strip_suffix(" events")?.trim().parse::<u64>().ok()
+        })
+        .sum()
+}
+
+/// Event lines of the printf program: a kind tag, a space, a timestamp.
+fn count_printf_lines(stdout: &str) -> u64 {
+    let tags: Vec<&str> = TRACEPOINTS.iter().map(|(_, tag, _)| *tag).collect();
+    stdout
+        .lines()
+        .filter(|line| {
+            line.split_once(' ').is_some_and(|(tag, rest)| {
+                tags.contains(&tag) && rest.bytes().next().is_some_and(|b| b.is_ascii_digit())
+            })
+        })
+        .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iosplit_report_events_exclude_the_drop_counters() {
+        let stdout = r#"{"schema":"iosplit-trace/report","events":{"remap":5,"queue":5,"split":2,
+            "backmerge":0,"frontmerge":0,"rq_merge":0,"issue":7,"complete":7,"bio_complete":0,
+            "dirty_buffer":1,"dropped":3,"syscall_dropped":9,"read_failed":1},
+            "correlation":{"incomplete":0}}"#;
+        let counted = parse_iosplit_report(stdout).unwrap();
+        assert_eq!(counted.events, 5 + 5 + 2 + 7 + 7 + 1);
+        assert_eq!(counted.dropped, 4);
+        assert!(counted.correlation.is_some());
+        assert!(parse_iosplit_report("Error: no permission").is_err());
+    }
+
+    #[test]
+    fn bpftrace_map_lines_and_lost_notices_are_summed() {
+        let stdout = "Attaching 11 probes...\nBENCH-ATTACHED\nLost 17 events\n\n\n\
+                      @[tracepoint:block:block_rq_complete]: 1000\n\
+                      @[tracepoint:block:block_bio_queue]: 1200\nLost 3 events\n";
+        assert_eq!(parse_bpftrace_counts(stdout), 2200);
+        assert_eq!(parse_bpftrace_lost(stdout), 20);
+        assert_eq!(parse_bpftrace_lost("nothing lost"), 0);
+    }
+
+    #[test]
+    fn printf_lines_are_counted_but_not_notices() {
+        let stdout = "Attaching 11 probes...\nBENCH-ATTACHED\nQ 123 7340033 2048 8 0 42 WS\n\
+                      Lost 5 events\nd 124 7340034 9 512 0 42\nC 125 7340033 2048 8 0 0 WS\n";
+        assert_eq!(count_printf_lines(stdout), 3);
+    }
+
+    #[test]
+    fn scripts_cover_every_tracepoint_and_filter_on_the_devices() {
+        let devs = [7 << 20, (259 << 20) | 1];
+        for script in [bpftrace_count_script(&devs), bpftrace_printf_script(&devs)] {
+            for (name, _, _) in TRACEPOINTS {
+                assert!(
+                    script.contains(&format!("tracepoint:block:{name}")),
+                    "{name}"
+                );
+            }
+            assert!(script.contains(&format!("args->dev == (uint32){}", 7 << 20)));
+            assert!(script.contains(BPFTRACE_ATTACHED));
+        }
+        let printf = bpftrace_printf_script(&devs);
+        assert_eq!(printf.matches("printf(").count(), TRACEPOINTS.len() + 1);
+        assert!(!printf
+            .lines()
+            .any(|line| line.contains("block_dirty_buffer") && line.contains("rwbs")));
+    }
+}
