@@ -89,6 +89,15 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
     if !kernel.vmlinuz.is_file() {
         return Err(format!("{package} has no {}", kernel.vmlinuz.display()));
     }
+    // An older ABI's tree (~400 MB) is dead weight once its successor is here.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("linux-image-") && name != package {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
     Ok(kernel)
 }
 

@@ -162,8 +162,64 @@ const SEED_EXPECTATIONS: [SeedExpectation; 3] = [
     },
 ];
 
+/// Every probe attached on the guest kernel (`unsupported_probes` empty).
+fn expect_all_probes(what: &str, results: &Results, report_name: &str) -> Check {
+    let expected = "unsupported_probes empty";
+    match results.json(report_name) {
+        Ok(report) => {
+            let unsupported: Vec<String> = report
+                .get("unsupported_probes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|probe| probe.as_str().unwrap_or("?").to_string())
+                .collect();
+            let listed = report
+                .get("unsupported_probes")
+                .is_some_and(Value::is_array);
+            Check::new(
+                what,
+                expected,
+                if !listed {
+                    "no unsupported_probes list".to_string()
+                } else if unsupported.is_empty() {
+                    "all attached".to_string()
+                } else {
+                    unsupported.join("; ")
+                },
+                listed && unsupported.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    }
+}
+
 fn seed_512e(results: &Results) -> Vec<Check> {
     let mut checks = Vec::new();
+    // /init leaves tracefs unmounted: the first tracing command must mount it.
+    let what = "tool mounts tracefs itself";
+    let expected = "layout1 run says it mounted tracefs";
+    checks.push(match results.text("layout1.run.json.stderr") {
+        Ok(stderr) => {
+            let mounted = stderr.contains("mounted tracefs");
+            Check::new(
+                what,
+                expected,
+                if mounted {
+                    "mounted"
+                } else {
+                    "no such message"
+                },
+                mounted,
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks.push(expect_all_probes(
+        "run probes (block + process tree) on 6.1",
+        results,
+        "layout1.run.json",
+    ));
     for SeedExpectation {
         layout,
         codes,
@@ -424,6 +480,11 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
             ("part.block_size", "512"),
         ],
     )];
+    checks.push(expect_all_probes(
+        "report probes on 6.1",
+        results,
+        "report.json",
+    ));
     checks.push(match results.text("format.block_rq_issue") {
         Ok(format) => {
             let rwbs8 = format.contains("char rwbs[8];\toffset:32;");
