@@ -201,6 +201,10 @@ pub fn boot(boot: &Boot) -> Result<Outcome> {
         .arg(&results)
         .stderr(Stdio::null()));
     let _ = std::fs::remove_file(&results_image);
+    // The scenario disks are only needed while the guest runs.
+    for disk in boot.disks {
+        let _ = std::fs::remove_file(boot.work.join(format!("{}.img", disk.serial)));
+    }
     Ok(Outcome {
         results,
         console,
