@@ -118,6 +118,12 @@ start_report() {
 # stop_report: SIGINT the report started last, wait (SIGKILL after 60 s),
 # record its exit status.
 stop_report() {
+    # The probes' fdinfo: recursion_misses counts runs the kernel skipped
+    # because another BPF program was active on the CPU (e.g. an IRQ completion
+    # during a queue probe); those events never reach the ring buffer.
+    for info in /proc/"$REPORT_PID"/fdinfo/*; do
+        grep -q '^prog_type' "$info" 2>/dev/null && cat "$info"
+    done > "$REPORT_OUT.fdinfo" 2>/dev/null
     kill -INT "$REPORT_PID" 2>/dev/null
     ( sleep 60; kill -KILL "$REPORT_PID" 2>/dev/null && echo "stop_report: had to SIGKILL" ) \
         > /dev/console 2>&1 &

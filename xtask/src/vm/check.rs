@@ -252,6 +252,17 @@ pub fn expect_oracle_agreement(
     } else {
         found
     };
+    // Probe runs the kernel skipped (nested BPF on one CPU) explain lost events.
+    let misses = oracle::recursion_misses(
+        &results
+            .text(&format!("{report_name}.fdinfo"))
+            .unwrap_or_default(),
+    );
+    let found = if misses > 0 {
+        format!("{found}; kernel skipped {misses} probe runs (recursion_misses)")
+    } else {
+        found
+    };
     // An empty window proves nothing.
     Check::new(
         what,

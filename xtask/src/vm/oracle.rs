@@ -133,6 +133,15 @@ pub fn overruns(stats: &str) -> u64 {
         .sum()
 }
 
+/// Sum of `recursion_misses` over the BPF programs' `/proc/PID/fdinfo` texts.
+pub fn recursion_misses(fdinfo: &str) -> u64 {
+    fdinfo
+        .lines()
+        .filter_map(|line| line.strip_prefix("recursion_misses:"))
+        .filter_map(|value| value.trim().parse::<u64>().ok())
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -186,6 +195,13 @@ mod tests {
         assert_eq!(lines_with_data(text, (253, 0), "Q"), (1, 1));
         assert_eq!(lines_with_data(text, (254, 0), "A"), (0, 1));
         assert_eq!(lines_with_data(text, (254, 0), "Q"), (0, 0));
+    }
+
+    #[test]
+    fn recursion_misses_are_summed_over_programs() {
+        let fdinfo = "prog_type:\t5\nrun_cnt:\t0\nrecursion_misses:\t3\nprog_type:\t5\nrecursion_misses:\t4\n";
+        assert_eq!(recursion_misses(fdinfo), 7);
+        assert_eq!(recursion_misses(""), 0);
     }
 
     #[test]
