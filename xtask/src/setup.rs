@@ -15,6 +15,15 @@ pub const PACKAGES: &[&str] = &[
     "bpftrace",
     "tmux",
     "sysstat",
+    // cargo xtask vm-test: the guest machine, its initramfs and module tooling.
+    "qemu-system-x86",
+    "busybox-static",
+    "cpio",
+    "kmod",    // depmod for the guest kernel's modules
+    "dmsetup", // the dm-linear scenario
+    "file",    // checks the guest binary is static
+    "gcc",     // builds the static guest-io helper
+    "libc6-dev",
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -1,0 +1,243 @@
+//! The guest kernel: Debian's linux-image-6.1 package, downloaded with apt,
+//! unpacked and depmod-ed once under `target/vm/kernel/<package>/`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{output, run, Result};
+
+/// Debian's metapackage for the 6.1 line; its `Depends` names the current ABI package.
+const METAPACKAGE: &str = "linux-image-amd64";
+
+/// An unpacked kernel with its modules.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// Debian package name, e.g. `linux-image-6.1.0-57-amd64`.
+    pub package: String,
+    /// `uname -r` of the guest, e.g. `6.1.0-57-amd64`.
+    pub release: String,
+    pub vmlinuz: PathBuf,
+    /// `lib/modules/<release>` with a `modules.dep`.
+    pub modules_dir: PathBuf,
+}
+
+/// The package `linux-image-amd64` depends on, from an `apt-cache depends` text.
+pub fn image_package_from_depends(text: &str) -> Option<String> {
+    text.lines()
+        .filter_map(|line| line.trim().strip_prefix("Depends:"))
+        .map(str::trim)
+        .find(|name| name.starts_with("linux-image-") && name.ends_with("-amd64"))
+        .map(str::to_string)
+}
+
+/// The release (`uname -r`) a kernel image package carries.
+pub fn release_of(package: &str) -> Option<String> {
+    let release = package.strip_prefix("linux-image-")?;
+    let release = release.strip_suffix("-unsigned").unwrap_or(release);
+    Some(release.to_string())
+}
+
+/// Downloads and unpacks the kernel unless a cached copy exists.
+///
+/// Without apt metadata (offline), the newest cached kernel is used.
+pub fn ensure(cache: &Path) -> Result<Kernel> {
+    let dir = cache.join("kernel");
+    std::fs::create_dir_all(&dir)
+        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    let package = match output(Command::new("apt-cache").args(["depends", METAPACKAGE]))
+        .and_then(|text| image_package_from_depends(&text))
+    {
+        Some(package) => package,
+        None => newest_cached(&dir).ok_or_else(|| {
+            format!(
+                "cannot tell which kernel {METAPACKAGE} wants (run `apt-get update`) and none is cached in {}",
+                dir.display()
+            )
+        })?,
+    };
+    let release =
+        release_of(&package).ok_or_else(|| format!("odd kernel package name {package}"))?;
+    let tree = dir.join(&package);
+    let kernel = Kernel {
+        vmlinuz: tree.join(format!("boot/vmlinuz-{release}")),
+        modules_dir: tree.join(format!("lib/modules/{release}")),
+        package: package.clone(),
+        release: release.clone(),
+    };
+    // `modules.dep` is written last, so its presence means the unpack finished.
+    if kernel.vmlinuz.is_file() && kernel.modules_dir.join("modules.dep").is_file() {
+        return Ok(kernel);
+    }
+    eprintln!("xtask: downloading {package} (about 70 MB)");
+    let download = dir.join("download");
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::create_dir_all(&download)
+        .map_err(|err| format!("cannot create {}: {err}", download.display()))?;
+    run(Command::new("apt-get")
+        .current_dir(&download)
+        .args(["download", "-q", &package]))?;
+    let deb = std::fs::read_dir(&download)
+        .map_err(|err| format!("cannot list {}: {err}", download.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| path.extension().is_some_and(|ext| ext == "deb"))
+        .ok_or_else(|| format!("apt-get download left no .deb in {}", download.display()))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    run(Command::new("dpkg").arg("-x").arg(&deb).arg(&tree))?;
+    let _ = std::fs::remove_dir_all(&download);
+    run(Command::new("depmod").arg("-b").arg(&tree).arg(&release))?;
+    if !kernel.vmlinuz.is_file() {
+        return Err(format!("{package} has no {}", kernel.vmlinuz.display()));
+    }
+    // An older ABI's tree (~400 MB) is dead weight once its successor is here.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with("linux-image-") && name != package {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    Ok(kernel)
+}
+
+fn newest_cached(dir: &Path) -> Option<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| entry.file_name().into_string().ok())
+        .filter(|name| name.starts_with("linux-image-"))
+        .collect();
+    names.sort_by_key(|name| abi_number(name));
+    names.pop()
+}
+
+/// The ABI number in `linux-image-6.1.0-57-amd64` (57), for ordering.
+fn abi_number(package: &str) -> u32 {
+    package
+        .split('-')
+        .nth(3)
+        .and_then(|part| part.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `modules.dep`: module path -> the paths it needs (all of them, transitively).
+#[derive(Debug, Default)]
+pub struct ModuleDeps {
+    deps: BTreeMap<String, Vec<String>>,
+}
+
+/// The module name a path carries: `kernel/drivers/md/dm-mod.ko` -> `dm_mod`.
+pub fn module_name(path: &str) -> String {
+    let file = path.rsplit('/').next().unwrap_or(path);
+    let stem = file.split(".ko").next().unwrap_or(file);
+    stem.replace('-', "_")
+}
+
+impl ModuleDeps {
+    pub fn parse(text: &str) -> ModuleDeps {
+        let deps = text
+            .lines()
+            .filter_map(|line| line.split_once(':'))
+            .map(|(module, needs)| {
+                (
+                    module.trim().to_string(),
+                    needs.split_whitespace().map(str::to_string).collect(),
+                )
+            })
+            .collect();
+        ModuleDeps { deps }
+    }
+
+    /// The path of the module called `name` (`-` and `_` are the same).
+    pub fn path_of(&self, name: &str) -> Option<&str> {
+        let wanted = name.replace('-', "_");
+        self.deps
+            .keys()
+            .find(|path| module_name(path) == wanted)
+            .map(String::as_str)
+    }
+
+    /// `name` and everything it needs, each after its own dependencies.
+    pub fn load_order(&self, name: &str) -> Result<Vec<String>> {
+        let path = self
+            .path_of(name)
+            .ok_or_else(|| format!("the guest kernel has no module {name}"))?;
+        let mut order = Vec::new();
+        let mut seen = BTreeSet::new();
+        self.visit(path, &mut seen, &mut order, 0)?;
+        Ok(order)
+    }
+
+    fn visit(
+        &self,
+        path: &str,
+        seen: &mut BTreeSet<String>,
+        order: &mut Vec<String>,
+        depth: usize,
+    ) -> Result<()> {
+        if depth > 64 {
+            return Err(format!("modules.dep has a cycle through {path}"));
+        }
+        if seen.contains(path) {
+            return Ok(());
+        }
+        let needs = self
+            .deps
+            .get(path)
+            .ok_or_else(|| format!("modules.dep does not list {path}"))?;
+        for need in needs {
+            self.visit(need, seen, order, depth + 1)?;
+        }
+        seen.insert(path.to_string());
+        order.push(path.to_string());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DEBIAN_61_EXCERPT: &str = "\
+kernel/drivers/block/virtio_blk.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/virtio/virtio.ko: kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/virtio/virtio_ring.ko:
+kernel/drivers/md/dm-mod.ko:
+";
+
+    #[test]
+    fn dependencies_load_before_their_users() {
+        let deps = ModuleDeps::parse(DEBIAN_61_EXCERPT);
+        let order = deps.load_order("virtio_blk").unwrap();
+        let names: Vec<String> = order.iter().map(|p| module_name(p)).collect();
+        assert_eq!(names, ["virtio_ring", "virtio", "virtio_blk"]);
+    }
+
+    #[test]
+    fn dashes_and_underscores_name_the_same_module() {
+        let deps = ModuleDeps::parse(DEBIAN_61_EXCERPT);
+        assert_eq!(deps.path_of("dm_mod"), Some("kernel/drivers/md/dm-mod.ko"));
+        assert!(deps.load_order("nvme").is_err());
+    }
+
+    #[test]
+    fn a_cycle_is_an_error_not_a_hang() {
+        let deps = ModuleDeps::parse("a.ko: b.ko\nb.ko: a.ko\n");
+        assert!(deps.load_order("a").is_err());
+    }
+
+    #[test]
+    fn the_metapackage_names_the_image() {
+        let text = "linux-image-amd64\n  Depends: linux-image-6.1.0-57-amd64\n";
+        assert_eq!(
+            image_package_from_depends(text).as_deref(),
+            Some("linux-image-6.1.0-57-amd64")
+        );
+        assert_eq!(
+            release_of("linux-image-6.1.0-57-amd64-unsigned").as_deref(),
+            Some("6.1.0-57-amd64")
+        );
+        assert_eq!(abi_number("linux-image-6.1.0-57-amd64"), 57);
+    }
+}

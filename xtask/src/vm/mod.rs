@@ -1,0 +1,307 @@
+//! `cargo xtask vm-test`: geometries and kernels the host cannot offer, in qemu.
+//!
+//! The host kernel has no modules, no device-mapper, NVMe or SCSI, and its loop
+//! devices always have physical == logical block size. So each scenario boots
+//! Debian's 6.1 kernel under qemu (TCG) with its own disks, runs a script from
+//! `xtask/vm/scenarios/` with a static iosplit-trace inside, and judges the
+//! JSON it wrote. Everything is cached under `target/vm/`.
+
+mod check;
+mod initramfs;
+mod kernel;
+mod oracle;
+mod qemu;
+mod scenarios;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use clap::Args;
+
+use crate::util::{output, run, workspace_root, Result};
+use check::{Check, Results};
+
+#[derive(Debug, Args)]
+pub struct VmArgs {
+    /// Run only this scenario (repeatable); `--list` shows them.
+    #[arg(long, value_name = "NAME")]
+    pub scenario: Vec<String>,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Use the iosplit-trace binary at this path instead of building one (must be static).
+    #[arg(long, value_name = "PATH")]
+    pub binary: Option<PathBuf>,
+}
+
+/// The results of one scenario.
+struct Ran {
+    scenario: &'static str,
+    kernel: String,
+    checks: Vec<Check>,
+    seconds: f64,
+}
+
+pub fn vm_test(args: &VmArgs) -> Result<()> {
+    let all = scenarios::all();
+    if args.list {
+        for scenario in &all {
+            println!("{:<20} {}", scenario.name, scenario.summary);
+        }
+        return Ok(());
+    }
+    for wanted in &args.scenario {
+        if !all.iter().any(|s| s.name == wanted) {
+            let names: Vec<_> = all.iter().map(|s| s.name).collect();
+            return Err(format!(
+                "unknown scenario {wanted}; known: {}",
+                names.join(", ")
+            ));
+        }
+    }
+    let selected: Vec<_> = all
+        .into_iter()
+        .filter(|s| args.scenario.is_empty() || args.scenario.iter().any(|w| w == s.name))
+        .collect();
+
+    let started = Instant::now();
+    let cache = workspace_root().join("target/vm");
+    let kernel = kernel::ensure(&cache)?;
+    let tracer = match &args.binary {
+        Some(path) => path.clone(),
+        None => build_static_tracer(&cache)?,
+    };
+    require_static(&tracer)?;
+    let guest_io = build_guest_io(&cache)?;
+    let image = initramfs::ensure(&initramfs::Inputs {
+        kernel: &kernel,
+        tracer: &tracer,
+        guest_io: &guest_io,
+        cache: &cache,
+    })?;
+    eprintln!(
+        "xtask: guest ready in {:.0}s ({}, {})",
+        started.elapsed().as_secs_f64(),
+        kernel.package,
+        image.display()
+    );
+
+    let results_root = cache.join("results");
+    let mut ran = Vec::new();
+    for scenario in &selected {
+        eprintln!("xtask: vm-test {}: {}", scenario.name, scenario.summary);
+        let work = cache.join("run").join(scenario.name);
+        let outcome = qemu::boot(&qemu::Boot {
+            scenario: scenario.name,
+            vmlinuz: &kernel.vmlinuz,
+            initramfs: &image,
+            disks: &scenario.disks,
+            work: &work,
+            timeout: scenario.timeout,
+        })?;
+        let results = Results {
+            dir: &outcome.results,
+        };
+        let mut checks = Vec::new();
+        if outcome.timed_out {
+            checks.push(Check::new(
+                "guest finished",
+                format!("within {}s", scenario.timeout.as_secs()),
+                format!(
+                    "killed after {:.0}s; see {}",
+                    outcome.elapsed.as_secs_f64(),
+                    outcome.console.display()
+                ),
+                false,
+            ));
+        } else if results.text("status").is_err() {
+            checks.push(Check::new(
+                "guest finished",
+                "results written",
+                format!("no results; see {}", outcome.console.display()),
+                false,
+            ));
+        }
+        checks.extend((scenario.evaluate)(&results));
+        let guest_kernel = results
+            .text("kernel")
+            .map(|text| text.trim().to_string())
+            .unwrap_or_else(|_| kernel.release.clone());
+        let kept = results_root.join(scenario.name);
+        keep_results(&outcome.results, &outcome.console, &kept)?;
+        eprintln!(
+            "xtask: vm-test {} took {:.0}s; results in {}",
+            scenario.name,
+            outcome.elapsed.as_secs_f64(),
+            kept.display()
+        );
+        ran.push(Ran {
+            scenario: scenario.name,
+            kernel: guest_kernel,
+            checks,
+            seconds: outcome.elapsed.as_secs_f64(),
+        });
+    }
+
+    print_table(&ran);
+    write_summary(&results_root, &ran)?;
+    let failed: usize = ran
+        .iter()
+        .map(|r| r.checks.iter().filter(|c| !c.pass).count())
+        .sum();
+    let total: usize = ran.iter().map(|r| r.checks.len()).sum();
+    eprintln!(
+        "xtask: vm-test took {:.0}s in all",
+        started.elapsed().as_secs_f64()
+    );
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(format!("vm-test: {failed} of {total} checks failed"))
+    }
+}
+
+/// Builds iosplit-trace with a static glibc into `target/vm/cargo`.
+fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
+    let target_dir = cache.join("cargo");
+    run(Command::new("cargo")
+        .current_dir(workspace_root())
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "iosplit-trace",
+            "--target",
+            "x86_64-unknown-linux-gnu",
+        ])
+        .arg("--target-dir")
+        .arg(&target_dir)
+        // Only for the target: build scripts and proc macros stay dynamic.
+        .env(
+            "CARGO_TARGET_X86_64_UNKNOWN_LINUX_GNU_RUSTFLAGS",
+            "-C target-feature=+crt-static",
+        ))?;
+    Ok(target_dir.join("x86_64-unknown-linux-gnu/release/iosplit-trace"))
+}
+
+/// The guest has no libc of its own for the tool: refuse a dynamic binary early.
+fn require_static(binary: &Path) -> Result<()> {
+    let described = output(Command::new("file").arg("-L").arg(binary))
+        .ok_or_else(|| format!("cannot inspect {}", binary.display()))?;
+    if described.contains("statically linked") || described.contains("static-pie linked") {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} is not statically linked: {}",
+            binary.display(),
+            described.trim()
+        ))
+    }
+}
+
+/// Compiles `xtask/vm/guest-io.c` statically when the source changed.
+fn build_guest_io(cache: &Path) -> Result<PathBuf> {
+    let source = workspace_root().join("xtask/vm/guest-io.c");
+    let binary = cache.join("guest-io");
+    let newer = |a: &Path, b: &Path| -> bool {
+        let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+        match (modified(a), modified(b)) {
+            (Some(a), Some(b)) => a > b,
+            _ => true,
+        }
+    };
+    if !binary.is_file() || newer(&source, &binary) {
+        std::fs::create_dir_all(cache)
+            .map_err(|err| format!("cannot create {}: {err}", cache.display()))?;
+        run(Command::new("cc")
+            .args(["-O2", "-Wall", "-Wextra", "-static", "-o"])
+            .arg(&binary)
+            .arg(&source))?;
+    }
+    Ok(binary)
+}
+
+fn keep_results(results: &Path, console: &Path, kept: &Path) -> Result<()> {
+    let _ = std::fs::remove_dir_all(kept);
+    std::fs::create_dir_all(kept)
+        .map_err(|err| format!("cannot create {}: {err}", kept.display()))?;
+    let _ = std::fs::copy(console, kept.join("console.txt"));
+    if let Ok(entries) = std::fs::read_dir(results) {
+        for entry in entries.flatten() {
+            let _ = std::fs::copy(entry.path(), kept.join(entry.file_name()));
+        }
+    }
+    Ok(())
+}
+
+fn print_table(ran: &[Ran]) {
+    let rows: Vec<[String; 6]> = ran
+        .iter()
+        .flat_map(|r| {
+            r.checks.iter().map(|c| {
+                [
+                    r.scenario.to_string(),
+                    r.kernel.clone(),
+                    c.what.clone(),
+                    c.expected.clone(),
+                    c.found.clone(),
+                    if c.pass { "PASS" } else { "FAIL" }.to_string(),
+                ]
+            })
+        })
+        .collect();
+    let header = ["scenario", "kernel", "check", "expected", "found", "result"];
+    let mut widths = header.map(str::len);
+    for row in &rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: &[String]| {
+        cells
+            .iter()
+            .zip(widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    println!();
+    println!("{}", line(&header.map(String::from)));
+    println!("{}", widths.map(|w| "-".repeat(w)).join("-+-"));
+    for row in &rows {
+        println!("{}", line(row));
+    }
+    for r in ran {
+        let passed = r.checks.iter().filter(|c| c.pass).count();
+        println!(
+            "{}: {passed}/{} checks passed in {:.0}s",
+            r.scenario,
+            r.checks.len(),
+            r.seconds
+        );
+    }
+}
+
+fn write_summary(root: &Path, ran: &[Ran]) -> Result<()> {
+    let scenarios: Vec<serde_json::Value> = ran
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "scenario": r.scenario,
+                "kernel": r.kernel,
+                "seconds": r.seconds,
+                "pass": r.checks.iter().all(|c| c.pass),
+                "checks": r.checks.iter().map(|c| serde_json::json!({
+                    "check": c.what, "expected": c.expected, "found": c.found, "pass": c.pass,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    let path = root.join("summary.json");
+    std::fs::create_dir_all(root)
+        .map_err(|err| format!("cannot create {}: {err}", root.display()))?;
+    let text = serde_json::to_string_pretty(&serde_json::json!({ "scenarios": scenarios }))
+        .map_err(|err| format!("cannot encode the summary: {err}"))?;
+    std::fs::write(&path, text).map_err(|err| format!("cannot write {}: {err}", path.display()))
+}

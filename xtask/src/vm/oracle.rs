@@ -1,0 +1,212 @@
+//! The kernel's ftrace `blk` tracer as an oracle: its action counts against
+//! the `events` counts of an iosplit-trace JSON report.
+
+use std::collections::BTreeMap;
+
+/// Actions counted per device: `(major, minor)` -> action letter -> lines.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BlkCounts {
+    pub per_device: BTreeMap<(u32, u32), BTreeMap<String, u64>>,
+}
+
+impl BlkCounts {
+    /// Lines with `action` on any device.
+    pub fn total(&self, action: &str) -> u64 {
+        self.per_device
+            .values()
+            .filter_map(|actions| actions.get(action))
+            .sum()
+    }
+}
+
+/// Parses `/sys/kernel/tracing/trace` as the blk tracer prints it:
+/// `  comm-pid  [cpu] flags  ts: MAJ,MIN  ACTION  RWBS sector + n ...`.
+pub fn parse_blk_trace(text: &str) -> BlkCounts {
+    let mut counts = BlkCounts::default();
+    for line in text.lines() {
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        // The timestamp ends with ": "; the device and action follow.
+        let Some((_, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let mut words = rest.split_whitespace();
+        let (Some(device), Some(action)) = (words.next(), words.next()) else {
+            continue;
+        };
+        let Some((major, minor)) = device.split_once(',') else {
+            continue;
+        };
+        let (Ok(major), Ok(minor)) = (major.parse(), minor.parse()) else {
+            continue;
+        };
+        *counts
+            .per_device
+            .entry((major, minor))
+            .or_default()
+            .entry(action.to_string())
+            .or_default() += 1;
+    }
+    counts
+}
+
+/// `action` lines on device `dev`, split into (with data, without): a line
+/// carries data when it shows a `sector + n` range with n > 0.
+pub fn lines_with_data(text: &str, dev: (u32, u32), action: &str) -> (u64, u64) {
+    let device = format!("{},{}", dev.0, dev.1);
+    let mut with_data = 0;
+    let mut without = 0;
+    for line in text.lines() {
+        let Some((_, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        if words.len() < 2 || words[0] != device || words[1] != action {
+            continue;
+        }
+        let length = words
+            .iter()
+            .position(|word| *word == "+")
+            .and_then(|plus| words.get(plus + 1))
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or(0);
+        if length > 0 {
+            with_data += 1;
+        } else {
+            without += 1;
+        }
+    }
+    (with_data, without)
+}
+
+/// One row of the comparison: the report's events against the tracer's actions.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Agreement {
+    pub label: &'static str,
+    pub report: u64,
+    pub oracle: u64,
+}
+
+/// How iosplit-trace's event kinds map onto blk tracer actions.
+/// M covers back merges and request merges; C both completion tracepoints.
+const MAPPING: &[(&str, &[&str], &str)] = &[
+    ("A remap", &["remap"], "A"),
+    ("Q queue", &["queue"], "Q"),
+    ("X split", &["split"], "X"),
+    ("M backmerge+rq_merge", &["backmerge", "rq_merge"], "M"),
+    ("F frontmerge", &["frontmerge"], "F"),
+    ("D issue", &["issue"], "D"),
+    (
+        "C complete+bio_complete",
+        &["complete", "bio_complete"],
+        "C",
+    ),
+];
+
+/// Compares the `events` object of a report against the tracer's counts (all devices).
+pub fn compare(events: &serde_json::Value, oracle: &BlkCounts) -> Vec<Agreement> {
+    MAPPING
+        .iter()
+        .map(|(label, keys, action)| Agreement {
+            label,
+            report: keys
+                .iter()
+                .map(|key| {
+                    events
+                        .get(*key)
+                        .and_then(serde_json::Value::as_u64)
+                        .unwrap_or(0)
+                })
+                .sum(),
+            oracle: oracle.total(action),
+        })
+        .collect()
+}
+
+/// Overruns the tracer reports in `per_cpu/cpu*/stats` (non-zero: lost lines).
+pub fn overruns(stats: &str) -> u64 {
+    stats
+        .lines()
+        .filter_map(|line| line.strip_prefix("overrun:"))
+        .filter_map(|value| value.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// Sum of `recursion_misses` over the BPF programs' `/proc/PID/fdinfo` texts.
+pub fn recursion_misses(fdinfo: &str) -> u64 {
+    fdinfo
+        .lines()
+        .filter_map(|line| line.strip_prefix("recursion_misses:"))
+        .filter_map(|value| value.trim().parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Lines as the 6.1 guest's blk tracer printed them.
+    const TRACE: &str = "\
+# tracer: blk
+#
+            mkfs-81      [000] .....    14.120339: 254,0    A  WS 1785 + 8 <- (254,1) 0
+            mkfs-81      [000] .....    14.120345: 254,0    Q  WS 1785 + 8 [mkfs]
+            mkfs-81      [000] .....    14.120360: 254,0    G  WS 1785 + 8 [mkfs]
+            mkfs-81      [000] .....    14.120401: 254,0    M  WS 1793 + 8 [mkfs]
+            mkfs-81      [000] .....    14.120410: 254,0    X  WS 1785 / 2040 [mkfs]
+            mkfs-81      [000] d....    14.120499: 254,0    D  WS 1785 + 16 [mkfs]
+          <idle>-0       [000] d.h..    14.121001: 254,0    C  WS 1785 + 16 [0]
+            mkfs-81      [000] .....    14.130000: 259,0    Q   R 0 + 8 [mkfs]
+";
+
+    #[test]
+    fn counts_actions_per_device_and_skips_comments() {
+        let counts = parse_blk_trace(TRACE);
+        assert_eq!(counts.per_device.len(), 2);
+        assert_eq!(counts.per_device[&(254, 0)]["Q"], 1);
+        assert_eq!(counts.total("Q"), 2);
+        assert_eq!(counts.total("G"), 1);
+        assert_eq!(counts.total("F"), 0);
+    }
+
+    #[test]
+    fn merges_and_completions_are_summed_across_kinds() {
+        let counts = parse_blk_trace(TRACE);
+        let events = serde_json::json!({
+            "remap": 1, "queue": 2, "split": 1, "backmerge": 0, "rq_merge": 1,
+            "frontmerge": 0, "issue": 1, "complete": 0, "bio_complete": 1
+        });
+        let rows = compare(&events, &counts);
+        assert!(rows.iter().all(|row| row.report == row.oracle), "{rows:?}");
+        let wrong = serde_json::json!({"queue": 1});
+        let rows = compare(&wrong, &counts);
+        let queue = rows.iter().find(|row| row.label.starts_with('Q')).unwrap();
+        assert_eq!((queue.report, queue.oracle), (1, 2));
+    }
+
+    #[test]
+    fn empty_flushes_are_told_apart_from_data_bios() {
+        let text = "\
+ guest-io-183 [000] d..1. 6.033093: 253,0    Q FWS [guest-io]
+ guest-io-183 [000] d..1. 6.033236: 254,0    A FWS 0 + 0 <- (253,0) 0
+ guest-io-183 [000] d..1. 6.033300: 253,0    Q  WS 0 + 2048 [guest-io]
+";
+        assert_eq!(lines_with_data(text, (253, 0), "Q"), (1, 1));
+        assert_eq!(lines_with_data(text, (254, 0), "A"), (0, 1));
+        assert_eq!(lines_with_data(text, (254, 0), "Q"), (0, 0));
+    }
+
+    #[test]
+    fn recursion_misses_are_summed_over_programs() {
+        let fdinfo = "prog_type:\t5\nrun_cnt:\t0\nrecursion_misses:\t3\nprog_type:\t5\nrecursion_misses:\t4\n";
+        assert_eq!(recursion_misses(fdinfo), 7);
+        assert_eq!(recursion_misses(""), 0);
+    }
+
+    #[test]
+    fn overruns_are_summed_over_cpus() {
+        let stats = "entries: 10\noverrun: 0\ncommit overrun: 0\nentries: 3\noverrun: 7\n";
+        assert_eq!(overruns(stats), 7);
+    }
+}

@@ -1,0 +1,661 @@
+//! The scenario matrix: each boots the guest with its own disks, runs
+//! `xtask/vm/scenarios/<name>.sh` inside, and judges the results it left.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::check::{
+    device_entry, event, expect_diagnoses, expect_oracle_agreement, op_measure, Check, Results,
+};
+use super::qemu::{Bus, Disk};
+
+pub struct Scenario {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub disks: Vec<Disk>,
+    pub timeout: Duration,
+    pub evaluate: fn(&Results) -> Vec<Check>,
+}
+
+const MIB: u64 = 1 << 20;
+/// The seed disk's 512e geometry: 512-byte logical, 4096-byte physical sectors.
+const SEED_512E: Bus = Bus::VirtioBlk {
+    logical: 512,
+    physical: 4096,
+};
+
+/// The seed report's three layouts on a 256 MiB disk, keeping start and size
+/// residues modulo 8 (seed: 14281785/27647865, 14282752/27646898, 14282752/27660288).
+pub const SEED_LAYOUTS: [(u64, u64); 3] = [(1785, 400_001), (2048, 400_002), (2048, 522_240)];
+
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "seed-512e",
+            summary: "seed's three partition layouts on a 512e virtio disk: run -- mkfs.ext4, O_DIRECT 1 MiB",
+            disks: SEED_LAYOUTS
+                .iter()
+                .zip(["layout1", "layout2", "layout3"])
+                .map(|(&(start, size), serial)| Disk {
+                    serial,
+                    bytes: 256 * MIB,
+                    bus: SEED_512E,
+                    partition: Some((start, size)),
+                })
+                .collect(),
+            timeout: Duration::from_secs(600),
+            evaluate: seed_512e,
+        },
+        Scenario {
+            name: "scsi-debug-io-opt",
+            summary: "scsi_debug physblk_exp=3 opt_blks=256: partition 4 KiB- but not io_opt-aligned",
+            disks: Vec::new(),
+            timeout: Duration::from_secs(300),
+            evaluate: scsi_debug_io_opt,
+        },
+        Scenario {
+            name: "nvme-virt-boundary",
+            summary: "qemu NVMe (virt_boundary_mask 4095) vs virtio: batched 512 B writes, gappy writev",
+            disks: vec![
+                Disk {
+                    serial: "vmtest-nvme",
+                    bytes: 256 * MIB,
+                    bus: Bus::Nvme,
+                    partition: None,
+                },
+                Disk {
+                    serial: "control",
+                    bytes: 256 * MIB,
+                    bus: Bus::VirtioBlk {
+                        logical: 512,
+                        physical: 512,
+                    },
+                    partition: None,
+                },
+            ],
+            timeout: Duration::from_secs(300),
+            evaluate: nvme_virt_boundary,
+        },
+        Scenario {
+            name: "blk-oracle",
+            summary: "6.1 tracepoint layout: report event counts vs the ftrace blk tracer",
+            disks: vec![Disk {
+                serial: "oracle",
+                bytes: 256 * MIB,
+                bus: SEED_512E,
+                partition: Some(SEED_LAYOUTS[0]),
+            }],
+            timeout: Duration::from_secs(300),
+            evaluate: blk_oracle,
+        },
+        Scenario {
+            name: "dm-linear",
+            summary: "dm-linear over a partition: remaps through a stacked device keep the chain",
+            disks: vec![Disk {
+                serial: "stacked",
+                bytes: 256 * MIB,
+                bus: SEED_512E,
+                partition: Some((2048, 400_000)),
+            }],
+            timeout: Duration::from_secs(300),
+            evaluate: dm_linear,
+        },
+    ]
+}
+
+/// The partition's geometry as the guest kernel saw it, against what the disk was built with.
+fn expect_geometry(what: &str, results: &Results, file: &str, wanted: &[(&str, &str)]) -> Check {
+    let expected = wanted
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    match results.values(file) {
+        Err(why) => Check::missing(what, expected, why),
+        Ok(values) => {
+            let found = wanted
+                .iter()
+                .map(|(key, _)| format!("{key}={}", values.get(*key).map_or("?", String::as_str)))
+                .collect::<Vec<_>>()
+                .join(" ");
+            let pass = wanted
+                .iter()
+                .all(|(key, value)| values.get(*key).is_some_and(|v| v == value));
+            Check::new(what, expected, found, pass)
+        }
+    }
+}
+
+/// What one seed layout must look like: in the guest kernel, and to `run`.
+struct SeedExpectation {
+    layout: &'static str,
+    codes: &'static [&'static str],
+    /// `evidence.block_size` of `subpage_block_size`.
+    block_size: Option<u64>,
+    /// `blockdev --getbsz` in the guest.
+    kernel_block_size: &'static str,
+    alignment_offset: &'static str,
+}
+
+const SEED_EXPECTATIONS: [SeedExpectation; 3] = [
+    SeedExpectation {
+        layout: "layout1",
+        codes: &["misaligned_start", "subpage_block_size"],
+        block_size: Some(512),
+        kernel_block_size: "512",
+        alignment_offset: "3584",
+    },
+    SeedExpectation {
+        layout: "layout2",
+        codes: &["subpage_block_size"],
+        block_size: Some(1024),
+        kernel_block_size: "1024",
+        alignment_offset: "0",
+    },
+    SeedExpectation {
+        layout: "layout3",
+        codes: &[],
+        block_size: None,
+        kernel_block_size: "4096",
+        alignment_offset: "0",
+    },
+];
+
+/// Every probe attached on the guest kernel (`unsupported_probes` empty).
+fn expect_all_probes(what: &str, results: &Results, report_name: &str) -> Check {
+    let expected = "unsupported_probes empty";
+    match results.json(report_name) {
+        Ok(report) => {
+            let unsupported: Vec<String> = report
+                .get("unsupported_probes")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|probe| probe.as_str().unwrap_or("?").to_string())
+                .collect();
+            let listed = report
+                .get("unsupported_probes")
+                .is_some_and(Value::is_array);
+            Check::new(
+                what,
+                expected,
+                if !listed {
+                    "no unsupported_probes list".to_string()
+                } else if unsupported.is_empty() {
+                    "all attached".to_string()
+                } else {
+                    unsupported.join("; ")
+                },
+                listed && unsupported.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    }
+}
+
+fn seed_512e(results: &Results) -> Vec<Check> {
+    let mut checks = Vec::new();
+    // /init leaves tracefs unmounted: the first tracing command must mount it.
+    let what = "tool mounts tracefs itself";
+    let expected = "layout1 run says it mounted tracefs";
+    checks.push(match results.text("layout1.run.json.stderr") {
+        Ok(stderr) => {
+            let mounted = stderr.contains("mounted tracefs");
+            Check::new(
+                what,
+                expected,
+                if mounted {
+                    "mounted"
+                } else {
+                    "no such message"
+                },
+                mounted,
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks.push(expect_all_probes(
+        "run probes (block + process tree) on 6.1",
+        results,
+        "layout1.run.json",
+    ));
+    for SeedExpectation {
+        layout,
+        codes,
+        block_size,
+        kernel_block_size,
+        alignment_offset: alignment,
+    } in SEED_EXPECTATIONS
+    {
+        let geometry = format!("{layout}.geometry");
+        checks.push(expect_geometry(
+            &format!("{layout} guest geometry"),
+            results,
+            &geometry,
+            &[
+                ("disk.physical_block_size", "4096"),
+                ("part.block_size", kernel_block_size),
+                ("part.alignment_offset", alignment),
+            ],
+        ));
+        let part = results
+            .value("names", layout)
+            .unwrap_or_else(|_| format!("{layout}?"));
+        let audit = results.json(&format!("{layout}.check.json"));
+        checks.push(expect_diagnoses(
+            &format!("{layout} check (geometry only)"),
+            &audit,
+            &part,
+            codes,
+            block_size,
+        ));
+        let report = results.json(&format!("{layout}.run.json"));
+        checks.push(expect_diagnoses(
+            &format!("{layout} run -- mkfs.ext4"),
+            &report,
+            &part,
+            codes,
+            block_size,
+        ));
+    }
+    // O_DIRECT 1 MiB writes on the misaligned layout, the aligned one as control.
+    for layout in ["layout1", "layout3"] {
+        checks.push(expect_oracle_agreement(
+            &format!("{layout} O_DIRECT: events vs blk tracer"),
+            results,
+            &format!("{layout}.direct.json"),
+            &format!("{layout}.direct.trace"),
+        ));
+    }
+    // The kernel fact the tool must report: with a 1 MiB transfer limit the
+    // misaligned start splits each 1 MiB write in two; the aligned one does not.
+    let splits = |layout: &str| {
+        results
+            .text(&format!("{layout}.direct.trace"))
+            .map(|trace| super::oracle::parse_blk_trace(&trace).total("X"))
+    };
+    let what = "kernel splits 8 x 1 MiB (blk tracer)";
+    let expected = "layout1 8 splits, layout3 0";
+    checks.push(match (splits("layout1"), splits("layout3")) {
+        (Ok(misaligned), Ok(aligned)) => Check::new(
+            what,
+            expected,
+            format!("layout1 {misaligned} splits, layout3 {aligned}"),
+            misaligned == 8 && aligned == 0,
+        ),
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+    });
+    let direct = |layout: &str| -> Result<(u64, u64, u64, u64), String> {
+        let part = results.value("names", layout)?;
+        let report = results.json(&format!("{layout}.direct.json"))?;
+        let entry = device_entry(&report, &part)
+            .ok_or_else(|| format!("no devices entry for {part} (devices list empty?)"))?;
+        let field = |name| op_measure(entry, "write", name).unwrap_or(0);
+        Ok((
+            field("user_ios"),
+            field("fragments"),
+            field("commands"),
+            field("misaligned_pbs_commands"),
+        ))
+    };
+    let expected = "layout1: misaligned commands > 0, fragments > user I/Os and > layout3's";
+    checks.push(match (direct("layout1"), direct("layout3")) {
+        (Ok((ios1, frags1, cmds1, mis1)), Ok((ios3, frags3, cmds3, mis3))) => Check::new(
+            "layout1 O_DIRECT 1 MiB report",
+            expected,
+            format!(
+                "layout1 {ios1} ios/{frags1} frags/{cmds1} cmds/{mis1} misaligned; layout3 {ios3}/{frags3}/{cmds3}/{mis3}"
+            ),
+            ios1 > 0 && mis1 > 0 && frags1 > ios1 && frags1 > frags3 && mis3 == 0,
+        ),
+        (Err(why), _) | (_, Err(why)) => Check::missing("layout1 O_DIRECT 1 MiB report", expected, why),
+    });
+    checks
+}
+
+fn scsi_debug_io_opt(results: &Results) -> Vec<Check> {
+    let mut checks = vec![expect_geometry(
+        "scsi_debug geometry",
+        results,
+        "sda1.geometry",
+        &[
+            ("disk.physical_block_size", "4096"),
+            ("disk.optimal_io_size", "131072"),
+            ("part.start", "2056"),
+        ],
+    )];
+    let report = results.json("check.json");
+    checks.push(expect_diagnoses(
+        "check: start 2056 (4 KiB-aligned, not 128 KiB)",
+        &report,
+        "sda1",
+        &["misaligned_io_opt"],
+        None,
+    ));
+    checks.push(expect_diagnoses(
+        "check: start 264192 (128 KiB-aligned)",
+        &report,
+        "sda2",
+        &[],
+        None,
+    ));
+    checks
+}
+
+/// Merges and commands of one workload's report.
+fn merge_counts(report: &Value) -> (u64, u64, u64) {
+    (
+        event(report, "backmerge") + event(report, "frontmerge") + event(report, "rq_merge"),
+        event(report, "split"),
+        event(report, "issue"),
+    )
+}
+
+/// A diagnosis `code` on `device` whose cause names the virt boundary.
+fn names_virt_boundary(report: &Value, device: &str, code: &str) -> bool {
+    super::check::diagnoses_on(report, device)
+        .iter()
+        .any(|found| found.code == code && found.names_virt_boundary)
+}
+
+fn nvme_virt_boundary(results: &Results) -> Vec<Check> {
+    let mut checks = vec![
+        expect_geometry(
+            "nvme virt boundary",
+            results,
+            "nvme.geometry",
+            &[("disk.virt_boundary_mask", "4095")],
+        ),
+        expect_geometry(
+            "virtio control",
+            results,
+            "control.geometry",
+            &[("disk.virt_boundary_mask", "0")],
+        ),
+    ];
+    for (disk, workload) in [
+        ("nvme", "aio"),
+        ("control", "aio"),
+        ("nvme", "writev"),
+        ("control", "writev"),
+    ] {
+        checks.push(expect_oracle_agreement(
+            &format!("{disk} {workload}: events vs blk tracer"),
+            results,
+            &format!("{disk}.{workload}.json"),
+            &format!("{disk}.{workload}.trace"),
+        ));
+    }
+    let nvme_name = results
+        .value("names", "nvme")
+        .unwrap_or_else(|_| "nvme0n1".into());
+    let control_name = results
+        .value("names", "control")
+        .unwrap_or_else(|_| "vda".into());
+    // 64 adjacent 512 B direct writes in one io_submit: virtio merges them,
+    // NVMe cannot (each ends mid-page: a gap at the virt boundary).
+    let what = "aio 64x512 B: merges nvme vs virtio";
+    let expected = "nvme 0 merges, >=64 cmds; virtio merges > 0";
+    checks.push(match (results.json("nvme.aio.json"), results.json("control.aio.json")) {
+        (Ok(nvme), Ok(control)) => {
+            let (nvme_merges, _, nvme_cmds) = merge_counts(&nvme);
+            let (control_merges, _, control_cmds) = merge_counts(&control);
+            Check::new(
+                what,
+                expected,
+                format!("nvme {nvme_merges} merges/{nvme_cmds} cmds; virtio {control_merges}/{control_cmds}"),
+                nvme_merges == 0 && nvme_cmds >= 64 && control_merges > 0,
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+    });
+    // 4 pwritevs of 16 x 512 B iovecs in separate pages: NVMe splits at each gap.
+    let what = "4 writev 16x512 B: splits nvme vs virtio";
+    let expected = "nvme 60 splits; virtio 0";
+    checks.push(match (results.json("nvme.writev.json"), results.json("control.writev.json")) {
+        (Ok(nvme), Ok(control)) => {
+            let (_, nvme_splits, nvme_cmds) = merge_counts(&nvme);
+            let (_, control_splits, control_cmds) = merge_counts(&control);
+            Check::new(
+                what,
+                expected,
+                format!("nvme {nvme_splits} splits/{nvme_cmds} cmds; virtio {control_splits}/{control_cmds}"),
+                nvme_splits == 60 && control_splits == 0,
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+    });
+    let what = "report names the virt boundary";
+    let expected =
+        "nvme: merge_blocked + split_amplification, cause virt boundary; virtio: neither";
+    checks.push(
+        match (
+            results.json("nvme.aio.json"),
+            results.json("nvme.writev.json"),
+            results.json("control.aio.json"),
+            results.json("control.writev.json"),
+        ) {
+            (Ok(nvme_aio), Ok(nvme_writev), Ok(control_aio), Ok(control_writev)) => {
+                let merge = names_virt_boundary(&nvme_aio, &nvme_name, "merge_blocked");
+                let split = names_virt_boundary(&nvme_writev, &nvme_name, "split_amplification");
+                let control: Vec<_> = super::check::diagnoses_on(&control_aio, &control_name)
+                    .into_iter()
+                    .chain(super::check::diagnoses_on(&control_writev, &control_name))
+                    .filter(|found| {
+                        found.code == "merge_blocked" || found.code == "split_amplification"
+                    })
+                    .collect();
+                let nvme_found: Vec<_> = super::check::diagnoses_on(&nvme_aio, &nvme_name)
+                    .into_iter()
+                    .chain(super::check::diagnoses_on(&nvme_writev, &nvme_name))
+                    .collect();
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "nvme: {}; virtio: {}",
+                        super::check::describe(&nvme_found),
+                        super::check::describe(&control)
+                    ),
+                    merge && split && control.is_empty(),
+                )
+            }
+            (Err(why), _, _, _)
+            | (_, Err(why), _, _)
+            | (_, _, Err(why), _)
+            | (_, _, _, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks
+}
+
+fn blk_oracle(results: &Results) -> Vec<Check> {
+    let mut checks = vec![expect_geometry(
+        "512e partition at 1785",
+        results,
+        "geometry",
+        &[
+            ("part.alignment_offset", "3584"),
+            ("part.block_size", "512"),
+        ],
+    )];
+    checks.push(expect_all_probes(
+        "report probes on 6.1",
+        results,
+        "report.json",
+    ));
+    checks.push(match results.text("format.block_rq_issue") {
+        Ok(format) => {
+            let rwbs8 = format.contains("char rwbs[8];\toffset:32;");
+            let no_ioprio = !format.contains("ioprio");
+            Check::new(
+                "6.1 block_rq_issue layout",
+                "rwbs[8] at 32, no ioprio",
+                format!(
+                    "{}, {}",
+                    if rwbs8 { "rwbs[8] at 32" } else { "other rwbs" },
+                    if no_ioprio { "no ioprio" } else { "ioprio" }
+                ),
+                rwbs8 && no_ioprio,
+            )
+        }
+        Err(why) => Check::missing("6.1 block_rq_issue layout", "rwbs[8] at 32, no ioprio", why),
+    });
+    checks.push(expect_oracle_agreement(
+        "mkfs + O_DIRECT + aio + reads: events vs blk",
+        results,
+        "report.json",
+        "blk.trace",
+    ));
+    // The comparison only proves kinds that occurred: the workload must produce all seven.
+    let what = "workload covers every action";
+    let expected = "A Q X M F D C all > 0";
+    checks.push(match results.text("blk.trace") {
+        Ok(trace) => {
+            let counts = super::oracle::parse_blk_trace(&trace);
+            let absent: Vec<&str> = ["A", "Q", "X", "M", "F", "D", "C"]
+                .into_iter()
+                .filter(|action| counts.total(action) == 0)
+                .collect();
+            Check::new(
+                what,
+                expected,
+                if absent.is_empty() {
+                    "all seen".to_string()
+                } else {
+                    format!("never seen: {}", absent.join(" "))
+                },
+                absent.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
+fn dm_linear(results: &Results) -> Vec<Check> {
+    let mut checks = vec![expect_geometry(
+        "dm-linear table",
+        results,
+        "dm.geometry",
+        &[("dm.target", "linear")],
+    )];
+    checks.push(expect_oracle_agreement(
+        "dm-0 + vda: events vs blk tracer",
+        results,
+        "report.json",
+        "blk.trace",
+    ));
+    // Each data bio to dm-0 is remapped twice (dm-0 -> vda1, vda1 -> vda); an
+    // empty flush only once (partitions remap only bios with sectors).
+    let what = "remaps per dm-0 bio: 2 (data), 1 (flush)";
+    let expected = "tool remap = blk A = 2 x data Q(dm-0) + empty Q(dm-0)";
+    checks.push(
+        match (results.text("blk.trace"), results.value("names", "dm_dev")) {
+            (Ok(trace), Ok(dm_dev)) => {
+                let dm = dm_dev
+                    .split_once(':')
+                    .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
+                    .unwrap_or((0, 0));
+                let (data, empty) = super::oracle::lines_with_data(&trace, dm, "Q");
+                let remaps = super::oracle::parse_blk_trace(&trace).total("A");
+                let tool_remaps = results
+                    .json("report.json")
+                    .map(|r| event(&r, "remap"))
+                    .unwrap_or(0);
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "tool {tool_remaps}, blk A {remaps}, Q(dm-0) {data} data + {empty} empty"
+                    ),
+                    data > 0 && remaps == 2 * data + empty && tool_remaps == remaps,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    // `run` follows the command's bios on dm-0 down to the commands on vda.
+    let what = "run -- O_DIRECT on dm-0: chain to commands";
+    let expected = "target dm-0 with bios > 0 and commands > 0";
+    checks.push(match results.json("run.json") {
+        Ok(report) => {
+            let targets: Vec<String> = report
+                .get("run")
+                .and_then(|run| run.get("targets"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|target| {
+                    format!(
+                        "{} bios {} cmds {}",
+                        target.get("device").and_then(Value::as_str).unwrap_or("?"),
+                        target.get("bios").and_then(Value::as_u64).unwrap_or(0),
+                        target.get("commands").and_then(Value::as_u64).unwrap_or(0)
+                    )
+                })
+                .collect();
+            let chained = report
+                .get("run")
+                .and_then(|run| run.get("targets"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .any(|target| {
+                    target.get("device").and_then(Value::as_str) == Some("dm-0")
+                        && target.get("bios").and_then(Value::as_u64).unwrap_or(0) > 0
+                        && target.get("commands").and_then(Value::as_u64).unwrap_or(0) > 0
+                });
+            Check::new(
+                what,
+                expected,
+                if targets.is_empty() {
+                    "no run targets".to_string()
+                } else {
+                    targets.join("; ")
+                },
+                chained,
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seed_layouts_keep_the_seeds_residues_modulo_8() {
+        let seed = [
+            (14_281_785u64, 27_647_865u64),
+            (14_282_752, 27_646_898),
+            (14_282_752, 27_660_288),
+        ];
+        for ((start, size), (seed_start, seed_size)) in SEED_LAYOUTS.iter().zip(seed) {
+            assert_eq!(start % 8, seed_start % 8);
+            assert_eq!(size % 8, seed_size % 8);
+            assert!(start + size <= 256 * MIB / 512);
+        }
+        // Layout 3 ends on the disk's last sector, like the seed's.
+        assert_eq!(SEED_LAYOUTS[2].0 + SEED_LAYOUTS[2].1, 256 * MIB / 512);
+    }
+
+    #[test]
+    fn scenario_names_are_unique_and_have_scripts() {
+        let scenarios = all();
+        let mut names: Vec<_> = scenarios.iter().map(|s| s.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), scenarios.len());
+        let dir = crate::util::workspace_root().join("xtask/vm/scenarios");
+        for name in names {
+            assert!(
+                dir.join(format!("{name}.sh")).is_file(),
+                "{name}.sh missing"
+            );
+        }
+    }
+}
