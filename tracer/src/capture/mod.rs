@@ -84,6 +84,8 @@ type Job<S> = Box<dyn FnOnce(&mut S, KernelCounters) + Send>;
 
 enum Control<S> {
     Run(Job<S>),
+    /// Detach the probes, drain what they left in the rings, run the job, stop.
+    Finish(Job<S>),
     Stop,
 }
 
@@ -175,13 +177,26 @@ impl<S: EventSink> Capture<S> {
             .map_err(|_| Error::failure("the event consumer stopped unexpectedly"))
     }
 
-    /// Drains what is left, detaches the probes and returns the sink.
-    pub fn stop(mut self) -> Result<S> {
-        let _ = self.control.send(Control::Stop);
-        let thread = self.thread.take().expect("joined only here");
-        thread
-            .join()
-            .map_err(|_| Error::failure("the event consumer crashed"))
+    /// Ends tracing precisely: detaches the probes, drains every event they
+    /// left in the rings, then runs `job` for the final report. Nothing the
+    /// probes emitted is lost between the last drain and the detach.
+    pub fn finish<R: Send + 'static>(
+        mut self,
+        job: impl FnOnce(&mut S, KernelCounters) -> R + Send + 'static,
+    ) -> Result<R> {
+        let (reply, answer) = mpsc::sync_channel(1);
+        let job: Job<S> = Box::new(move |sink, counters| {
+            let _ = reply.send(job(sink, counters));
+        });
+        let stopped = || Error::failure("the event consumer stopped unexpectedly");
+        self.control
+            .send(Control::Finish(job))
+            .map_err(|_| stopped())?;
+        let result = answer.recv().map_err(|_| stopped());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        result
     }
 
     /// Probes that could not attach, with the reason, for the report.
@@ -369,7 +384,7 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
     Ok(())
 }
 
-fn read_counters(counters: &PerCpuArray<&MapData, u64>) -> KernelCounters {
+fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
     let sum = |index: u32| {
         counters
             .get(&index, 0)
@@ -448,11 +463,14 @@ fn consume<S: EventSink>(
         .and_then(|map| RingBuf::try_from(map).ok());
     let waiter = Waiter::new(events.as_raw_fd());
     let counters = ebpf
-        .map(names::COUNTERS)
-        .and_then(|map| PerCpuArray::<&MapData, u64>::try_from(map).ok());
-    let counters_now = |counters: &Option<PerCpuArray<&MapData, u64>>| {
+        .take_map(names::COUNTERS)
+        .and_then(|map| PerCpuArray::<MapData, u64>::try_from(map).ok());
+    let counters_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
         counters.as_ref().map(read_counters).unwrap_or_default()
     };
+    // Owned here so that finishing can detach every probe (by dropping the
+    // programs) while the rings and counters, taken out above, live on.
+    let mut programs = Some(ebpf);
     loop {
         match &waiter {
             Some(waiter) => waiter.wait(),
@@ -466,6 +484,13 @@ fn consume<S: EventSink>(
         loop {
             match inbox.try_recv() {
                 Ok(Control::Run(job)) => job(&mut sink, counters_now(&counters)),
+                Ok(Control::Finish(job)) => {
+                    drop(programs.take());
+                    drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
+                    sink.drained(Instant::now());
+                    job(&mut sink, counters_now(&counters));
+                    return sink;
+                }
                 Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
                     drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
                     sink.drained(Instant::now());

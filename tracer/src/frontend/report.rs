@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 use crate::capture::Capture;
 use crate::cli::{ReportArgs, Scope};
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Error, Result};
+use crate::model::Report;
 
 use super::{output, scope, session};
 
@@ -45,30 +46,37 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
             }
         });
         let finished = interrupted || deadline.is_some_and(|d| Instant::now() >= d);
-        if interval.is_some() || finished {
-            let elapsed = interval_start.elapsed();
-            let unsupported = unsupported.clone();
-            let per_interval = interval.is_some();
-            let report = capture.query(move |engine, counters| {
-                let report = session::report(engine, counters, elapsed, unsupported);
-                if per_interval {
-                    engine.reset();
-                }
-                report
-            })?;
-            interval_start = Instant::now();
-            if interval.is_some() && args.json {
-                // One compact document per interval (JSON Lines).
-                let line = serde_json::to_string(&report).unwrap_or_default();
-                println!("{line}");
-            } else {
-                output::emit(&report, args.json, None)?;
-            }
-        }
         if finished {
             break;
         }
+        if interval.is_some() {
+            let elapsed = interval_start.elapsed();
+            let unsupported = unsupported.clone();
+            let report = capture.query(move |engine, counters| {
+                let report = session::report(engine, counters, elapsed, unsupported);
+                engine.reset();
+                report
+            })?;
+            interval_start = Instant::now();
+            print(&report, args)?;
+        }
     }
-    drop(capture);
+    // The last (or only) report covers everything up to the probes' detach.
+    let elapsed = interval_start.elapsed();
+    let report = capture
+        .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
+    print(&report, args)?;
     Ok(ExitCode::SUCCESS)
+}
+
+fn print(report: &Report, args: &ReportArgs) -> Result<()> {
+    if args.interval.is_some() && args.json {
+        // One compact document per interval (JSON Lines).
+        let line = serde_json::to_string(report)
+            .map_err(|err| Error::failure(format!("cannot encode the report: {err}")))?;
+        println!("{line}");
+        Ok(())
+    } else {
+        output::emit(report, args.json, None)
+    }
 }

@@ -190,7 +190,7 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
     let elapsed = started.elapsed();
-    let report = capture.query(move |sink, counters| {
+    let report = capture.finish(move |sink, counters| {
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
@@ -204,7 +204,6 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
         report.run = Some(run);
         report
     })?;
-    drop(capture);
     output::emit(&report, args.json, args.output.as_deref())?;
     Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
 }
