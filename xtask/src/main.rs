@@ -28,8 +28,11 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Set up, build, and run every test (privileged ones need root).
+    /// Set up, build, and run every test (privileged ones need root), then the VM matrix.
     Test {
+        /// Skip the VM kernel matrix (`cargo xtask vm-test`) for a quick local loop.
+        #[arg(long)]
+        no_vm: bool,
         /// Extra arguments for `cargo test`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -45,7 +48,17 @@ fn main() -> ExitCode {
     let result = match cli.task {
         Task::Setup => setup::setup(),
         Task::Run { args } => setup::setup().and_then(|()| test::run_tracer(&args)),
-        Task::Test { args } => setup::setup().and_then(|()| test::test(&args)),
+        Task::Test { no_vm, args } => {
+            setup::setup()
+                .and_then(|()| test::test(&args))
+                .and_then(|()| match no_vm {
+                    true => {
+                        eprintln!("xtask: --no-vm: the VM kernel matrix was not run");
+                        Ok(())
+                    }
+                    false => vm::vm_test(&vm::VmArgs::default()),
+                })
+        }
         Task::Bench(args) => setup::setup().and_then(|()| bench::bench(&args)),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
     };
