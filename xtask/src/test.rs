@@ -3,7 +3,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use crate::util::{is_root, output, run, workspace_root, Result};
+use crate::util::{build_release_tracer, is_root, output, run, workspace_root, Result};
 
 /// Builds, then runs every test in the workspace.
 pub fn test(extra: &[String]) -> Result<()> {
@@ -35,14 +35,7 @@ pub fn test(extra: &[String]) -> Result<()> {
 
 /// Builds the release binary and starts it (through sudo when not root).
 pub fn run_tracer(args: &[String]) -> Result<()> {
-    let root = workspace_root();
-    run(Command::new("cargo").current_dir(&root).args([
-        "build",
-        "--release",
-        "-p",
-        "iosplit-trace",
-    ]))?;
-    let binary = root.join("target/release/iosplit-trace");
+    let binary = build_release_tracer()?;
     write_docs(&binary)?;
     let mut cmd = if is_root() {
         Command::new(&binary)

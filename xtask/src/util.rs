@@ -51,3 +51,15 @@ pub fn on_path(program: &str) -> bool {
         .map(|paths| std::env::split_paths(&paths).any(|dir| dir.join(program).is_file()))
         .unwrap_or(false)
 }
+
+/// Builds the release `iosplit-trace` and returns its path.
+pub fn build_release_tracer() -> Result<PathBuf> {
+    let root = workspace_root();
+    run(Command::new("cargo").current_dir(&root).args([
+        "build",
+        "--release",
+        "-p",
+        "iosplit-trace",
+    ]))?;
+    Ok(root.join("target/release/iosplit-trace"))
+}

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use clap::Args;
 use serde::Serialize;
 
-use crate::util::{is_root, on_path, output, run, workspace_root, Result};
+use crate::util::{is_root, on_path, output, workspace_root, Result};
 use devices::{DeviceKind, TestDevice};
 use peers::{Config, RunningTracer};
 use summary::{RunRecord, SoakRecord};
@@ -115,15 +115,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let root = workspace_root();
     let binary = match &args.binary {
         Some(binary) => binary.clone(),
-        None => {
-            run(Command::new("cargo").current_dir(&root).args([
-                "build",
-                "--release",
-                "-p",
-                "iosplit-trace",
-            ]))?;
-            root.join("target/release/iosplit-trace")
-        }
+        None => crate::util::build_release_tracer()?,
     };
     if !binary.is_file() {
         return Err(format!("{} does not exist", binary.display()));
