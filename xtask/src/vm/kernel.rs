@@ -45,6 +45,11 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
     let dir = cache.join("kernel");
     std::fs::create_dir_all(&dir)
         .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    // Kernel ABIs rotate on the mirrors: before a first download, refresh the
+    // package lists so the version apt names is one the mirror still has.
+    if newest_cached(&dir).is_none() {
+        let _ = run(Command::new("apt-get").args(["update", "-q"]));
+    }
     let package = match output(Command::new("apt-cache").args(["depends", METAPACKAGE]))
         .and_then(|text| image_package_from_depends(&text))
     {
