@@ -1174,3 +1174,152 @@ fn origins_split_tracked_from_other_io() {
     assert_eq!(other.user_ios, 1);
     assert_eq!(other.commands, 1);
 }
+
+#[test]
+fn steady_state_reuses_slots() {
+    let mut engine = engine();
+    mixed_workload(&mut engine);
+    let warm = (
+        engine.fragments.allocated(),
+        engine.commands.allocated(),
+        engine.user_ios.allocated(),
+        engine.remaps.allocated(),
+    );
+    for _ in 0..20 {
+        mixed_workload(&mut engine);
+    }
+    assert_clean(&engine);
+    let after = (
+        engine.fragments.allocated(),
+        engine.commands.allocated(),
+        engine.user_ios.allocated(),
+        engine.remaps.allocated(),
+    );
+    assert_eq!(warm, after);
+    // At most one write (2 fragments) and four reads in flight at once.
+    assert!(after.0 <= 6, "{after:?}");
+}
+
+#[test]
+fn audit_findings_get_live_evidence() {
+    let mut engine = engine();
+    misaligned_writes(&mut engine, 20);
+    for index in 0..5 {
+        let buffer = BlockEvent {
+            aux_sector: 512,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let audit = |disk: &DiskGeometry| -> Vec<Diagnosis> {
+        if disk.name != "loop0" {
+            return Vec::new();
+        }
+        ["loop0p2", "loop0p1"]
+            .iter()
+            .map(|name| Diagnosis {
+                code: code::MISALIGNED_START,
+                device: name.to_string(),
+                severity: Severity::Warning,
+                evidence: [("partition_start".to_string(), serde_json::json!(10241))]
+                    .into_iter()
+                    .collect(),
+                explanation: "static".into(),
+                fix: "static".into(),
+            })
+            .collect()
+    };
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    let p2 = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p2")
+        .unwrap();
+    assert_eq!(
+        p2.evidence["partition_start"], 10241,
+        "static evidence kept"
+    );
+    assert_eq!(p2.evidence["observed_user_ios"], 20);
+    assert_eq!(p2.evidence["observed_bio_size_p50"], 256 * 512);
+    assert_eq!(p2.evidence["extra_split_fragments"], 20);
+    assert_eq!(p2.evidence["misaligned_command_share"], 1.0);
+    assert_eq!(p2.evidence["bios_per_command"], 0.5);
+    assert_eq!(p2.evidence["dirty_buffers"], 5);
+    assert_eq!(p2.evidence["dirty_buffer_sizes"]["512"], 5);
+    // No traffic on p1: its finding is left as the audit made it.
+    let p1 = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p1")
+        .unwrap();
+    assert_eq!(p1.evidence.len(), 1);
+}
+
+#[test]
+fn audited_subpage_is_not_repeated_from_live_evidence() {
+    let mut engine = engine();
+    for index in 0..10 {
+        let buffer = BlockEvent {
+            aux_sector: 512,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let audit = |disk: &DiskGeometry| -> Vec<Diagnosis> {
+        if disk.name != "loop0" {
+            return Vec::new();
+        }
+        vec![Diagnosis {
+            code: code::SUBPAGE_BLOCK_SIZE,
+            device: "loop0p2".into(),
+            severity: Severity::Warning,
+            evidence: [("block_size".to_string(), serde_json::json!(512))]
+                .into_iter()
+                .collect(),
+            explanation: "static".into(),
+            fix: "static".into(),
+        }]
+    };
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    assert_eq!(diagnoses.len(), 1);
+    assert_eq!(diagnoses[0].explanation, "static");
+    assert_eq!(diagnoses[0].evidence["dirty_buffers"], 10);
+}
+
+#[test]
+fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
+    let mut engine = engine();
+    let unknown_part = DevId::new(259, 9);
+    for index in 0..100u64 {
+        let sector = 30000 + index * 2;
+        feed(
+            &mut engine,
+            &[
+                remap(MS, LOOP0, sector, 2, unknown_part, index * 2),
+                queue(MS, LOOP0, sector, 2),
+            ],
+        );
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE)
+        .expect("subpage_block_size");
+    assert_eq!(found.device, "259:9");
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence["block_size"], 1024);
+    // A known partition's geometry belongs to the audit: nothing from bios alone.
+    let mut engine = self::engine();
+    for index in 0..100u64 {
+        let sector = 2048 + index * 2;
+        feed(
+            &mut engine,
+            &[
+                remap(MS, LOOP0, sector, 2, P1, index * 2),
+                queue(MS, LOOP0, sector, 2),
+            ],
+        );
+    }
+    assert!(engine
+        .diagnoses()
+        .iter()
+        .all(|diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE));
+}
