@@ -1323,3 +1323,79 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
         .iter()
         .all(|diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE));
 }
+
+/// Throughput of the hot path; run in release:
+/// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing; run in release by hand"]
+fn ingest_throughput() {
+    let mut engine = engine();
+    // Pre-build the events so only ingestion is timed.
+    let mut events = Vec::new();
+    let mut probe = Engine::new(vec![loop0()], EngineLimits::default());
+    for round in 0..2_000u64 {
+        let ts = MS * (round + 1);
+        let base = 2048 + (round % 16) * 512;
+        events.extend_from_slice(&[
+            remap(ts, LOOP0, base, 512, P1, base - 2048),
+            queue(ts, LOOP0, base, 512),
+            split(ts, LOOP0, base, base + 256),
+            issue(ts, LOOP0, base, 256),
+            issue(ts, LOOP0, base + 256, 256),
+            complete(ts + 10, LOOP0, base, 256),
+            complete(ts + 10, LOOP0, base + 256, 256),
+        ]);
+        for index in 0..8 {
+            events.push(queue(ts, LOOP0, 20000 + index, 1));
+            if index > 0 {
+                events.push(backmerge(ts, LOOP0, 20000 + index, 1));
+            }
+        }
+        events.push(issue(ts, LOOP0, 20000, 8));
+        events.push(complete(ts + 10, LOOP0, 20000, 8));
+    }
+    feed(&mut probe, &events);
+    assert_clean(&probe);
+    let repeats = 50;
+    let started = std::time::Instant::now();
+    for repeat in 0..repeats {
+        for event in &events {
+            let mut event = *event;
+            event.ts_ns += repeat * 10_000 * MS;
+            engine.ingest(&event);
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_clean(&engine);
+    let count = events.len() as f64 * repeats as f64;
+    println!(
+        "{count} events in {elapsed:?}: {:.1} M events/s",
+        count / elapsed.as_secs_f64() / 1e6
+    );
+}
+
+#[test]
+fn events_without_a_chain_are_counted_where_they_landed() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            // Queued before tracing began: split, merge and completion match nothing.
+            split(MS, LOOP0, 10241, 10496),
+            backmerge(MS, LOOP0, 10496, 8),
+            bio_complete(MS, ZRAM, 0, 8),
+        ],
+    );
+    let stats = engine.correlation();
+    assert_eq!(stats.unmatched_events, 3);
+    assert_eq!(stats.in_flight, 0);
+    // Attributed by sector to loop0p2, by rwbs to writes.
+    let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
+    assert_eq!(p2.splits, 1);
+    assert_eq!(p2.merges, 1);
+    assert_eq!(p2.split_causes.get("physical_block"), Some(&1));
+    assert!(
+        engine.devices()[1].measures.ops.is_empty(),
+        "zram saw no I/O"
+    );
+}
