@@ -11,7 +11,7 @@ use super::split::{SplitCause, PAGE_BYTES, SECTOR_BYTES};
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use super::{DeviceState, DirtyStats, DIRTY_SIZES};
-use crate::geometry::PartitionGeometry;
+use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, ratio, Diagnosis, Op, Severity};
 
 /// `split_amplification` needs at least this many splits...
@@ -37,6 +37,7 @@ struct Scope<'a> {
     total: OpStats,
     /// The operation with the most user I/Os, named in explanations.
     main_op: Op,
+    writes: Option<OpStats>,
     dirty: Option<&'a DirtyStats>,
 }
 
@@ -73,12 +74,14 @@ fn scopes<'a>(device: &'a DeviceState, dirty: &'a FastMap<u32, DirtyStats>) -> V
                 }
             }
         }
+        let writes = per_op[op_index(Op::Write)].take();
         Scope {
             name,
             device,
             partition,
             total,
             main_op,
+            writes,
             dirty: dev.and_then(|dev| dirty.get(&dev)),
         }
     };
@@ -98,10 +101,19 @@ pub(super) fn diagnose(
     devices: &[DeviceState],
     dirty: &FastMap<u32, DirtyStats>,
 ) -> Vec<Diagnosis> {
+    diagnose_with(devices, dirty, audit_disk)
+}
+
+/// [`diagnose`] with the static audit passed in, so tests can supply findings.
+pub(super) fn diagnose_with(
+    devices: &[DeviceState],
+    dirty: &FastMap<u32, DirtyStats>,
+    audit: impl Fn(&DiskGeometry) -> Vec<Diagnosis>,
+) -> Vec<Diagnosis> {
     let mut found = Vec::new();
     for device in devices {
         let mut audited = if device.known {
-            audit_disk(&device.geometry)
+            audit(&device.geometry)
         } else {
             Vec::new()
         };
@@ -179,10 +191,61 @@ fn dominant_subpage_buffer(dirty: &DirtyStats) -> Option<(u64, u64)> {
         .map(|index| (DirtyStats::size_of(index), dirty.by_size[index]))
 }
 
-/// `subpage_block_size` from dirty buffers when the audit could not tell.
+/// `subpage_block_size` from live evidence when the audit could not tell:
+/// sub-page dirty buffers (the block size itself), or, without those, a
+/// partition of unknown geometry whose writes are nearly all one sub-page size.
 fn live_subpage(scope: &Scope<'_>) -> Option<Diagnosis> {
-    let dirty = scope.dirty?;
-    let (block_size, buffers) = dominant_subpage_buffer(dirty)?;
+    if let Some((block_size, buffers)) = scope.dirty.and_then(dominant_subpage_buffer) {
+        let total = scope.dirty.map_or(buffers, |dirty| dirty.count);
+        let what = format!(
+            "{buffers} of {total} dirty buffers written through {} were {block_size} bytes: the device's block size is {block_size} bytes",
+            scope.name
+        );
+        return Some(subpage_diagnosis(
+            scope,
+            block_size,
+            what,
+            Severity::Warning,
+        ));
+    }
+    let (block_size, bios) = uniform_subpage_writes(scope)?;
+    let what = format!(
+        "{bios} of {} writes to {} were {block_size}-byte bios, which is what a {block_size}-byte block size produces (O_DIRECT writes of that size would look the same)",
+        scope.total.user_ios, scope.name
+    );
+    Some(subpage_diagnosis(scope, block_size, what, Severity::Info))
+}
+
+/// Sub-page writes must be at least this many...
+pub const MIN_SUBPAGE_BIOS: u64 = 64;
+/// ...and this share of the scope's writes, all of one size.
+const SUBPAGE_BIO_SHARE: f64 = 0.9;
+
+/// On a partition whose geometry is unknown: the one sub-page size nearly all writes had.
+fn uniform_subpage_writes(scope: &Scope<'_>) -> Option<(u64, u64)> {
+    let partition = scope.partition?;
+    if partition.size != 0 || partition.block_size.is_some() {
+        return None;
+    }
+    let write = scope.writes.as_ref()?;
+    let histogram = &write.user_io_sectors;
+    let sectors = histogram.value_at_quantile(0.5);
+    if sectors == 0 || sectors * SECTOR_BYTES >= PAGE_BYTES {
+        return None;
+    }
+    let bios = histogram.count_at(sectors);
+    if bios < MIN_SUBPAGE_BIOS || ratio(bios, histogram.len()) < SUBPAGE_BIO_SHARE {
+        return None;
+    }
+    Some((sectors * SECTOR_BYTES, bios))
+}
+
+fn subpage_diagnosis(
+    scope: &Scope<'_>,
+    block_size: u64,
+    what: String,
+    severity: Severity,
+) -> Diagnosis {
     let mut evidence = BTreeMap::new();
     evidence.insert("block_size".into(), json!(block_size));
     add_partition_evidence(&mut evidence, scope.partition);
@@ -199,8 +262,7 @@ fn live_subpage(scope: &Scope<'_>) -> Option<Diagnosis> {
         None => String::new(),
     };
     let explanation = format!(
-        "{buffers} of {} dirty buffers written through {} were {block_size} bytes: the device's block size is {block_size} bytes, below the {PAGE_BYTES}-byte page, so buffered writes to the raw device (mkfs, dd without O_DIRECT) become one {block_size}-byte bio per buffer and rely on merging to form large commands.{size_sentence}",
-        dirty.count, scope.name
+        "{what}, below the {PAGE_BYTES}-byte page, so buffered writes to the raw device (mkfs, dd without O_DIRECT) become one {block_size}-byte bio per buffer and rely on merging to form large commands.{size_sentence}"
     );
     let fix = match odd_size {
         Some(partition) => format!(
@@ -210,18 +272,18 @@ fn live_subpage(scope: &Scope<'_>) -> Option<Diagnosis> {
             scope.name
         ),
         None => format!(
-            "set a 4096-byte block size (`blockdev --setbsz 4096 /dev/{}`) or write with O_DIRECT",
-            scope.name
+            "give {} a size that is a multiple of 4 KiB, or set a 4096-byte block size (`blockdev --setbsz 4096 /dev/{}`) or write with O_DIRECT",
+            scope.name, scope.name
         ),
     };
-    Some(Diagnosis {
+    Diagnosis {
         code: code::SUBPAGE_BLOCK_SIZE,
         device: scope.name.clone(),
-        severity: Severity::Warning,
+        severity,
         evidence,
         explanation,
         fix,
-    })
+    }
 }
 
 fn add_partition_evidence(
@@ -357,7 +419,7 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
         }
         SplitCause::PhysicalBlock => match scope.partition.filter(|partition| partition.size != 0) {
             Some(partition) => {
-                let aligned = partition.start.div_ceil(2048) * 2048;
+                let aligned = partition.start.div_ceil(2048).saturating_mul(2048);
                 (
                     format!(
                         "The kernel ends split pieces on absolute {pbs}-byte physical-block boundaries, and {} starts at sector {}, {} sectors past one, so every large I/O gets a short extra piece.",
@@ -419,11 +481,11 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
             format!(
                 "The device has a virt boundary (mask {:#x}): buffers that start or end inside a {}-byte page cannot share a request segment list.",
                 geometry.virt_boundary_mask,
-                geometry.virt_boundary_mask + 1
+                geometry.virt_boundary_mask.saturating_add(1)
             ),
             format!(
                 "use buffers aligned to {} bytes with lengths a multiple of it (e.g. a 4096-byte block size)",
-                geometry.virt_boundary_mask + 1
+                geometry.virt_boundary_mask.saturating_add(1)
             ),
             true,
         ),

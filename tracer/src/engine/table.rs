@@ -105,6 +105,12 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
         self.live
     }
 
+    /// Slots ever allocated: stays at the peak in-flight count once warm.
+    #[cfg(test)]
+    pub fn allocated(&self) -> usize {
+        self.slots.len()
+    }
+
     pub fn is_full(&self) -> bool {
         self.live >= self.cap
     }

@@ -1193,3 +1193,228 @@ fn origins_split_tracked_from_other_io() {
     assert_eq!(other.user_ios, 1);
     assert_eq!(other.commands, 1);
 }
+
+#[test]
+fn steady_state_reuses_slots() {
+    let mut engine = engine();
+    mixed_workload(&mut engine);
+    let warm = (
+        engine.fragments.allocated(),
+        engine.commands.allocated(),
+        engine.user_ios.allocated(),
+        engine.remaps.allocated(),
+    );
+    for _ in 0..20 {
+        mixed_workload(&mut engine);
+    }
+    assert_clean(&engine);
+    let after = (
+        engine.fragments.allocated(),
+        engine.commands.allocated(),
+        engine.user_ios.allocated(),
+        engine.remaps.allocated(),
+    );
+    assert_eq!(warm, after);
+    // At most one write (2 fragments) and four reads in flight at once.
+    assert!(after.0 <= 6, "{after:?}");
+}
+
+#[test]
+fn audit_findings_get_live_evidence() {
+    let mut engine = engine();
+    misaligned_writes(&mut engine, 20);
+    for index in 0..5 {
+        let buffer = BlockEvent {
+            aux_sector: 512,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let audit = |disk: &DiskGeometry| -> Vec<Diagnosis> {
+        if disk.name != "loop0" {
+            return Vec::new();
+        }
+        ["loop0p2", "loop0p1"]
+            .iter()
+            .map(|name| Diagnosis {
+                code: code::MISALIGNED_START,
+                device: name.to_string(),
+                severity: Severity::Warning,
+                evidence: [("partition_start".to_string(), serde_json::json!(10241))]
+                    .into_iter()
+                    .collect(),
+                explanation: "static".into(),
+                fix: "static".into(),
+            })
+            .collect()
+    };
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    let p2 = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p2")
+        .unwrap();
+    assert_eq!(
+        p2.evidence["partition_start"], 10241,
+        "static evidence kept"
+    );
+    assert_eq!(p2.evidence["observed_user_ios"], 20);
+    assert_eq!(p2.evidence["observed_bio_size_p50"], 256 * 512);
+    assert_eq!(p2.evidence["extra_split_fragments"], 20);
+    assert_eq!(p2.evidence["misaligned_command_share"], 1.0);
+    assert_eq!(p2.evidence["bios_per_command"], 0.5);
+    assert_eq!(p2.evidence["dirty_buffers"], 5);
+    assert_eq!(p2.evidence["dirty_buffer_sizes"]["512"], 5);
+    // No traffic on p1: its finding is left as the audit made it.
+    let p1 = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p1")
+        .unwrap();
+    assert_eq!(p1.evidence.len(), 1);
+}
+
+#[test]
+fn audited_subpage_is_not_repeated_from_live_evidence() {
+    let mut engine = engine();
+    for index in 0..10 {
+        let buffer = BlockEvent {
+            aux_sector: 512,
+            ..event(EventKind::DirtyBuffer, MS, P2, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let audit = |disk: &DiskGeometry| -> Vec<Diagnosis> {
+        if disk.name != "loop0" {
+            return Vec::new();
+        }
+        vec![Diagnosis {
+            code: code::SUBPAGE_BLOCK_SIZE,
+            device: "loop0p2".into(),
+            severity: Severity::Warning,
+            evidence: [("block_size".to_string(), serde_json::json!(512))]
+                .into_iter()
+                .collect(),
+            explanation: "static".into(),
+            fix: "static".into(),
+        }]
+    };
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    assert_eq!(diagnoses.len(), 1);
+    assert_eq!(diagnoses[0].explanation, "static");
+    assert_eq!(diagnoses[0].evidence["dirty_buffers"], 10);
+}
+
+#[test]
+fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
+    let mut engine = engine();
+    let unknown_part = DevId::new(259, 9);
+    for index in 0..100u64 {
+        let sector = 30000 + index * 2;
+        feed(
+            &mut engine,
+            &[
+                remap(MS, LOOP0, sector, 2, unknown_part, index * 2),
+                queue(MS, LOOP0, sector, 2),
+            ],
+        );
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE)
+        .expect("subpage_block_size");
+    assert_eq!(found.device, "259:9");
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence["block_size"], 1024);
+    // A known partition's geometry belongs to the audit: nothing from bios alone.
+    let mut engine = self::engine();
+    for index in 0..100u64 {
+        let sector = 2048 + index * 2;
+        feed(
+            &mut engine,
+            &[
+                remap(MS, LOOP0, sector, 2, P1, index * 2),
+                queue(MS, LOOP0, sector, 2),
+            ],
+        );
+    }
+    assert!(engine
+        .diagnoses()
+        .iter()
+        .all(|diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE));
+}
+
+/// Throughput of the hot path; run in release:
+/// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --ignored --nocapture`.
+#[test]
+#[ignore = "timing; run in release by hand"]
+fn ingest_throughput() {
+    let mut engine = engine();
+    // Pre-build the events so only ingestion is timed.
+    let mut events = Vec::new();
+    let mut probe = Engine::new(vec![loop0()], EngineLimits::default());
+    for round in 0..2_000u64 {
+        let ts = MS * (round + 1);
+        let base = 2048 + (round % 16) * 512;
+        events.extend_from_slice(&[
+            remap(ts, LOOP0, base, 512, P1, base - 2048),
+            queue(ts, LOOP0, base, 512),
+            split(ts, LOOP0, base, base + 256),
+            issue(ts, LOOP0, base, 256),
+            issue(ts, LOOP0, base + 256, 256),
+            complete(ts + 10, LOOP0, base, 256),
+            complete(ts + 10, LOOP0, base + 256, 256),
+        ]);
+        for index in 0..8 {
+            events.push(queue(ts, LOOP0, 20000 + index, 1));
+            if index > 0 {
+                events.push(backmerge(ts, LOOP0, 20000 + index, 1));
+            }
+        }
+        events.push(issue(ts, LOOP0, 20000, 8));
+        events.push(complete(ts + 10, LOOP0, 20000, 8));
+    }
+    feed(&mut probe, &events);
+    assert_clean(&probe);
+    let repeats = 50;
+    let started = std::time::Instant::now();
+    for repeat in 0..repeats {
+        for event in &events {
+            let mut event = *event;
+            event.ts_ns += repeat * 10_000 * MS;
+            engine.ingest(&event);
+        }
+    }
+    let elapsed = started.elapsed();
+    assert_clean(&engine);
+    let count = events.len() as f64 * repeats as f64;
+    println!(
+        "{count} events in {elapsed:?}: {:.1} M events/s",
+        count / elapsed.as_secs_f64() / 1e6
+    );
+}
+
+#[test]
+fn events_without_a_chain_are_counted_where_they_landed() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            // Queued before tracing began: split, merge and completion match nothing.
+            split(MS, LOOP0, 10241, 10496),
+            backmerge(MS, LOOP0, 10496, 8),
+            bio_complete(MS, ZRAM, 0, 8),
+        ],
+    );
+    let stats = engine.correlation();
+    assert_eq!(stats.unmatched_events, 3);
+    assert_eq!(stats.in_flight, 0);
+    // Attributed by sector to loop0p2, by rwbs to writes.
+    let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
+    assert_eq!(p2.splits, 1);
+    assert_eq!(p2.merges, 1);
+    assert_eq!(p2.split_causes.get("physical_block"), Some(&1));
+    assert!(
+        engine.devices()[1].measures.ops.is_empty(),
+        "zram saw no I/O"
+    );
+}
