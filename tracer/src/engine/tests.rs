@@ -1318,11 +1318,11 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
         );
     }
     let diagnoses = engine.diagnoses();
+    // loop0p2's own finding comes from the audit; this one from the bios alone.
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE)
-        .expect("subpage_block_size");
-    assert_eq!(found.device, "259:9");
+        .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == "259:9")
+        .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.severity, Severity::Info);
     assert_eq!(found.evidence["block_size"], 1024);
     // A known partition's geometry belongs to the audit: nothing from bios alone.
@@ -1337,16 +1337,15 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
             ],
         );
     }
-    assert!(engine
-        .diagnoses()
-        .iter()
-        .all(|diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE));
+    assert!(engine.diagnoses().iter().all(
+        |diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE || diagnosis.device != "loop0p1"
+    ));
 }
 
-/// Throughput of the hot path; run in release:
-/// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --ignored --nocapture`.
+/// Repeated mixed traffic stays clean; prints the hot path's throughput
+/// (measured, not asserted). For a meaningful number run it in release:
+/// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --nocapture`.
 #[test]
-#[ignore = "timing; run in release by hand"]
 fn ingest_throughput() {
     let mut engine = engine();
     // Pre-build the events so only ingestion is timed.
@@ -1375,7 +1374,7 @@ fn ingest_throughput() {
     }
     feed(&mut probe, &events);
     assert_clean(&probe);
-    let repeats = 50;
+    let repeats = if cfg!(debug_assertions) { 2 } else { 50 };
     let started = std::time::Instant::now();
     for repeat in 0..repeats {
         for event in &events {
