@@ -394,6 +394,34 @@ impl ProcessOffsets {
     };
 }
 
+/// Dirty-buffer sizes kept per device: 512 B (index 0) doubling to 64 KiB (7).
+pub const DIRTY_SIZE_BUCKETS: usize = 8;
+
+/// `block_dirty_buffer` hits per size, aggregated in the kernel per device:
+/// they need no per-event detail and are a quarter of the events under
+/// buffered sub-page writes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirtyCounts {
+    pub by_size: [u64; DIRTY_SIZE_BUCKETS],
+}
+
+impl DirtyCounts {
+    /// The bucket of a buffer of `bytes`.
+    pub const fn bucket(bytes: u64) -> usize {
+        let sectors = bytes >> 9;
+        if sectors <= 1 {
+            return 0;
+        }
+        let index = (63 - sectors.leading_zeros()) as usize;
+        if index >= DIRTY_SIZE_BUCKETS {
+            DIRTY_SIZE_BUCKETS - 1
+        } else {
+            index
+        }
+    }
+}
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
@@ -409,6 +437,7 @@ pub mod counter {
 pub mod names {
     pub const EVENTS: &str = "EVENTS";
     pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
+    pub const DIRTY_BUFFERS: &str = "DIRTY_BUFFERS";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";
     pub const COUNTERS: &str = "COUNTERS";
     pub const DEVICES: &str = "DEVICES";
@@ -429,6 +458,7 @@ mod user {
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ProcessOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
+    unsafe impl aya::Pod for DirtyCounts {}
 }
 
 #[cfg(test)]
@@ -443,6 +473,16 @@ mod tests {
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
+    }
+
+    #[test]
+    fn dirty_buckets_double_from_512_bytes() {
+        assert_eq!(DirtyCounts::bucket(512), 0);
+        assert_eq!(DirtyCounts::bucket(1024), 1);
+        assert_eq!(DirtyCounts::bucket(4096), 3);
+        assert_eq!(DirtyCounts::bucket(65536), 7);
+        assert_eq!(DirtyCounts::bucket(1 << 20), 7);
+        assert_eq!(DirtyCounts::bucket(0), 0);
     }
 
     #[test]

@@ -9,12 +9,15 @@ use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
     macros::{map, tracepoint},
-    maps::{HashMap, PerCpuArray, RingBuf},
+    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TracePointContext,
     EbpfContext, Global,
 };
 use aya_log_ebpf::debug;
-use tracer_common::{counter, EventKind, FieldOffsets, RawBlockEvent, NO_FIELD, RAW_START};
+use tracer_common::{
+    counter, DirtyCounts, EventKind, FieldOffsets, RawBlockEvent, DIRTY_SIZE_BUCKETS, NO_FIELD,
+    RAW_START,
+};
 
 /// Default ring size; userspace may resize it at load time.
 const EVENTS_RING_BYTES: u32 = 16 << 20;
@@ -175,4 +178,37 @@ block_probe!(rq_merge, EventKind::RqMerge, RQ_MERGE_FIELDS);
 block_probe!(rq_issue, EventKind::Issue, ISSUE_FIELDS);
 block_probe!(rq_complete, EventKind::Complete, COMPLETE_FIELDS);
 block_probe!(bio_complete, EventKind::BioComplete, BIO_COMPLETE_FIELDS);
-block_probe!(dirty_buffer, EventKind::DirtyBuffer, DIRTY_BUFFER_FIELDS);
+/// Dirty buffers are counted per device and size in the kernel, not streamed.
+#[map(name = "DIRTY_BUFFERS")]
+static DIRTY_BUFFERS: PerCpuHashMap<u32, DirtyCounts> = PerCpuHashMap::with_max_entries(1024, 0);
+
+#[tracepoint]
+pub fn dirty_buffer(ctx: TracePointContext) -> u32 {
+    let fields = DIRTY_BUFFER_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let (dev, bytes) = match (
+        field::<u32>(&ctx, fields.dev),
+        field::<u64>(&ctx, fields.aux_sector),
+    ) {
+        (Ok(dev), Ok(bytes)) => (dev, bytes),
+        (Err(errno), _) | (_, Err(errno)) => {
+            return read_failed(&ctx, EventKind::DirtyBuffer, errno)
+        }
+    };
+    if FILTER_DEVICES.load() != 0 && !device_in_scope(dev) {
+        return 0;
+    }
+    let bucket = DirtyCounts::bucket(bytes) & (DIRTY_SIZE_BUCKETS - 1);
+    match DIRTY_BUFFERS.get_ptr_mut(&dev) {
+        // SAFETY: a per-CPU value only this CPU writes while the program runs.
+        Some(counts) => unsafe { (*counts).by_size[bucket] += 1 },
+        None => {
+            let mut counts = DirtyCounts::default();
+            counts.by_size[bucket] = 1;
+            let _ = DIRTY_BUFFERS.insert(&dev, &counts, 0);
+        }
+    }
+    0
+}

@@ -19,13 +19,13 @@ use std::{
 };
 
 use aya::{
-    maps::{HashMap, MapData, PerCpuArray, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TracePoint,
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, names, BlockEvent, EventKind, FieldOffsets, OpenEvent, ProcessEvent, ProcessEventKind,
-    ProcessOffsets, RawBlockEvent,
+    counter, names, BlockEvent, DirtyCounts, EventKind, FieldOffsets, OpenEvent, ProcessEvent,
+    ProcessEventKind, ProcessOffsets, RawBlockEvent,
 };
 
 use crate::error::{Error, Result};
@@ -47,6 +47,8 @@ pub trait EventSink: Send + 'static {
     fn process_event(&mut self, _event: &ProcessEvent) {}
     /// Only with `CaptureConfig::process_tree`: a file the traced tree opened.
     fn open_event(&mut self, _event: &OpenEvent) {}
+    /// Before each query: the kernel's running dirty-buffer totals per device.
+    fn dirty_buffer_totals(&mut self, _totals: &[(u32, DirtyCounts)]) {}
     /// Called after each drain, with the consumer's clock.
     fn drained(&mut self, _now: Instant) {}
 }
@@ -384,6 +386,22 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
     Ok(())
 }
 
+/// Per-device dirty-buffer totals, summed over CPUs.
+fn dirty_totals(map: &PerCpuHashMap<MapData, u32, DirtyCounts>) -> Vec<(u32, DirtyCounts)> {
+    map.iter()
+        .filter_map(|entry| entry.ok())
+        .map(|(dev, per_cpu)| {
+            let mut total = DirtyCounts::default();
+            for counts in per_cpu.iter() {
+                for (sum, count) in total.by_size.iter_mut().zip(counts.by_size) {
+                    *sum += count;
+                }
+            }
+            (dev, total)
+        })
+        .collect()
+}
+
 fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
     let sum = |index: u32| {
         counters
@@ -468,6 +486,14 @@ fn consume<S: EventSink>(
     let counters_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
         counters.as_ref().map(read_counters).unwrap_or_default()
     };
+    let dirty_buffers = ebpf
+        .take_map(names::DIRTY_BUFFERS)
+        .and_then(|map| PerCpuHashMap::<MapData, u32, DirtyCounts>::try_from(map).ok());
+    let report_dirty = |sink: &mut S| {
+        if let Some(map) = &dirty_buffers {
+            sink.dirty_buffer_totals(&dirty_totals(map));
+        }
+    };
     // Owned here so that finishing can detach every probe (by dropping the
     // programs) while the rings and counters, taken out above, live on.
     let mut programs = Some(ebpf);
@@ -483,11 +509,15 @@ fn consume<S: EventSink>(
         sink.drained(Instant::now());
         loop {
             match inbox.try_recv() {
-                Ok(Control::Run(job)) => job(&mut sink, counters_now(&counters)),
+                Ok(Control::Run(job)) => {
+                    report_dirty(&mut sink);
+                    job(&mut sink, counters_now(&counters))
+                }
                 Ok(Control::Finish(job)) => {
                     drop(programs.take());
                     drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
                     sink.drained(Instant::now());
+                    report_dirty(&mut sink);
                     job(&mut sink, counters_now(&counters));
                     return sink;
                 }

@@ -32,7 +32,7 @@ mod tests;
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
-use tracer_common::{BlockEvent, EventKind};
+use tracer_common::{BlockEvent, DirtyCounts, EventKind};
 
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::PartitionReport;
@@ -235,6 +235,11 @@ impl DirtyStats {
     pub fn size_of(index: usize) -> u64 {
         SECTOR_BYTES << index
     }
+
+    fn add(&mut self, index: usize, count: u64) {
+        self.count += count;
+        self.by_size[index.min(DIRTY_SIZES - 1)] += count;
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -341,6 +346,8 @@ pub struct Engine {
     commands: Table<SectorKey, Command>,
     remaps: Table<RemapKey, Remap>,
     dirty: FastMap<u32, DirtyStats>,
+    /// The kernel's running dirty-buffer totals per device, as last seen.
+    dirty_kernel: FastMap<u32, DirtyCounts>,
     tracked: HashSet<u32, BuildHasherDefault<KeyHasher>>,
     events: EventCounts,
     correlation: CorrelationStats,
@@ -363,6 +370,7 @@ impl Engine {
             commands: Table::new(cap, reserve),
             remaps: Table::new(cap.min(RESERVED_SLOTS), reserve),
             dirty: FastMap::default(),
+            dirty_kernel: FastMap::default(),
             tracked: HashSet::default(),
             events: EventCounts::default(),
             correlation: CorrelationStats::default(),
@@ -1298,8 +1306,30 @@ impl Engine {
     }
 }
 
+impl Engine {
+    /// The kernel's running per-device dirty-buffer totals (aggregated there,
+    /// not streamed); what grew since the last call counts as new events.
+    pub fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
+        for (dev, now) in totals {
+            let before = self.dirty_kernel.insert(*dev, *now).unwrap_or_default();
+            let stats = self.dirty.entry(*dev).or_default();
+            for (index, (now, before)) in now.by_size.iter().zip(before.by_size).enumerate() {
+                let grown = now.saturating_sub(before);
+                if grown > 0 {
+                    stats.add(index, grown);
+                    self.events.dirty_buffer += grown;
+                }
+            }
+        }
+    }
+}
+
 impl crate::capture::EventSink for Engine {
     fn block_event(&mut self, event: &BlockEvent) {
         self.ingest(event)
+    }
+
+    fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
+        Engine::dirty_buffer_totals(self, totals)
     }
 }

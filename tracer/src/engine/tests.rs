@@ -1417,3 +1417,34 @@ fn events_without_a_chain_are_counted_where_they_landed() {
         "zram saw no I/O"
     );
 }
+
+#[test]
+fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
+    let mut engine = engine();
+    let p2 = k(P2);
+    let totals = |small: u64| {
+        let mut counts = tracer_common::DirtyCounts::default();
+        counts.by_size[0] = small;
+        vec![(p2, counts)]
+    };
+    engine.dirty_buffer_totals(&totals(100));
+    engine.dirty_buffer_totals(&totals(100));
+    assert_eq!(
+        engine.events().dirty_buffer,
+        100,
+        "an unchanged total adds nothing"
+    );
+    let found = engine
+        .diagnoses()
+        .into_iter()
+        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
+        .expect("subpage_block_size");
+    assert_eq!(found.evidence["dirty_buffers"], 100);
+    engine.reset();
+    engine.dirty_buffer_totals(&totals(130));
+    assert_eq!(
+        engine.events().dirty_buffer,
+        30,
+        "after a reset only the growth counts"
+    );
+}

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use tracer_common::{BlockEvent, OpenEvent, ProcessEvent, ProcessEventKind};
+use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEventKind};
 
 use crate::capture::{Capture, CaptureConfig, EventSink};
 use crate::cli::{RunArgs, Scope};
@@ -99,6 +99,10 @@ impl EventSink for RunSink {
             self.engine.track_processes([event.tgid]);
         }
         self.recorder.process_event(event);
+    }
+
+    fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
+        self.engine.dirty_buffer_totals(totals);
     }
 
     fn open_event(&mut self, event: &OpenEvent) {
