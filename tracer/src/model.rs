@@ -52,6 +52,9 @@ pub struct EventCounts {
     pub syscall_dropped: u64,
     /// Tracepoint records whose fields could not be read.
     pub read_failed: u64,
+    /// Block probe runs the kernel skipped because another BPF program was
+    /// running on that CPU (its `recursion_misses`; any device, not only those traced).
+    pub missed: u64,
 }
 
 impl EventCounts {

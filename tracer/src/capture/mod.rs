@@ -11,7 +11,7 @@ pub mod format;
 pub mod system;
 
 use std::{
-    os::fd::AsRawFd,
+    os::fd::{AsFd, AsRawFd, OwnedFd},
     path::Path,
     sync::mpsc,
     thread::JoinHandle,
@@ -72,6 +72,9 @@ pub struct KernelCounters {
     pub dropped: u64,
     pub syscall_dropped: u64,
     pub read_failed: u64,
+    /// Block probe runs the kernel skipped (`recursion_misses`): it does not
+    /// run a program while another BPF program is active on the same CPU.
+    pub missed: u64,
 }
 
 /// The state of one probe after start-up.
@@ -402,6 +405,60 @@ fn dirty_totals(map: &PerCpuHashMap<MapData, u32, DirtyCounts>) -> Vec<(u32, Dir
         .collect()
 }
 
+/// Duplicated program fds, so their `recursion_misses` stay readable in
+/// `/proc/self/fdinfo` after the probes are detached.
+struct ProgramMisses {
+    block: Vec<OwnedFd>,
+    process: Vec<OwnedFd>,
+}
+
+impl ProgramMisses {
+    fn of(ebpf: &Ebpf) -> ProgramMisses {
+        let mut misses = ProgramMisses {
+            block: Vec::new(),
+            process: Vec::new(),
+        };
+        for (name, program) in ebpf.programs() {
+            let Some(fd) = program
+                .fd()
+                .ok()
+                .and_then(|fd| fd.as_fd().try_clone_to_owned().ok())
+            else {
+                continue;
+            };
+            match EventKind::ALL.iter().any(|kind| kind.program() == name) {
+                true => misses.block.push(fd),
+                false => misses.process.push(fd),
+            }
+        }
+        misses
+    }
+
+    fn block(&self) -> u64 {
+        self.block.iter().map(recursion_misses).sum()
+    }
+
+    fn process(&self) -> u64 {
+        self.process.iter().map(recursion_misses).sum()
+    }
+}
+
+/// The kernel's count of runs it skipped for this program (Linux 5.12+; 0 before).
+fn recursion_misses(fd: &OwnedFd) -> u64 {
+    let path = format!("/proc/self/fdinfo/{}", fd.as_raw_fd());
+    std::fs::read_to_string(path)
+        .ok()
+        .and_then(|text| parse_recursion_misses(&text))
+        .unwrap_or(0)
+}
+
+fn parse_recursion_misses(fdinfo: &str) -> Option<u64> {
+    fdinfo
+        .lines()
+        .find_map(|line| line.strip_prefix("recursion_misses:"))
+        .and_then(|value| value.trim().parse().ok())
+}
+
 fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
     let sum = |index: u32| {
         counters
@@ -413,6 +470,7 @@ fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
         dropped: sum(counter::DROPPED),
         syscall_dropped: sum(counter::PROCESS_DROPPED),
         read_failed: sum(counter::READ_FAILED),
+        missed: 0,
     }
 }
 
@@ -494,6 +552,13 @@ fn consume<S: EventSink>(
             sink.dirty_buffer_totals(&dirty_totals(map));
         }
     };
+    let misses = ProgramMisses::of(&ebpf);
+    let counters_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
+        let mut now = counters_now(counters);
+        now.missed = misses.block();
+        now.syscall_dropped += misses.process();
+        now
+    };
     // Owned here so that finishing can detach every probe (by dropping the
     // programs) while the rings and counters, taken out above, live on.
     let mut programs = Some(ebpf);
@@ -561,5 +626,17 @@ fn drain<S: EventSink>(
                 sink.block_event(&event);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_recursion_misses;
+
+    #[test]
+    fn recursion_misses_come_from_the_fdinfo_line() {
+        let fdinfo = "pos:\t0\nflags:\t02000002\nprog_type:\t5\nrun_cnt:\t0\nrecursion_misses:\t174\nverified_insns:\t80\n";
+        assert_eq!(parse_recursion_misses(fdinfo), Some(174));
+        assert_eq!(parse_recursion_misses("prog_type:\t5\n"), None);
     }
 }

@@ -44,6 +44,7 @@ pub fn report(
     events.dropped = counters.dropped;
     events.syscall_dropped = counters.syscall_dropped;
     events.read_failed = counters.read_failed;
+    events.missed = counters.missed;
     Report {
         schema: SCHEMA_NAME,
         schema_version: SCHEMA_VERSION,

@@ -318,9 +318,10 @@ fn header(out: &mut Out, report: &Report) {
         units::seconds(report.duration_s)
     ));
     out.line(&format!(
-        "  events: {} received, {} dropped, {} read failures",
+        "  events: {} received, {} dropped, {} skipped by the kernel, {} read failures",
         units::thousands(events.total()),
         units::thousands(events.dropped),
+        units::thousands(events.missed),
         units::thousands(events.read_failed),
     ));
     out.line(&format!(
@@ -340,6 +341,17 @@ fn header(out: &mut Out, report: &Report) {
                  counts below are lower bounds and some chains are incomplete.",
                 units::thousands(events.dropped),
                 units::thousands(events.syscall_dropped)
+            ),
+        );
+    }
+    if events.missed > 0 {
+        out.wrapped(
+            "  warning: ",
+            "    ",
+            &format!(
+                "the kernel skipped {} block probe runs because another BPF program \
+                 was running on the same CPU (interrupt nesting); some chains are incomplete.",
+                units::thousands(events.missed)
             ),
         );
     }
@@ -686,12 +698,18 @@ mod tests {
 
     #[test]
     fn header_shows_events_drops_failures_and_incomplete_chains() {
-        let report = seed_report();
+        let mut report = seed_report();
+        report.events.missed = 7;
         let text = render_report(&report, 80);
         let total = units::thousands(report.events.total());
         assert!(text.contains(&format!("{total} received")), "{text}");
         assert!(text.contains("42 dropped"));
         assert!(text.contains("1 read failures"));
+        assert!(text.contains("7 skipped by the kernel"), "{text}");
+        assert!(
+            text.contains("the kernel skipped 7 block probe runs"),
+            "{text}"
+        );
         assert!(text.contains("3 incomplete"));
         assert!(text.contains("12.3 s traced"));
         assert!(text.contains("note: unsupported probe block_dirty_buffer"));

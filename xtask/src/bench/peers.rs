@@ -316,7 +316,7 @@ fn parse_iosplit_report(stdout: &str) -> Result<Counted> {
     let count = |key: &str| events.get(key).and_then(Value::as_u64).unwrap_or(0);
     Ok(Counted {
         events: EVENT_KEYS.iter().map(|key| count(key)).sum(),
-        dropped: count("dropped") + count("read_failed"),
+        dropped: count("dropped") + count("read_failed") + count("missed"),
         correlation: report.get("correlation").cloned(),
     })
 }
@@ -362,11 +362,11 @@ mod tests {
     fn iosplit_report_events_exclude_the_drop_counters() {
         let stdout = r#"{"schema":"iosplit-trace/report","events":{"remap":5,"queue":5,"split":2,
             "backmerge":0,"frontmerge":0,"rq_merge":0,"issue":7,"complete":7,"bio_complete":0,
-            "dirty_buffer":1,"dropped":3,"syscall_dropped":9,"read_failed":1},
+            "dirty_buffer":1,"dropped":3,"syscall_dropped":9,"read_failed":1,"missed":2},
             "correlation":{"incomplete":0}}"#;
         let counted = parse_iosplit_report(stdout).unwrap();
         assert_eq!(counted.events, 5 + 5 + 2 + 7 + 7 + 1);
-        assert_eq!(counted.dropped, 4);
+        assert_eq!(counted.dropped, 3 + 1 + 2);
         assert!(counted.correlation.is_some());
         assert!(parse_iosplit_report("Error: no permission").is_err());
     }

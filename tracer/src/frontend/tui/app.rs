@@ -250,10 +250,11 @@ impl App {
     }
 
     /// Events the kernel could not hand over since the start (or reset).
+    /// Block events lost: ring full, or skipped by the kernel.
     pub fn drops(&self) -> u64 {
         self.report
             .as_ref()
-            .map_or(0, |report| report.events.dropped)
+            .map_or(0, |report| report.events.dropped + report.events.missed)
     }
 
     pub fn selected_row(&self) -> Option<&Row> {
@@ -506,7 +507,9 @@ mod tests {
     fn drops_come_from_the_shown_report() {
         let mut app = App::new();
         assert_eq!(app.drops(), 0);
-        app.on_snapshot(seed_report(), secs(1));
-        assert_eq!(app.drops(), 42);
+        let mut report = seed_report();
+        report.events.missed = 7;
+        app.on_snapshot(report, secs(1));
+        assert_eq!(app.drops(), 42 + 7);
     }
 }
