@@ -93,6 +93,22 @@ impl EventKind {
         }
     }
 
+    /// The raw-tracepoint program for this tracepoint (BTF layouts).
+    pub const fn raw_program(self) -> &'static str {
+        match self {
+            EventKind::Remap => "raw_bio_remap",
+            EventKind::Queue => "raw_bio_queue",
+            EventKind::Split => "raw_split",
+            EventKind::Backmerge => "raw_bio_backmerge",
+            EventKind::Frontmerge => "raw_bio_frontmerge",
+            EventKind::RqMerge => "raw_rq_merge",
+            EventKind::Issue => "raw_rq_issue",
+            EventKind::Complete => "raw_rq_complete",
+            EventKind::BioComplete => "raw_bio_complete",
+            EventKind::DirtyBuffer => "raw_dirty_buffer",
+        }
+    }
+
     /// The name of the global that carries this tracepoint's field offsets.
     pub const fn offsets_global(self) -> &'static str {
         match self {
@@ -196,6 +212,68 @@ pub struct BlockEvent {
     pub kind: u8,
     pub _pad: [u8; 3],
     pub error: i32,
+}
+
+/// Byte offsets into kernel structs, read from BTF at start-up, for the
+/// raw-tracepoint probes (which get `struct bio *` / `struct request *`
+/// arguments instead of a formatted record).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KernelLayout {
+    pub bio_bdev: u32,
+    pub bdev_dev: u32,
+    pub bdev_disk: u32,
+    /// Start of the [`WINDOW_BYTES`] of `struct bio` copied into each event.
+    pub bio_window: u32,
+    pub rq_q: u32,
+    pub q_disk: u32,
+    pub disk_major: u32,
+    pub disk_first_minor: u32,
+    /// Start of the [`WINDOW_BYTES`] of `struct request` copied into each event.
+    pub rq_window: u32,
+    pub bh_bdev: u32,
+    pub bh_size: u32,
+    pub _pad: u32,
+}
+
+impl KernelLayout {
+    pub const ABSENT: KernelLayout = KernelLayout {
+        bio_bdev: 0,
+        bdev_dev: 0,
+        bdev_disk: 0,
+        bio_window: 0,
+        rq_q: 0,
+        q_disk: 0,
+        disk_major: 0,
+        disk_first_minor: 0,
+        rq_window: 0,
+        bh_bdev: 0,
+        bh_size: 0,
+        _pad: 0,
+    };
+}
+
+/// Bytes of `struct bio` / `struct request` each raw-tracepoint event carries:
+/// from the op flags to the sector and size, which sit together in both.
+pub const WINDOW_BYTES: usize = 40;
+
+/// What the raw-tracepoint probes send per block event, 72 bytes: the device
+/// (resolved in the kernel, where it is needed for filtering), the
+/// tracepoint's scalar arguments, and a window of the bio or request that
+/// userspace decodes with the BTF offsets.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectEvent {
+    pub ts_ns: u64,
+    /// split: `new_sector`; remap: the sector it came from; rq complete: `nr_bytes`.
+    pub arg: u64,
+    pub tgid: u32,
+    pub dev: u32,
+    /// remap: the device it came from; rq complete: `blk_status_t`.
+    pub arg2: u32,
+    pub kind: u8,
+    pub _pad: [u8; 3],
+    pub window: [u8; WINDOW_BYTES],
 }
 
 impl BlockEvent {
@@ -445,6 +523,7 @@ pub mod names {
     pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+    pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
 }
 
 #[cfg(feature = "user")]
@@ -459,6 +538,8 @@ mod user {
     unsafe impl aya::Pod for ProcessOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
     unsafe impl aya::Pod for DirtyCounts {}
+    unsafe impl aya::Pod for KernelLayout {}
+    unsafe impl aya::Pod for ObjectEvent {}
 }
 
 #[cfg(test)]
@@ -469,6 +550,8 @@ mod tests {
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
         assert_eq!(core::mem::size_of::<RawBlockEvent>(), 72);
+        assert_eq!(core::mem::size_of::<ObjectEvent>(), 72);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 48);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

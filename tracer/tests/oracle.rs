@@ -1,5 +1,7 @@
 //! The event stream against the kernel's own `blk` tracer: one workload on a
-//! partitioned loop disk with both tracing; per-action counts must match.
+//! partitioned loop disk traced by the blk tracer and by iosplit-trace with
+//! each probe flavor (raw and classic tracepoints) at once. Per-action counts
+//! must match the blk tracer, and the two flavors must give the same answers.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -30,7 +32,9 @@ fn event_counts_match_the_kernels_blk_tracer() {
     // Small requests force splits of the larger writes.
     disk.set_queue("max_sectors_kb", "64");
     let oracle = BlkTracer::start(&disk.name);
-    let tracer = Tracer::start(&["report", "--json", "-d", &disk.name]);
+    let args = ["report", "--json", "-d", &disk.name];
+    let raw = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "raw")]);
+    let classic = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "classic")]);
 
     let p1 = disk.partition(1);
     let p2 = disk.partition(2);
@@ -71,19 +75,59 @@ fn event_counts_match_the_kernels_blk_tracer() {
         "iflag=direct",
     ]);
 
-    let report = tracer.stop();
+    let raw = raw.stop();
+    let classic = classic.stop();
     let trace = oracle.finish();
-    let report: serde_json::Value = serde_json::from_str(&report).expect("report is JSON");
+    let raw: serde_json::Value = serde_json::from_str(&raw).expect("report is JSON");
+    let classic: serde_json::Value = serde_json::from_str(&classic).expect("report is JSON");
+    for (flavor, report) in [("raw", &raw), ("classic", &classic)] {
+        eprintln!("--- {flavor} tracepoints");
+        check_against_oracle(report, &trace, &disk);
+    }
+    assert_eq!(
+        counts_of(&raw),
+        counts_of(&classic),
+        "raw and classic tracepoints disagree"
+    );
+}
+
+/// Everything in a report that does not depend on timing: events and, per
+/// disk and partition and op, every count and size histogram.
+fn counts_of(report: &serde_json::Value) -> serde_json::Value {
+    let mut report = report.clone();
+    report["events"]["missed"] = 0.into();
+    let strip = |measures: &mut serde_json::Value| {
+        for op in measures["ops"].as_object_mut().unwrap().values_mut() {
+            let op = op.as_object_mut().unwrap();
+            op.retain(|key, _| !key.ends_with("_us"));
+        }
+    };
+    for device in report["devices"].as_array_mut().unwrap() {
+        strip(&mut device["measures"]);
+        for part in device["partitions"].as_array_mut().unwrap() {
+            strip(&mut part["measures"]);
+        }
+    }
+    serde_json::json!({
+        "events": report["events"],
+        "correlation": report["correlation"],
+        "devices": report["devices"],
+        "diagnoses": report["diagnoses"].as_array().unwrap().iter().map(|d| &d["code"]).collect::<Vec<_>>(),
+    })
+}
+
+fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk) {
     let events = &report["events"];
     let ours = |key: &str| {
         events[key]
             .as_u64()
             .unwrap_or_else(|| panic!("events.{key} missing"))
     };
-    let theirs = count_actions(&trace, &disk.blk_dev());
+    let theirs = count_actions(trace, &disk.blk_dev());
     let oracle_count = |action: &str| theirs.get(action).copied().unwrap_or(0);
 
     assert_eq!(ours("dropped"), 0, "the tracer dropped events");
+    assert_eq!(ours("missed"), 0, "the kernel skipped probe runs");
     assert!(ours("split") > 0, "the workload must split: {events}");
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
     let pairs = [

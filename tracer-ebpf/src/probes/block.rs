@@ -23,7 +23,7 @@ use tracer_common::{
 const EVENTS_RING_BYTES: u32 = 16 << 20;
 
 #[map(name = "EVENTS")]
-static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
 
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
@@ -42,7 +42,7 @@ static FILTER_DEVICES: Global<u8> = Global::new(0);
 static FILTER_PIDS: Global<u8> = Global::new(0);
 /// Ring fill level (bytes) above which a submit wakes the reader.
 #[unsafe(no_mangle)]
-static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
 #[unsafe(no_mangle)]
 static REMAP_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
@@ -87,6 +87,19 @@ fn device_in_scope(dev: u32) -> bool {
     unsafe { DEVICES.get(&dev) }.is_some()
 }
 
+/// Whether events of `dev` are traced (every device when not filtering).
+#[inline(always)]
+pub fn device_wanted(dev: u32) -> bool {
+    FILTER_DEVICES.load() == 0 || device_in_scope(dev)
+}
+
+/// Whether events of process `tgid` are traced (every process when not filtering).
+#[inline(always)]
+pub fn pid_wanted(tgid: u32) -> bool {
+    // SAFETY: as above, a lookup in a map of plain integers.
+    FILTER_PIDS.load() == 0 || unsafe { PIDS.get(&tgid) }.is_some()
+}
+
 /// Whether the event's device (or, for a remap, the device it came from) is in scope.
 #[inline(always)]
 fn in_scope(ctx: &TracePointContext, fields: &FieldOffsets) -> Result<bool, i32> {
@@ -113,8 +126,7 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         }
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    // SAFETY: as above, a lookup in a map of plain integers.
-    if FILTER_PIDS.load() != 0 && unsafe { PIDS.get(&tgid) }.is_none() {
+    if !pid_wanted(tgid) {
         return 0;
     }
     let Some(mut entry) = EVENTS.reserve::<RawBlockEvent>(0) else {
@@ -197,8 +209,15 @@ pub fn dirty_buffer(ctx: TracePointContext) -> u32 {
             return read_failed(&ctx, EventKind::DirtyBuffer, errno)
         }
     };
-    if FILTER_DEVICES.load() != 0 && !device_in_scope(dev) {
-        return 0;
+    count_dirty_buffer(dev, bytes);
+    0
+}
+
+/// Counts one dirty buffer of `bytes` on `dev`, per CPU, when `dev` is traced.
+#[inline(always)]
+pub fn count_dirty_buffer(dev: u32, bytes: u64) {
+    if !device_wanted(dev) {
+        return;
     }
     let bucket = DirtyCounts::bucket(bytes) & (DIRTY_SIZE_BUCKETS - 1);
     match DIRTY_BUFFERS.get_ptr_mut(&dev) {
@@ -210,5 +229,4 @@ pub fn dirty_buffer(ctx: TracePointContext) -> u32 {
             let _ = DIRTY_BUFFERS.insert(&dev, &counts, 0);
         }
     }
-    0
 }

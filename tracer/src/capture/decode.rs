@@ -2,8 +2,11 @@
 //! from the format files. Pure, so each kernel layout is unit-tested.
 
 use tracer_common::{
-    BlockEvent, EventKind, FieldOffsets, RawBlockEvent, NO_FIELD, RAW_BYTES, RAW_START, RWBS_BYTES,
+    BlockEvent, EventKind, FieldOffsets, ObjectEvent, RawBlockEvent, NO_FIELD, RAW_BYTES,
+    RAW_START, RWBS_BYTES,
 };
+
+use super::layout::ObjectLayout;
 
 /// Decodes events of every kind with this kernel's layouts.
 #[derive(Clone, Debug)]
@@ -58,6 +61,84 @@ impl Decoder {
             _pad: [0; 3],
             error: u32_at(fields.error) as i32,
         })
+    }
+}
+
+/// Decodes the raw-tracepoint probes' `ObjectEvent`s the way the classic
+/// tracepoints would have formatted them (`TP_fast_assign` of each event).
+#[derive(Clone, Copy, Debug)]
+pub struct ObjectDecoder {
+    layout: ObjectLayout,
+}
+
+impl ObjectDecoder {
+    pub fn new(layout: ObjectLayout) -> ObjectDecoder {
+        ObjectDecoder { layout }
+    }
+
+    pub fn decode(&self, object: &ObjectEvent) -> Option<BlockEvent> {
+        let kind = EventKind::from_u8(object.kind)?;
+        let window = &object.window;
+        let u32_at = |at: usize| {
+            window
+                .get(at..at + 4)
+                .map_or(0, |b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]]))
+        };
+        let u64_at = |at: usize| {
+            window.get(at..at + 8).map_or(0, |b| {
+                u64::from_ne_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+            })
+        };
+        let fields = &self.layout.fields;
+        let ops = &self.layout.ops;
+        let mut event = BlockEvent {
+            ts_ns: object.ts_ns,
+            dev: object.dev,
+            tgid: object.tgid,
+            kind: object.kind,
+            ..BlockEvent::ZERO
+        };
+        match kind {
+            EventKind::RqMerge | EventKind::Issue | EventKind::Complete => {
+                let opf = u32_at(fields.rq_flags);
+                let position = u64_at(fields.rq_sector);
+                let passthrough = ops.is_passthrough(opf);
+                event.rwbs = ops.rwbs(opf);
+                if kind == EventKind::Complete {
+                    event.sector = position;
+                    event.nr_sector = (object.arg >> 9) as u32;
+                    event.error = -(object.arg2 as i32);
+                } else {
+                    event.sector = match passthrough || position == u64::MAX {
+                        true => 0,
+                        false => position,
+                    };
+                    event.nr_sector = match passthrough {
+                        true => 0,
+                        false => u32_at(fields.rq_data_len) >> 9,
+                    };
+                }
+            }
+            EventKind::DirtyBuffer => return None,
+            _ => {
+                event.rwbs = ops.rwbs(u32_at(fields.bio_opf));
+                event.sector = u64_at(fields.bio_sector);
+                event.nr_sector = u32_at(fields.bio_size) >> 9;
+                match kind {
+                    EventKind::Remap => {
+                        event.aux_dev = object.arg2;
+                        event.aux_sector = object.arg;
+                    }
+                    EventKind::Split => event.aux_sector = object.arg,
+                    EventKind::BioComplete => {
+                        let status = window.get(fields.bio_status).copied().unwrap_or(0);
+                        event.error = -i32::from(status);
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some(event)
     }
 }
 
@@ -168,5 +249,113 @@ mod tests {
             raw: [0; RAW_BYTES],
         };
         assert!(decoder.decode(&raw).is_none());
+    }
+
+    #[test]
+    fn object_events_decode_like_the_formatted_records() {
+        use crate::capture::layout::{ObjectLayout, OpBits, WindowFields};
+        use tracer_common::{KernelLayout, ObjectEvent, WINDOW_BYTES};
+        let ops = OpBits {
+            op_mask: 0xff,
+            write: 1,
+            flush: 2,
+            discard: 3,
+            secure_erase: 5,
+            drv_in: 34,
+            drv_out: 35,
+            preflush: 1 << 18,
+            fua: 1 << 17,
+            rahead: 1 << 19,
+            sync: 1 << 11,
+            meta: 1 << 12,
+            ..OpBits::default()
+        };
+        // The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
+        let fields = WindowFields {
+            bio_opf: 0,
+            bio_status: 10,
+            bio_sector: 16,
+            bio_size: 24,
+            rq_flags: 0,
+            rq_data_len: 20,
+            rq_sector: 24,
+        };
+        let decoder = ObjectDecoder::new(ObjectLayout {
+            kernel: KernelLayout::ABSENT,
+            fields,
+            ops,
+        });
+        let object = |kind: EventKind, put: &[(usize, &[u8])], arg: u64, arg2: u32| {
+            let mut window = [0u8; WINDOW_BYTES];
+            for (at, bytes) in put {
+                window[*at..*at + bytes.len()].copy_from_slice(bytes);
+            }
+            ObjectEvent {
+                ts_ns: 7,
+                arg,
+                tgid: 42,
+                dev: (7 << 20) | 3,
+                arg2,
+                kind: kind as u8,
+                _pad: [0; 3],
+                window,
+            }
+        };
+        let write_sync = (1u32 | 1 << 11).to_ne_bytes();
+        let remap = object(
+            EventKind::Remap,
+            &[
+                (0, &write_sync),
+                (16, &3147776u64.to_ne_bytes()),
+                (24, &4096u32.to_ne_bytes()),
+            ],
+            0,
+            (259 << 20) | 1,
+        );
+        let event = decoder.decode(&remap).unwrap();
+        assert_eq!((event.sector, event.nr_sector), (3147776, 8));
+        assert_eq!((event.aux_dev, event.aux_sector), ((259 << 20) | 1, 0));
+        assert_eq!(&event.rwbs[..3], b"WS\0");
+        assert_eq!((event.dev, event.tgid, event.ts_ns), ((7 << 20) | 3, 42, 7));
+
+        let split = object(EventKind::Split, &[(16, &2048u64.to_ne_bytes())], 2176, 0);
+        assert_eq!(decoder.decode(&split).unwrap().aux_sector, 2176);
+
+        let issue = object(
+            EventKind::Issue,
+            &[
+                (0, &write_sync),
+                (20, &65536u32.to_ne_bytes()),
+                (24, &2048u64.to_ne_bytes()),
+            ],
+            0,
+            0,
+        );
+        let event = decoder.decode(&issue).unwrap();
+        assert_eq!((event.sector, event.nr_sector), (2048, 128));
+        // A partial completion: nr_bytes comes from the argument, not the request.
+        let complete = object(
+            EventKind::Complete,
+            &[(24, &2048u64.to_ne_bytes())],
+            4096,
+            10,
+        );
+        let event = decoder.decode(&complete).unwrap();
+        assert_eq!((event.sector, event.nr_sector, event.error), (2048, 8, -10));
+        // Passthrough commands have no range, as in blk_rq_trace_sector().
+        let passthrough = object(
+            EventKind::Issue,
+            &[
+                (0, &34u32.to_ne_bytes()),
+                (20, &512u32.to_ne_bytes()),
+                (24, &99u64.to_ne_bytes()),
+            ],
+            0,
+            0,
+        );
+        let event = decoder.decode(&passthrough).unwrap();
+        assert_eq!((event.sector, event.nr_sector), (0, 0));
+        let unknown = ObjectEvent { kind: 200, ..remap };
+        assert!(decoder.decode(&unknown).is_none());
     }
 }

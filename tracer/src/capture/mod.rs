@@ -6,8 +6,10 @@
 //! ring. Frontends talk to it with [`Capture::query`], which runs a closure on
 //! the consumer thread between drains.
 
+pub mod btf;
 pub mod decode;
 pub mod format;
+pub mod layout;
 pub mod system;
 
 use std::{
@@ -20,12 +22,12 @@ use std::{
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::TracePoint,
+    programs::{RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, names, BlockEvent, DirtyCounts, EventKind, FieldOffsets, OpenEvent, ProcessEvent,
-    ProcessEventKind, ProcessOffsets, RawBlockEvent,
+    counter, names, BlockEvent, DirtyCounts, EventKind, FieldOffsets, KernelLayout, ObjectEvent,
+    OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawBlockEvent,
 };
 
 use crate::error::{Error, Result};
@@ -103,6 +105,7 @@ pub struct Capture<S: EventSink> {
     pub probes: Vec<ProbeReport>,
     /// Why the process-tree probes are missing, if they are.
     pub process_probes: Option<String>,
+    pub flavor: ProbeFlavor,
     pub started: Instant,
 }
 
@@ -112,6 +115,7 @@ impl<S: EventSink> Capture<S> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
         let (mut ebpf, probes, process_probes, decoder) = load(config, &events_dir)?;
+        let flavor = decoder.flavor();
         // The probes log only rare failures; drained with the events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
         let processes = match config.process_tree {
@@ -131,6 +135,7 @@ impl<S: EventSink> Capture<S> {
             processes,
             probes,
             process_probes,
+            flavor,
             started: Instant::now(),
         })
     }
@@ -225,7 +230,90 @@ impl<S: EventSink> Drop for Capture<S> {
     }
 }
 
-type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, decode::Decoder);
+type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, Decoding);
+
+/// Which programs carry the block events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeFlavor {
+    /// Raw tracepoints reading `struct bio`/`struct request` with BTF offsets.
+    Raw,
+    /// Classic tracepoints reading the formatted record with format-file offsets.
+    Classic,
+}
+
+impl ProbeFlavor {
+    pub fn name(self) -> &'static str {
+        match self {
+            ProbeFlavor::Raw => "raw tracepoints",
+            ProbeFlavor::Classic => "classic tracepoints",
+        }
+    }
+}
+
+/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
+pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
+
+/// How the consumer turns ring records into events.
+enum Decoding {
+    Classic(decode::Decoder),
+    Object(decode::ObjectDecoder),
+}
+
+impl Decoding {
+    fn flavor(&self) -> ProbeFlavor {
+        match self {
+            Decoding::Classic(_) => ProbeFlavor::Classic,
+            Decoding::Object(_) => ProbeFlavor::Raw,
+        }
+    }
+
+    fn decode(&self, item: &[u8]) -> Option<BlockEvent> {
+        match self {
+            Decoding::Classic(decoder) => {
+                if item.len() < std::mem::size_of::<RawBlockEvent>() {
+                    return None;
+                }
+                // SAFETY: the probes write whole `RawBlockEvent`s (checked length).
+                let raw =
+                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawBlockEvent>()) };
+                decoder.decode(&raw)
+            }
+            Decoding::Object(decoder) => {
+                if item.len() < std::mem::size_of::<ObjectEvent>() {
+                    return None;
+                }
+                // SAFETY: the probes write whole `ObjectEvent`s (checked length).
+                let object =
+                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ObjectEvent>()) };
+                decoder.decode(&object)
+            }
+        }
+    }
+}
+
+/// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
+fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
+    let requested = std::env::var(PROBES_ENV).unwrap_or_default();
+    match requested.as_str() {
+        "classic" => return Ok((ProbeFlavor::Classic, None)),
+        "" | "raw" => {}
+        other => {
+            return Err(Error::usage(format!(
+                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic, or unset it"
+            )))
+        }
+    }
+    match btf::Btf::from_sys_fs().and_then(|btf| layout::resolve(&btf)) {
+        Ok(layout) => Ok((ProbeFlavor::Raw, Some(layout))),
+        Err(why) if requested == "raw" => Err(Error::failure(format!(
+            "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
+        ))),
+        Err(why) => {
+            eprintln!("iosplit-trace: note: using classic tracepoints ({why})");
+            Ok((ProbeFlavor::Classic, None))
+        }
+    }
+}
 
 fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     if PROBES_OBJECT.is_empty() {
@@ -248,7 +336,11 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .clone()
             .unwrap_or(FieldOffsets::ABSENT)
     });
-    let decoder = decode::Decoder::new(resolved);
+    let (flavor, object_layout) = choose_flavor()?;
+    let decoding = match object_layout {
+        Some(object_layout) => Decoding::Object(decode::ObjectDecoder::new(object_layout)),
+        None => Decoding::Classic(decode::Decoder::new(resolved)),
+    };
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
     let ring_bytes = if config.ring_bytes == 0 {
@@ -265,9 +357,18 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
 
     let mut loader = EbpfLoader::new();
+    let absent = FieldOffsets::ABSENT;
     for (kind, offsets) in EventKind::ALL.iter().zip(&resolved) {
+        // Only one flavor runs: the classic programs stay inert under raw.
+        let offsets = if flavor == ProbeFlavor::Classic {
+            offsets
+        } else {
+            &absent
+        };
         loader.override_global(kind.offsets_global(), offsets, true);
     }
+    let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
+    loader.override_global(names::KERNEL_LAYOUT, &kernel_layout, true);
     loader
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
@@ -284,7 +385,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
 
     let mut probes = Vec::new();
     for (kind, offsets) in offsets {
-        let status = offsets.and_then(|_| attach(&mut ebpf, kind));
+        let status = match flavor {
+            ProbeFlavor::Classic => offsets.and_then(|_| attach(&mut ebpf, kind)),
+            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind),
+        };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
             eprintln!("iosplit-trace: warning: {why}; continuing without it");
         }
@@ -306,7 +410,23 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
         }
     }
-    Ok((ebpf, probes, process_probes, decoder))
+    Ok((ebpf, probes, process_probes, decoding))
+}
+
+fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
+    let broken = |what: &str, err: &dyn std::fmt::Display| {
+        ProbeStatus::Broken(format!("{} (raw): {what} failed: {err}", kind.tracepoint()))
+    };
+    let program: &mut RawTracePoint = ebpf
+        .program_mut(kind.raw_program())
+        .ok_or_else(|| broken("finding the program", &"not in the object"))?
+        .try_into()
+        .map_err(|err| broken("program type", &err))?;
+    program.load().map_err(|err| broken("loading", &err))?;
+    program
+        .attach(kind.tracepoint())
+        .map_err(|err| broken("attaching", &err))?;
+    Ok(())
 }
 
 /// Fork following plus entry/exit probes for the write-family syscalls.
@@ -426,7 +546,10 @@ impl ProgramMisses {
             else {
                 continue;
             };
-            match EventKind::ALL.iter().any(|kind| kind.program() == name) {
+            let block = EventKind::ALL
+                .iter()
+                .any(|kind| kind.program() == name || kind.raw_program() == name);
+            match block {
                 true => misses.block.push(fd),
                 false => misses.process.push(fd),
             }
@@ -524,7 +647,7 @@ impl Waiter {
 fn consume<S: EventSink>(
     mut ebpf: Ebpf,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-    decoder: decode::Decoder,
+    decoder: Decoding,
     mut sink: S,
     inbox: mpsc::Receiver<Control<S>>,
 ) -> S {
@@ -600,7 +723,7 @@ fn consume<S: EventSink>(
 fn drain<S: EventSink>(
     events: &mut RingBuf<MapData>,
     process_events: Option<&mut RingBuf<MapData>>,
-    decoder: &decode::Decoder,
+    decoder: &Decoding,
     sink: &mut S,
 ) {
     // Process events first: a fork must be known before its child's I/O.
@@ -619,12 +742,8 @@ fn drain<S: EventSink>(
         }
     }
     while let Some(item) = events.next() {
-        if item.len() >= std::mem::size_of::<RawBlockEvent>() {
-            // SAFETY: the probes write whole `RawBlockEvent`s (checked length).
-            let raw = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawBlockEvent>()) };
-            if let Some(event) = decoder.decode(&raw) {
-                sink.block_event(&event);
-            }
+        if let Some(event) = decoder.decode(&item) {
+            sink.block_event(&event);
         }
     }
 }

@@ -43,7 +43,8 @@ pub fn announce<S: EventSink>(devices: &[ResolvedDevice], capture: &Capture<S>) 
             .join(", ")
     };
     eprintln!(
-        "iosplit-trace: tracing {what} ({attached}/{} probes attached); Ctrl-C to stop",
-        capture.probes.len()
+        "iosplit-trace: tracing {what} ({attached}/{} probes attached, {}); Ctrl-C to stop",
+        capture.probes.len(),
+        capture.flavor.name()
     );
 }

@@ -174,6 +174,8 @@ impl BlkTracer {
         std::fs::write(format!("{TRACING}/trace"), "").unwrap();
         std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
         std::fs::write(format!("{TRACING}/current_tracer"), "blk").unwrap();
+        // Someone may have left tracing off; Drop turns it back on either way.
+        std::fs::write(format!("{TRACING}/tracing_on"), "1").unwrap();
         tracer
     }
 
@@ -235,8 +237,14 @@ pub fn binary() -> &'static str {
 impl Tracer {
     /// Starts `iosplit-trace ARGS` and waits for its "tracing …" line.
     pub fn start(args: &[&str]) -> Tracer {
+        Tracer::start_with(args, &[])
+    }
+
+    /// As [`Tracer::start`], with extra environment variables.
+    pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Tracer {
         let mut child = Command::new(binary())
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()

@@ -1,0 +1,200 @@
+//! Block raw tracepoints → `ObjectEvent` records in the `EVENTS` ring buffer.
+//!
+//! The preferred probes where the kernel has BTF. A raw tracepoint passes the
+//! tracepoint's own arguments (`struct bio *`, `struct request *`), so the
+//! kernel neither formats a record (rwbs string, command bytes) nor checks
+//! the global `bpf_prog_active` that makes it skip a classic-tracepoint
+//! program whenever another BPF program runs on the CPU (a completion in
+//! softirq interrupting a queue probe). Offsets come from `KERNEL_LAYOUT`.
+//!
+//! Per hit: two or four reads to find the device (needed for filtering), one
+//! copy of a window of the bio or request, then the same filter, ring and
+//! wakeup policy as the classic probes.
+
+use aya_ebpf::{
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
+        bpf_probe_read_kernel_buf,
+    },
+    macros::raw_tracepoint,
+    programs::RawTracePointContext,
+    Global,
+};
+use tracer_common::{counter, EventKind, KernelLayout, ObjectEvent};
+
+use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, EVENTS, WAKEUP_BYTES};
+
+#[unsafe(no_mangle)]
+static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
+
+#[inline(always)]
+fn read<T>(address: u64) -> Result<T, i32> {
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    unsafe { bpf_probe_read_kernel(address as *const T) }.map_err(|errno| errno as i32)
+}
+
+/// `disk_devt(disk)`: the whole disk's number, as the tracepoints report it.
+#[inline(always)]
+fn disk_devt(layout: &KernelLayout, disk: u64) -> Result<u32, i32> {
+    let major: u32 = read(disk + u64::from(layout.disk_major))?;
+    let minor: u32 = read(disk + u64::from(layout.disk_first_minor))?;
+    Ok((major << 20) | minor)
+}
+
+/// `bio_dev(bio)`: the disk of `bio->bi_bdev`, even when that is a partition.
+#[inline(always)]
+fn bio_dev(layout: &KernelLayout, bio: u64) -> Result<u32, i32> {
+    let bdev: u64 = read(bio + u64::from(layout.bio_bdev))?;
+    let disk: u64 = read(bdev + u64::from(layout.bdev_disk))?;
+    disk_devt(layout, disk)
+}
+
+/// `disk_devt(rq->q->disk)`, or 0 without a disk, as the tracepoints do.
+#[inline(always)]
+fn rq_dev(layout: &KernelLayout, rq: u64) -> Result<u32, i32> {
+    let queue: u64 = read(rq + u64::from(layout.rq_q))?;
+    let disk: u64 = read(queue + u64::from(layout.q_disk))?;
+    if disk == 0 {
+        return Ok(0);
+    }
+    disk_devt(layout, disk)
+}
+
+#[inline(always)]
+fn emit(kind: EventKind, object: u64, dev: u32, arg: u64, arg2: u32) -> u32 {
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !pid_wanted(tgid) {
+        return 0;
+    }
+    let Some(mut entry) = EVENTS.reserve::<ObjectEvent>(0) else {
+        bump(counter::DROPPED);
+        return 0;
+    };
+    let event = entry.as_mut_ptr();
+    // SAFETY: `event` points at a reserved, writable ObjectEvent; the window
+    // is copied with a helper that faults safely.
+    let copied = unsafe {
+        (*event).ts_ns = bpf_ktime_get_ns();
+        (*event).arg = arg;
+        (*event).tgid = tgid;
+        (*event).dev = dev;
+        (*event).arg2 = arg2;
+        (*event).kind = kind as u8;
+        (*event)._pad = [0; 3];
+        bpf_probe_read_kernel_buf(object as *const u8, &mut (*event).window)
+    };
+    if copied.is_err() {
+        entry.discard(0);
+        bump(counter::READ_FAILED);
+        return 0;
+    }
+    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(wakeup as u64);
+    0
+}
+
+#[inline(always)]
+fn bio_event(kind: EventKind, bio: u64, arg: u64, arg2: u32, also: Option<u32>) -> u32 {
+    let layout = KERNEL_LAYOUT.load();
+    let dev = match bio_dev(&layout, bio) {
+        Ok(dev) => dev,
+        Err(_) => {
+            bump(counter::READ_FAILED);
+            return 0;
+        }
+    };
+    if !device_wanted(dev) && !also.is_some_and(|other| other != 0 && device_wanted(other)) {
+        return 0;
+    }
+    emit(kind, bio + u64::from(layout.bio_window), dev, arg, arg2)
+}
+
+#[inline(always)]
+fn rq_event(kind: EventKind, rq: u64, arg: u64, arg2: u32) -> u32 {
+    let layout = KERNEL_LAYOUT.load();
+    let dev = match rq_dev(&layout, rq) {
+        Ok(dev) => dev,
+        Err(_) => {
+            bump(counter::READ_FAILED);
+            return 0;
+        }
+    };
+    if !device_wanted(dev) {
+        return 0;
+    }
+    emit(kind, rq + u64::from(layout.rq_window), dev, arg, arg2)
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_remap")]
+pub fn raw_bio_remap(ctx: RawTracePointContext) -> u32 {
+    let old_dev = ctx.arg::<u64>(1) as u32;
+    bio_event(
+        EventKind::Remap,
+        ctx.arg(0),
+        ctx.arg(2),
+        old_dev,
+        Some(old_dev),
+    )
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_queue")]
+pub fn raw_bio_queue(ctx: RawTracePointContext) -> u32 {
+    bio_event(EventKind::Queue, ctx.arg(0), 0, 0, None)
+}
+
+#[raw_tracepoint(tracepoint = "block_split")]
+pub fn raw_split(ctx: RawTracePointContext) -> u32 {
+    let new_sector = ctx.arg::<u64>(1) & u64::from(u32::MAX);
+    bio_event(EventKind::Split, ctx.arg(0), new_sector, 0, None)
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_backmerge")]
+pub fn raw_bio_backmerge(ctx: RawTracePointContext) -> u32 {
+    bio_event(EventKind::Backmerge, ctx.arg(0), 0, 0, None)
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_frontmerge")]
+pub fn raw_bio_frontmerge(ctx: RawTracePointContext) -> u32 {
+    bio_event(EventKind::Frontmerge, ctx.arg(0), 0, 0, None)
+}
+
+#[raw_tracepoint(tracepoint = "block_bio_complete")]
+pub fn raw_bio_complete(ctx: RawTracePointContext) -> u32 {
+    bio_event(EventKind::BioComplete, ctx.arg(1), 0, 0, None)
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_merge")]
+pub fn raw_rq_merge(ctx: RawTracePointContext) -> u32 {
+    rq_event(EventKind::RqMerge, ctx.arg(0), 0, 0)
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_issue")]
+pub fn raw_rq_issue(ctx: RawTracePointContext) -> u32 {
+    rq_event(EventKind::Issue, ctx.arg(0), 0, 0)
+}
+
+#[raw_tracepoint(tracepoint = "block_rq_complete")]
+pub fn raw_rq_complete(ctx: RawTracePointContext) -> u32 {
+    let status = ctx.arg::<u64>(1) as u32 & 0xff;
+    let nr_bytes = ctx.arg::<u64>(2) & u64::from(u32::MAX);
+    rq_event(EventKind::Complete, ctx.arg(0), nr_bytes, status)
+}
+
+#[raw_tracepoint(tracepoint = "block_dirty_buffer")]
+pub fn raw_dirty_buffer(ctx: RawTracePointContext) -> u32 {
+    let layout = KERNEL_LAYOUT.load();
+    let bh: u64 = ctx.arg(0);
+    let found = read::<u64>(bh + u64::from(layout.bh_bdev))
+        .and_then(|bdev| read::<u32>(bdev + u64::from(layout.bdev_dev)))
+        .and_then(|dev| read::<u64>(bh + u64::from(layout.bh_size)).map(|size| (dev, size)));
+    match found {
+        Ok((dev, size)) => count_dirty_buffer(dev, size),
+        Err(_) => bump(counter::READ_FAILED),
+    }
+    0
+}

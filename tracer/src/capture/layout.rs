@@ -1,0 +1,297 @@
+//! The raw-tracepoint probes' view of kernel structs, resolved from BTF:
+//! offsets the probes follow to find the device, the window of `struct bio`
+//! and `struct request` they copy, and how to decode that window (including
+//! the op-flag bits that make the `rwbs` string the classic tracepoints print).
+
+use tracer_common::{EventKind, KernelLayout, WINDOW_BYTES};
+
+use super::btf::{Btf, Member};
+
+/// Where the decoded fields sit inside the copied windows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WindowFields {
+    pub bio_opf: usize,
+    pub bio_status: usize,
+    pub bio_sector: usize,
+    pub bio_size: usize,
+    pub rq_flags: usize,
+    pub rq_data_len: usize,
+    pub rq_sector: usize,
+}
+
+/// `blk_opf_t` encoding: the op in the low bits, flags above.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpBits {
+    pub op_mask: u32,
+    pub read: u32,
+    pub write: u32,
+    pub flush: u32,
+    pub discard: u32,
+    pub secure_erase: u32,
+    pub drv_in: u32,
+    pub drv_out: u32,
+    pub preflush: u32,
+    pub fua: u32,
+    pub rahead: u32,
+    pub sync: u32,
+    pub meta: u32,
+    /// 0 on kernels without `REQ_ATOMIC`.
+    pub atomic: u32,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ObjectLayout {
+    pub kernel: KernelLayout,
+    pub fields: WindowFields,
+    pub ops: OpBits,
+}
+
+/// Parameters (with the leading `void *`) each raw tracepoint must have.
+fn expected_arity(kind: EventKind) -> usize {
+    match kind {
+        EventKind::Remap | EventKind::Complete => 4,
+        EventKind::Split | EventKind::BioComplete => 3,
+        _ => 2,
+    }
+}
+
+/// Resolves everything the raw-tracepoint probes need, or says what is missing.
+pub fn resolve(btf: &Btf) -> Result<ObjectLayout, String> {
+    for kind in EventKind::ALL {
+        if let Some(arity) = btf.tracepoint_arity(kind.tracepoint()) {
+            if arity != expected_arity(kind) {
+                return Err(format!(
+                    "{} takes {} arguments here, not {}",
+                    kind.tracepoint(),
+                    arity - 1,
+                    expected_arity(kind) - 1
+                ));
+            }
+        }
+    }
+    let member = |name: &str, path: &[&str], size: u32| -> Result<Member, String> {
+        let found = btf
+            .member(name, path)
+            .ok_or_else(|| format!("struct {name} has no {}", path.join(".")))?;
+        if found.size != size {
+            return Err(format!(
+                "struct {name}.{} is {} bytes, expected {size}",
+                path.join("."),
+                found.size
+            ));
+        }
+        Ok(found)
+    };
+    let bio_bdev = member("bio", &["bi_bdev"], 8)?;
+    let bio_opf = member("bio", &["bi_opf"], 4)?;
+    let bio_status = member("bio", &["bi_status"], 1)?;
+    let bio_sector = member("bio", &["bi_iter", "bi_sector"], 8)?;
+    let bio_size = member("bio", &["bi_iter", "bi_size"], 4)?;
+    let bdev_dev = member("block_device", &["bd_dev"], 4)?;
+    let bdev_disk = member("block_device", &["bd_disk"], 8)?;
+    let rq_q = member("request", &["q"], 8)?;
+    let rq_flags = member("request", &["cmd_flags"], 4)?;
+    let rq_data_len = member("request", &["__data_len"], 4)?;
+    let rq_sector = member("request", &["__sector"], 8)?;
+    let q_disk = member("request_queue", &["disk"], 8)?;
+    let disk_major = member("gendisk", &["major"], 4)?;
+    let disk_first_minor = member("gendisk", &["first_minor"], 4)?;
+    let bh_bdev = member("buffer_head", &["b_bdev"], 8)?;
+    let bh_size = member("buffer_head", &["b_size"], 8)?;
+
+    let window = |what: &str, fields: &[Member]| -> Result<(u32, Vec<usize>), String> {
+        let start = fields.iter().map(|m| m.offset).min().unwrap_or(0);
+        let end = fields.iter().map(|m| m.offset + m.size).max().unwrap_or(0);
+        if (end - start) as usize > WINDOW_BYTES {
+            return Err(format!(
+                "the fields of struct {what} span {} bytes, more than the {WINDOW_BYTES} copied",
+                end - start
+            ));
+        }
+        Ok((
+            start,
+            fields.iter().map(|m| (m.offset - start) as usize).collect(),
+        ))
+    };
+    let (bio_window, bio) = window("bio", &[bio_opf, bio_status, bio_sector, bio_size])?;
+    let (rq_window, rq) = window("request", &[rq_flags, rq_data_len, rq_sector])?;
+
+    let value = |name: &str| -> Result<u32, String> {
+        btf.enumerator(name)
+            .and_then(|value| u32::try_from(value).ok())
+            .ok_or_else(|| format!("this kernel's BTF has no {name}"))
+    };
+    let flag = |name: &str| -> Result<u32, String> {
+        let bit = value(name)?;
+        1u32.checked_shl(bit)
+            .ok_or_else(|| format!("{name} is bit {bit}"))
+    };
+    // __REQ_FAILFAST_DEV is defined as REQ_OP_BITS, the first flag bit.
+    let op_bits = value("__REQ_FAILFAST_DEV")?;
+    let ops = OpBits {
+        op_mask: 1u32
+            .checked_shl(op_bits)
+            .map(|bit| bit - 1)
+            .ok_or("REQ_OP_BITS is out of range")?,
+        read: value("REQ_OP_READ")?,
+        write: value("REQ_OP_WRITE")?,
+        flush: value("REQ_OP_FLUSH")?,
+        discard: value("REQ_OP_DISCARD")?,
+        secure_erase: value("REQ_OP_SECURE_ERASE")?,
+        drv_in: value("REQ_OP_DRV_IN")?,
+        drv_out: value("REQ_OP_DRV_OUT")?,
+        preflush: flag("__REQ_PREFLUSH")?,
+        fua: flag("__REQ_FUA")?,
+        rahead: flag("__REQ_RAHEAD")?,
+        sync: flag("__REQ_SYNC")?,
+        meta: flag("__REQ_META")?,
+        atomic: flag("__REQ_ATOMIC").unwrap_or(0),
+    };
+    Ok(ObjectLayout {
+        kernel: KernelLayout {
+            bio_bdev: bio_bdev.offset,
+            bdev_dev: bdev_dev.offset,
+            bdev_disk: bdev_disk.offset,
+            bio_window,
+            rq_q: rq_q.offset,
+            q_disk: q_disk.offset,
+            disk_major: disk_major.offset,
+            disk_first_minor: disk_first_minor.offset,
+            rq_window,
+            bh_bdev: bh_bdev.offset,
+            bh_size: bh_size.offset,
+            _pad: 0,
+        },
+        fields: WindowFields {
+            bio_opf: bio[0],
+            bio_status: bio[1],
+            bio_sector: bio[2],
+            bio_size: bio[3],
+            rq_flags: rq[0],
+            rq_data_len: rq[1],
+            rq_sector: rq[2],
+        },
+        ops,
+    })
+}
+
+impl OpBits {
+    /// The `rwbs` string the classic tracepoints print (`blk_fill_rwbs`).
+    pub fn rwbs(&self, opf: u32) -> [u8; tracer_common::RWBS_BYTES] {
+        let mut out = [0u8; tracer_common::RWBS_BYTES];
+        let mut len = 0;
+        let mut push = |letter: u8| {
+            if len < out.len() {
+                out[len] = letter;
+                len += 1;
+            }
+        };
+        if opf & self.preflush != 0 {
+            push(b'F');
+        }
+        match opf & self.op_mask {
+            op if op == self.write => push(b'W'),
+            op if op == self.discard => push(b'D'),
+            op if op == self.secure_erase => {
+                push(b'D');
+                push(b'E');
+            }
+            op if op == self.flush => push(b'F'),
+            op if op == self.read => push(b'R'),
+            _ => push(b'N'),
+        }
+        for (mask, letter) in [
+            (self.fua, b'F'),
+            (self.rahead, b'A'),
+            (self.sync, b'S'),
+            (self.meta, b'M'),
+            (self.atomic, b'U'),
+        ] {
+            if mask != 0 && opf & mask != 0 {
+                push(letter);
+            }
+        }
+        out
+    }
+
+    /// Passthrough commands carry no sector range in the tracepoints.
+    pub fn is_passthrough(&self, opf: u32) -> bool {
+        let op = opf & self.op_mask;
+        op == self.drv_in || op == self.drv_out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The 6.18 encoding: op in 8 bits, flags from bit 8.
+    pub(crate) fn ops_6_18() -> OpBits {
+        OpBits {
+            op_mask: 0xff,
+            read: 0,
+            write: 1,
+            flush: 2,
+            discard: 3,
+            secure_erase: 5,
+            drv_in: 34,
+            drv_out: 35,
+            preflush: 1 << 18,
+            fua: 1 << 17,
+            rahead: 1 << 19,
+            sync: 1 << 11,
+            meta: 1 << 12,
+            atomic: 1 << 27,
+        }
+    }
+
+    #[test]
+    fn rwbs_is_spelled_like_blk_fill_rwbs() {
+        let ops = ops_6_18();
+        let text = |opf: u32| {
+            let rwbs = ops.rwbs(opf);
+            String::from_utf8_lossy(&rwbs)
+                .trim_end_matches('\0')
+                .to_string()
+        };
+        assert_eq!(text(1 | ops.sync), "WS");
+        assert_eq!(text(ops.preflush | 1 | ops.sync), "FWS");
+        assert_eq!(text(2 | ops.fua), "FF");
+        assert_eq!(text(ops.rahead), "RA");
+        assert_eq!(text(5), "DE");
+        assert_eq!(text(9), "N");
+        assert_eq!(text(1 | ops.meta | ops.atomic), "WMU");
+        assert!(ops.is_passthrough(34) && ops.is_passthrough(35) && !ops.is_passthrough(1));
+    }
+
+    /// This machine's own kernel: every offset the probes need resolves, and
+    /// the windows hold what is decoded from them.
+    #[test]
+    fn this_kernels_btf_resolves() {
+        let btf = match Btf::from_sys_fs() {
+            Ok(btf) => btf,
+            Err(why) if std::env::var_os("CI").is_none() => {
+                eprintln!("no kernel BTF here ({why}); the CI machine has it");
+                return;
+            }
+            Err(why) => panic!("CI's kernel must have BTF: {why}"),
+        };
+        let layout = resolve(&btf).unwrap();
+        let fields = layout.fields;
+        for (at, size) in [
+            (fields.bio_opf, 4),
+            (fields.bio_status, 1),
+            (fields.bio_sector, 8),
+            (fields.bio_size, 4),
+            (fields.rq_flags, 4),
+            (fields.rq_data_len, 4),
+            (fields.rq_sector, 8),
+        ] {
+            assert!(at + size <= WINDOW_BYTES, "{fields:?}");
+        }
+        assert_eq!(layout.ops.op_mask, 0xff);
+        assert_eq!(layout.ops.write, 1);
+        assert_ne!(layout.ops.fua, 0);
+        assert_ne!(layout.kernel.bdev_disk, layout.kernel.bdev_dev);
+    }
+}
