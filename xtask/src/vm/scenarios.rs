@@ -79,7 +79,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "blk-oracle",
-            summary: "6.1 tracepoint layout: report event counts vs the ftrace blk tracer",
+            summary: "6.1: raw (BTF) and classic (format layout) probes vs the ftrace blk tracer",
             disks: vec![Disk {
                 serial: "oracle",
                 bytes: 256 * MIB,
@@ -506,6 +506,17 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
         "mkfs + O_DIRECT + aio + reads: events vs blk",
         results,
         "report.json",
+        "blk.trace",
+    ));
+    checks.push(expect_all_probes(
+        "classic report probes on 6.1",
+        results,
+        "report-classic.json",
+    ));
+    checks.push(expect_oracle_agreement(
+        "same, classic tracepoints: events vs blk",
+        results,
+        "report-classic.json",
         "blk.trace",
     ));
     // The comparison only proves kinds that occurred: the workload must produce all seven.
