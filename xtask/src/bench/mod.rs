@@ -66,6 +66,10 @@ pub struct BenchArgs {
     /// clock reads then cost nothing).
     #[arg(long)]
     no_bpf_stats: bool,
+    /// Also run iosplit-trace on its fallback classic tracepoints, to compare
+    /// the probe flavors in the same run (adds a configuration: ~2 minutes).
+    #[arg(long)]
+    classic: bool,
     /// Benchmark this iosplit-trace binary instead of building target/release's.
     #[arg(long, value_name = "PATH")]
     binary: Option<PathBuf>,
@@ -85,6 +89,9 @@ impl Plan {
     fn from_args(args: &BenchArgs, notes: &mut Vec<String>) -> Self {
         let (rounds, runtime_s, soak_s) = if args.quick { (1, 2, 0) } else { (3, 4, 60) };
         let mut configs = Config::ALL.to_vec();
+        if !args.classic {
+            configs.retain(|&c| c != Config::IosplitClassic);
+        }
         if !on_path("bpftrace") {
             notes.push("bpftrace is not installed: its configurations were skipped".into());
             configs.retain(|c| !c.uses_bpftrace());
@@ -287,15 +294,30 @@ impl Bench<'_> {
             let _split = prepare(workload, &device)?;
             for round in 0..self.plan.rounds {
                 for &config in &self.plan.configs {
-                    let record = self.run(
+                    let run = self.run(
                         config,
                         workload,
                         &device,
                         &target,
                         round,
                         self.plan.runtime_s,
-                    )?;
-                    records.push(record);
+                    );
+                    match run {
+                        Ok(record) => records.push(record),
+                        // A peer tool's failure costs its sample, not the benchmark.
+                        Err(why) if config.uses_bpftrace() => {
+                            system::check_interrupted()?;
+                            eprintln!("xtask bench: {} failed: {why}", config.title());
+                            notes.push(format!(
+                                "{} {} {} round {}: no sample ({why})",
+                                kind.title(),
+                                workload.key(),
+                                config.title(),
+                                round + 1
+                            ));
+                        }
+                        Err(why) => return Err(why),
+                    }
                 }
             }
         }

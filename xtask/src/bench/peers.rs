@@ -20,14 +20,17 @@ use crate::util::Result;
 pub enum Config {
     Baseline,
     IosplitTrace,
+    /// iosplit-trace forced onto its fallback probes (`--classic`).
+    IosplitClassic,
     BpftraceCount,
     BpftracePrintf,
 }
 
 impl Config {
-    pub const ALL: [Config; 4] = [
+    pub const ALL: [Config; 5] = [
         Config::Baseline,
         Config::IosplitTrace,
+        Config::IosplitClassic,
         Config::BpftraceCount,
         Config::BpftracePrintf,
     ];
@@ -36,6 +39,7 @@ impl Config {
         match self {
             Config::Baseline => "baseline (no tracer)",
             Config::IosplitTrace => "iosplit-trace report",
+            Config::IosplitClassic => "iosplit-trace, classic tracepoints",
             Config::BpftraceCount => "bpftrace count()",
             Config::BpftracePrintf => "bpftrace printf/event",
         }
@@ -43,6 +47,10 @@ impl Config {
 
     pub fn uses_bpftrace(self) -> bool {
         matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
+    }
+
+    pub fn is_iosplit(self) -> bool {
+        matches!(self, Config::IosplitTrace | Config::IosplitClassic)
     }
 }
 
@@ -161,9 +169,14 @@ impl RunningTracer {
         let stderr = scratch.join("tracer.err");
         let mut cmd = match config {
             Config::Baseline => return Ok(None),
-            Config::IosplitTrace => {
+            Config::IosplitTrace | Config::IosplitClassic => {
                 let mut cmd = Command::new(iosplit_binary);
                 cmd.args(["report", "--json", "-d", &device.disk]);
+                let flavor = match config {
+                    Config::IosplitClassic => "classic",
+                    _ => "raw",
+                };
+                cmd.env("IOSPLIT_PROBES", flavor);
                 cmd
             }
             Config::BpftraceCount | Config::BpftracePrintf => {
@@ -186,7 +199,7 @@ impl RunningTracer {
         let started = Instant::now();
         let mut process = Process::spawn(&mut cmd)?;
         let (marker_file, marker) = match config {
-            Config::IosplitTrace => (&stderr, IOSPLIT_ATTACHED),
+            Config::IosplitTrace | Config::IosplitClassic => (&stderr, IOSPLIT_ATTACHED),
             _ => (&stdout, BPFTRACE_ATTACHED),
         };
         loop {
@@ -238,7 +251,7 @@ impl RunningTracer {
         let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
         let counted = match self.config {
             Config::Baseline => Counted::default(),
-            Config::IosplitTrace => {
+            Config::IosplitTrace | Config::IosplitClassic => {
                 if !status.success() {
                     return Err(format!(
                         "{} failed with {status}: {}",
