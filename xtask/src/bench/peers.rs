@@ -48,10 +48,6 @@ impl Config {
     pub fn uses_bpftrace(self) -> bool {
         matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
     }
-
-    pub fn is_iosplit(self) -> bool {
-        matches!(self, Config::IosplitTrace | Config::IosplitClassic)
-    }
 }
 
 /// The tracepoints iosplit-trace attaches, with the fields a printf line
