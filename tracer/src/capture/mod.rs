@@ -10,6 +10,7 @@ pub mod btf;
 pub mod decode;
 pub mod format;
 pub mod layout;
+mod ring;
 pub mod system;
 
 use std::{
@@ -114,7 +115,15 @@ impl<S: EventSink> Capture<S> {
     pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
-        let (mut ebpf, probes, process_probes, decoder) = load(config, &events_dir)?;
+        let (mut ebpf, probes, process_probes, decoder, ring_bytes) = load(config, &events_dir)?;
+        let events = match ebpf.take_map(names::EVENTS) {
+            Some(aya::maps::Map::RingBuf(map)) => {
+                ring::BatchRing::new(map, ring_bytes).map_err(|err| {
+                    Error::failure(format!("cannot map the event ring buffer: {err}"))
+                })?
+            }
+            _ => return Err(Error::failure("the probes' event ring buffer is missing")),
+        };
         let flavor = decoder.flavor();
         // The probes log only rare failures; drained with the events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
@@ -127,7 +136,7 @@ impl<S: EventSink> Capture<S> {
         let (control, inbox) = mpsc::channel();
         let thread = std::thread::Builder::new()
             .name("iosplit-consumer".into())
-            .spawn(move || consume(ebpf, logger, decoder, sink, inbox))
+            .spawn(move || consume(ebpf, events, logger, decoder, sink, inbox))
             .map_err(|err| Error::failure(format!("cannot start the consumer thread: {err}")))?;
         Ok(Capture {
             control,
@@ -230,7 +239,7 @@ impl<S: EventSink> Drop for Capture<S> {
     }
 }
 
-type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, Decoding);
+type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, Decoding, u32);
 
 /// Which programs carry the block events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -410,7 +419,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
         }
     }
-    Ok((ebpf, probes, process_probes, decoding))
+    Ok((ebpf, probes, process_probes, decoding, ring_bytes))
 }
 
 fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
@@ -646,21 +655,16 @@ impl Waiter {
 
 fn consume<S: EventSink>(
     mut ebpf: Ebpf,
+    mut events: ring::BatchRing,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     decoder: Decoding,
     mut sink: S,
     inbox: mpsc::Receiver<Control<S>>,
 ) -> S {
-    let Some(events_map) = ebpf.take_map(names::EVENTS) else {
-        return sink;
-    };
-    let Ok(mut events) = RingBuf::try_from(events_map) else {
-        return sink;
-    };
     let mut process_events = ebpf
         .take_map(names::PROCESS_EVENTS)
         .and_then(|map| RingBuf::try_from(map).ok());
-    let waiter = Waiter::new(events.as_raw_fd());
+    let waiter = Waiter::new(events.fd());
     let counters = ebpf
         .take_map(names::COUNTERS)
         .and_then(|map| PerCpuArray::<MapData, u64>::try_from(map).ok());
@@ -721,7 +725,7 @@ fn consume<S: EventSink>(
 }
 
 fn drain<S: EventSink>(
-    events: &mut RingBuf<MapData>,
+    events: &mut ring::BatchRing,
     process_events: Option<&mut RingBuf<MapData>>,
     decoder: &Decoding,
     sink: &mut S,
@@ -741,11 +745,11 @@ fn drain<S: EventSink>(
             }
         }
     }
-    while let Some(item) = events.next() {
-        if let Some(event) = decoder.decode(&item) {
+    events.drain(|item| {
+        if let Some(event) = decoder.decode(item) {
             sink.block_event(&event);
         }
-    }
+    });
 }
 
 #[cfg(test)]
