@@ -71,7 +71,7 @@ impl BatchRing {
         // SAFETY: sysconf has no preconditions.
         let page_size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) } as usize;
         let size = ring_bytes as usize;
-        if !size.is_power_of_two() || size % page_size != 0 {
+        if !size.is_power_of_two() || !size.is_multiple_of(page_size) {
             return Err(std::io::Error::other(
                 "ring size must be a power-of-two multiple of the page size",
             ));
