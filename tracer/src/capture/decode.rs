@@ -76,6 +76,7 @@ impl ObjectDecoder {
         ObjectDecoder { layout }
     }
 
+    #[inline(always)]
     pub fn decode(&self, object: &ObjectEvent) -> Option<BlockEvent> {
         let kind = EventKind::from_u8(object.kind)?;
         let window = &object.window;

@@ -177,13 +177,14 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, String> {
 
 impl OpBits {
     /// The `rwbs` string the classic tracepoints print (`blk_fill_rwbs`).
+    /// Built in a register: byte stores then a wide load stalled the consumer.
     pub fn rwbs(&self, opf: u32) -> [u8; tracer_common::RWBS_BYTES] {
-        let mut out = [0u8; tracer_common::RWBS_BYTES];
-        let mut len = 0;
+        let mut word = 0u64;
+        let mut shift = 0u32;
         let mut push = |letter: u8| {
-            if len < out.len() {
-                out[len] = letter;
-                len += 1;
+            if shift < 64 {
+                word |= u64::from(letter) << shift;
+                shift += 8;
             }
         };
         if opf & self.preflush != 0 {
@@ -211,7 +212,7 @@ impl OpBits {
                 push(letter);
             }
         }
-        out
+        word.to_le_bytes()
     }
 
     /// Passthrough commands carry no sector range in the tracepoints.

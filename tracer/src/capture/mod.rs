@@ -276,6 +276,7 @@ impl Decoding {
         }
     }
 
+    #[inline(always)]
     fn decode(&self, item: &[u8]) -> Option<BlockEvent> {
         match self {
             Decoding::Classic(decoder) => {

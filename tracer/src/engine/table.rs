@@ -117,6 +117,7 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
 
     /// Stores `value`, indexed under `key` (at the tail of its chain) and on
     /// the age list if `aged`. `None` when the table is full.
+    #[inline]
     pub fn insert(&mut self, value: T, key: Option<K>, born_ns: u64, aged: bool) -> Option<u32> {
         if self.is_full() {
             return None;
