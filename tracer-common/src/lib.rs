@@ -513,7 +513,12 @@ pub mod counter {
 
 /// Map and global names, shared so neither side can misspell them.
 pub mod names {
-    pub const EVENTS: &str = "EVENTS";
+    /// The block-event rings: CPU `n` writes to ring `n % RINGS`, so probes
+    /// on different CPUs do not contend for one ring's lock and positions.
+    pub const EVENT_RINGS: [&str; RINGS] = [
+        "EVENTS0", "EVENTS1", "EVENTS2", "EVENTS3", "EVENTS4", "EVENTS5", "EVENTS6", "EVENTS7",
+    ];
+    pub const RINGS: usize = 8;
     pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
     pub const DIRTY_BUFFERS: &str = "DIRTY_BUFFERS";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";

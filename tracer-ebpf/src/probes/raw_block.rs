@@ -23,7 +23,7 @@ use aya_ebpf::{
 };
 use tracer_common::{counter, EventKind, KernelLayout, ObjectEvent};
 
-use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, EVENTS, WAKEUP_BYTES};
+use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, WAKEUP_BYTES};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
@@ -67,7 +67,8 @@ fn emit(kind: EventKind, object: u64, dev: u32, arg: u64, arg2: u32) -> u32 {
     if !pid_wanted(tgid) {
         return 0;
     }
-    let Some(mut entry) = EVENTS.reserve::<ObjectEvent>(0) else {
+    let events = ring();
+    let Some(mut entry) = events.reserve::<ObjectEvent>(0) else {
         bump(counter::DROPPED);
         return 0;
     };
@@ -89,7 +90,7 @@ fn emit(kind: EventKind, object: u64, dev: u32, arg: u64, arg2: u32) -> u32 {
         bump(counter::READ_FAILED);
         return 0;
     }
-    let wakeup = if EVENTS.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+    let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

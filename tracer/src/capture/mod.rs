@@ -10,6 +10,7 @@ pub mod btf;
 pub mod decode;
 pub mod format;
 pub mod layout;
+mod reorder;
 mod ring;
 pub mod system;
 
@@ -40,8 +41,23 @@ static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"
 
 /// Longest the consumer sleeps between drains when the kernel does not wake it.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
-/// Default `EVENTS` ring size: about 300k events, 30 ms at 10M events/s.
+/// Default size of the block-event rings together: about 230k events, over
+/// 100 ms at 2M events/s.
 pub const DEFAULT_RING_BYTES: u32 = 16 << 20;
+/// The process-tree ring (forks, syscalls, opens: a low rate).
+const PROCESS_RING_BYTES: u32 = 1 << 20;
+/// Smallest ring the kernel accepts, for rings no CPU writes to.
+const PAGE_BYTES: u32 = 4096;
+
+/// Each ring's size: `total` shared by the rings that CPUs write to (CPU n
+/// writes to ring n % RINGS), powers of two; the others get one page.
+fn ring_sizes(total: u32, cpus: usize) -> [u32; names::RINGS] {
+    let used = cpus.clamp(1, names::RINGS);
+    let share = (total / used as u32).max(1 << 20);
+    // Round down to a power of two (the kernel's requirement).
+    let share = 1u32 << (31 - share.leading_zeros());
+    std::array::from_fn(|index| if index < used { share } else { PAGE_BYTES })
+}
 
 /// Receives every event in kernel order, on the consumer thread.
 pub trait EventSink: Send + 'static {
@@ -63,7 +79,7 @@ pub struct CaptureConfig {
     pub devices: Vec<DevId>,
     /// Processes in scope; `None` traces every process.
     pub pids: Option<Vec<u32>>,
-    /// Size of the `EVENTS` ring buffer; a power of two, multiple of the page size.
+    /// Size of the block-event rings together (0: the default).
     pub ring_bytes: u32,
     /// Follow a process tree (`run`): forks and write-family syscalls.
     pub process_tree: bool,
@@ -115,15 +131,20 @@ impl<S: EventSink> Capture<S> {
     pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
-        let (mut ebpf, probes, process_probes, decoder, ring_bytes) = load(config, &events_dir)?;
-        let events = match ebpf.take_map(names::EVENTS) {
-            Some(aya::maps::Map::RingBuf(map)) => {
-                ring::BatchRing::new(map, ring_bytes).map_err(|err| {
-                    Error::failure(format!("cannot map the event ring buffer: {err}"))
-                })?
-            }
-            _ => return Err(Error::failure("the probes' event ring buffer is missing")),
-        };
+        let (mut ebpf, probes, process_probes, decoder, ring_sizes) = load(config, &events_dir)?;
+        let mut events = Vec::new();
+        for (name, bytes) in names::EVENT_RINGS.iter().zip(ring_sizes) {
+            let ring = match ebpf.take_map(name) {
+                Some(aya::maps::Map::RingBuf(map)) => ring::BatchRing::new(map, bytes)
+                    .map_err(|err| Error::failure(format!("cannot map ring {name}: {err}")))?,
+                _ => {
+                    return Err(Error::failure(format!(
+                        "the probes' ring {name} is missing"
+                    )))
+                }
+            };
+            events.push(ring);
+        }
         let flavor = decoder.flavor();
         // The probes log only rare failures; drained with the events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
@@ -239,7 +260,13 @@ impl<S: EventSink> Drop for Capture<S> {
     }
 }
 
-type Loaded = (Ebpf, Vec<ProbeReport>, Option<String>, Decoding, u32);
+type Loaded = (
+    Ebpf,
+    Vec<ProbeReport>,
+    Option<String>,
+    Decoding,
+    [u32; names::RINGS],
+);
 
 /// Which programs carry the block events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -358,7 +385,8 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     } else {
         config.ring_bytes
     };
-    let wakeup_bytes: u64 = u64::from(ring_bytes) / 4;
+    let ring_sizes = ring_sizes(ring_bytes, aya::util::nr_cpus().unwrap_or(names::RINGS));
+    let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
     let process_offsets = if config.process_tree {
         format::read_process_offsets(events_dir)
     } else {
@@ -384,7 +412,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .override_global(names::FILTER_PIDS, &filter_pids, true)
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
-        .map_max_entries(names::EVENTS, ring_bytes);
+        .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
+    for (name, bytes) in names::EVENT_RINGS.iter().zip(ring_sizes) {
+        loader.map_max_entries(name, bytes);
+    }
     let mut ebpf = loader.load(PROBES_OBJECT).map_err(|err| {
         Error::failure(format!(
             "the kernel refused the probes ({err}); it needs CONFIG_BPF_SYSCALL and BPF ring buffers (Linux 5.8+)"
@@ -420,7 +451,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
         }
     }
-    Ok((ebpf, probes, process_probes, decoding, ring_bytes))
+    Ok((ebpf, probes, process_probes, decoding, ring_sizes))
 }
 
 fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
@@ -615,7 +646,7 @@ struct Waiter {
 }
 
 impl Waiter {
-    fn new(ring_fd: i32) -> Option<Waiter> {
+    fn new(ring_fds: &[i32]) -> Option<Waiter> {
         use std::os::fd::FromRawFd;
         // SAFETY: plain syscall; the fd is owned below.
         let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
@@ -624,20 +655,25 @@ impl Waiter {
         }
         // SAFETY: epoll is a fresh fd we own.
         let epoll = unsafe { std::os::fd::OwnedFd::from_raw_fd(epoll) };
-        let mut interest = libc::epoll_event {
-            events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-            u64: 0,
-        };
-        // SAFETY: valid fds and a valid event struct.
-        let rc = unsafe {
-            libc::epoll_ctl(
-                epoll.as_raw_fd(),
-                libc::EPOLL_CTL_ADD,
-                ring_fd,
-                &mut interest,
-            )
-        };
-        (rc == 0).then_some(Waiter { epoll })
+        for &ring_fd in ring_fds {
+            let mut interest = libc::epoll_event {
+                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
+                u64: 0,
+            };
+            // SAFETY: valid fds and a valid event struct.
+            let rc = unsafe {
+                libc::epoll_ctl(
+                    epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    ring_fd,
+                    &mut interest,
+                )
+            };
+            if rc != 0 {
+                return None;
+            }
+        }
+        Some(Waiter { epoll })
     }
 
     fn wait(&self) {
@@ -656,7 +692,7 @@ impl Waiter {
 
 fn consume<S: EventSink>(
     mut ebpf: Ebpf,
-    mut events: ring::BatchRing,
+    mut events: Vec<ring::BatchRing>,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
     decoder: Decoding,
     mut sink: S,
@@ -665,7 +701,9 @@ fn consume<S: EventSink>(
     let mut process_events = ebpf
         .take_map(names::PROCESS_EVENTS)
         .and_then(|map| RingBuf::try_from(map).ok());
-    let waiter = Waiter::new(events.fd());
+    let fds: Vec<i32> = events.iter().map(ring::BatchRing::fd).collect();
+    let waiter = Waiter::new(&fds);
+    let mut reorder = reorder::Reorder::default();
     let counters = ebpf
         .take_map(names::COUNTERS)
         .and_then(|map| PerCpuArray::<MapData, u64>::try_from(map).ok());
@@ -695,7 +733,15 @@ fn consume<S: EventSink>(
             Some(waiter) => waiter.wait(),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
-        drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
+        let cutoff = reorder::monotonic_ns();
+        drain(
+            &mut events,
+            process_events.as_mut(),
+            &decoder,
+            &mut reorder,
+            cutoff,
+            &mut sink,
+        );
         if let Some(logger) = logger.as_mut() {
             logger.flush();
         }
@@ -708,14 +754,28 @@ fn consume<S: EventSink>(
                 }
                 Ok(Control::Finish(job)) => {
                     drop(programs.take());
-                    drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
+                    drain(
+                        &mut events,
+                        process_events.as_mut(),
+                        &decoder,
+                        &mut reorder,
+                        u64::MAX,
+                        &mut sink,
+                    );
                     sink.drained(Instant::now());
                     report_dirty(&mut sink);
                     job(&mut sink, counters_now(&counters));
                     return sink;
                 }
                 Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
-                    drain(&mut events, process_events.as_mut(), &decoder, &mut sink);
+                    drain(
+                        &mut events,
+                        process_events.as_mut(),
+                        &decoder,
+                        &mut reorder,
+                        u64::MAX,
+                        &mut sink,
+                    );
                     sink.drained(Instant::now());
                     return sink;
                 }
@@ -725,10 +785,14 @@ fn consume<S: EventSink>(
     }
 }
 
+/// Reads every ring, then hands on the block events stamped up to `cutoff_ns`
+/// (sampled before the rings were read) in time order.
 fn drain<S: EventSink>(
-    events: &mut ring::BatchRing,
+    events: &mut [ring::BatchRing],
     process_events: Option<&mut RingBuf<MapData>>,
     decoder: &Decoding,
+    reorder: &mut reorder::Reorder,
+    cutoff_ns: u64,
     sink: &mut S,
 ) {
     // Process events first: a fork must be known before its child's I/O.
@@ -746,16 +810,34 @@ fn drain<S: EventSink>(
             }
         }
     }
-    events.drain(|item| {
-        if let Some(event) = decoder.decode(item) {
-            sink.block_event(&event);
-        }
-    });
+    for ring in events.iter_mut() {
+        ring.drain(|item| {
+            if let Some(event) = decoder.decode(item) {
+                reorder.push(event);
+            }
+        });
+    }
+    reorder.release(cutoff_ns, |event| sink.block_event(event));
 }
 
 #[cfg(test)]
 mod tests {
-    use super::parse_recursion_misses;
+    use super::{parse_recursion_misses, ring_sizes, PAGE_BYTES};
+
+    #[test]
+    fn the_rings_share_the_total_among_the_cpus_that_write_them() {
+        assert_eq!(ring_sizes(16 << 20, 2)[..3], [8 << 20, 8 << 20, PAGE_BYTES]);
+        assert_eq!(ring_sizes(16 << 20, 1)[0], 16 << 20);
+        // Three CPUs: powers of two only, so 4 MiB each.
+        assert_eq!(
+            ring_sizes(16 << 20, 3)[..4],
+            [4 << 20, 4 << 20, 4 << 20, PAGE_BYTES]
+        );
+        // 64 CPUs share 8 rings; never below 1 MiB.
+        assert!(ring_sizes(4 << 20, 64)
+            .iter()
+            .all(|&bytes| bytes == 1 << 20));
+    }
 
     #[test]
     fn recursion_misses_come_from_the_fdinfo_line() {
