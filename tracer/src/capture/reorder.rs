@@ -32,7 +32,8 @@ impl Reorder {
         self.pending.drain(..ready);
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.pending.len()
     }
 }
