@@ -4,7 +4,7 @@
 //! the tracepoint `format` files through `*_FIELDS` globals set at load time,
 //! so the same object runs on kernels whose layouts differ. Each hit that
 //! passes the device (and optional pid) filter becomes one fixed-size
-//! `BlockEvent` in the `EVENTS` ring buffer. A full ring is counted, never silent.
+//! record in this CPU's `EVENTS<n>` ring buffer. A full ring is counted, never silent.
 //!
 //! Everything is gated on the BPF target so the workspace still checks on the host.
 #![cfg_attr(target_arch = "bpf", no_std)]

@@ -1,4 +1,4 @@
-//! Block tracepoints → `BlockEvent` records in the `EVENTS` ring buffer.
+//! Block tracepoints → `RawBlockEvent` records in the per-CPU `EVENTS<n>` rings.
 //!
 //! Per hit: one copy of the record's bytes straight into the ring (fields are
 //! decoded in userspace), plus a device read and lookup only when filtering.

@@ -1,4 +1,4 @@
-//! Block raw tracepoints → `ObjectEvent` records in the `EVENTS` ring buffer.
+//! Block raw tracepoints → `ObjectEvent` records in the per-CPU `EVENTS<n>` rings.
 //!
 //! The preferred probes where the kernel has BTF. A raw tracepoint passes the
 //! tracepoint's own arguments (`struct bio *`, `struct request *`), so the
