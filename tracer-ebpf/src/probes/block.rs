@@ -187,7 +187,7 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         entry.discard(0);
         return read_failed(ctx, kind, errno);
     }
-    // The reader drains on a timer; the rings (16 MiB in all) hold ~100 ms at
+    // The reader drains on a timer; the rings (8 MiB in all) hold ~50 ms at
     // 2M events/s, so a wakeup is only worth its cost when one is filling.
     let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
