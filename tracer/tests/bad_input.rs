@@ -46,6 +46,19 @@ fn run_needs_a_command_that_exists() {
 }
 
 #[test]
+fn an_unknown_probe_flavor_is_refused() {
+    if !privileged("an_unknown_probe_flavor_is_refused") {
+        return;
+    }
+    let out = Command::new(binary())
+        .args(["report", "--duration", "1"])
+        .env("IOSPLIT_PROBES", "fentry")
+        .output()
+        .expect("iosplit-trace runs");
+    assert_clear_error(&out, 2, "IOSPLIT_PROBES=fentry is not a probe flavor");
+}
+
+#[test]
 fn live_view_without_a_terminal_points_to_report() {
     let out = iosplit(&[]);
     assert_clear_error(&out, 2, "use `iosplit-trace report`");
