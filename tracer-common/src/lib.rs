@@ -233,7 +233,8 @@ pub struct KernelLayout {
     pub rq_window: u32,
     pub bh_bdev: u32,
     pub bh_size: u32,
-    pub _pad: u32,
+    /// Non-zero when `first_minor` directly follows `major` (one read gets both).
+    pub disk_ids_adjacent: u32,
 }
 
 impl KernelLayout {
@@ -249,7 +250,7 @@ impl KernelLayout {
         rq_window: 0,
         bh_bdev: 0,
         bh_size: 0,
-        _pad: 0,
+        disk_ids_adjacent: 0,
     };
 }
 

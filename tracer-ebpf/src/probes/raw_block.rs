@@ -37,6 +37,11 @@ fn read<T>(address: u64) -> Result<T, i32> {
 /// `disk_devt(disk)`: the whole disk's number, as the tracepoints report it.
 #[inline(always)]
 fn disk_devt(layout: &KernelLayout, disk: u64) -> Result<u32, i32> {
+    if layout.disk_ids_adjacent != 0 {
+        // Both ints in one read (little-endian: major first).
+        let ids: u64 = read(disk + u64::from(layout.disk_major))?;
+        return Ok(((ids as u32) << 20) | (ids >> 32) as u32);
+    }
     let major: u32 = read(disk + u64::from(layout.disk_major))?;
     let minor: u32 = read(disk + u64::from(layout.disk_first_minor))?;
     Ok((major << 20) | minor)

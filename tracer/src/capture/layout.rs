@@ -160,7 +160,7 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, String> {
             rq_window,
             bh_bdev: bh_bdev.offset,
             bh_size: bh_size.offset,
-            _pad: 0,
+            disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
         },
         fields: WindowFields {
             bio_opf: bio[0],
@@ -294,5 +294,7 @@ mod tests {
         assert_eq!(layout.ops.write, 1);
         assert_ne!(layout.ops.fua, 0);
         assert_ne!(layout.kernel.bdev_disk, layout.kernel.bdev_dev);
+        // gendisk starts `int major; int first_minor;` on every kernel since 2.6.
+        assert_eq!(layout.kernel.disk_ids_adjacent, 1);
     }
 }
