@@ -12,7 +12,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel_buf,
     },
     macros::{map, tracepoint},
-    maps::{HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{ring_buf::RingBufEntry, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TracePointContext,
     EbpfContext, Global,
 };
@@ -78,7 +78,7 @@ static FILTER_DEVICES: Global<u8> = Global::new(0);
 static FILTER_PIDS: Global<u8> = Global::new(0);
 /// Ring fill level (bytes) above which a submit wakes the reader.
 #[unsafe(no_mangle)]
-pub static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
 #[unsafe(no_mangle)]
 static REMAP_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
@@ -187,6 +187,13 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         entry.discard(0);
         return read_failed(ctx, kind, errno);
     }
+    submit(events, entry);
+    0
+}
+
+/// Commits a filled record, waking the reader only when its ring is filling.
+#[inline(always)]
+pub fn submit<T>(events: &RingBuf, entry: RingBufEntry<T>) {
     // The reader drains on a timer; the rings (8 MiB in all) hold ~50 ms at
     // 2M events/s, so a wakeup is only worth its cost when one is filling.
     let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
@@ -195,7 +202,6 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         BPF_RB_NO_WAKEUP
     };
     entry.submit(wakeup as u64);
-    0
 }
 
 /// Counts (and logs, off the hot path: it should never happen) a failed read.

@@ -12,7 +12,6 @@
 //! wakeup policy as the classic probes.
 
 use aya_ebpf::{
-    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel,
         bpf_probe_read_kernel_buf,
@@ -23,7 +22,7 @@ use aya_ebpf::{
 };
 use tracer_common::{counter, EventKind, KernelLayout, ObjectEvent};
 
-use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, WAKEUP_BYTES};
+use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
@@ -95,12 +94,7 @@ fn emit(kind: EventKind, object: u64, dev: u32, arg: u64, arg2: u32) -> u32 {
         bump(counter::READ_FAILED);
         return 0;
     }
-    let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
-        BPF_RB_FORCE_WAKEUP
-    } else {
-        BPF_RB_NO_WAKEUP
-    };
-    entry.submit(wakeup as u64);
+    submit(events, entry);
     0
 }
 

@@ -254,23 +254,9 @@ mod tests {
 
     #[test]
     fn object_events_decode_like_the_formatted_records() {
-        use crate::capture::layout::{ObjectLayout, OpBits, WindowFields};
+        use crate::capture::layout::{tests::ops_6_18, ObjectLayout, WindowFields};
         use tracer_common::{KernelLayout, ObjectEvent, WINDOW_BYTES};
-        let ops = OpBits {
-            op_mask: 0xff,
-            write: 1,
-            flush: 2,
-            discard: 3,
-            secure_erase: 5,
-            drv_in: 34,
-            drv_out: 35,
-            preflush: 1 << 18,
-            fua: 1 << 17,
-            rahead: 1 << 19,
-            sync: 1 << 11,
-            meta: 1 << 12,
-            ..OpBits::default()
-        };
+        let ops = ops_6_18();
         // The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
         let fields = WindowFields {
             bio_opf: 0,

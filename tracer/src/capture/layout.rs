@@ -223,7 +223,7 @@ impl OpBits {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     /// The 6.18 encoding: op in 8 bits, flags from bit 8.

@@ -749,40 +749,34 @@ fn consume<S: EventSink>(
         }
         sink.drained(Instant::now());
         loop {
-            match inbox.try_recv() {
+            let last_job = match inbox.try_recv() {
                 Ok(Control::Run(job)) => {
                     report_dirty(&mut sink);
-                    job(&mut sink, counters_now(&counters))
+                    job(&mut sink, counters_now(&counters));
+                    continue;
                 }
                 Ok(Control::Finish(job)) => {
                     drop(programs.take());
-                    drain(
-                        &mut events,
-                        process_events.as_mut(),
-                        &decoder,
-                        &mut reorder,
-                        u64::MAX,
-                        &mut sink,
-                    );
-                    sink.drained(Instant::now());
-                    report_dirty(&mut sink);
-                    job(&mut sink, counters_now(&counters));
-                    return sink;
+                    Some(job)
                 }
-                Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => {
-                    drain(
-                        &mut events,
-                        process_events.as_mut(),
-                        &decoder,
-                        &mut reorder,
-                        u64::MAX,
-                        &mut sink,
-                    );
-                    sink.drained(Instant::now());
-                    return sink;
-                }
+                Ok(Control::Stop) | Err(mpsc::TryRecvError::Disconnected) => None,
                 Err(mpsc::TryRecvError::Empty) => break,
+            };
+            // The last drain: everything the probes left, whatever its stamp.
+            drain(
+                &mut events,
+                process_events.as_mut(),
+                &decoder,
+                &mut reorder,
+                u64::MAX,
+                &mut sink,
+            );
+            sink.drained(Instant::now());
+            if let Some(job) = last_job {
+                report_dirty(&mut sink);
+                job(&mut sink, counters_now(&counters));
             }
+            return sink;
         }
     }
 }
