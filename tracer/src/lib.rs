@@ -5,6 +5,7 @@
 //! - [`geometry`]: partition placement and queue limits from sysfs and ioctls.
 //! - [`frontend`]: the TUI, reports, `run`, `check` and JSON output.
 //! - [`model`]: the report types every frontend shares.
+//! - [`sink`]: the trait capture feeds events into (the engine implements it).
 
 pub mod capture;
 pub mod cli;
@@ -13,3 +14,4 @@ pub mod error;
 pub mod frontend;
 pub mod geometry;
 pub mod model;
+pub mod sink;

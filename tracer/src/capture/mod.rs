@@ -34,6 +34,7 @@ use tracer_common::{
 
 use crate::error::{Error, Result};
 use crate::geometry::DevId;
+pub use crate::sink::EventSink;
 use format::ProbeStatus;
 
 /// The probes, built by `build.rs` from `tracer-ebpf`.
@@ -59,19 +60,6 @@ fn ring_sizes(total: u32, cpus: usize) -> [u32; names::RINGS] {
     // Round down to a power of two (the kernel's requirement).
     let share = 1u32 << (31 - share.leading_zeros());
     std::array::from_fn(|index| if index < used { share } else { PAGE_BYTES })
-}
-
-/// Receives every event in kernel order, on the consumer thread.
-pub trait EventSink: Send + 'static {
-    fn block_event(&mut self, event: &BlockEvent);
-    /// Only with `CaptureConfig::process_tree`: syscalls and forks of the traced tree.
-    fn process_event(&mut self, _event: &ProcessEvent) {}
-    /// Only with `CaptureConfig::process_tree`: a file the traced tree opened.
-    fn open_event(&mut self, _event: &OpenEvent) {}
-    /// Before each query: the kernel's running dirty-buffer totals per device.
-    fn dirty_buffer_totals(&mut self, _totals: &[(u32, DirtyCounts)]) {}
-    /// Called after each drain, with the consumer's clock.
-    fn drained(&mut self, _now: Instant) {}
 }
 
 /// What to trace.

@@ -1324,7 +1324,7 @@ impl Engine {
     }
 }
 
-impl crate::capture::EventSink for Engine {
+impl crate::sink::EventSink for Engine {
     fn block_event(&mut self, event: &BlockEvent) {
         self.ingest(event)
     }

@@ -1,0 +1,23 @@
+//! The seam between capture and everything that consumes events.
+//!
+//! Capture drives an [`EventSink`]; the engine and `run`'s recorder implement
+//! one. It lives here, not in `capture`, so the pure engine never imports the
+//! aya-facing capture module, and tests can drive a sink with a synthetic or
+//! recorded stream.
+
+use std::time::Instant;
+
+use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
+
+/// Receives every event in kernel order, on the consumer thread.
+pub trait EventSink: Send + 'static {
+    fn block_event(&mut self, event: &BlockEvent);
+    /// Only when the process tree is traced (`run`): syscalls and forks.
+    fn process_event(&mut self, _event: &ProcessEvent) {}
+    /// Only when the process tree is traced (`run`): a file the tree opened.
+    fn open_event(&mut self, _event: &OpenEvent) {}
+    /// Before each query: the kernel's running dirty-buffer totals per device.
+    fn dirty_buffer_totals(&mut self, _totals: &[(u32, DirtyCounts)]) {}
+    /// Called after each drain, with the consumer's clock.
+    fn drained(&mut self, _now: Instant) {}
+}
