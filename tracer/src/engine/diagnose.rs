@@ -7,10 +7,10 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::audit::audit_disk;
+use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
 use super::split::{SplitCause, PAGE_BYTES, SECTOR_BYTES};
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
-use super::{DeviceState, DirtyStats, DIRTY_SIZES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, ratio, Diagnosis, Op, Severity};
 

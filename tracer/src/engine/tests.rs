@@ -4,7 +4,7 @@ use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use crate::model::{code, Op, OpMeasures, Severity};
+use crate::model::{code, DeviceReport, Diagnosis, Op, OpMeasures, Severity};
 
 const LOOP0: DevId = DevId::new(7, 0);
 const P1: DevId = DevId::new(259, 0);
