@@ -32,6 +32,7 @@
 //! - `stats`: the per-device and per-partition counters and histograms.
 //! - `diagnose` and `audit`: live diagnoses and the static geometry audit.
 //! - `split`: why the kernel split a bio.
+//! - `run_match`: `run`'s write syscalls matched to the commands that carried them.
 
 pub mod audit;
 mod chain;
@@ -39,6 +40,7 @@ mod devices;
 mod diagnose;
 mod handlers;
 mod reports;
+pub mod run_match;
 pub mod split;
 pub mod stats;
 mod table;
