@@ -63,11 +63,7 @@ fn block_target(path: &Path) -> Option<FdTarget> {
     let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
     let device = resolve(&name).ok()?;
     let start_sector = if device.is_partition() {
-        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?
+        sysfs::partition_start(&device.name)?
     } else {
         0
     };
