@@ -5,9 +5,10 @@ use tracer_common::BlockEvent;
 
 use super::chain::Target;
 use super::handlers::op_of;
-use super::split::{SplitLimits, SECTOR_BYTES};
+use super::split::SplitLimits;
 use super::stats::{OpStats, ScopeStats, OP_COUNT};
 use super::Engine;
+use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 
 /// "The whole disk, no partition."

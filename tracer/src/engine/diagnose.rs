@@ -8,9 +8,10 @@ use serde_json::{json, Value};
 
 use super::audit::audit_disk;
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
-use super::split::{SplitCause, PAGE_BYTES, SECTOR_BYTES};
+use super::split::SplitCause;
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
+use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, ratio, Diagnosis, Op, Severity};
 
@@ -387,7 +388,7 @@ fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
 fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
     let geometry = &scope.device.geometry;
     let disk = scope.disk_name();
-    let pbs = u64::from(geometry.physical_block_size.max(512));
+    let pbs = u64::from(geometry.physical_block_size).max(SECTOR_BYTES);
     let pbs_sectors = pbs / SECTOR_BYTES;
     match cause {
         SplitCause::MaxSectors => {
@@ -527,15 +528,12 @@ fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
     // Sub-page bios filling max_segments are the subpage_block_size finding
     // itself (its explanation names the cap); one root cause, one diagnosis.
     let subpage_partition = scope.partition.is_some_and(|part| {
-        let block_size = part.block_size.unwrap_or_else(|| {
-            crate::geometry::predicted_block_size(part.size, geometry.logical_block_size)
-        });
-        block_size < crate::geometry::ioctl::PAGE_SIZE_BYTES
+        let block_size = part
+            .block_size
+            .unwrap_or_else(|| predicted_block_size(part.size, geometry.logical_block_size));
+        u64::from(block_size) < PAGE_BYTES
     });
-    if segment_capped
-        && subpage_partition
-        && bio_p50 < u64::from(crate::geometry::ioctl::PAGE_SIZE_BYTES)
-    {
+    if segment_capped && subpage_partition && bio_p50 < PAGE_BYTES {
         return None;
     }
     let mut evidence = BTreeMap::new();

@@ -4,9 +4,10 @@ use tracer_common::{BlockEvent, EventKind};
 
 use super::chain::{Command, DropReason, Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
-use super::split::{split_cause, SECTOR_BYTES};
+use super::split::split_cause;
 use super::table::{SlotRef, NIL};
 use super::Engine;
+use crate::blk::SECTOR_BYTES;
 use crate::model::Op;
 
 /// The operation class from `rwbs`: a leading preflush `F` is skipped when an

@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use super::split::{SplitCause, SECTOR_BYTES};
+use super::split::SplitCause;
+use crate::blk::SECTOR_BYTES;
 use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
 
 /// Highest value a histogram keeps exactly enough (sectors, µs, counts);
