@@ -6,7 +6,7 @@ use tracer_common::BlockEvent;
 use super::chain::Target;
 use super::handlers::op_of;
 use super::split::SplitLimits;
-use super::stats::{OpStats, ScopeStats, OP_COUNT};
+use super::stats::{DeviceStats, OpStats, OP_COUNT};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
@@ -60,7 +60,7 @@ pub(crate) struct PartState {
     pub dev: u32,
     pub name: String,
     pub geometry: PartitionGeometry,
-    pub stats: ScopeStats,
+    pub stats: DeviceStats,
 }
 
 pub(crate) struct DeviceState {
@@ -71,7 +71,7 @@ pub(crate) struct DeviceState {
     pub known: bool,
     pub limits: SplitLimits,
     /// Traffic to the disk itself, not through a partition.
-    pub whole: ScopeStats,
+    pub whole: DeviceStats,
     pub parts: Vec<PartState>,
     pub(super) seen_issue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
@@ -88,14 +88,14 @@ impl DeviceState {
             },
             known: false,
             limits: SplitLimits::default(),
-            whole: ScopeStats::default(),
+            whole: DeviceStats::default(),
             parts: Vec::new(),
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
         }
     }
 
-    pub(super) fn stats_mut(&mut self, part: u32) -> &mut ScopeStats {
+    pub(super) fn stats_mut(&mut self, part: u32) -> &mut DeviceStats {
         match self.parts.get_mut(part as usize) {
             Some(partition) => &mut partition.stats,
             None => &mut self.whole,
@@ -186,7 +186,7 @@ impl Engine {
                     dev: dev.unwrap_or(0),
                     name: String::new(),
                     geometry: PartitionGeometry::default(),
-                    stats: ScopeStats::default(),
+                    stats: DeviceStats::default(),
                 });
                 device.parts.len() - 1
             }
@@ -256,7 +256,7 @@ impl Engine {
                 dev: Some(DevId::from_kernel(dev)),
                 ..PartitionGeometry::default()
             },
-            stats: ScopeStats::default(),
+            stats: DeviceStats::default(),
         });
         let part = (device.parts.len() - 1) as u32;
         self.dev_index.insert(dev, DevSlot { disk, part });
