@@ -20,7 +20,6 @@
 //! Zero-length I/O (flushes) is counted, not correlated. Missing events leave
 //! fragments or commands behind; they age out (or are evicted when the table
 //! is full) and their user I/Os are counted as incomplete.
-
 //!
 //! Where things live:
 //! - `mod.rs`: the [`Engine`], its construction, `ingest` dispatch and counters.
@@ -33,6 +32,11 @@
 //! - `diagnose` and `audit`: live diagnoses and the static geometry audit.
 //! - `split`: why the kernel split a bio.
 //! - `run_match`: `run`'s write syscalls matched to the commands that carried them.
+//!
+//! A new kernel event gets an `on_*` handler in `handlers` and one arm in
+//! [`Engine::ingest`]. A new diagnosis is a function called from
+//! `diagnose::diagnose` (needs traffic) or `audit::audit_disk` (geometry
+//! alone), with its code in `model::code`.
 
 pub mod audit;
 mod chain;
