@@ -308,3 +308,12 @@ pub struct RunTarget {
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
 }
+
+/// What a diagnosis' fix would buy on the observed workload (`evidence.what_if`).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    pub commands_now: u64,
+    pub commands_after_fix: u64,
+    pub time_now_ms: Option<f64>,
+    pub time_after_fix_ms: Option<f64>,
+}

@@ -7,6 +7,7 @@ use super::chain::Target;
 use super::handlers::op_of;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::what_if::LastQueued;
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
@@ -75,6 +76,8 @@ pub(crate) struct DeviceState {
     pub parts: Vec<PartState>,
     pub(super) seen_issue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
+    /// Per op: the last user I/O, which the next may continue (what-if streams).
+    pub(super) last_queued: [LastQueued; OP_COUNT],
 }
 
 impl DeviceState {
@@ -92,6 +95,7 @@ impl DeviceState {
             parts: Vec::new(),
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
+            last_queued: [LastQueued::default(); OP_COUNT],
         }
     }
 

@@ -8,9 +8,10 @@ use serde_json::{json, Value};
 
 use super::audit::audit_disk;
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
-use super::split::SplitCause;
+use super::split::{SplitCause, SplitLimits};
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
+use super::what_if;
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, ratio, Diagnosis, Op, Severity};
@@ -116,6 +117,7 @@ pub(super) fn diagnose_with(
 ) -> Vec<Diagnosis> {
     let mut found = Vec::new();
     for device in devices {
+        let first_of_device = found.len();
         let mut audited = if device.known {
             audit(&device.geometry)
         } else {
@@ -141,8 +143,59 @@ pub(super) fn diagnose_with(
             found.extend(merge_blocked(traffic));
         }
         found.extend(audited);
+        for diagnosis in &mut found[first_of_device..] {
+            if let Some(traffic) = observed.iter().find(|t| t.name == diagnosis.device) {
+                attach_what_if(diagnosis, traffic);
+            }
+        }
     }
     found
+}
+
+/// `evidence.what_if`: the observed streams replayed under the fix.
+fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
+    let limits = &traffic.device.limits;
+    let total = &traffic.total;
+    let bio_sectors = total.user_io_sectors.value_at_quantile(0.5);
+    let geometry = &traffic.device.geometry;
+    let predicted = match diagnosis.code {
+        code::SUBPAGE_BLOCK_SIZE => traffic.writes.as_ref().and_then(|writes| {
+            what_if::page_sized_buffers(&writes.streams, writes.commands, limits)
+        }),
+        code::SPLIT_AMPLIFICATION => match total.dominant_cause() {
+            Some(SplitCause::MaxSectors)
+                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
+            {
+                let suggested = what_if::suggested_max_sectors_kb(
+                    geometry.max_sectors_kb,
+                    geometry.max_hw_sectors_kb,
+                    p90_bytes(&total.user_io_sectors),
+                );
+                what_if::with_limits(
+                    &total.streams,
+                    bio_sectors,
+                    total.commands,
+                    &SplitLimits {
+                        max_sectors: suggested * 1024 / SECTOR_BYTES,
+                        ..*limits
+                    },
+                )
+            }
+            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
+                what_if::without_splits(total.commands, total.split_causes[cause.index()])
+            }
+            _ => None,
+        },
+        code::MERGE_BLOCKED if geometry.nomerges != 0 => {
+            what_if::with_limits(&total.streams, bio_sectors, total.commands, limits)
+        }
+        _ => None,
+    };
+    if let Some(predicted) = predicted {
+        diagnosis
+            .evidence
+            .insert("what_if".into(), json!(predicted));
+    }
 }
 
 /// Live numbers added to a static finding when the device saw traffic.
@@ -402,11 +455,11 @@ fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> (String, String,
             let hw_kb = geometry.max_hw_sectors_kb;
             let detail = format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.");
             if hw_kb > max_kb {
-                let wanted_kb = p90_bytes(&traffic.total.user_io_sectors) / 1024;
-                let suggested = wanted_kb
-                    .max(u64::from(max_kb) * 2)
-                    .next_power_of_two()
-                    .min(u64::from(hw_kb));
+                let suggested = what_if::suggested_max_sectors_kb(
+                    max_kb,
+                    hw_kb,
+                    p90_bytes(&traffic.total.user_io_sectors),
+                );
                 (
                     detail,
                     format!(

@@ -141,6 +141,7 @@ impl Engine {
             self.correlation.evicted += 1;
             return;
         };
+        self.record_stream(target, event.sector, sectors, io_index);
         let fragment = Fragment {
             io: self.user_ios.slot_ref(io_index),
             start: event.sector,

@@ -32,6 +32,7 @@
 //! - `diagnose` and `audit`: live diagnoses and the static geometry audit.
 //! - `split`: why the kernel split a bio.
 //! - `run_match`: `run`'s write syscalls matched to the commands that carried them.
+//! - `what_if`: what a diagnosis' fix would buy, replayed from the observed streams.
 //!
 //! A new kernel event gets an `on_*` handler in `handlers` and one arm in
 //! [`Engine::ingest`]. A new diagnosis is a function called from
@@ -50,6 +51,7 @@ pub mod stats;
 mod table;
 #[cfg(test)]
 mod tests;
+pub mod what_if;
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -166,6 +168,7 @@ impl Engine {
                 part.stats.clear();
             }
             device.last_issue = [LastIssue::default(); OP_COUNT];
+            device.last_queued = Default::default();
         }
         self.dirty.clear();
         self.events = EventCounts::default();

@@ -1,0 +1,339 @@
+//! What a fix would buy: the observed user I/Os replayed through the
+//! kernel's split and merge rules under the fixed geometry or limits.
+//!
+//! The engine keeps, per (device, origin, op), the sizes of **streams**: runs
+//! of user I/Os where each one starts where the previous one (same device
+//! and op) ended while that one was still in flight, so the block layer could
+//! merge them into one request. A lone bio is a stream of its own. The kernel
+//! then cuts a stream into commands only where a limit says so:
+//! `max_sectors`, or `max_segments` (one segment per bio below a page, one
+//! per page above: bios never share a segment, and pages of user buffers are
+//! taken as not physically contiguous). Replaying the same streams under other
+//! limits, or with other bio sizes, gives the commands the fix would leave.
+//! Timing is left as observed: a stream the device did not merge for lack of
+//! time is not merged in the replay either.
+//!
+//! Kept per stream: one histogram value (1% resolution, fixed memory), so
+//! nothing is allocated per event.
+
+use hdrhistogram::Histogram;
+
+use super::chain::Target;
+use super::split::SplitLimits;
+use super::stats::{new_histogram, op_index};
+use super::table::SlotRef;
+use super::Engine;
+use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
+use crate::model::WhatIf;
+
+/// Sectors in a page: the segment a page-sized or larger bio is counted in.
+const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
+/// `BLK_MAX_SEGMENTS`: the kernel's default when a driver sets none.
+const DEFAULT_MAX_SEGMENTS: u64 = 128;
+
+/// The last user I/O queued on a disk for one op: where the next one must
+/// start, and whether it is still in flight, to continue its stream.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LastQueued {
+    pub(super) end: u64,
+    pub(super) part: u32,
+    pub(super) tracked: bool,
+    pub(super) io: SlotRef,
+}
+
+impl Default for LastQueued {
+    fn default() -> Self {
+        LastQueued {
+            end: 0,
+            part: 0,
+            tracked: false,
+            io: SlotRef::NONE,
+        }
+    }
+}
+
+impl Engine {
+    /// A user I/O just queued (at `user_ios[io_index]`): it continues the
+    /// stream of the last one on this disk and op when it starts where that
+    /// one ended, on the same partition and origin, while it is in flight.
+    pub(super) fn record_stream(
+        &mut self,
+        target: Target,
+        start: u64,
+        sectors: u64,
+        io_index: u32,
+    ) {
+        let io = self.user_ios.slot_ref(io_index);
+        let last = self.devices[target.disk as usize].last_queued[op_index(target.op)];
+        let continues = last.end == start
+            && last.part == target.part
+            && last.tracked == target.tracked
+            && self.user_ios.resolve(last.io).is_some();
+        self.devices[target.disk as usize].last_queued[op_index(target.op)] = LastQueued {
+            end: start.saturating_add(sectors),
+            part: target.part,
+            tracked: target.tracked,
+            io,
+        };
+        self.stats_mut(target).streams.record(continues, sectors);
+    }
+}
+
+/// Sizes of the streams seen, in sectors; the last one may still grow.
+pub struct StreamSizes {
+    closed: Histogram<u64>,
+    open_sectors: u64,
+}
+
+impl Default for StreamSizes {
+    fn default() -> Self {
+        StreamSizes {
+            closed: new_histogram(),
+            open_sectors: 0,
+        }
+    }
+}
+
+impl StreamSizes {
+    /// One user I/O of `sectors`: it extends the open stream, or starts one.
+    pub fn record(&mut self, continues: bool, sectors: u64) {
+        if continues && self.open_sectors > 0 {
+            self.open_sectors = self.open_sectors.saturating_add(sectors);
+            return;
+        }
+        self.close();
+        self.open_sectors = sectors;
+    }
+
+    fn close(&mut self) {
+        if self.open_sectors > 0 {
+            self.closed.saturating_record(self.open_sectors);
+            self.open_sectors = 0;
+        }
+    }
+
+    /// Adds `other`'s streams (its open one counts as closed here).
+    pub fn absorb(&mut self, other: &StreamSizes) {
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.closed.add(&other.closed);
+        if other.open_sectors > 0 {
+            self.closed.saturating_record(other.open_sectors);
+        }
+    }
+
+    pub fn streams(&self) -> u64 {
+        self.closed.len() + u64::from(self.open_sectors > 0)
+    }
+
+    /// Calls `each(sectors, count)` for every stream size seen.
+    fn for_each(&self, mut each: impl FnMut(u64, u64)) {
+        for step in self.closed.iter_recorded() {
+            // The low end of the bucket: exact sizes (powers of two) come back unchanged.
+            let sectors = self.closed.lowest_equivalent(step.value_iterated_to());
+            each(sectors, step.count_at_value());
+        }
+        if self.open_sectors > 0 {
+            each(self.open_sectors, 1);
+        }
+    }
+}
+
+/// Sectors one request can carry of bios of `bio_sectors` under `limits`.
+pub fn command_cap(limits: &SplitLimits, bio_sectors: u64) -> u64 {
+    let max_segments = match limits.max_segments {
+        0 => DEFAULT_MAX_SEGMENTS,
+        known => known,
+    };
+    let segment_sectors = match limits.max_segment_bytes / SECTOR_BYTES {
+        0 => PAGE_SECTORS,
+        known => known.min(PAGE_SECTORS),
+    };
+    // A sub-page bio is one segment of its own; larger ones take one per page.
+    let by_segments = max_segments.saturating_mul(bio_sectors.clamp(1, segment_sectors));
+    match limits.max_sectors {
+        0 => by_segments,
+        max_sectors => max_sectors.min(by_segments),
+    }
+    .max(1)
+}
+
+/// Commands the streams become with bios of `bio_sectors` (streams rounded
+/// up to whole bios) under `limits`.
+pub fn replay(streams: &StreamSizes, bio_sectors: u64, limits: &SplitLimits) -> u64 {
+    let bio_sectors = bio_sectors.max(1);
+    let cap = command_cap(limits, bio_sectors);
+    let mut commands = 0u64;
+    streams.for_each(|sectors, count| {
+        let sectors = sectors.div_ceil(bio_sectors).saturating_mul(bio_sectors);
+        commands = commands.saturating_add(sectors.div_ceil(cap).saturating_mul(count));
+    });
+    commands
+}
+
+fn prediction(commands_now: u64, commands_after_fix: u64) -> Option<WhatIf> {
+    (commands_now > 0 && commands_after_fix > 0).then_some(WhatIf {
+        commands_now,
+        commands_after_fix,
+        time_now_ms: None,
+        time_after_fix_ms: None,
+    })
+}
+
+/// `subpage_block_size` fixed: the same bytes written through 4096-byte
+/// buffers, one page-sized bio each, merged under the device's limits.
+pub fn page_sized_buffers(
+    streams: &StreamSizes,
+    commands_now: u64,
+    limits: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(commands_now, replay(streams, PAGE_SECTORS, limits))
+}
+
+/// A queue setting changed (`max_sectors_kb` raised, merging allowed): the
+/// same streams of the same bios under the new `limits`.
+pub fn with_limits(
+    streams: &StreamSizes,
+    bio_sectors: u64,
+    commands_now: u64,
+    limits: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(commands_now, replay(streams, bio_sectors, limits))
+}
+
+/// A fix that removes the splits of one alignment cause: each such split
+/// cut one extra command off a piece that would otherwise have stayed whole.
+pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
+    prediction(commands_now, commands_now.saturating_sub(splits))
+}
+
+/// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
+/// percentile user I/O, at least twice the current cap, a power of two, at
+/// most the hardware's limit.
+pub fn suggested_max_sectors_kb(max_kb: u32, hw_kb: u32, user_io_p90_bytes: u64) -> u64 {
+    (user_io_p90_bytes / 1024)
+        .max(u64::from(max_kb) * 2)
+        .next_power_of_two()
+        .min(u64::from(hw_kb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loop's limits on this machine: 1280 KiB, 128 segments of up to 64 KiB.
+    fn loop_limits() -> SplitLimits {
+        SplitLimits {
+            max_sectors: 2560,
+            max_segments: 128,
+            max_segment_bytes: 65536,
+            ..SplitLimits::default()
+        }
+    }
+
+    fn one_stream_of(bios: u64, sectors: u64) -> StreamSizes {
+        let mut streams = StreamSizes::default();
+        for n in 0..bios {
+            streams.record(n > 0, sectors);
+        }
+        streams
+    }
+
+    #[test]
+    fn seed_case_8_mib_of_512_byte_bios() {
+        // ENVIRONMENT.md: 16385 bios → 129 commands now, 17 with 4 KiB blocks.
+        let streams = one_stream_of(16384, 1);
+        let limits = loop_limits();
+        assert_eq!(
+            replay(&streams, 1, &limits),
+            128,
+            "the model sees today's 64 KiB cap"
+        );
+        let what_if = page_sized_buffers(&streams, 129, &limits).unwrap();
+        assert_eq!(
+            (what_if.commands_now, what_if.commands_after_fix),
+            (129, 16)
+        );
+    }
+
+    #[test]
+    fn a_stream_rounds_up_to_whole_page_bios() {
+        // 9 sectors of 512-byte bios become two 4 KiB bios, one command.
+        let streams = one_stream_of(9, 1);
+        assert_eq!(replay(&streams, PAGE_SECTORS, &loop_limits()), 1);
+    }
+
+    #[test]
+    fn direct_1_mib_writes_under_a_raised_max_sectors() {
+        // 16 lone 1 MiB bios, max_sectors_kb 64: 16 commands each.
+        let mut streams = StreamSizes::default();
+        for _ in 0..16 {
+            streams.record(false, 2048);
+        }
+        assert_eq!(streams.streams(), 16);
+        let limits = SplitLimits {
+            max_sectors: 128,
+            ..loop_limits()
+        };
+        assert_eq!(replay(&streams, 2048, &limits), 256);
+        // Raised to 1024 KiB, 128 one-page segments cap a command at 512 KiB.
+        let raised = SplitLimits {
+            max_sectors: 2048,
+            ..limits
+        };
+        let what_if = with_limits(&streams, 2048, 256, &raised).unwrap();
+        assert_eq!(what_if.commands_after_fix, 32);
+        // Where segments allow it, one command per bio.
+        let wide = SplitLimits {
+            max_segments: 256,
+            ..raised
+        };
+        assert_eq!(
+            with_limits(&streams, 2048, 256, &wide)
+                .unwrap()
+                .commands_after_fix,
+            16
+        );
+    }
+
+    #[test]
+    fn absorbing_keeps_every_stream_and_the_open_one() {
+        let mut left = one_stream_of(4, 8);
+        let right = one_stream_of(2, 8);
+        left.absorb(&right);
+        assert_eq!(left.streams(), 2);
+        // Streams of 32 and 16 sectors at 8 sectors a command: 4 + 2.
+        let tiny = SplitLimits {
+            max_sectors: 8,
+            ..loop_limits()
+        };
+        assert_eq!(replay(&left, 8, &tiny), 6);
+    }
+
+    #[test]
+    fn unknown_limits_fall_back_to_the_kernel_defaults() {
+        let cap = command_cap(&SplitLimits::default(), 1);
+        assert_eq!(cap, DEFAULT_MAX_SEGMENTS);
+        assert_eq!(
+            command_cap(&SplitLimits::default(), 2048),
+            DEFAULT_MAX_SEGMENTS * 8
+        );
+    }
+
+    #[test]
+    fn no_traffic_or_no_commands_predicts_nothing() {
+        let empty = StreamSizes::default();
+        assert_eq!(page_sized_buffers(&empty, 10, &loop_limits()), None);
+        assert_eq!(
+            page_sized_buffers(&one_stream_of(8, 1), 0, &loop_limits()),
+            None
+        );
+        assert_eq!(without_splits(10, 4).unwrap().commands_after_fix, 6);
+    }
+
+    #[test]
+    fn suggestion_is_a_power_of_two_within_the_hardware_limit() {
+        assert_eq!(suggested_max_sectors_kb(64, 1280, 1 << 20), 1024);
+        assert_eq!(suggested_max_sectors_kb(64, 100, 1 << 20), 100);
+        assert_eq!(suggested_max_sectors_kb(512, 4096, 4096), 1024);
+    }
+}
