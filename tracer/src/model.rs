@@ -25,6 +25,9 @@ pub struct Report {
     pub events: EventCounts,
     pub correlation: CorrelationStats,
     pub diagnoses: Vec<Diagnosis>,
+    /// `run` only: findings on devices the command did not write (static
+    /// geometry findings elsewhere on the disks it touched); empty otherwise.
+    pub other_findings: Vec<Diagnosis>,
     pub devices: Vec<DeviceReport>,
     /// Present for `run`: the command and what its writes became.
     #[serde(skip_serializing_if = "Option::is_none")]

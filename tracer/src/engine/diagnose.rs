@@ -156,7 +156,7 @@ pub(super) fn diagnose_with(
 fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
     let limits = &traffic.device.limits;
     let total = &traffic.total;
-    let bio_sectors = total.user_io_sectors.value_at_quantile(0.5);
+    let bio_sectors = p50_bytes(&total.user_io_sectors) / SECTOR_BYTES;
     let geometry = &traffic.device.geometry;
     let predicted = match diagnosis.code {
         code::SUBPAGE_BLOCK_SIZE => traffic.writes.as_ref().and_then(|writes| {
@@ -171,6 +171,9 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
                     geometry.max_hw_sectors_kb,
                     p90_bytes(&total.user_io_sectors),
                 );
+                diagnosis
+                    .evidence
+                    .insert("proposed_max_sectors_kb".into(), json!(suggested));
                 what_if::with_limits(
                     &total.streams,
                     bio_sectors,

@@ -12,8 +12,9 @@ use tracer_common::{
     BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
 };
 
-use super::stats::new_histogram as histogram;
+use super::stats::{new_histogram as histogram, OpStats};
 use crate::geometry::DevId;
+use crate::model::{Op, OpMeasures};
 
 /// A block device a file descriptor pointed at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -266,6 +267,46 @@ impl<R: FdResolver> RunRecorder<R> {
             let _ = result.writes_per_command.record(count);
         }
         result
+    }
+}
+
+impl super::Engine {
+    /// Writes the tracked processes queued on `device` itself (a partition's
+    /// own, or a whole disk's not through a partition), as measures.
+    pub fn tracked_writes_on(&self, device: &str) -> Option<OpMeasures> {
+        let stats = self.devices.iter().find_map(|disk| {
+            if disk.name == device {
+                return Some(&disk.whole);
+            }
+            disk.parts
+                .iter()
+                .find(|part| part.name == device)
+                .map(|part| &part.stats)
+        })?;
+        stats
+            .get(true, Op::Write)
+            .filter(|writes| writes.user_ios > 0)
+            .map(OpStats::to_model)
+    }
+
+    /// Disks (their own traffic) and partitions the tracked processes wrote.
+    pub fn devices_written_by_tracked(&self) -> Vec<String> {
+        let mut written = Vec::new();
+        for disk in &self.devices {
+            if self.tracked_writes_on(&disk.name).is_some() {
+                written.push(disk.name.clone());
+            }
+            for part in &disk.parts {
+                if part
+                    .stats
+                    .get(true, Op::Write)
+                    .is_some_and(|w| w.user_ios > 0)
+                {
+                    written.push(part.name.clone());
+                }
+            }
+        }
+        written
     }
 }
 

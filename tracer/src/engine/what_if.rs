@@ -337,3 +337,82 @@ mod tests {
         assert_eq!(suggested_max_sectors_kb(512, 4096, 4096), 1024);
     }
 }
+
+#[cfg(test)]
+mod engine_tests {
+    use tracer_common::{BlockEvent, EventKind};
+
+    use super::super::{Engine, EngineLimits};
+    use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+    use crate::model::code;
+
+    const DISK: DevId = DevId::new(7, 0);
+    const ODD: DevId = DevId::new(259, 1);
+
+    fn disk() -> DiskGeometry {
+        DiskGeometry {
+            name: "loop0".into(),
+            dev: Some(DISK),
+            size_sectors: 40960,
+            logical_block_size: 512,
+            physical_block_size: 512,
+            max_sectors_kb: 1280,
+            max_hw_sectors_kb: 1280,
+            max_segments: 128,
+            max_segment_size: 65536,
+            request_based: true,
+            partitions: vec![PartitionGeometry {
+                name: "loop0p2".into(),
+                dev: Some(ODD),
+                number: 2,
+                start: 10240,
+                size: 20001,
+                ..PartitionGeometry::default()
+            }],
+            ..DiskGeometry::default()
+        }
+    }
+
+    fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
+        BlockEvent {
+            ts_ns,
+            sector,
+            dev: DISK.to_kernel(),
+            nr_sector,
+            tgid: 1,
+            rwbs: *b"W\0\0\0\0\0\0\0",
+            kind: kind as u8,
+            ..BlockEvent::ZERO
+        }
+    }
+
+    #[test]
+    fn buffered_writes_on_the_odd_partition_predict_page_sized_commands() {
+        let mut engine = Engine::new(vec![disk()], EngineLimits::default());
+        // 2048 bios of 512 B written back in one go, merged 128 to a command.
+        let start = 10240;
+        for n in 0..2048u64 {
+            let remap = BlockEvent {
+                aux_dev: ODD.to_kernel(),
+                aux_sector: n,
+                ..event(EventKind::Remap, 1000 + n, start + n, 1)
+            };
+            engine.ingest(&remap);
+            engine.ingest(&event(EventKind::Queue, 1000 + n, start + n, 1));
+        }
+        for command in 0..16u64 {
+            let sector = start + command * 128;
+            engine.ingest(&event(EventKind::Issue, 10_000 + command, sector, 128));
+            engine.ingest(&event(EventKind::Complete, 20_000 + command, sector, 128));
+        }
+        let diagnoses = engine.diagnoses();
+        let subpage = diagnoses
+            .iter()
+            .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p2")
+            .unwrap_or_else(|| panic!("no subpage_block_size: {diagnoses:?}"));
+        let what_if = &subpage.evidence["what_if"];
+        assert_eq!(what_if["commands_now"], 16, "{what_if}");
+        // 1 MiB in 4 KiB bios, 128 segments a command: two 512 KiB commands.
+        assert_eq!(what_if["commands_after_fix"], 2, "{what_if}");
+    }
+}

@@ -201,7 +201,13 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
             .filter(|origin| !origin.tracked.ops.is_empty())
             .map(|origin| origin.device)
             .collect();
-        scope_to_run(&mut report, &run, &tracked_devices, &named);
+        let mut written: BTreeSet<String> = sink
+            .engine
+            .devices_written_by_tracked()
+            .into_iter()
+            .collect();
+        written.extend(run.targets.iter().map(|t| t.device.clone()));
+        scope_to_run(&mut report, &run, &tracked_devices, &named, &written);
         report.run = Some(run);
         report
     })?;
@@ -252,11 +258,16 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
     let mut targets = Vec::new();
     for (index, calls) in recorder.targets().iter().enumerate() {
         let matched = recorder.match_writes(index);
-        let tracked = origins.iter().find(|o| o.device == calls.target.device);
-        let write_op = tracked.and_then(|o| o.tracked.op(crate::model::Op::Write));
-        let bios = write_op.map_or(0, |m| m.user_ios);
-        let commands = write_op.map_or(0, |m| m.commands);
-        let bio_size = write_op.map(|m| m.user_io_size.clone()).unwrap_or_default();
+        // The device's own writes: a disk's bios through its partitions are
+        // the partitions' (mkfs opens the whole disk, then writes a partition).
+        let writes = sink.engine.tracked_writes_on(&calls.target.device);
+        let bios = writes.as_ref().map_or(0, |m| m.user_ios);
+        if calls.write_syscalls == 0 && bios == 0 {
+            // Opened, never written: not a target.
+            continue;
+        }
+        let commands = writes.as_ref().map_or(0, |m| m.commands);
+        let bio_size = writes.map(|m| m.user_io_size).unwrap_or_default();
         let write_size = distribution(&calls.write_size, 1);
         let summary = format!(
             "{program} issued {} writes of {} to {}; they reached the block layer as {} bios of {}; the device received {} commands",
@@ -298,8 +309,16 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
     }
 }
 
-/// Keeps the devices the command touched (or that were named with -d).
-fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String], named: &[DevId]) {
+/// Keeps the devices the command touched (or that were named with -d). Its
+/// diagnoses are the findings on devices it wrote; the rest on those disks
+/// become `other_findings`.
+fn scope_to_run(
+    report: &mut Report,
+    run: &RunReport,
+    tracked_devices: &[String],
+    named: &[DevId],
+    written: &BTreeSet<String>,
+) {
     let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
     touched.extend(tracked_devices.iter().map(String::as_str));
     let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();
@@ -318,7 +337,10 @@ fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String]
             std::iter::once(d.name.clone()).chain(d.partitions.iter().map(|p| p.name.clone()))
         })
         .collect();
-    report
-        .diagnoses
-        .retain(|diagnosis| kept.contains(&diagnosis.device));
+    let (on_written, elsewhere): (Vec<_>, Vec<_>) = std::mem::take(&mut report.diagnoses)
+        .into_iter()
+        .filter(|diagnosis| kept.contains(&diagnosis.device))
+        .partition(|diagnosis| written.contains(&diagnosis.device));
+    report.diagnoses = on_written;
+    report.other_findings = elsewhere;
 }

@@ -52,6 +52,7 @@ pub fn report(
         events,
         correlation: engine.correlation(),
         diagnoses: engine.diagnoses(),
+        other_findings: Vec::new(),
         devices: engine.devices(),
         run: None,
         unsupported_probes,

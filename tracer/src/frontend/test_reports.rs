@@ -222,6 +222,7 @@ fn base(duration_s: f64) -> Report {
         events: EventCounts::default(),
         correlation: CorrelationStats::default(),
         diagnoses: Vec::new(),
+        other_findings: Vec::new(),
         devices: Vec::new(),
         run: None,
         unsupported_probes: Vec::new(),

@@ -58,6 +58,16 @@ pub fn render_report(report: &Report, width: u16) -> String {
         out.blank();
         diagnoses(&mut out, &report.diagnoses);
     }
+    if !report.other_findings.is_empty() {
+        out.blank();
+        out.line(&format!(
+            "Other findings ({}, on devices the command did not write)",
+            report.other_findings.len()
+        ));
+        for diagnosis in by_severity(&report.other_findings) {
+            diagnosis_block(&mut out, diagnosis);
+        }
+    }
     for device in &report.devices {
         out.blank();
         let diagnosed = codes_for(&report.diagnoses, &device.name);
@@ -166,12 +176,44 @@ pub fn evidence_line(diagnosis: &Diagnosis) -> String {
     diagnosis
         .evidence
         .iter()
+        // Told in its own sentence.
+        .filter(|(key, _)| key.as_str() != WHAT_IF)
         .map(|(key, value)| match value {
             serde_json::Value::String(text) => format!("{key}={text}"),
             other => format!("{key}={other}"),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The evidence key of a fix's predicted effect.
+const WHAT_IF: &str = "what_if";
+
+/// "the fix would take these I/Os from 1,000 commands to ~130 (7.7x fewer)",
+/// from `evidence.what_if`.
+pub fn what_if_sentence(diagnosis: &Diagnosis) -> Option<String> {
+    let what_if = diagnosis.evidence.get(WHAT_IF)?;
+    let now = what_if.get("commands_now")?.as_u64()?;
+    let after = what_if.get("commands_after_fix")?.as_u64()?;
+    let change = if after == 0 || after == now {
+        String::new()
+    } else if after < now {
+        format!(" ({}x fewer)", units::ratio(now as f64 / after as f64))
+    } else {
+        format!(" ({}x more)", units::ratio(after as f64 / now as f64))
+    };
+    let mut sentence = format!(
+        "the fix would take these I/Os from {} commands to ~{}{change}",
+        units::thousands(now),
+        units::thousands(after)
+    );
+    let ms = |key: &str| what_if.get(key).and_then(serde_json::Value::as_f64);
+    if let (Some(time_now), Some(time_after)) = (ms("time_now_ms"), ms("time_after_fix_ms")) {
+        sentence.push_str(&format!(
+            ", and their device time from {time_now:.0} ms to ~{time_after:.0} ms"
+        ));
+    }
+    Some(sentence)
 }
 
 /// Side-by-side log2 histograms of user I/O size and command size, each bar
@@ -397,6 +439,9 @@ fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
         out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
     }
     out.wrapped("    ", "    ", &diagnosis.explanation);
+    if let Some(what_if) = what_if_sentence(diagnosis) {
+        out.wrapped("    what if: ", "      ", &what_if);
+    }
     for (index, fix) in diagnosis
         .fix
         .lines()

@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::severity_style;
-use crate::frontend::text::{evidence_line, severity_label, size_histogram};
+use crate::frontend::text::{evidence_line, severity_label, size_histogram, what_if_sentence};
 use crate::frontend::tui::app::{App, Detail};
 use crate::frontend::units;
 
@@ -91,6 +91,12 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
             lines.push(Line::from(vec![
                 Span::styled("fix: ", bold),
                 Span::raw(fix.trim().to_string()),
+            ]));
+        }
+        if let Some(what_if) = what_if_sentence(diagnosis) {
+            lines.push(Line::from(vec![
+                Span::styled("what if: ", bold),
+                Span::raw(what_if),
             ]));
         }
         if !diagnosis.evidence.is_empty() {
