@@ -117,3 +117,103 @@ fn run_exits_with_the_commands_status() {
         .status;
     assert_eq!(status.code(), Some(7));
 }
+
+fn run_json(command: &[&str]) -> serde_json::Value {
+    let out = Command::new(binary())
+        .args(["run", "--json", "--"])
+        .args(command)
+        .output()
+        .expect("iosplit-trace runs");
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn devices_of(findings: &serde_json::Value) -> Vec<(String, String)> {
+    findings
+        .as_array()
+        .expect("a list of findings")
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_str().unwrap().to_string(),
+                d["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn run_speaks_only_of_the_devices_the_command_wrote() {
+    if !privileged("run_speaks_only_of_the_devices_the_command_wrote") {
+        return;
+    }
+    // p1 has an odd size (a static finding); the command only writes p2.
+    let disk = LoopDisk::new(
+        "run-scope",
+        160,
+        &[
+            PartitionSpec {
+                start: 2048,
+                size: 131073,
+            },
+            PartitionSpec {
+                start: 135168,
+                size: 131072,
+            },
+        ],
+    );
+    let odd = format!("{}p1", disk.name);
+    let written = format!("{}p2", disk.name);
+    // Like mkfs on the Debian guest: the whole disk is opened, a partition written.
+    let script = format!(
+        "exec 3<{}; mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 {}",
+        disk.device(),
+        disk.partition(2)
+    );
+    let report = run_json(&["sh", "-c", &script]);
+    let diagnoses = devices_of(&report["diagnoses"]);
+    assert!(
+        diagnoses.iter().all(|(device, _)| *device == written),
+        "diagnoses on devices mkfs did not write: {diagnoses:?}"
+    );
+    let others = devices_of(&report["other_findings"]);
+    assert!(
+        others.contains(&(odd.clone(), "subpage_block_size".to_string())),
+        "the odd-sized {odd} belongs under other_findings: {others:?}"
+    );
+    let targets: Vec<&str> = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        vec![written.as_str()],
+        "only the written partition is a target, not the disk that was only opened"
+    );
+    let target = &report["run"]["targets"][0];
+    assert!(target["write_syscalls"].as_u64().unwrap() > 0, "{target}");
+
+    // The text report keeps them apart under their own heading.
+    let out = Command::new(binary())
+        .args(["run", "--", "sh", "-c", &script])
+        .output()
+        .expect("iosplit-trace runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let heading = text
+        .find("Other findings")
+        .unwrap_or_else(|| panic!("no Other findings heading:\n{text}"));
+    let odd_finding = text
+        .find(&format!("subpage_block_size on {odd}"))
+        .unwrap_or_else(|| panic!("{odd}'s finding not printed:\n{text}"));
+    assert!(
+        odd_finding > heading,
+        "{odd}'s finding is not under Other findings:\n{text}"
+    );
+}
