@@ -278,6 +278,17 @@ pub struct Diagnosis {
     pub fix: String,
 }
 
+/// What a diagnosis's fix would buy for the observed workload: the same
+/// user I/Os replayed through the kernel's split and merge rules under the
+/// fixed geometry or limits. Times are present where they can be estimated.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    pub commands_now: u64,
+    pub commands_after_fix: u64,
+    pub time_now_ms: Option<f64>,
+    pub time_after_fix_ms: Option<f64>,
+}
+
 /// What a command run under `iosplit-trace run` did, from syscalls down to commands.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunReport {
