@@ -281,6 +281,17 @@ pub struct Diagnosis {
     pub fix: String,
 }
 
+/// What a diagnosis's fix would buy for the observed workload: the same
+/// user I/Os replayed through the kernel's split and merge rules under the
+/// fixed geometry or limits. Times are present where they can be estimated.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    pub commands_now: u64,
+    pub commands_after_fix: u64,
+    pub time_now_ms: Option<f64>,
+    pub time_after_fix_ms: Option<f64>,
+}
+
 /// What a command run under `iosplit-trace run` did, from syscalls down to commands.
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunReport {
@@ -310,13 +321,4 @@ pub struct RunTarget {
     pub writes_per_command: Distribution,
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
-}
-
-/// What a diagnosis' fix would buy on the observed workload (`evidence.what_if`).
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct WhatIf {
-    pub commands_now: u64,
-    pub commands_after_fix: u64,
-    pub time_now_ms: Option<f64>,
-    pub time_after_fix_ms: Option<f64>,
 }
