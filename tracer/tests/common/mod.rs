@@ -153,30 +153,49 @@ fn ensure_tracefs() {
     }
 }
 
-/// The kernel's ftrace `blk` tracer on one disk: the event-count oracle.
+/// The kernel's ftrace `blk` tracer on some disks: the event-count oracle.
 pub struct BlkTracer {
-    disk: String,
+    disks: Vec<String>,
     old_buffer_kb: String,
+}
+
+/// The size to put back: `buffer_size_kb` reads "7 (expanded: 1408)" before
+/// the buffer was first used, and only the number after it can be written.
+fn buffer_kb(text: &str) -> String {
+    let text = text.trim();
+    match text.split_once("(expanded: ") {
+        Some((_, expanded)) => expanded.trim_end_matches(')').trim().to_string(),
+        None => text.to_string(),
+    }
 }
 
 impl BlkTracer {
     pub fn start(disk: &str) -> BlkTracer {
+        BlkTracer::start_disks(&[disk])
+    }
+
+    pub fn start_disks(disks: &[&str]) -> BlkTracer {
         ensure_tracefs();
-        let old_buffer_kb = std::fs::read_to_string(format!("{TRACING}/buffer_size_kb"))
-            .unwrap()
-            .trim()
-            .to_string();
+        let old_buffer_kb =
+            buffer_kb(&std::fs::read_to_string(format!("{TRACING}/buffer_size_kb")).unwrap());
         let tracer = BlkTracer {
-            disk: disk.to_string(),
+            disks: disks.iter().map(|disk| disk.to_string()).collect(),
             old_buffer_kb,
         };
         std::fs::write(format!("{TRACING}/buffer_size_kb"), "65536").unwrap();
         std::fs::write(format!("{TRACING}/trace"), "").unwrap();
-        std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
+        for disk in disks {
+            std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
+        }
         std::fs::write(format!("{TRACING}/current_tracer"), "blk").unwrap();
         // Someone may have left tracing off; Drop turns it back on either way.
         std::fs::write(format!("{TRACING}/tracing_on"), "1").unwrap();
         tracer
+    }
+
+    /// Writes `text` into the trace, in time order with the events.
+    pub fn marker(&self, text: &str) {
+        std::fs::write(format!("{TRACING}/trace_marker"), text).unwrap();
     }
 
     /// Stops tracing and returns the trace text; panics if the buffer overran.
@@ -198,30 +217,87 @@ impl BlkTracer {
 impl Drop for BlkTracer {
     fn drop(&mut self) {
         let _ = std::fs::write(format!("{TRACING}/current_tracer"), "nop");
-        let _ = std::fs::write(format!("/sys/block/{}/trace/enable", self.disk), "0");
+        for disk in &self.disks {
+            let _ = std::fs::write(format!("/sys/block/{disk}/trace/enable"), "0");
+        }
         let _ = std::fs::write(format!("{TRACING}/tracing_on"), "1");
         let _ = std::fs::write(format!("{TRACING}/buffer_size_kb"), &self.old_buffer_kb);
         let _ = std::fs::write(format!("{TRACING}/trace"), "");
     }
 }
 
-/// Counts blk tracer actions (A, Q, X, M, F, D, C …) for one "major,minor".
+/// Counts blk tracer actions (A, Q, X, M, F, D, R, C …) for one "major,minor".
 pub fn count_actions(trace: &str, dev: &str) -> std::collections::BTreeMap<String, u64> {
-    let mut counts = std::collections::BTreeMap::new();
+    let (inside, _) = count_actions_between(trace, dev, None);
+    inside
+}
+
+/// As [`count_actions`], split by two markers: the actions between them, and
+/// those before the first or after the second. `None` counts every line inside.
+pub fn count_actions_between(
+    trace: &str,
+    dev: &str,
+    markers: Option<(&str, &str)>,
+) -> (
+    std::collections::BTreeMap<String, u64>,
+    std::collections::BTreeMap<String, u64>,
+) {
+    let mut inside = std::collections::BTreeMap::new();
+    let mut outside = std::collections::BTreeMap::new();
+    let mut between = markers.is_none();
     for line in trace.lines().filter(|l| !l.starts_with('#')) {
         // "  dd-123  [001] ..... 12.345678: 7,0    Q  WS 2048 + 8 [dd]"
         let Some((_, event)) = line.split_once(": ") else {
             continue;
         };
+        if let Some((first, second)) = markers {
+            if let Some(text) = event.strip_prefix("tracing_mark_write: ") {
+                if text.trim() == first {
+                    between = true;
+                } else if text.trim() == second {
+                    between = false;
+                }
+                continue;
+            }
+        }
         let mut words = event.split_whitespace();
         if words.next() != Some(dev) {
             continue;
         }
         if let Some(action) = words.next() {
+            let counts = if between { &mut inside } else { &mut outside };
             *counts.entry(action.to_string()).or_insert(0) += 1;
         }
     }
-    counts
+    (inside, outside)
+}
+
+/// The whole disk that holds `path` (e.g. "vda" for a file on /dev/vda or /dev/vda1).
+pub fn disk_holding(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let node =
+        std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).unwrap_or_else(|err| {
+            panic!(
+                "{} is on {major}:{minor}, not a block device: {err}",
+                path.display()
+            )
+        });
+    let disk = match node.join("partition").exists() {
+        true => node.parent().unwrap().to_path_buf(),
+        false => node,
+    };
+    disk.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// A file that is removed when dropped, also on panic.
+pub struct ScratchFile(pub PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// The real binary, running in the background until stopped.
