@@ -6,7 +6,6 @@ pub mod live;
 pub mod output;
 pub mod report;
 pub mod run;
-pub mod run_recorder;
 pub mod scope;
 pub mod session;
 #[cfg(test)]

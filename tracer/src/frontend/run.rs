@@ -12,16 +12,17 @@ use std::time::{Duration, Instant};
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEventKind};
 
-use crate::capture::{Capture, CaptureConfig, EventSink};
+use crate::capture::{Capture, CaptureConfig};
 use crate::cli::{RunArgs, Scope};
+use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{sysfs, DevId};
 use crate::model::{Report, RunReport, RunTarget};
+use crate::sink::EventSink;
 
-use super::run_recorder::{FdResolver, FdTarget, RunRecorder};
 use super::{output, scope, session, units};
 
 /// How long to wait after the command exits for its I/O to complete.
@@ -62,11 +63,7 @@ fn block_target(path: &Path) -> Option<FdTarget> {
     let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
     let device = resolve(&name).ok()?;
     let start_sector = if device.is_partition() {
-        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?
+        sysfs::partition_start(&device.name)?
     } else {
         0
     };
