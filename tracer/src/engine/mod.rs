@@ -179,7 +179,7 @@ impl Engine {
             self.correlation.unmatched_events += 1;
             return;
         };
-        *self.events.slot(kind) += 1;
+        self.events[kind] += 1;
         self.now_ns = self.now_ns.max(event.ts_ns);
         self.expire_aged();
         match kind {
@@ -213,7 +213,7 @@ impl Engine {
                 let grown = now.saturating_sub(before);
                 if grown > 0 {
                     stats.add(index, grown);
-                    self.events.dirty_buffer += grown;
+                    self.events[EventKind::DirtyBuffer] += grown;
                 }
             }
         }

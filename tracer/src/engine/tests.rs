@@ -721,7 +721,7 @@ fn garbage_events_never_panic() {
         // Every queue and split is counted somewhere, whatever the chain.
         assert_eq!(sum(|op| op.user_ios), queues);
         assert_eq!(sum(|op| op.splits), splits);
-        assert_eq!(engine.events().queue, queues);
+        assert_eq!(engine.events()[EventKind::Queue], queues);
         let stats = engine.correlation();
         assert!(stats.in_flight <= limits.max_in_flight.max(1) as u64);
     }
@@ -781,14 +781,17 @@ fn totals_agree_with_event_counts() {
         .flat_map(|report| report.measures.ops.values())
         .collect();
     let sum = |field: fn(&OpMeasures) -> u64| -> u64 { ops.iter().map(|op| field(op)).sum() };
-    assert_eq!(sum(|op| op.user_ios), events.queue);
-    assert_eq!(sum(|op| op.splits), events.split);
-    assert_eq!(sum(|op| op.commands), events.issue);
+    assert_eq!(sum(|op| op.user_ios), events[EventKind::Queue]);
+    assert_eq!(sum(|op| op.splits), events[EventKind::Split]);
+    assert_eq!(sum(|op| op.commands), events[EventKind::Issue]);
     assert_eq!(
         sum(|op| op.merges),
-        events.backmerge + events.frontmerge + events.rq_merge
+        events[EventKind::Backmerge] + events[EventKind::Frontmerge] + events[EventKind::RqMerge]
     );
-    assert_eq!(sum(|op| op.fragments), events.queue + events.split);
+    assert_eq!(
+        sum(|op| op.fragments),
+        events[EventKind::Queue] + events[EventKind::Split]
+    );
     // Partition measures are inside the disk's.
     let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
     assert_eq!(p1.user_ios, 50);
@@ -1391,7 +1394,11 @@ fn ingest_throughput() {
     let n = rounds * repeats;
     let events_seen = engine.events();
     assert_eq!(
-        (events_seen.queue, events_seen.issue, events_seen.complete),
+        (
+            events_seen[EventKind::Queue],
+            events_seen[EventKind::Issue],
+            events_seen[EventKind::Complete],
+        ),
         (9 * n, 3 * n, 3 * n)
     );
     let disk = disk_op(&engine, "loop0", Op::Write);
@@ -1449,7 +1456,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
     engine.dirty_buffer_totals(&totals(100));
     engine.dirty_buffer_totals(&totals(100));
     assert_eq!(
-        engine.events().dirty_buffer,
+        engine.events()[EventKind::DirtyBuffer],
         100,
         "an unchanged total adds nothing"
     );
@@ -1462,7 +1469,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
     engine.reset();
     engine.dirty_buffer_totals(&totals(130));
     assert_eq!(
-        engine.events().dirty_buffer,
+        engine.events()[EventKind::DirtyBuffer],
         30,
         "after a reset only the growth counts"
     );
