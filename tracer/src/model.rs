@@ -178,8 +178,14 @@ pub struct OpMeasures {
     pub commands_per_io: Distribution,
     /// Microseconds from block_bio_queue to the completion of the last fragment.
     pub queue_to_complete_us: Distribution,
-    /// Microseconds from block_rq_issue to block_rq_complete, per command.
+    /// Microseconds from block_rq_issue to block_rq_complete, per command;
+    /// from its last issue for a requeued command.
     pub issue_to_complete_us: Distribution,
+    /// Times the driver gave a command back to be issued again
+    /// (block_rq_requeue); a requeued command still counts once in `commands`.
+    pub requeues: u64,
+    /// Microseconds from each requeue to the command's next issue.
+    pub requeue_delay_us: Distribution,
 }
 
 impl OpMeasures {
@@ -199,6 +205,11 @@ impl OpMeasures {
 
     pub fn merge_share(&self) -> f64 {
         ratio(self.merges, self.user_ios)
+    }
+
+    /// Requeues per command (a command can be requeued more than once).
+    pub fn requeue_share(&self) -> f64 {
+        ratio(self.requeues, self.commands)
     }
 }
 

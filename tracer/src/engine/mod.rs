@@ -11,6 +11,9 @@
 //! - bio and request merges are counted against the fragment they name.
 //! - `block_rq_issue` makes a **command** out of the pending fragments that tile
 //!   its range, walking from its start by (dev, start sector).
+//! - `block_rq_requeue` hands an issued command back to be issued again: its
+//!   next `block_rq_issue` of the same range is the same command, not a new
+//!   one (issue→complete runs from that last issue; the wait is `requeue_delay_us`).
 //! - `block_rq_complete` completes a prefix of a command (completions can be
 //!   partial); a user I/O ends when its last fragment completes.
 //! - On bio-based devices (no requests) a fragment is the command: it is
@@ -198,8 +201,7 @@ impl Engine {
                     .or_default()
                     .record(event.aux_sector);
             }
-            // Counted above; the requeued command's bookkeeping comes with the engine's requeue handling.
-            EventKind::Requeue => {}
+            EventKind::Requeue => self.on_requeue(event),
         }
     }
 

@@ -228,48 +228,51 @@ impl Drop for BlkTracer {
 
 /// Counts blk tracer actions (A, Q, X, M, F, D, R, C …) for one "major,minor".
 pub fn count_actions(trace: &str, dev: &str) -> std::collections::BTreeMap<String, u64> {
-    let (inside, _) = count_actions_between(trace, dev, None);
-    inside
+    count_actions_where(trace, dev, |_| true)
 }
 
-/// As [`count_actions`], split by two markers: the actions between them, and
-/// those before the first or after the second. `None` counts every line inside.
+/// As [`count_actions`], only between the trace markers `from` and `to`
+/// (written with [`BlkTracer::marker`]).
 pub fn count_actions_between(
     trace: &str,
     dev: &str,
-    markers: Option<(&str, &str)>,
-) -> (
-    std::collections::BTreeMap<String, u64>,
-    std::collections::BTreeMap<String, u64>,
-) {
-    let mut inside = std::collections::BTreeMap::new();
-    let mut outside = std::collections::BTreeMap::new();
-    let mut between = markers.is_none();
+    from: &str,
+    to: &str,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut between = false;
+    count_actions_where(trace, dev, |event| {
+        match event.strip_prefix("tracing_mark_write: ").map(str::trim) {
+            Some(marker) if marker == from => between = true,
+            Some(marker) if marker == to => between = false,
+            _ => {}
+        }
+        between
+    })
+}
+
+fn count_actions_where(
+    trace: &str,
+    dev: &str,
+    mut wanted: impl FnMut(&str) -> bool,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut counts = std::collections::BTreeMap::new();
     for line in trace.lines().filter(|l| !l.starts_with('#')) {
         // "  dd-123  [001] ..... 12.345678: 7,0    Q  WS 2048 + 8 [dd]"
         let Some((_, event)) = line.split_once(": ") else {
             continue;
         };
-        if let Some((first, second)) = markers {
-            if let Some(text) = event.strip_prefix("tracing_mark_write: ") {
-                if text.trim() == first {
-                    between = true;
-                } else if text.trim() == second {
-                    between = false;
-                }
-                continue;
-            }
+        if !wanted(event) {
+            continue;
         }
         let mut words = event.split_whitespace();
         if words.next() != Some(dev) {
             continue;
         }
         if let Some(action) = words.next() {
-            let counts = if between { &mut inside } else { &mut outside };
             *counts.entry(action.to_string()).or_insert(0) += 1;
         }
     }
-    (inside, outside)
+    counts
 }
 
 /// The whole disk that holds `path` (e.g. "vda" for a file on /dev/vda or /dev/vda1).
@@ -382,4 +385,71 @@ impl Drop for Tracer {
 /// `dd` with these arguments, panicking on failure.
 pub fn dd(args: &[&str]) {
     sh("dd", &[args, &["status=none"]].concat());
+}
+
+/// `count` direct writes of 1 MiB to a new file at `path`, each gathered
+/// from 256 pages that are never neighbours (every other page of a 2 MiB
+/// buffer), so each write reaches the device as 256 segments whatever the
+/// memory allocator did. dd's own buffer is sometimes physically contiguous
+/// (a few segments), and then nothing is split or requeued.
+pub fn scattered_direct_writes(path: &Path, count: u64) {
+    use std::os::unix::ffi::OsStrExt;
+    const PAGE: usize = 4096;
+    const PAGES: usize = 256;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe {
+        libc::open(
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT,
+            0o600,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "open {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    let length = 2 * PAGES * PAGE;
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let buffer = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(
+        buffer,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    let pages: Vec<libc::iovec> = (0..PAGES)
+        .map(|page| libc::iovec {
+            // SAFETY: inside the mapping (page 2 * 255 + 1 < 512 pages).
+            iov_base: unsafe { buffer.cast::<u8>().add(2 * page * PAGE) }.cast(),
+            iov_len: PAGE,
+        })
+        .collect();
+    for write in 0..count {
+        let offset = (write * (PAGES * PAGE) as u64) as libc::off_t;
+        // SAFETY: the iovecs point into the live mapping.
+        let written = unsafe { libc::pwritev(fd, pages.as_ptr(), PAGES as i32, offset) };
+        assert_eq!(
+            written,
+            (PAGES * PAGE) as isize,
+            "pwritev: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: unmapping and closing what was created above.
+    unsafe {
+        libc::munmap(buffer, length);
+        libc::close(fd);
+    }
 }
