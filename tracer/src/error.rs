@@ -5,8 +5,8 @@
 //! [`Error::exit_code`]. Never a backtrace.
 
 use std::io;
+use std::path::PathBuf;
 
-pub use crate::frontend::output::OutputError;
 pub use crate::geometry::error::GeometryError;
 
 /// Exit code for bad usage (clap uses the same).
@@ -129,6 +129,33 @@ impl<T, E: Into<BoxedError>> Context<T> for std::result::Result<T, E> {
 }
 
 pub type Result<T> = std::result::Result<T, Error>;
+
+/// Printing a command's output failed (frontend/output.rs).
+#[derive(Debug, thiserror::Error)]
+pub enum OutputError {
+    #[error("cannot create {}", path.display())]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    /// `target` is "stdout" or the file's path.
+    #[error("cannot write to {target}")]
+    Write {
+        target: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("cannot encode the report as JSON")]
+    Encode(#[source] serde_json::Error),
+}
+
+impl OutputError {
+    /// The reader closed the pipe (`| head`).
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, OutputError::Write { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,39 +9,14 @@
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Serialize;
 
+pub use crate::error::OutputError;
 use crate::model::Report;
 
 use super::text;
-
-#[derive(Debug, thiserror::Error)]
-pub enum OutputError {
-    #[error("cannot create {}", path.display())]
-    Create {
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    /// `target` is "stdout" or the file's path.
-    #[error("cannot write to {target}")]
-    Write {
-        target: String,
-        #[source]
-        source: io::Error,
-    },
-    #[error("cannot encode the report as JSON")]
-    Encode(#[source] serde_json::Error),
-}
-
-impl OutputError {
-    /// The reader closed the pipe (`| head`).
-    pub fn is_broken_pipe(&self) -> bool {
-        matches!(self, OutputError::Write { source, .. } if source.kind() == io::ErrorKind::BrokenPipe)
-    }
-}
 
 /// How a document is printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,11 +217,11 @@ mod tests {
     #[test]
     fn a_closed_pipe_is_reported_as_such() {
         let (mut out, _) = output(Some(io::ErrorKind::BrokenPipe));
-        let err = Error::from(
-            out.print(&Greeting { word: "x" }, Format::Json)
-                .unwrap_err(),
-        );
+        let err = out
+            .print(&Greeting { word: "x" }, Format::Json)
+            .unwrap_err();
         assert!(err.is_broken_pipe());
+        assert!(Error::from(err).is_broken_pipe());
     }
 
     #[test]
