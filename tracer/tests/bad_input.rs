@@ -229,3 +229,28 @@ fn run_into_a_closed_pipe_keeps_the_commands_status() {
     }
     assert_eq!(out.status.code(), Some(3), "{stderr}");
 }
+
+#[test]
+fn log_records_reach_stderr_only_when_rust_log_asks() {
+    if !privileged("log_records_reach_stderr_only_when_rust_log_asks") {
+        return;
+    }
+    let trace = |rust_log: Option<&str>| {
+        let mut command = Command::new(binary());
+        command.args(["report", "--duration", "0.3"]);
+        command.env_remove("RUST_LOG");
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let out = command.output().expect("iosplit-trace runs");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // aya's loader logs while the probes load, so this also shows the
+    // logger is installed before them (the probes' logger forwards to it).
+    let logged = trace(Some("debug"));
+    assert!(logged.contains("[DEBUG aya"), "{logged}");
+    let quiet = trace(None);
+    assert!(!quiet.contains("DEBUG"), "{quiet}");
+    assert!(!quiet.contains("ERROR"), "{quiet}");
+}
