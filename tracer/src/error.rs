@@ -101,15 +101,20 @@ impl Error {
 
     /// The one line users see: the error and its causes joined by ": ".
     pub fn chain_text(&self) -> String {
-        let mut text = String::new();
-        for (index, cause) in self.causes().enumerate() {
-            if index > 0 {
-                text.push_str(": ");
-            }
-            text.push_str(&cause.to_string());
-        }
-        text
+        one_line(self)
     }
+}
+
+/// Any error and its causes on one line, joined by ": " (as ripgrep does).
+pub fn one_line(err: &dyn std::error::Error) -> String {
+    let mut line = err.to_string();
+    let mut cause = err.source();
+    while let Some(next) = cause {
+        line.push_str(": ");
+        line.push_str(&next.to_string());
+        cause = next.source();
+    }
+    line
 }
 
 /// Adds what was being done to any error, keeping the error as the cause.
