@@ -1,11 +1,12 @@
-//! Counters and histograms of one (device scope, origin, operation), and
+//! Counters and histograms of one (disk or partition, origin, operation), and
 //! their conversion into the report model.
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use super::split::{SplitCause, SECTOR_BYTES};
+use super::split::SplitCause;
+use crate::blk::SECTOR_BYTES;
 use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
 
 /// Highest value a histogram keeps exactly enough (sectors, µs, counts);
@@ -31,7 +32,7 @@ pub const fn op_index(op: Op) -> usize {
 
 pub const OP_COUNT: usize = Op::ALL.len();
 
-/// Everything measured for one operation class in one scope.
+/// Everything measured for one operation class on one disk or partition.
 pub struct OpStats {
     pub user_ios: u64,
     pub fragments: u64,
@@ -148,14 +149,14 @@ impl OpStats {
     }
 }
 
-/// Stats of one scope (a disk's own traffic, or a partition), per origin and op.
+/// Stats of one block device (a disk's own traffic, or a partition's), per origin and op.
 #[derive(Default)]
-pub struct ScopeStats {
+pub struct DeviceStats {
     /// `[tracked as usize][op_index(op)]`, allocated on first use.
     slots: [[Option<Box<OpStats>>; OP_COUNT]; 2],
 }
 
-impl ScopeStats {
+impl DeviceStats {
     pub fn get_mut(&mut self, tracked: bool, op: Op) -> &mut OpStats {
         self.slots[usize::from(tracked)][op_index(op)].get_or_insert_with(Box::default)
     }
@@ -165,10 +166,10 @@ impl ScopeStats {
     }
 
     pub fn clear(&mut self) {
-        *self = ScopeStats::default();
+        *self = DeviceStats::default();
     }
 
-    /// Adds this scope's stats of the selected origins into `into`, per op.
+    /// Adds this device's stats of the selected origins into `into`, per op.
     pub fn collect_into(&self, origins: &[bool], into: &mut [Option<OpStats>; OP_COUNT]) {
         for &tracked in origins {
             for op in Op::ALL {

@@ -4,7 +4,7 @@ use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use crate::model::{code, Op, OpMeasures, Severity};
+use crate::model::{code, DeviceReport, Diagnosis, Op, OpMeasures, Severity};
 
 const LOOP0: DevId = DevId::new(7, 0);
 const P1: DevId = DevId::new(259, 0);
@@ -1342,8 +1342,8 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
     ));
 }
 
-/// Repeated mixed traffic stays clean; prints the hot path's throughput
-/// (measured, not asserted). For a meaningful number run it in release:
+/// Repeated mixed traffic is counted exactly and stays clean; prints the hot
+/// path's throughput (measured, not asserted). For a meaningful number run it in release:
 /// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --nocapture`.
 #[test]
 fn ingest_throughput() {
@@ -1351,7 +1351,8 @@ fn ingest_throughput() {
     // Pre-build the events so only ingestion is timed.
     let mut events = Vec::new();
     let mut probe = Engine::new(vec![loop0()], EngineLimits::default());
-    for round in 0..2_000u64 {
+    let rounds = 2_000u64;
+    for round in 0..rounds {
         let ts = MS * (round + 1);
         let base = 2048 + (round % 16) * 512;
         events.extend_from_slice(&[
@@ -1385,6 +1386,24 @@ fn ingest_throughput() {
     }
     let elapsed = started.elapsed();
     assert_clean(&engine);
+    // Per round: one partition write split into two commands, and eight
+    // one-sector writes to the disk merged into one command.
+    let n = rounds * repeats;
+    let events_seen = engine.events();
+    assert_eq!(
+        (events_seen.queue, events_seen.issue, events_seen.complete),
+        (9 * n, 3 * n, 3 * n)
+    );
+    let disk = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(
+        (disk.user_ios, disk.fragments, disk.commands),
+        (9 * n, 10 * n, 3 * n)
+    );
+    assert_eq!((disk.splits, disk.merges), (n, 7 * n));
+    assert_eq!(disk.bytes, (512 + 8) * 512 * n);
+    let part = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((part.user_ios, part.commands, part.splits), (n, 2 * n, n));
+    assert_eq!(part.commands_per_io.max, 2);
     let count = events.len() as f64 * repeats as f64;
     println!(
         "{count} events in {elapsed:?}: {:.1} M events/s",

@@ -9,7 +9,6 @@ pub mod live;
 pub mod output;
 pub mod report;
 pub mod run;
-pub mod run_recorder;
 pub mod selection;
 pub mod session;
 #[cfg(test)]

@@ -12,17 +12,18 @@ use std::time::{Duration, Instant};
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEventKind};
 
-use crate::capture::{Capture, CaptureConfig, EventSink};
+use crate::capture::{Capture, CaptureConfig};
 use crate::cli::{DeviceSelection, RunArgs};
+use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{sysfs, DevId};
 use crate::model::{Report, RunReport, RunTarget};
+use crate::sink::EventSink;
 
 use super::output::{Format, Output};
-use super::run_recorder::{FdResolver, FdTarget, RunRecorder};
 use super::{output, selection, session, units};
 
 /// How long to wait after the command exits for its I/O to complete.
@@ -63,11 +64,7 @@ fn block_target(path: &Path) -> Option<FdTarget> {
     let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
     let device = resolve(&name).ok()?;
     let start_sector = if device.is_partition() {
-        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?
+        sysfs::partition_start(&device.name)?
     } else {
         0
     };
@@ -146,7 +143,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         recorder: RunRecorder::new(ProcFdResolver),
         own_pid: std::process::id(),
     };
-    // Every device: scope is what the command touches, known only afterwards.
+    // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
         ..CaptureConfig::default()
@@ -200,7 +197,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             .filter(|origin| !origin.tracked.ops.is_empty())
             .map(|origin| origin.device)
             .collect();
-        scope_to_run(&mut report, &run, &tracked_devices, &named);
+        keep_touched_devices(&mut report, &run, &tracked_devices, &named);
         report.run = Some(run);
         report
     })?;
@@ -302,7 +299,12 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
 }
 
 /// Keeps the devices the command touched (or that were named with -d).
-fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String], named: &[DevId]) {
+fn keep_touched_devices(
+    report: &mut Report,
+    run: &RunReport,
+    tracked_devices: &[String],
+    named: &[DevId],
+) {
     let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
     touched.extend(tracked_devices.iter().map(String::as_str));
     let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();

@@ -226,6 +226,17 @@ pub fn name_of_dev(dev: DevId) -> Option<String> {
     name_of_dev_in(Path::new("/sys"), dev)
 }
 
+/// A partition's first sector on its disk (`SYSFS/class/block/NAME/start`);
+/// `None` for a whole disk or an unknown name.
+pub fn partition_start_in(sysfs_root: &Path, name: &str) -> Option<u64> {
+    read_u64(&sysfs_root.join("class/block").join(name), "start")
+}
+
+/// A partition's first sector on the live system.
+pub fn partition_start(name: &str) -> Option<u64> {
+    partition_start_in(Path::new("/sys"), name)
+}
+
 /// The disk a device number belongs to, and the partition if it is one.
 pub fn locate(
     disks: &[DiskGeometry],
@@ -466,6 +477,9 @@ mod tests {
             Some("loop3")
         );
         assert_eq!(name_of_dev_in(&tree.0, DevId::new(9, 9)), None);
+        assert_eq!(partition_start_in(&tree.0, "loop3p1"), Some(8));
+        assert_eq!(partition_start_in(&tree.0, "loop3"), None);
+        assert_eq!(partition_start_in(&tree.0, "nosuch"), None);
 
         let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
         let (disk, part) = locate(&disks, DevId::from_kernel((259 << 20) | 7)).unwrap();

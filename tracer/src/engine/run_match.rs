@@ -1,8 +1,9 @@
-//! What `run` keeps besides the engine: the command's write syscalls, the
-//! files they went to, and the device commands issued, so each write can be
-//! matched by sector range to the commands that carried it.
+//! `run`'s correlation beside the engine: the command's write syscalls, the
+//! block devices they went to, and the device commands issued, so each write
+//! can be matched by sector range to the commands that carried it.
 //!
-//! Pure apart from the injected [`FdResolver`], so it is unit-tested.
+//! Pure: files are named through the injected [`FdResolver`] (the /proc-based
+//! one lives in `frontend::run`), so it is unit-tested with a fake.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,7 @@ use tracer_common::{
     BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
 };
 
+use super::stats::new_histogram as histogram;
 use crate::geometry::DevId;
 
 /// A block device a file descriptor pointed at.
@@ -80,8 +82,6 @@ pub struct RunRecorder<R: FdResolver> {
     pub commands_not_kept: u64,
     pub failed_syscalls: u64,
 }
-
-use crate::engine::stats::new_histogram as histogram;
 
 impl<R: FdResolver> RunRecorder<R> {
     pub fn new(resolver: R) -> Self {
