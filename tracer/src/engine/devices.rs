@@ -96,6 +96,9 @@ pub(crate) struct DeviceState {
     pub(super) last_issue: [LastIssue; OP_COUNT],
     /// Per op: the last user I/O, which the next may continue (what-if streams).
     pub(super) last_queued: [LastQueued; OP_COUNT],
+    /// Requeued commands without a range (flushes, passthrough), per op:
+    /// the next such issue is their re-issue, not a new command.
+    pub(super) requeued_empty: [u32; OP_COUNT],
 }
 
 impl DeviceState {
@@ -114,6 +117,7 @@ impl DeviceState {
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
             last_queued: [LastQueued::default(); OP_COUNT],
+            requeued_empty: [0; OP_COUNT],
         }
     }
 

@@ -58,6 +58,10 @@ pub struct OpStats {
     pub issue_to_complete_us: Histogram<u64>,
     /// Sizes of mergeable runs of user I/Os, replayed by `what_if`.
     pub streams: StreamSizes,
+    /// Commands the driver gave back to be issued again (block_rq_requeue).
+    pub requeues: u64,
+    /// From a requeue to the command's next issue.
+    pub requeue_delay_us: Histogram<u64>,
 }
 
 impl Default for OpStats {
@@ -80,6 +84,8 @@ impl Default for OpStats {
             queue_to_complete_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
             streams: StreamSizes::default(),
+            requeues: 0,
+            requeue_delay_us: new_histogram(),
         }
     }
 }
@@ -107,6 +113,8 @@ impl OpStats {
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
         self.streams.absorb(&other.streams);
+        self.requeues += other.requeues;
+        let _ = self.requeue_delay_us.add(&other.requeue_delay_us);
     }
 
     pub fn to_model(&self) -> OpMeasures {
@@ -132,6 +140,8 @@ impl OpStats {
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
+            requeues: self.requeues,
+            requeue_delay_us: distribution(&self.requeue_delay_us, 1),
         }
     }
 
@@ -150,7 +160,11 @@ impl OpStats {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.user_ios == 0 && self.commands == 0 && self.splits == 0 && self.merges == 0
+        self.user_ios == 0
+            && self.commands == 0
+            && self.splits == 0
+            && self.merges == 0
+            && self.requeues == 0
     }
 }
 
