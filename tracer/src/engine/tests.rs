@@ -4,7 +4,10 @@ use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use crate::model::{code, DeviceReport, Diagnosis, Op, OpMeasures, Severity};
+use crate::model::{
+    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, MisalignedStartEvidence, Op, OpMeasures,
+    PartitionPlace, Severity, SubpageBlockSizeEvidence,
+};
 
 const LOOP0: DevId = DevId::new(7, 0);
 const P1: DevId = DevId::new(259, 0);
@@ -1085,12 +1088,12 @@ fn misaligned_partition_raises_split_amplification_by_physical_block() {
         .expect("split_amplification");
     assert_eq!(found.device, "loop0p2");
     assert_eq!(found.severity, Severity::Critical);
-    assert_eq!(found.evidence["cause"], "physical_block");
-    assert_eq!(found.evidence["splits"], 20);
-    assert_eq!(found.evidence["user_ios"], 20);
-    assert_eq!(found.evidence["partition_start"], 10241);
-    assert_eq!(found.evidence["partition_size"], 20001);
-    assert_eq!(found.evidence["amplification"], 2.0);
+    assert_eq!(found.evidence.to_map()["cause"], "physical_block");
+    assert_eq!(found.evidence.to_map()["splits"], 20);
+    assert_eq!(found.evidence.to_map()["user_ios"], 20);
+    assert_eq!(found.evidence.to_map()["partition_start"], 10241);
+    assert_eq!(found.evidence.to_map()["partition_size"], 20001);
+    assert_eq!(found.evidence.to_map()["amplification"], 2.0);
     assert!(found.fix.contains("loop0p2"), "{}", found.fix);
     assert!(found.fix.contains("sector 12288"), "{}", found.fix);
     assert!(
@@ -1134,7 +1137,7 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
         .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
         .expect("split_amplification");
     assert_eq!(found.device, "loop0");
-    assert_eq!(found.evidence["cause"], "max_sectors");
+    assert_eq!(found.evidence.to_map()["cause"], "max_sectors");
     assert_eq!(found.severity, Severity::Warning);
     assert_eq!(
         found.fix,
@@ -1172,9 +1175,9 @@ fn adjacent_unmerged_commands_raise_merge_blocked() {
         .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
         .expect("merge_blocked");
     assert_eq!(found.device, "loop0");
-    assert_eq!(found.evidence["adjacent_unmerged_commands"], 31);
-    assert_eq!(found.evidence["commands"], 32);
-    assert_eq!(found.evidence["virt_boundary_mask"], 4095);
+    assert_eq!(found.evidence.to_map()["adjacent_unmerged_commands"], 31);
+    assert_eq!(found.evidence.to_map()["commands"], 32);
+    assert_eq!(found.evidence.to_map()["virt_boundary_mask"], 4095);
     assert!(found.fix.contains("page-aligned"), "{}", found.fix);
     assert_eq!(found.severity, Severity::Critical);
 }
@@ -1268,10 +1271,10 @@ fn subpage_dirty_buffers_raise_subpage_block_size() {
         .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.device, "loop0p2");
-    assert_eq!(found.evidence["block_size"], 512);
+    assert_eq!(found.evidence.to_map()["block_size"], 512);
     // The live evidence joins the audit's finding.
-    assert_eq!(found.evidence["dirty_buffers"], 100);
-    assert_eq!(found.evidence["partition_size"], 20001);
+    assert_eq!(found.evidence.to_map()["dirty_buffers"], 100);
+    assert_eq!(found.evidence.to_map()["partition_size"], 20001);
     assert!(found.fix.contains("sfdisk"), "{}", found.fix);
     assert!(
         found.explanation.contains("20001 sectors"),
@@ -1317,7 +1320,8 @@ fn every_diagnosis_is_complete() {
     assert!(codes.contains(&code::SUBPAGE_BLOCK_SIZE), "{codes:?}");
     for diagnosis in &diagnoses {
         assert!(!diagnosis.device.is_empty());
-        assert!(!diagnosis.evidence.is_empty());
+        assert_eq!(diagnosis.code, diagnosis.evidence.code());
+        assert!(!diagnosis.evidence.to_map().is_empty());
         assert!(
             diagnosis.explanation.len() > 40,
             "{}",
@@ -1404,15 +1408,28 @@ fn audit_findings_get_live_evidence() {
         }
         ["loop0p2", "loop0p1"]
             .iter()
-            .map(|name| Diagnosis {
-                code: code::MISALIGNED_START,
-                device: name.to_string(),
-                severity: Severity::Warning,
-                evidence: [("partition_start".to_string(), serde_json::json!(10241))]
-                    .into_iter()
-                    .collect(),
-                explanation: "static".into(),
-                fix: "static".into(),
+            .map(|name| {
+                let evidence = MisalignedStartEvidence {
+                    partition: PartitionPlace {
+                        partition_start: 10241,
+                        partition_size: 20001,
+                    },
+                    granularity: 4096,
+                    offset_bytes: 512,
+                    alignment_offset: 3584,
+                    physical_block_size: 4096,
+                    minimum_io_size: 4096,
+                    proposed: None,
+                    live: LiveEvidence::default(),
+                    what_if: None,
+                };
+                Diagnosis::new(
+                    name.to_string(),
+                    Severity::Warning,
+                    Evidence::MisalignedStart(evidence),
+                    "static".into(),
+                    "static".into(),
+                )
             })
             .collect()
     };
@@ -1422,22 +1439,26 @@ fn audit_findings_get_live_evidence() {
         .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p2")
         .unwrap();
     assert_eq!(
-        p2.evidence["partition_start"], 10241,
+        p2.evidence.to_map()["partition_start"],
+        10241,
         "static evidence kept"
     );
-    assert_eq!(p2.evidence["observed_user_ios"], 20);
-    assert_eq!(p2.evidence["observed_bio_size_p50"], 256 * 512);
-    assert_eq!(p2.evidence["extra_split_fragments"], 20);
-    assert_eq!(p2.evidence["misaligned_command_share"], 1.0);
-    assert_eq!(p2.evidence["bios_per_command"], 0.5);
-    assert_eq!(p2.evidence["dirty_buffers"], 5);
-    assert_eq!(p2.evidence["dirty_buffer_sizes"]["512"], 5);
+    assert_eq!(p2.evidence.to_map()["observed_user_ios"], 20);
+    assert_eq!(p2.evidence.to_map()["observed_bio_size_p50"], 256 * 512);
+    assert_eq!(p2.evidence.to_map()["extra_split_fragments"], 20);
+    assert_eq!(p2.evidence.to_map()["misaligned_command_share"], 1.0);
+    assert_eq!(p2.evidence.to_map()["bios_per_command"], 0.5);
+    assert_eq!(p2.evidence.to_map()["dirty_buffers"], 5);
+    assert_eq!(p2.evidence.to_map()["dirty_buffer_sizes"]["512"], 5);
     // No traffic on p1: its finding is left as the audit made it.
     let p1 = diagnoses
         .iter()
         .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p1")
         .unwrap();
-    assert_eq!(p1.evidence.len(), 1);
+    let Evidence::MisalignedStart(p1) = &p1.evidence else {
+        panic!("{p1:?}");
+    };
+    assert_eq!(p1.live, LiveEvidence::default());
 }
 
 #[test]
@@ -1454,21 +1475,28 @@ fn audited_subpage_is_not_repeated_from_live_evidence() {
         if disk.name != "loop0" {
             return Vec::new();
         }
-        vec![Diagnosis {
-            code: code::SUBPAGE_BLOCK_SIZE,
-            device: "loop0p2".into(),
-            severity: Severity::Warning,
-            evidence: [("block_size".to_string(), serde_json::json!(512))]
-                .into_iter()
-                .collect(),
-            explanation: "static".into(),
-            fix: "static".into(),
-        }]
+        let evidence = SubpageBlockSizeEvidence {
+            block_size: 512,
+            block_size_source: None,
+            current_block_size: None,
+            size_mod_8: None,
+            partition: None,
+            proposed: None,
+            live: LiveEvidence::default(),
+            what_if: None,
+        };
+        vec![Diagnosis::new(
+            "loop0p2".into(),
+            Severity::Warning,
+            Evidence::SubpageBlockSize(evidence),
+            "static".into(),
+            "static".into(),
+        )]
     };
     let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
     assert_eq!(diagnoses.len(), 1);
     assert_eq!(diagnoses[0].explanation, "static");
-    assert_eq!(diagnoses[0].evidence["dirty_buffers"], 10);
+    assert_eq!(diagnoses[0].evidence.to_map()["dirty_buffers"], 10);
 }
 
 #[test]
@@ -1492,7 +1520,7 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
         .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == "259:9")
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.severity, Severity::Info);
-    assert_eq!(found.evidence["block_size"], 1024);
+    assert_eq!(found.evidence.to_map()["block_size"], 1024);
     // A known partition's geometry belongs to the audit: nothing from bios alone.
     let mut engine = self::engine();
     for index in 0..100u64 {
@@ -1630,7 +1658,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
         .into_iter()
         .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
         .expect("subpage_block_size");
-    assert_eq!(found.evidence["dirty_buffers"], 100);
+    assert_eq!(found.evidence.to_map()["dirty_buffers"], 100);
     engine.reset();
     engine.dirty_buffer_totals(&totals(130));
     assert_eq!(
@@ -1713,4 +1741,82 @@ fn a_piece_cut_at_the_segment_limit_takes_no_merge_from_its_neighbour() {
     assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 64);
     let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
     assert!(!codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+}
+
+#[test]
+fn a_split_into_pieces_that_are_still_large_commands_is_info() {
+    let mut engine = Engine::new(vec![vda_like()], EngineLimits::default());
+    split_megabyte_writes(&mut engine, 32, 1);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.evidence.cause(), Some("max_segments"));
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence.to_map()["command_size_mean"], 512 * 1024);
+    assert!(
+        found
+            .explanation
+            .contains("still large commands (512 KiB on average)"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn a_split_that_merges_absorb_is_info() {
+    // mkfs-like: a few large writes split at max_sectors (128 KiB) among
+    // many small ones merged 32 to a command: fewer commands than user I/Os.
+    let mut engine = engine();
+    for index in 0..30u64 {
+        let base = index * 512;
+        let ts = MS * (index + 1);
+        feed(
+            &mut engine,
+            &[
+                queue(ts, LOOP0, base, 512),
+                split(ts, LOOP0, base, base + 256),
+                issue(ts, LOOP0, base, 256),
+                issue(ts, LOOP0, base + 256, 256),
+                complete(ts, LOOP0, base, 256),
+                complete(ts, LOOP0, base + 256, 256),
+            ],
+        );
+    }
+    let small_base = 30 * 512;
+    for command in 0..7u64 {
+        let ts = MS * (100 + command);
+        let start = small_base + command * 256;
+        for bio in 0..32u64 {
+            engine.ingest(&queue(ts, LOOP0, start + bio * 8, 8));
+            if bio > 0 {
+                engine.ingest(&backmerge(ts, LOOP0, start + bio * 8, 8));
+            }
+        }
+        feed(
+            &mut engine,
+            &[
+                issue(ts + 10, LOOP0, start, 256),
+                complete(ts + 500, LOOP0, start, 256),
+            ],
+        );
+    }
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(
+        (write.user_ios, write.splits, write.commands),
+        (254, 30, 67)
+    );
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.severity, Severity::Info);
+    assert!(
+        found.explanation.contains("cost nothing here"),
+        "{}",
+        found.explanation
+    );
 }

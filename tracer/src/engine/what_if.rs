@@ -410,9 +410,9 @@ mod engine_tests {
             .iter()
             .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p2")
             .unwrap_or_else(|| panic!("no subpage_block_size: {diagnoses:?}"));
-        let what_if = &subpage.evidence["what_if"];
-        assert_eq!(what_if["commands_now"], 16, "{what_if}");
+        let what_if = subpage.evidence.what_if().expect("evidence.what_if");
+        assert_eq!(what_if.commands_now, 16, "{what_if:?}");
         // 1 MiB in 4 KiB bios, 128 segments a command: two 512 KiB commands.
-        assert_eq!(what_if["commands_after_fix"], 2, "{what_if}");
+        assert_eq!(what_if.commands_after_fix, 2, "{what_if:?}");
     }
 }

@@ -171,10 +171,12 @@ pub fn severity_label(severity: Severity) -> &'static str {
     }
 }
 
-/// `key=value` pairs of a diagnosis's evidence; strings without quotes.
+/// `key=value` pairs of a diagnosis's evidence as in its JSON, keys sorted;
+/// strings without quotes.
 pub fn evidence_line(diagnosis: &Diagnosis) -> String {
     diagnosis
         .evidence
+        .to_map()
         .iter()
         // Told in its own sentence.
         .filter(|(key, _)| key.as_str() != WHAT_IF)
@@ -192,9 +194,8 @@ const WHAT_IF: &str = "what_if";
 /// "the fix would take these I/Os from 1,000 commands to ~130 (7.7x fewer)",
 /// from `evidence.what_if`.
 pub fn what_if_sentence(diagnosis: &Diagnosis) -> Option<String> {
-    let what_if = diagnosis.evidence.get(WHAT_IF)?;
-    let now = what_if.get("commands_now")?.as_u64()?;
-    let after = what_if.get("commands_after_fix")?.as_u64()?;
+    let what_if = diagnosis.evidence.what_if()?;
+    let (now, after) = (what_if.commands_now, what_if.commands_after_fix);
     let change = if after == 0 || after == now {
         String::new()
     } else if after < now {
@@ -207,8 +208,7 @@ pub fn what_if_sentence(diagnosis: &Diagnosis) -> Option<String> {
         units::thousands(now),
         units::thousands(after)
     );
-    let ms = |key: &str| what_if.get(key).and_then(serde_json::Value::as_f64);
-    if let (Some(time_now), Some(time_after)) = (ms("time_now_ms"), ms("time_after_fix_ms")) {
+    if let (Some(time_now), Some(time_after)) = (what_if.time_now_ms, what_if.time_after_fix_ms) {
         sentence.push_str(&format!(
             ", and their device time from {time_now:.0} ms to ~{time_after:.0} ms"
         ));
@@ -435,8 +435,9 @@ fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
         diagnosis.code,
         diagnosis.device
     ));
-    if !diagnosis.evidence.is_empty() {
-        out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
+    let evidence = evidence_line(diagnosis);
+    if !evidence.is_empty() {
+        out.wrapped("    evidence: ", "      ", &evidence);
     }
     out.wrapped("    ", "    ", &diagnosis.explanation);
     if let Some(what_if) = what_if_sentence(diagnosis) {
