@@ -154,7 +154,6 @@ pub(super) fn diagnose_with(
 fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
     let limits = &traffic.device.limits;
     let total = &traffic.total;
-    let bio_sectors = p50_bytes(&total.user_io_sectors) / SECTOR_BYTES;
     let geometry = &traffic.device.geometry;
     let predicted = match diagnosis.code {
         code::SUBPAGE_BLOCK_SIZE => traffic.writes.as_ref().and_then(|writes| {
@@ -174,7 +173,6 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
                 }
                 what_if::with_limits(
                     &total.streams,
-                    bio_sectors,
                     total.commands,
                     &SplitLimits {
                         max_sectors: suggested * 1024 / SECTOR_BYTES,
@@ -188,7 +186,7 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
             _ => None,
         },
         code::MERGE_BLOCKED if geometry.nomerges != 0 => {
-            what_if::with_limits(&total.streams, bio_sectors, total.commands, limits)
+            what_if::with_limits(&total.streams, total.commands, limits)
         }
         _ => None,
     };

@@ -79,77 +79,116 @@ impl Engine {
     }
 }
 
-/// Sizes of the streams seen, in sectors; the last one may still grow.
+/// Sectors per segment a stream can have: 1 to 7 for sub-page bios (one
+/// segment each), 8 for page-sized or larger ones (one segment per page).
+const DENSITIES: usize = PAGE_SECTORS as usize;
+
+/// Sizes of the streams seen, in sectors, by segment density (sectors per
+/// segment, to the nearest whole sector: exact for streams of one bio size).
 pub struct StreamSizes {
-    closed: Histogram<u64>,
+    /// `[density - 1]`: stream sizes; allocated on the first stream of that density.
+    by_density: [Option<Box<Histogram<u64>>>; DENSITIES],
     open_sectors: u64,
+    open_segments: u64,
 }
 
 impl Default for StreamSizes {
     fn default() -> Self {
         StreamSizes {
-            closed: new_histogram(),
+            by_density: Default::default(),
             open_sectors: 0,
+            open_segments: 0,
         }
     }
+}
+
+/// Sectors per segment, rounded to the nearest of 1..=8.
+fn density(sectors: u64, segments: u64) -> u64 {
+    let segments = segments.max(1);
+    (sectors.saturating_mul(2).saturating_add(segments) / (2 * segments)).clamp(1, PAGE_SECTORS)
+}
+
+/// Segments a bio of `sectors` takes: one below a page, one per page above.
+fn segments_of(sectors: u64) -> u64 {
+    sectors.div_ceil(PAGE_SECTORS).max(1)
 }
 
 impl StreamSizes {
     /// One user I/O of `sectors`: it extends the open stream, or starts one.
     pub fn record(&mut self, continues: bool, sectors: u64) {
-        if continues && self.open_sectors > 0 {
-            self.open_sectors = self.open_sectors.saturating_add(sectors);
-            return;
+        if !(continues && self.open_sectors > 0) {
+            self.close();
         }
-        self.close();
-        self.open_sectors = sectors;
+        self.open_sectors = self.open_sectors.saturating_add(sectors);
+        self.open_segments = self.open_segments.saturating_add(segments_of(sectors));
     }
 
     fn close(&mut self) {
         if self.open_sectors > 0 {
-            self.closed.saturating_record(self.open_sectors);
-            self.open_sectors = 0;
+            self.add_stream(self.open_sectors, self.open_segments, 1);
         }
+        self.open_sectors = 0;
+        self.open_segments = 0;
+    }
+
+    fn add_stream(&mut self, sectors: u64, segments: u64, count: u64) {
+        let density = density(sectors, segments);
+        self.by_density[density as usize - 1]
+            .get_or_insert_with(|| Box::new(new_histogram()))
+            .saturating_record_n(sectors, count);
     }
 
     /// Adds `other`'s streams (its open one counts as closed here).
     pub fn absorb(&mut self, other: &StreamSizes) {
-        // Same bounds on both sides, so adding cannot fail.
-        let _ = self.closed.add(&other.closed);
+        for (mine, theirs) in self.by_density.iter_mut().zip(&other.by_density) {
+            if let Some(theirs) = theirs {
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = mine
+                    .get_or_insert_with(|| Box::new(new_histogram()))
+                    .add(theirs.as_ref());
+            }
+        }
         if other.open_sectors > 0 {
-            self.closed.saturating_record(other.open_sectors);
+            self.add_stream(other.open_sectors, other.open_segments, 1);
         }
     }
 
     pub fn streams(&self) -> u64 {
-        self.closed.len() + u64::from(self.open_sectors > 0)
+        let closed: u64 = self.by_density.iter().flatten().map(|h| h.len()).sum();
+        closed + u64::from(self.open_sectors > 0)
     }
 
-    /// Calls `each(sectors, count)` for every stream size seen.
-    fn for_each(&self, mut each: impl FnMut(u64, u64)) {
-        for step in self.closed.iter_recorded() {
-            // The low end of the bucket: exact sizes (powers of two) come back unchanged.
-            let sectors = self.closed.lowest_equivalent(step.value_iterated_to());
-            each(sectors, step.count_at_value());
+    /// Calls `each(sectors, sectors per segment, count)` for every stream size seen.
+    fn for_each(&self, mut each: impl FnMut(u64, u64, u64)) {
+        for (index, histogram) in self.by_density.iter().enumerate() {
+            let Some(histogram) = histogram else { continue };
+            for step in histogram.iter_recorded() {
+                // The low end of the bucket: exact sizes (powers of two) come back unchanged.
+                let sectors = histogram.lowest_equivalent(step.value_iterated_to());
+                each(sectors, index as u64 + 1, step.count_at_value());
+            }
         }
         if self.open_sectors > 0 {
-            each(self.open_sectors, 1);
+            each(
+                self.open_sectors,
+                density(self.open_sectors, self.open_segments),
+                1,
+            );
         }
     }
 }
 
-/// Sectors one request can carry of bios of `bio_sectors` under `limits`.
-pub fn command_cap(limits: &SplitLimits, bio_sectors: u64) -> u64 {
+/// Sectors one request can carry of segments of `segment_sectors` under `limits`.
+pub fn command_cap(limits: &SplitLimits, segment_sectors: u64) -> u64 {
     let max_segments = match limits.max_segments {
         0 => DEFAULT_MAX_SEGMENTS,
         known => known,
     };
-    let segment_sectors = match limits.max_segment_bytes / SECTOR_BYTES {
+    let largest_segment = match limits.max_segment_bytes / SECTOR_BYTES {
         0 => PAGE_SECTORS,
         known => known.min(PAGE_SECTORS),
     };
-    // A sub-page bio is one segment of its own; larger ones take one per page.
-    let by_segments = max_segments.saturating_mul(bio_sectors.clamp(1, segment_sectors));
+    let by_segments = max_segments.saturating_mul(segment_sectors.clamp(1, largest_segment));
     match limits.max_sectors {
         0 => by_segments,
         max_sectors => max_sectors.min(by_segments),
@@ -157,14 +196,24 @@ pub fn command_cap(limits: &SplitLimits, bio_sectors: u64) -> u64 {
     .max(1)
 }
 
-/// Commands the streams become with bios of `bio_sectors` (streams rounded
-/// up to whole bios) under `limits`.
-pub fn replay(streams: &StreamSizes, bio_sectors: u64, limits: &SplitLimits) -> u64 {
-    let bio_sectors = bio_sectors.max(1);
-    let cap = command_cap(limits, bio_sectors);
+/// How the replay writes the streams' bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bios {
+    /// As observed.
+    Same,
+    /// Through page-sized buffers: one 4 KiB bio per page (a 4096-byte block size).
+    PageSized,
+}
+
+/// Commands the streams become under `limits`.
+pub fn replay(streams: &StreamSizes, bios: Bios, limits: &SplitLimits) -> u64 {
     let mut commands = 0u64;
-    streams.for_each(|sectors, count| {
-        let sectors = sectors.div_ceil(bio_sectors).saturating_mul(bio_sectors);
+    streams.for_each(|sectors, density, count| {
+        let (sectors, density) = match bios {
+            Bios::Same => (sectors, density),
+            Bios::PageSized => (sectors.div_ceil(PAGE_SECTORS) * PAGE_SECTORS, PAGE_SECTORS),
+        };
+        let cap = command_cap(limits, density);
         commands = commands.saturating_add(sectors.div_ceil(cap).saturating_mul(count));
     });
     commands
@@ -186,18 +235,17 @@ pub fn page_sized_buffers(
     commands_now: u64,
     limits: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(commands_now, replay(streams, PAGE_SECTORS, limits))
+    prediction(commands_now, replay(streams, Bios::PageSized, limits))
 }
 
 /// A queue setting changed (`max_sectors_kb` raised, merging allowed): the
 /// same streams of the same bios under the new `limits`.
 pub fn with_limits(
     streams: &StreamSizes,
-    bio_sectors: u64,
     commands_now: u64,
     limits: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(commands_now, replay(streams, bio_sectors, limits))
+    prediction(commands_now, replay(streams, Bios::Same, limits))
 }
 
 /// A fix that removes the splits of one alignment cause: each such split
@@ -244,7 +292,7 @@ mod tests {
         let streams = one_stream_of(16384, 1);
         let limits = loop_limits();
         assert_eq!(
-            replay(&streams, 1, &limits),
+            replay(&streams, Bios::Same, &limits),
             128,
             "the model sees today's 64 KiB cap"
         );
@@ -259,7 +307,7 @@ mod tests {
     fn a_stream_rounds_up_to_whole_page_bios() {
         // 9 sectors of 512-byte bios become two 4 KiB bios, one command.
         let streams = one_stream_of(9, 1);
-        assert_eq!(replay(&streams, PAGE_SECTORS, &loop_limits()), 1);
+        assert_eq!(replay(&streams, Bios::PageSized, &loop_limits()), 1);
     }
 
     #[test]
@@ -274,13 +322,13 @@ mod tests {
             max_sectors: 128,
             ..loop_limits()
         };
-        assert_eq!(replay(&streams, 2048, &limits), 256);
+        assert_eq!(replay(&streams, Bios::Same, &limits), 256);
         // Raised to 1024 KiB, 128 one-page segments cap a command at 512 KiB.
         let raised = SplitLimits {
             max_sectors: 2048,
             ..limits
         };
-        let what_if = with_limits(&streams, 2048, 256, &raised).unwrap();
+        let what_if = with_limits(&streams, 256, &raised).unwrap();
         assert_eq!(what_if.commands_after_fix, 32);
         // Where segments allow it, one command per bio.
         let wide = SplitLimits {
@@ -288,7 +336,7 @@ mod tests {
             ..raised
         };
         assert_eq!(
-            with_limits(&streams, 2048, 256, &wide)
+            with_limits(&streams, 256, &wide)
                 .unwrap()
                 .commands_after_fix,
             16
@@ -306,7 +354,40 @@ mod tests {
             max_sectors: 8,
             ..loop_limits()
         };
-        assert_eq!(replay(&left, 8, &tiny), 6);
+        assert_eq!(replay(&left, Bios::Same, &tiny), 6);
+    }
+
+    #[test]
+    fn each_stream_keeps_its_own_segment_density() {
+        // Lone 512-byte bios beside 1 MiB direct writes (vda: 254 segments,
+        // 4 MiB commands): the small ones must not make the large ones look
+        // like 512-byte segments.
+        let mut streams = StreamSizes::default();
+        for _ in 0..100 {
+            streams.record(false, 1);
+        }
+        for _ in 0..32 {
+            streams.record(false, 2048);
+        }
+        let vda = SplitLimits {
+            max_sectors: 8192,
+            max_segments: 254,
+            max_segment_bytes: u64::from(u32::MAX),
+            ..SplitLimits::default()
+        };
+        // 254 pages then 2: two commands per 1 MiB write, one per lone bio.
+        assert_eq!(replay(&streams, Bios::Same, &vda), 100 + 64);
+        // A stream of 4 KiB bios then 512-byte ones counts one segment each.
+        let mut mixed = StreamSizes::default();
+        for n in 0..128 {
+            mixed.record(n > 0, if n < 64 { 8 } else { 1 });
+        }
+        let one_command = SplitLimits {
+            max_sectors: 2560,
+            max_segments: 128,
+            ..SplitLimits::default()
+        };
+        assert_eq!(replay(&mixed, Bios::Same, &one_command), 1);
     }
 
     #[test]
