@@ -174,6 +174,7 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
                 what_if::with_limits(
                     &total.streams,
                     total.commands,
+                    limits,
                     &SplitLimits {
                         max_sectors: suggested * 1024 / SECTOR_BYTES,
                         ..*limits
@@ -186,7 +187,7 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
             _ => None,
         },
         code::MERGE_BLOCKED if geometry.nomerges != 0 => {
-            what_if::with_limits(&total.streams, total.commands, limits)
+            what_if::merging_allowed(&total.streams, total.commands, limits)
         }
         _ => None,
     };

@@ -219,8 +219,17 @@ pub fn replay(streams: &StreamSizes, bios: Bios, limits: &SplitLimits) -> u64 {
     commands
 }
 
-fn prediction(commands_now: u64, commands_after_fix: u64) -> Option<WhatIf> {
-    (commands_now > 0 && commands_after_fix > 0).then_some(WhatIf {
+/// The observed commands moved by what the model says the fix changes:
+/// traffic the fix does not touch (other writers, physically contiguous
+/// buffers the model counts page by page) cancels out of the difference.
+fn prediction(commands_now: u64, model_now: u64, model_after_fix: u64) -> Option<WhatIf> {
+    if commands_now == 0 || model_after_fix == 0 {
+        return None;
+    }
+    let commands_after_fix = (commands_now.saturating_add(model_after_fix))
+        .saturating_sub(model_now)
+        .max(1);
+    Some(WhatIf {
         commands_now,
         commands_after_fix,
         time_now_ms: None,
@@ -235,23 +244,50 @@ pub fn page_sized_buffers(
     commands_now: u64,
     limits: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(commands_now, replay(streams, Bios::PageSized, limits))
+    prediction(
+        commands_now,
+        replay(streams, Bios::Same, limits),
+        replay(streams, Bios::PageSized, limits),
+    )
 }
 
 /// A queue setting changed (`max_sectors_kb` raised, merging allowed): the
-/// same streams of the same bios under the new `limits`.
+/// same streams of the same bios under `fixed` instead of `now`.
 pub fn with_limits(
+    streams: &StreamSizes,
+    commands_now: u64,
+    now: &SplitLimits,
+    fixed: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands_now,
+        replay(streams, Bios::Same, now),
+        replay(streams, Bios::Same, fixed),
+    )
+}
+
+/// `nomerges` switched off: each command today is one bio (or split piece);
+/// the streams merged under `limits` instead.
+pub fn merging_allowed(
     streams: &StreamSizes,
     commands_now: u64,
     limits: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(commands_now, replay(streams, Bios::Same, limits))
+    prediction(
+        commands_now,
+        commands_now,
+        replay(streams, Bios::Same, limits),
+    )
 }
 
 /// A fix that removes the splits of one alignment cause: each such split
 /// cut one extra command off a piece that would otherwise have stayed whole.
 pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
-    prediction(commands_now, commands_now.saturating_sub(splits))
+    prediction(
+        commands_now,
+        commands_now,
+        commands_now.saturating_sub(splits),
+    )
 }
 
 /// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
@@ -296,10 +332,11 @@ mod tests {
             128,
             "the model sees today's 64 KiB cap"
         );
+        // The one command the model does not see stays: 129 - (128 - 16).
         let what_if = page_sized_buffers(&streams, 129, &limits).unwrap();
         assert_eq!(
             (what_if.commands_now, what_if.commands_after_fix),
-            (129, 16)
+            (129, 17)
         );
     }
 
@@ -328,7 +365,7 @@ mod tests {
             max_sectors: 2048,
             ..limits
         };
-        let what_if = with_limits(&streams, 256, &raised).unwrap();
+        let what_if = with_limits(&streams, 256, &limits, &raised).unwrap();
         assert_eq!(what_if.commands_after_fix, 32);
         // Where segments allow it, one command per bio.
         let wide = SplitLimits {
@@ -336,7 +373,7 @@ mod tests {
             ..raised
         };
         assert_eq!(
-            with_limits(&streams, 256, &wide)
+            with_limits(&streams, 256, &limits, &wide)
                 .unwrap()
                 .commands_after_fix,
             16
@@ -409,6 +446,14 @@ mod tests {
             None
         );
         assert_eq!(without_splits(10, 4).unwrap().commands_after_fix, 6);
+        // A fix the model sees cost nothing leaves the observed count.
+        let lone = one_stream_of(1, 8);
+        let same = with_limits(&lone, 3, &loop_limits(), &loop_limits()).unwrap();
+        assert_eq!(same.commands_after_fix, 3);
+        // nomerges=2: 16,384 one-bio commands, 128 once merging is back.
+        let seed = one_stream_of(16384, 1);
+        let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();
+        assert_eq!(merged.commands_after_fix, 128);
     }
 
     #[test]
