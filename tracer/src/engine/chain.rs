@@ -138,11 +138,15 @@ pub(super) struct CommandEnds {
 }
 
 /// One device command (block_rq_issue); `start` moves on partial completion.
+/// A requeued command stays one command: its re-issue moves `issue_ns`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Command {
     pub(super) start: u64,
     pub(super) end: u64,
+    /// The last issue.
     pub(super) issue_ns: u64,
+    /// When the driver gave it back (block_rq_requeue), until it is issued again.
+    pub(super) requeued_ns: Option<u64>,
     pub(super) target: Target,
     pub(super) epoch: u32,
     /// Its fragments in sector order.
@@ -156,6 +160,7 @@ impl Default for Command {
             start: 0,
             end: 0,
             issue_ns: 0,
+            requeued_ns: None,
             target: Target::default(),
             epoch: 0,
             head: NIL,

@@ -93,6 +93,9 @@ pub(crate) struct DeviceState {
     pub parts: Vec<PartState>,
     pub(super) seen_issue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
+    /// Requeued commands without a range (flushes, passthrough), per op:
+    /// the next such issue is their re-issue, not a new command.
+    pub(super) requeued_empty: [u32; OP_COUNT],
 }
 
 impl DeviceState {
@@ -110,6 +113,7 @@ impl DeviceState {
             parts: Vec::new(),
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
+            requeued_empty: [0; OP_COUNT],
         }
     }
 

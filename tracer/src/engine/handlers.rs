@@ -5,6 +5,7 @@ use tracer_common::{BlockEvent, EventKind};
 use super::chain::{Command, DropReason, Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
 use super::split::split_cause;
+use super::stats::op_index;
 use super::table::{SlotRef, NIL};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
@@ -241,11 +242,14 @@ impl Engine {
         let serial = self.next_command;
         self.next_command += 1;
 
+        if self.reissue(event.dev, disk, start, end, op_of(event)) {
+            return;
+        }
         let mut target = None;
         let mut ends = None;
         let mut command_index = None;
         if sectors > 0 {
-            // A requeued command is issued again with the same range.
+            // A command issued again with the same range whose requeue we did not see.
             let reissued = self
                 .commands
                 .find(&(event.dev, start), |command| command.end == end)
@@ -271,6 +275,7 @@ impl Engine {
                 start,
                 end,
                 issue_ns: self.now_ns,
+                requeued_ns: None,
                 target: Target::default(),
                 epoch: self.epoch,
                 head: NIL,
@@ -291,6 +296,81 @@ impl Engine {
             command.target = target;
         }
         self.count_command(target, start, sectors, ends);
+    }
+
+    /// The driver gave an issued request back; it will be issued again as the
+    /// same command (same range), not a new one.
+    pub(super) fn on_requeue(&mut self, event: &BlockEvent) {
+        let start = event.sector;
+        let end = start.saturating_add(u64::from(event.nr_sector));
+        if start == end {
+            let target = self.fallback_target(event);
+            self.stats_mut(target).requeues += 1;
+            self.devices[target.disk as usize].requeued_empty[op_index(target.op)] += 1;
+            return;
+        }
+        let found = self.commands.find(&(event.dev, start), |command| {
+            command.end == end && command.requeued_ns.is_none()
+        });
+        if let Some(command) = found.and_then(|index| self.commands.get_mut(index)) {
+            command.requeued_ns = Some(self.now_ns);
+            let target = command.target;
+            self.stats_mut(target).requeues += 1;
+            return;
+        }
+        // Issued before tracing began (or its issue was lost): keep a command
+        // without fragments, so that its re-issue is not counted as a new one.
+        self.correlation.unmatched_events += 1;
+        let target = self.fallback_target(event);
+        self.stats_mut(target).requeues += 1;
+        while self.commands.is_full() {
+            let Some((oldest, _)) = self.commands.oldest() else {
+                break;
+            };
+            self.expire_command(oldest, DropReason::Evicted);
+        }
+        let command = Command {
+            start,
+            end,
+            issue_ns: self.now_ns,
+            requeued_ns: Some(self.now_ns),
+            target,
+            epoch: self.epoch,
+            head: NIL,
+            tail: NIL,
+        };
+        let _ = self
+            .commands
+            .insert(command, Some((event.dev, start)), self.now_ns, true);
+    }
+
+    /// An issue of a requeued command: no new command; issue→complete now
+    /// runs from here, and the time spent requeued is its own measure.
+    fn reissue(&mut self, dev: u32, disk: u32, start: u64, end: u64, op: Op) -> bool {
+        if start == end {
+            let waiting = &mut self.devices[disk as usize].requeued_empty[op_index(op)];
+            if *waiting == 0 {
+                return false;
+            }
+            *waiting -= 1;
+            return true;
+        }
+        let found = self.commands.find(&(dev, start), |command| {
+            command.end == end && command.requeued_ns.is_some()
+        });
+        let Some(command) = found.and_then(|index| self.commands.get_mut(index)) else {
+            return false;
+        };
+        let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
+        command.issue_ns = self.now_ns;
+        let (target, epoch) = (command.target, command.epoch);
+        if epoch == self.epoch {
+            let delay_us = self.now_ns.saturating_sub(requeued_ns) / 1000;
+            self.stats_mut(target)
+                .requeue_delay_us
+                .saturating_record(delay_us);
+        }
+        true
     }
 
     pub(super) fn on_complete(&mut self, event: &BlockEvent) {

@@ -11,6 +11,9 @@
 //! - bio and request merges are counted against the fragment they name.
 //! - `block_rq_issue` makes a **command** out of the pending fragments that tile
 //!   its range, walking from its start by (dev, start sector).
+//! - `block_rq_requeue` hands an issued command back to be issued again: its
+//!   next `block_rq_issue` of the same range is the same command, not a new
+//!   one (issue→complete runs from that last issue; the wait is `requeue_delay_us`).
 //! - `block_rq_complete` completes a prefix of a command (completions can be
 //!   partial); a user I/O ends when its last fragment completes.
 //! - On bio-based devices (no requests) a fragment is the command: it is
@@ -179,7 +182,7 @@ impl Engine {
             self.correlation.unmatched_events += 1;
             return;
         };
-        *self.events.slot(kind) += 1;
+        self.events[kind] += 1;
         self.now_ns = self.now_ns.max(event.ts_ns);
         self.expire_aged();
         match kind {
@@ -198,6 +201,7 @@ impl Engine {
                     .or_default()
                     .record(event.aux_sector);
             }
+            EventKind::Requeue => self.on_requeue(event),
         }
     }
 
@@ -211,7 +215,7 @@ impl Engine {
                 let grown = now.saturating_sub(before);
                 if grown > 0 {
                     stats.add(index, grown);
-                    self.events.dirty_buffer += grown;
+                    self.events[EventKind::DirtyBuffer] += grown;
                 }
             }
         }

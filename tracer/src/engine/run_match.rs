@@ -198,7 +198,24 @@ impl<R: FdResolver> RunRecorder<R> {
 
     /// Records device write commands (block_rq_issue, and bio completions on bio-based devices).
     pub fn block_event(&mut self, event: &BlockEvent) {
-        if event.kind != EventKind::Issue as u8 || !is_write(&event.rwbs) {
+        if !is_write(&event.rwbs) {
+            return;
+        }
+        if event.kind == EventKind::Requeue as u8 {
+            // Its re-issue will be recorded again: one command, not two. A
+            // partly completed command is requeued with its remaining range.
+            let end = event.sector.saturating_add(u64::from(event.nr_sector));
+            let issued = self.commands.iter().rposition(|command| {
+                command.disk == event.dev
+                    && command.sector <= event.sector
+                    && command.sector.saturating_add(u64::from(command.nr_sector)) == end
+            });
+            if let Some(index) = issued {
+                self.commands.swap_remove(index);
+            }
+            return;
+        }
+        if event.kind != EventKind::Issue as u8 {
             return;
         }
         if self.commands.len() < MAX_COMMANDS {
@@ -424,6 +441,23 @@ mod tests {
             "the parent's and the child's writes to fd 5"
         );
         assert_eq!(recorder.processes, 1);
+    }
+
+    #[test]
+    fn a_requeued_command_is_matched_once() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        recorder.process_event(&write(3, 0, 1 << 20));
+        // A 2048-sector write split 2032 + 16; the tail requeued, then issued again.
+        recorder.block_event(&issue(1000, 2032));
+        recorder.block_event(&issue(3032, 16));
+        recorder.block_event(&BlockEvent {
+            kind: EventKind::Requeue as u8,
+            ..issue(3032, 16)
+        });
+        recorder.block_event(&issue(3032, 16));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.commands_per_write.max(), 2);
+        assert_eq!(matched.writes_per_command.len(), 2);
     }
 
     #[test]

@@ -55,6 +55,10 @@ pub struct OpStats {
     pub commands_per_io: Histogram<u64>,
     pub queue_to_complete_us: Histogram<u64>,
     pub issue_to_complete_us: Histogram<u64>,
+    /// Commands the driver gave back to be issued again (block_rq_requeue).
+    pub requeues: u64,
+    /// From a requeue to the command's next issue.
+    pub requeue_delay_us: Histogram<u64>,
 }
 
 impl Default for OpStats {
@@ -76,6 +80,8 @@ impl Default for OpStats {
             commands_per_io: new_histogram(),
             queue_to_complete_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
+            requeues: 0,
+            requeue_delay_us: new_histogram(),
         }
     }
 }
@@ -102,6 +108,8 @@ impl OpStats {
         let _ = self.commands_per_io.add(&other.commands_per_io);
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
+        self.requeues += other.requeues;
+        let _ = self.requeue_delay_us.add(&other.requeue_delay_us);
     }
 
     pub fn to_model(&self) -> OpMeasures {
@@ -127,6 +135,8 @@ impl OpStats {
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
+            requeues: self.requeues,
+            requeue_delay_us: distribution(&self.requeue_delay_us, 1),
         }
     }
 
@@ -145,7 +155,11 @@ impl OpStats {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.user_ios == 0 && self.commands == 0 && self.splits == 0 && self.merges == 0
+        self.user_ios == 0
+            && self.commands == 0
+            && self.splits == 0
+            && self.merges == 0
+            && self.requeues == 0
     }
 }
 

@@ -109,6 +109,7 @@ impl DiskGeometry {
     }
 }
 
+pub mod error;
 pub mod ioctl;
 pub mod resolve;
 pub mod sysfs;
