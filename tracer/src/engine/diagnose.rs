@@ -1,6 +1,7 @@
 //! Diagnoses: the static audit enriched with what the traffic showed, plus
 //! the findings only traffic can support (`split_amplification`,
-//! `merge_blocked`, and `subpage_block_size` seen in dirty buffers).
+//! `merge_blocked`, `requeued_commands`, and `subpage_block_size` seen in
+//! dirty buffers).
 
 use super::audit::{audit_disk, place_of};
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
@@ -12,8 +13,8 @@ use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
     code, ratio, Diagnosis, DirtyBuffers, Evidence, LiveEvidence, MergeBlockedEvidence,
-    ObservedTraffic, Op, PartitionPlace, Severity, SplitAmplificationEvidence,
-    SubpageBlockSizeEvidence,
+    ObservedTraffic, Op, PartitionPlace, RequeueCause, RequeuedCommandsEvidence, Severity,
+    SplitAmplificationEvidence, SubpageBlockSizeEvidence,
 };
 
 /// `split_amplification` needs at least this many splits...
@@ -41,13 +42,18 @@ struct DeviceTraffic<'a> {
     total: OpStats,
     /// The operation with the most user I/Os, named in explanations.
     main_op: Op,
-    writes: Option<OpStats>,
+    /// Each operation on its own, all origins.
+    per_op: [Option<OpStats>; OP_COUNT],
     dirty: Option<&'a DirtyStats>,
 }
 
 impl DeviceTraffic<'_> {
     fn disk_name(&self) -> &str {
         &self.device.name
+    }
+
+    fn op(&self, op: Op) -> Option<&OpStats> {
+        self.per_op[op_index(op)].as_ref()
     }
 }
 
@@ -77,14 +83,13 @@ fn traffic_of<'a>(
                 }
             }
         }
-        let writes = per_op[op_index(Op::Write)].take();
         DeviceTraffic {
             name,
             device,
             partition,
             total,
             main_op,
-            writes,
+            per_op,
             dirty: dev.and_then(|dev| dirty.get(&dev)),
         }
     };
@@ -139,6 +144,7 @@ pub(super) fn diagnose_with(
             }
             found.extend(split_amplification(traffic));
             found.extend(merge_blocked(traffic));
+            found.extend(requeued_commands(traffic));
         }
         found.extend(audited);
         for diagnosis in &mut found[first_of_device..] {
@@ -266,7 +272,7 @@ fn uniform_subpage_writes(traffic: &DeviceTraffic<'_>) -> Option<(u64, u64)> {
     if partition.size != 0 || partition.block_size.is_some() {
         return None;
     }
-    let write = traffic.writes.as_ref()?;
+    let write = traffic.op(Op::Write)?;
     let histogram = &write.user_io_sectors;
     let sectors = histogram.value_at_quantile(0.5);
     if sectors == 0 || sectors * SECTOR_BYTES >= PAGE_BYTES {
@@ -653,6 +659,131 @@ fn merge_blocked(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         severity,
         Evidence::MergeBlocked(evidence),
         explanation,
+        fix,
+    ))
+}
+
+/// `requeued_commands` needs at least this many requeues...
+pub const MIN_REQUEUES: u64 = 16;
+/// ...on at least this share of the commands; from 10% on it is a warning.
+pub const MIN_REQUEUE_SHARE: f64 = 0.05;
+const WARNING_REQUEUE_SHARE: f64 = 0.1;
+/// virtio-blk without indirect descriptors gives the block layer half as
+/// many tags as the ring has descriptors (every command takes at least two).
+const VIRTIO_DESCRIPTORS_PER_TAG: u64 = 2;
+/// Descriptors a virtio-blk command takes beyond its data segments (the
+/// request header and the status byte).
+const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
+
+fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
+    // Judged on the operation requeued most, so a busy disk's other traffic
+    // does not dilute the share.
+    let (op, total) = Op::ALL
+        .iter()
+        .filter_map(|&op| traffic.op(op).map(|stats| (op, stats)))
+        .max_by_key(|(_, stats)| stats.requeues)?;
+    let share = ratio(total.requeues, total.commands);
+    if total.requeues < MIN_REQUEUES || share < MIN_REQUEUE_SHARE {
+        return None;
+    }
+    let geometry = &traffic.device.geometry;
+    let disk = traffic.disk_name();
+    let delay = &total.requeue_delay_us;
+    let quantile_us = |q: f64| {
+        if delay.is_empty() {
+            0
+        } else {
+            delay.lowest_equivalent(delay.value_at_quantile(q))
+        }
+    };
+    let command_max = if total.command_sectors.is_empty() {
+        0
+    } else {
+        total
+            .command_sectors
+            .lowest_equivalent(total.command_sectors.max())
+            * SECTOR_BYTES
+    };
+    // O_DIRECT from user memory and the page cache give one segment per page.
+    let largest_command_segments = command_max
+        .div_ceil(PAGE_BYTES)
+        .min(u64::from(geometry.max_segments).max(1));
+    let tags = u64::from(geometry.hw_queue_tags);
+    let ring = tags * VIRTIO_DESCRIPTORS_PER_TAG;
+    let ring_filler = geometry.virtio_indirect_desc == Some(false)
+        && tags > 0
+        && (largest_command_segments + VIRTIO_HEADER_DESCRIPTORS) * 2 > ring;
+    let evidence = RequeuedCommandsEvidence {
+        requeues: total.requeues,
+        commands: total.commands,
+        requeue_share: round3(share),
+        requeue_delay_p50_us: quantile_us(0.5),
+        requeue_delay_p99_us: quantile_us(0.99),
+        command_size_p50: p50_bytes(&total.command_sectors),
+        command_size_max: command_max,
+        largest_command_segments,
+        max_segments: geometry.max_segments,
+        max_sectors_kb: geometry.max_sectors_kb,
+        nr_requests: geometry.nr_requests,
+        hw_queue_tags: geometry.hw_queue_tags,
+        virtio_indirect_desc: geometry.virtio_indirect_desc,
+        cause: ring_filler.then_some(RequeueCause::VirtioRingFull),
+        partition: partition_place(traffic.partition),
+        what_if: None,
+    };
+    let what = format!(
+        "{} times on {} ({:.1}% of its {} {} commands) the driver handed an issued command back (block_rq_requeue) and the block layer issued it again later: p50 {} µs, p99 {} µs after the requeue.",
+        total.requeues,
+        traffic.name,
+        share * 100.0,
+        total.commands,
+        op.as_str(),
+        evidence.requeue_delay_p50_us,
+        evidence.requeue_delay_p99_us,
+    );
+    let (why, fix) = if ring_filler {
+        let max_segments = u64::from(geometry.max_segments);
+        let half_ring_pages = (tags.saturating_sub(VIRTIO_HEADER_DESCRIPTORS)).max(1);
+        (
+            format!(
+                " {disk} is a virtio disk whose device does not offer indirect descriptors (feature bit 28 is clear), so a command takes one virtqueue descriptor per data segment plus {VIRTIO_HEADER_DESCRIPTORS}. Its ring has about {ring} descriptors (without indirect descriptors virtio-blk gives the block layer half as many tags: {tags}), and a command may carry max_segments = {max_segments} segments, {} descriptors. The largest command here, {command_max} bytes, needed up to {largest_command_segments} segments (one per 4 KiB page, as direct I/O from user memory gets): more than half the ring, so a command issued beside it found no room and was requeued until it completed.",
+                max_segments + VIRTIO_HEADER_DESCRIPTORS,
+            ),
+            format!(
+                "on the host, offer indirect descriptors (VIRTIO_RING_F_INDIRECT_DESC; qemu's virtio-blk-pci does by default, indirect_desc=on) or a ring of at least {} descriptors (qemu queue-size={}); in the guest, submit direct I/O of at most {} KiB ({half_ring_pages} pages), so that two commands fit the ring at once",
+                2 * (max_segments + VIRTIO_HEADER_DESCRIPTORS),
+                (2 * (max_segments + VIRTIO_HEADER_DESCRIPTORS)).next_power_of_two(),
+                half_ring_pages * PAGE_BYTES / 1024,
+            ),
+        )
+    } else {
+        (
+            format!(
+                " The driver reported itself busy: its queue or the device's was full (nr_requests {}, {} tags per hardware queue{}).",
+                geometry.nr_requests,
+                geometry.hw_queue_tags,
+                match geometry.virtio_indirect_desc {
+                    Some(true) => ", virtio with indirect descriptors",
+                    Some(false) => ", virtio without indirect descriptors",
+                    None => "",
+                },
+            ),
+            format!(
+                "lower the queue depth the block layer uses so it stops overfilling the driver: echo {} > /sys/block/{disk}/queue/nr_requests",
+                (geometry.hw_queue_tags / 2).max(4)
+            ),
+        )
+    };
+    let severity = if share >= WARNING_REQUEUE_SHARE {
+        Severity::Warning
+    } else {
+        Severity::Info
+    };
+    Some(Diagnosis::new(
+        traffic.name.clone(),
+        severity,
+        Evidence::RequeuedCommands(evidence),
+        format!("{what}{why}"),
         fix,
     ))
 }

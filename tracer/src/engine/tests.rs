@@ -1820,3 +1820,108 @@ fn a_split_that_merges_absorb_is_info() {
         found.explanation
     );
 }
+
+/// vda_like as this machine's vda: virtio, no indirect descriptors, 128 tags.
+fn virtio_vda() -> DiskGeometry {
+    DiskGeometry {
+        nr_requests: 256,
+        hw_queue_tags: 128,
+        virtio_indirect_desc: Some(false),
+        ..vda_like()
+    }
+}
+
+/// `count` 1 MiB writes split 2032 + 16, each tail requeued once and issued
+/// again `delay_us` later, after the head completed.
+fn requeued_tails(engine: &mut Engine, count: u64, delay_us: u64) {
+    for index in 0..count {
+        let start = index * 2048;
+        let ts = MS * 10 * (index + 1);
+        let reissue = ts + 100 + delay_us * 1000;
+        feed(
+            engine,
+            &[
+                queue(ts, LOOP0, start, 2048),
+                split(ts, LOOP0, start, start + 2032),
+                issue(ts + 10, LOOP0, start, 2032),
+                issue(ts + 20, LOOP0, start + 2032, 16),
+                requeue(ts + 100, LOOP0, start + 2032, 16),
+                complete(reissue - 50, LOOP0, start, 2032),
+                issue(reissue, LOOP0, start + 2032, 16),
+                complete(reissue + 100_000, LOOP0, start + 2032, 16),
+            ],
+        );
+    }
+}
+
+#[test]
+fn requeued_tails_on_a_virtio_disk_without_indirect_descriptors() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    assert_clean(&engine);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .unwrap_or_else(|| panic!("requeued_commands: {diagnoses:?}"));
+    assert_eq!(found.device, "loop0");
+    assert_eq!(found.severity, Severity::Warning);
+    let Evidence::RequeuedCommands(evidence) = &found.evidence else {
+        panic!("{found:?}");
+    };
+    assert_eq!((evidence.requeues, evidence.commands), (32, 64));
+    assert_eq!(evidence.requeue_share, 0.5);
+    assert_near(evidence.requeue_delay_p50_us, 2000);
+    assert_eq!(evidence.command_size_max, 2032 * 512);
+    assert_eq!(evidence.largest_command_segments, 254);
+    assert_eq!((evidence.nr_requests, evidence.hw_queue_tags), (256, 128));
+    assert_eq!(evidence.virtio_indirect_desc, Some(false));
+    assert_eq!(found.evidence.cause(), Some("virtio_ring_full"));
+    assert!(
+        found.explanation.contains("about 256 descriptors"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn a_few_requeues_raise_nothing() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 8, 2000);
+    split_megabyte_writes(&mut engine, 32, 1);
+    let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
+    assert!(!codes.contains(&code::REQUEUED_COMMANDS), "{codes:?}");
+}
+
+#[test]
+fn requeues_with_indirect_descriptors_have_no_known_cause() {
+    let geometry = DiskGeometry {
+        virtio_indirect_desc: Some(true),
+        ..virtio_vda()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .expect("requeued_commands");
+    assert_eq!(found.evidence.cause(), None);
+    assert!(found.fix.contains("nr_requests"), "{}", found.fix);
+}
+
+#[test]
+fn the_virtio_ring_fix_names_the_host_setting_and_the_io_size() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .expect("requeued_commands");
+    // 254 segments + 2: two commands need 512 descriptors; half of the
+    // 256-descriptor ring is 126 pages of data.
+    assert!(found.fix.contains("indirect_desc=on"), "{}", found.fix);
+    assert!(found.fix.contains("queue-size=512"), "{}", found.fix);
+    assert!(found.fix.contains("at most 504 KiB"), "{}", found.fix);
+}
