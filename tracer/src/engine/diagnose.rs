@@ -14,7 +14,7 @@ use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
     code, ratio, Diagnosis, DirtyBuffers, Evidence, LiveEvidence, MergeBlockedEvidence,
     ObservedTraffic, Op, PartitionPlace, RequeueCause, RequeuedCommandsEvidence, Severity,
-    SplitAmplificationEvidence, SubpageBlockSizeEvidence,
+    SplitAmplificationEvidence, SubpageBlockSizeEvidence, WhatIf,
 };
 
 /// `split_amplification` needs at least this many splits...
@@ -162,7 +162,7 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
     let total = &traffic.total;
     let geometry = &traffic.device.geometry;
     let predicted = match diagnosis.code {
-        code::SUBPAGE_BLOCK_SIZE => traffic.writes.as_ref().and_then(|writes| {
+        code::SUBPAGE_BLOCK_SIZE => traffic.op(Op::Write).and_then(|writes| {
             what_if::page_sized_buffers(&writes.streams, writes.commands, limits)
         }),
         code::SPLIT_AMPLIFICATION => match total.dominant_cause() {
@@ -192,6 +192,7 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
             }
             _ => None,
         },
+        code::REQUEUED_COMMANDS => requeue_what_if(diagnosis, traffic),
         code::MERGE_BLOCKED if geometry.nomerges != 0 => {
             what_if::merging_allowed(&total.streams, total.commands, limits)
         }
@@ -200,6 +201,38 @@ fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
     if let Some(predicted) = predicted {
         diagnosis.evidence.set_what_if(predicted);
     }
+}
+
+/// `requeued_commands`: the op requeued most, each command issued once, in
+/// I/O no larger than the fix allows (a ring filler: half the ring's pages).
+fn requeue_what_if(diagnosis: &Diagnosis, traffic: &DeviceTraffic<'_>) -> Option<WhatIf> {
+    let Evidence::RequeuedCommands(evidence) = &diagnosis.evidence else {
+        return None;
+    };
+    let stats = Op::ALL
+        .iter()
+        .filter_map(|&op| traffic.op(op))
+        .max_by_key(|stats| stats.requeues)?;
+    let limits = &traffic.device.limits;
+    let fixed = match evidence.cause {
+        Some(RequeueCause::VirtioRingFull) => {
+            let half_ring_pages = u64::from(evidence.hw_queue_tags)
+                .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
+                .max(1);
+            SplitLimits {
+                max_sectors: half_ring_pages * PAGE_BYTES / SECTOR_BYTES,
+                ..*limits
+            }
+        }
+        None => *limits,
+    };
+    what_if::without_requeues(
+        &stats.streams,
+        stats.commands,
+        stats.requeues,
+        limits,
+        &fixed,
+    )
 }
 
 /// Live numbers added to a static finding when the device saw traffic.

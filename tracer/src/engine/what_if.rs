@@ -280,6 +280,23 @@ pub fn merging_allowed(
     )
 }
 
+/// `requeued_commands` fixed: the device takes each command once (today it
+/// took `commands + requeues` issues), and the streams are cut under `fixed`
+/// (e.g. I/O small enough that two commands fit a virtio ring).
+pub fn without_requeues(
+    streams: &StreamSizes,
+    commands: u64,
+    requeues: u64,
+    now: &SplitLimits,
+    fixed: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands.saturating_add(requeues),
+        replay(streams, Bios::Same, now).saturating_add(requeues),
+        replay(streams, Bios::Same, fixed),
+    )
+}
+
 /// A fix that removes the splits of one alignment cause: each such split
 /// cut one extra command off a piece that would otherwise have stayed whole.
 pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
@@ -450,6 +467,23 @@ mod tests {
         let lone = one_stream_of(1, 8);
         let same = with_limits(&lone, 3, &loop_limits(), &loop_limits()).unwrap();
         assert_eq!(same.commands_after_fix, 3);
+        // vda: 32 direct 1 MiB writes, 2 commands each, every tail requeued
+        // once; in I/O of at most 504 KiB, 3 commands each and no re-issue.
+        let mut direct = StreamSizes::default();
+        for _ in 0..32 {
+            direct.record(false, 2048);
+        }
+        let vda = SplitLimits {
+            max_sectors: 8192,
+            max_segments: 254,
+            ..SplitLimits::default()
+        };
+        let small = SplitLimits {
+            max_sectors: 1008,
+            ..vda
+        };
+        let requeue = without_requeues(&direct, 64, 32, &vda, &small).unwrap();
+        assert_eq!((requeue.commands_now, requeue.commands_after_fix), (96, 96));
         // nomerges=2: 16,384 one-bio commands, 128 once merging is back.
         let seed = one_stream_of(16384, 1);
         let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();
