@@ -38,6 +38,8 @@ pub trait FdResolver: Send {
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
 pub const MAX_WRITES: usize = 1 << 21;
 pub const MAX_COMMANDS: usize = 1 << 21;
+/// How far back a requeued command is looked for among the recorded ones.
+const REQUEUE_LOOKBACK: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
 struct WriteCall {
@@ -205,14 +207,16 @@ impl<R: FdResolver> RunRecorder<R> {
         if event.kind == EventKind::Requeue as u8 {
             // Its re-issue will be recorded again: one command, not two. A
             // partly completed command is requeued with its remaining range.
+            // It was issued at most a queue depth of commands ago.
             let end = event.sector.saturating_add(u64::from(event.nr_sector));
-            let issued = self.commands.iter().rposition(|command| {
+            let recent = self.commands.len().saturating_sub(REQUEUE_LOOKBACK);
+            let issued = self.commands[recent..].iter().rposition(|command| {
                 command.disk == event.dev
                     && command.sector <= event.sector
                     && command.sector.saturating_add(u64::from(command.nr_sector)) == end
             });
             if let Some(index) = issued {
-                self.commands.swap_remove(index);
+                self.commands.remove(recent + index);
             }
             return;
         }
