@@ -85,21 +85,12 @@ const DENSITIES: usize = PAGE_SECTORS as usize;
 
 /// Sizes of the streams seen, in sectors, by segment density (sectors per
 /// segment, to the nearest whole sector: exact for streams of one bio size).
+#[derive(Default)]
 pub struct StreamSizes {
     /// `[density - 1]`: stream sizes; allocated on the first stream of that density.
     by_density: [Option<Box<Histogram<u64>>>; DENSITIES],
     open_sectors: u64,
     open_segments: u64,
-}
-
-impl Default for StreamSizes {
-    fn default() -> Self {
-        StreamSizes {
-            by_density: Default::default(),
-            open_sectors: 0,
-            open_segments: 0,
-        }
-    }
 }
 
 /// Sectors per segment, rounded to the nearest of 1..=8.
