@@ -734,6 +734,38 @@ mod tests {
     }
 
     #[test]
+    fn what_if_and_other_findings_are_told_apart() {
+        let mut report = seed_report();
+        let mut other = report.diagnoses[0].clone();
+        other.device = "loop0p1".into();
+        report.diagnoses[0]
+            .evidence
+            .set_what_if(crate::model::WhatIf {
+                commands_now: 1000,
+                commands_after_fix: 130,
+                time_now_ms: None,
+                time_after_fix_ms: None,
+            });
+        report.other_findings = vec![other];
+        let text = render_report(&report, 120);
+        assert!(
+            text.contains(
+                "what if: the fix would take these I/Os from 1,000 commands to ~130 (7.69x fewer)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("what_if="), "{text}");
+        let heading = text
+            .find("Other findings (1, on devices the command did not write)")
+            .unwrap_or_else(|| panic!("{text}"));
+        let moved = text
+            .find(&format!("{} on loop0p1", report.diagnoses[0].code))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(moved > heading, "{text}");
+        assert_fits(&text, 120);
+    }
+
+    #[test]
     fn seed_report_fits_80_and_120_columns() {
         let report = seed_report();
         for width in [80u16, 120] {
