@@ -128,12 +128,20 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             units::bytes(target.write_syscall_size.mean),
             units::thousands(target.fsync_calls),
         ));
+        // Writes without an offset (plain write()) cannot be matched to commands.
+        let per_command = if target.writes_per_command.count > 0 {
+            format!(
+                " (avg writes per command {})",
+                units::ratio(target.writes_per_command.mean)
+            )
+        } else {
+            String::new()
+        };
         out.line(&format!(
-            "    bios {} (avg {}) -> commands {} (avg writes per command {})",
+            "    bios {} (avg {}) -> commands {}{per_command}",
             units::thousands(target.bios),
             units::bytes(target.bio_size.mean),
             units::thousands(target.commands),
-            units::ratio(target.writes_per_command.mean),
         ));
         if target.commands_per_write.count > 0 {
             out.line(&format!(
