@@ -495,7 +495,7 @@ mod engine_tests {
 
     use super::super::{Engine, EngineLimits};
     use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-    use crate::model::code;
+    use crate::model::{code, Evidence};
 
     const DISK: DevId = DevId::new(7, 0);
     const ODD: DevId = DevId::new(259, 1);
@@ -535,6 +535,54 @@ mod engine_tests {
             kind: kind as u8,
             ..BlockEvent::ZERO
         }
+    }
+
+    #[test]
+    fn direct_writes_split_by_max_sectors_predict_the_raised_cap() {
+        let mut disk = disk();
+        disk.max_sectors_kb = 64;
+        disk.partitions.clear();
+        let mut engine = Engine::new(vec![disk], EngineLimits::default());
+        let mut ts = 1000;
+        // 16 lone 1 MiB direct writes, each cut into 16 commands of 64 KiB.
+        for write in 0..16u64 {
+            let start = write * 2048;
+            engine.ingest(&event(EventKind::Queue, ts, start, 2048));
+            for piece in 1..16u64 {
+                let split = BlockEvent {
+                    aux_sector: start + piece * 128,
+                    ..event(EventKind::Split, ts, start + (piece - 1) * 128, 0)
+                };
+                engine.ingest(&split);
+            }
+            for piece in 0..16u64 {
+                engine.ingest(&event(EventKind::Issue, ts + 1, start + piece * 128, 128));
+            }
+            for piece in 0..16u64 {
+                engine.ingest(&event(
+                    EventKind::Complete,
+                    ts + 2,
+                    start + piece * 128,
+                    128,
+                ));
+            }
+            ts += 100;
+        }
+        let diagnoses = engine.diagnoses();
+        let split = diagnoses
+            .iter()
+            .find(|d| d.code == code::SPLIT_AMPLIFICATION)
+            .unwrap_or_else(|| panic!("no split_amplification: {diagnoses:?}"));
+        let Evidence::SplitAmplification(evidence) = &split.evidence else {
+            panic!("{split:?}");
+        };
+        assert_eq!(evidence.proposed_max_sectors_kb, Some(1024));
+        let what_if = split.evidence.what_if().expect("evidence.what_if");
+        // 1 MiB bios of one segment per page: 128 segments cap a command at 512 KiB.
+        assert_eq!(
+            (what_if.commands_now, what_if.commands_after_fix),
+            (256, 32)
+        );
     }
 
     #[test]
