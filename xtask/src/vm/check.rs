@@ -212,7 +212,7 @@ pub fn expect_oracle_agreement(
     report_name: &str,
     trace_name: &str,
 ) -> Check {
-    let expected = "A Q X M F D C equal, no overrun";
+    let expected = "A Q X M F D R C equal, no overrun";
     let report = match results.json(report_name) {
         Ok(report) => report,
         Err(why) => return Check::missing(what, expected, why),
