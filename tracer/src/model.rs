@@ -46,6 +46,7 @@ pub struct EventCounts {
     pub complete: u64,
     pub bio_complete: u64,
     pub dirty_buffer: u64,
+    pub requeue: u64,
     /// Events the kernel could not hand over (ring buffer full).
     pub dropped: u64,
     /// Syscall events lost (only `run` traces syscalls).
@@ -70,6 +71,7 @@ impl EventCounts {
             EventKind::Complete => self.complete,
             EventKind::BioComplete => self.bio_complete,
             EventKind::DirtyBuffer => self.dirty_buffer,
+            EventKind::Requeue => self.requeue,
         }
     }
 
@@ -85,6 +87,7 @@ impl EventCounts {
             EventKind::Complete => &mut self.complete,
             EventKind::BioComplete => &mut self.bio_complete,
             EventKind::DirtyBuffer => &mut self.dirty_buffer,
+            EventKind::Requeue => &mut self.requeue,
         }
     }
 

@@ -524,6 +524,8 @@ impl Engine {
                     .or_default()
                     .record(event.aux_sector);
             }
+            // Counted above; the requeued command's bookkeeping comes with the engine's requeue handling.
+            EventKind::Requeue => {}
         }
     }
 
