@@ -518,7 +518,9 @@ fn issue_layout(format: &str) -> String {
 fn expected_issue_layout(line: &Line) -> &'static str {
     match line.name {
         "6.1" => "no ioprio, rwbs[8] at 32",
-        _ => "ioprio at 32, rwbs[8] at 34",
+        "6.12" => "ioprio at 32, rwbs[8] at 34",
+        // A line added to LINES without its layout: the check fails and says so.
+        _ => "a layout listed for this kernel line",
     }
 }
 
