@@ -223,6 +223,20 @@ mod tests {
                 (2048, 2176, 0),
                 "{version}"
             );
+
+            // The requeue record has no `bytes` (and, on 6.1, rwbs right after nr_sector).
+            let requeue = &table[EventKind::Requeue as usize];
+            let raw = ClassicRecord {
+                kind: EventKind::Requeue as u8,
+                record: record(requeue, 254 << 20, 4064, 16, 0, b"WS\0\0\0\0\0\0"),
+                ..raw
+            };
+            let event = decoder.decode(&raw).unwrap();
+            assert_eq!(
+                (event.dev, event.sector, event.nr_sector, &event.rwbs[..3]),
+                (254 << 20, 4064, 16, &b"WS\0"[..]),
+                "{version}"
+            );
         }
     }
 
@@ -326,6 +340,17 @@ mod tests {
         );
         let event = decoder.decode(&issue).unwrap();
         assert_eq!((event.sector, event.nr_sector), (2048, 128));
+        // A requeue reads the same request fields as an issue.
+        let requeue = RawTpEvent {
+            kind: EventKind::Requeue as u8,
+            ..issue
+        };
+        let event = decoder.decode(&requeue).unwrap();
+        assert_eq!(
+            (event.sector, event.nr_sector, event.kind),
+            (2048, 128, EventKind::Requeue as u8)
+        );
+        assert_eq!(&event.rwbs[..3], b"WS\0");
         // A partial completion: nr_bytes comes from the argument, not the request.
         let complete = object(
             EventKind::Complete,

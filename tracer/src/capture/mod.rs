@@ -50,7 +50,7 @@ pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
 /// The process-tree ring (forks, syscalls, opens: a low rate).
 const PROCESS_RING_BYTES: u32 = 1 << 20;
 /// Smallest ring the kernel accepts, for rings no CPU writes to.
-const PAGE_BYTES: u32 = 4096;
+const PAGE_BYTES: u32 = crate::blk::PAGE_BYTES as u32;
 
 /// Each ring's size: `total` shared by the rings that CPUs write to (CPU n
 /// writes to ring n % RINGS), powers of two; the others get one page.
