@@ -3,6 +3,7 @@
 //! probes need to read `struct bio` and `struct request` on any kernel.
 
 use std::ops::Range;
+use std::path::PathBuf;
 
 const MAGIC: u16 = 0xeb9f;
 const HEADER_BYTES: usize = 24;
@@ -24,6 +25,33 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
+
+/// Anonymous members one lookup may visit: far above any kernel's nesting,
+/// low enough that self-referencing anonymous members cannot stall start-up.
+const MEMBER_VISITS: usize = 1 << 16;
+
+/// Why BTF bytes were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not little-endian BTF (bad magic)")]
+    BadMagic,
+    #[error("BTF header is truncated")]
+    TruncatedHeader,
+    #[error("BTF header is {0} bytes, shorter than the {HEADER_BYTES} it must hold")]
+    ShortHeader(usize),
+    #[error("BTF sections run past the end of the data")]
+    SectionsPastEnd,
+    #[error("BTF type {id} is truncated")]
+    TruncatedType { id: usize },
+    #[error("BTF type {id} has unknown kind {kind}")]
+    UnknownKind { id: usize, kind: u32 },
+}
 
 /// Parsed type and string sections; types are indexed by BTF id (id 0 is void).
 pub struct Btf {
@@ -52,34 +80,36 @@ struct Type {
 }
 
 impl Btf {
-    pub fn from_sys_fs() -> Result<Btf, String> {
-        let path = "/sys/kernel/btf/vmlinux";
-        let bytes = std::fs::read(path).map_err(|err| format!("cannot read {path}: {err}"))?;
+    pub fn from_sys_fs() -> Result<Btf, BtfError> {
+        let path = PathBuf::from("/sys/kernel/btf/vmlinux");
+        let bytes = std::fs::read(&path).map_err(|source| BtfError::Read { path, source })?;
         Btf::parse(bytes)
     }
 
-    pub fn parse(bytes: Vec<u8>) -> Result<Btf, String> {
+    /// Checks the header and indexes every type record; lookups that then
+    /// meet inconsistent records answer `None` rather than misread.
+    pub fn parse(bytes: Vec<u8>) -> Result<Btf, BtfError> {
         let u16_at = |at: usize| {
             bytes
                 .get(at..at + 2)
                 .map(|b| u16::from_le_bytes([b[0], b[1]]))
         };
         if u16_at(0) != Some(MAGIC) {
-            return Err("not little-endian BTF (bad magic)".into());
+            return Err(BtfError::BadMagic);
         }
-        let word = |at: usize| read_u32(&bytes, at).ok_or("BTF header is truncated");
+        let word = |at: usize| read_u32(&bytes, at).ok_or(BtfError::TruncatedHeader);
         let header_len = word(4)? as usize;
         let type_off = word(8)? as usize;
         let type_len = word(12)? as usize;
         let str_off = word(16)? as usize;
         let str_len = word(20)? as usize;
         if header_len < HEADER_BYTES {
-            return Err("BTF header is too short".into());
+            return Err(BtfError::ShortHeader(header_len));
         }
         let types_range = header_len + type_off..header_len + type_off + type_len;
         let strings = header_len + str_off..header_len + str_off + str_len;
         if types_range.end > bytes.len() || strings.end > bytes.len() {
-            return Err("BTF sections run past the end of the data".into());
+            return Err(BtfError::SectionsPastEnd);
         }
         let mut btf = Btf {
             bytes,
@@ -89,8 +119,9 @@ impl Btf {
         let mut at = types_range.start;
         while at < types_range.end {
             btf.types.push(at);
-            let ty = btf.type_at(at).ok_or("BTF type record is truncated")?;
-            at = ty.extra + btf.extra_bytes(&ty)?;
+            let id = btf.types.len();
+            let ty = btf.type_at(at).ok_or(BtfError::TruncatedType { id })?;
+            at = ty.extra + extra_bytes(&ty).ok_or(BtfError::UnknownKind { id, kind: ty.kind })?;
         }
         Ok(btf)
     }
@@ -104,18 +135,6 @@ impl Btf {
             kind_flag: info >> 31 == 1,
             size_or_type: read_u32(&self.bytes, at + 8)?,
             extra: at + TYPE_BYTES,
-        })
-    }
-
-    fn extra_bytes(&self, ty: &Type) -> Result<usize, String> {
-        Ok(match ty.kind {
-            KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-            KIND_ARRAY => 12,
-            KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * ty.vlen,
-            KIND_ENUM | KIND_FUNC_PROTO => 8 * ty.vlen,
-            0 | KIND_PTR | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12
-            | 16 | KIND_TYPE_TAG => 0,
-            kind => return Err(format!("unknown BTF kind {kind}")),
         })
     }
 
@@ -251,6 +270,20 @@ impl Btf {
         }
         None
     }
+}
+
+/// Bytes of kind-specific data after a type's common record; `None` for a kind
+/// this reader does not know.
+fn extra_bytes(ty: &Type) -> Option<usize> {
+    Some(match ty.kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * ty.vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * ty.vlen,
+        0 | KIND_PTR | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12 | 16
+        | KIND_TYPE_TAG => 0,
+        _ => return None,
+    })
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
