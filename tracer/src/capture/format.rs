@@ -185,15 +185,17 @@ pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, Fo
             Slot::Rwbs => &mut offsets.rwbs,
             Slot::Error => &mut offsets.error,
         };
-        *slot = field.offset;
-        // The probes copy a fixed window of the record; a field past it cannot be read.
+        // The probes copy a fixed window of the record; a field past it cannot
+        // be read. NO_FIELD (65535) is past it too, though within_copy takes
+        // it for "absent".
         let read = usize::from(field.size.min(tracer_common::RWBS_BYTES as u16));
-        if !super::decode::within_copy(field.offset, read) {
+        if field.offset == NO_FIELD || !super::decode::within_copy(field.offset, read) {
             return Err(FormatError::PastCopy {
                 name: wanted.name,
                 offset: field.offset,
             });
         }
+        *slot = field.offset;
     }
     debug_assert!(offsets.dev != NO_FIELD);
     offsets.enabled = 1;
@@ -414,5 +416,31 @@ mod tests {
             parse_fields("\tfield:int x;\toffset:abc;\tsize:4;"),
             Err(FormatError::UnreadableField(_))
         ));
+    }
+
+    /// Regression: a field at offset 65535 (NO_FIELD, "absent" to the probes)
+    /// passed the copy-window check, so a required field was silently lost
+    /// and a `dev` there tripped the debug assertion.
+    #[test]
+    fn a_field_at_the_absent_marker_is_refused() {
+        let text = std::fs::read_to_string(fixtures("6.18").join("block_rq_issue")).unwrap();
+        for field in ["dev_t dev;\toffset:8;", "char rwbs[10];\toffset:34;"] {
+            let moved = field.replace(
+                field.split('\t').nth(1).unwrap(),
+                &format!("offset:{NO_FIELD};"),
+            );
+            let text = text.replace(field, &moved);
+            let err = offsets_for(EventKind::Issue, &parse_fields(&text).unwrap()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    FormatError::PastCopy {
+                        offset: NO_FIELD,
+                        ..
+                    }
+                ),
+                "{field}: {err}"
+            );
+        }
     }
 }

@@ -302,6 +302,63 @@ pub(crate) mod tests {
         assert!(ops.is_passthrough(34) && ops.is_passthrough(35) && !ops.is_passthrough(1));
     }
 
+    /// The fuzz corpus's seed, cut from Linux 6.18's BTF by fuzz/cut_btf.py,
+    /// resolves to that kernel's layout: the cut keeps what the probes read.
+    #[test]
+    fn a_btf_cut_from_6_18_resolves_to_its_layout() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/corpus/btf/linux-6.18-block.btf"
+        );
+        let btf = Btf::parse(std::fs::read(path).unwrap()).unwrap();
+        let layout = resolve(&btf).unwrap();
+        let kernel = layout.kernel;
+        assert_eq!(
+            (kernel.bio_bdev, kernel.bdev_dev, kernel.bdev_disk),
+            (8, 52, 16)
+        );
+        assert_eq!((kernel.bio_window, kernel.rq_window), (16, 24));
+        assert_eq!((kernel.rq_q, kernel.q_disk), (0, 104));
+        assert_eq!((kernel.bh_bdev, kernel.bh_size), (48, 32));
+        assert_eq!(kernel.disk_ids_adjacent, 1);
+        assert_eq!(
+            layout.fields,
+            WindowFields {
+                bio_opf: 0,
+                bio_status: 10,
+                bio_sector: 16,
+                bio_size: 24,
+                rq_flags: 0,
+                rq_data_len: 20,
+                rq_sector: 24,
+            }
+        );
+        assert_eq!(layout.ops, ops_6_18());
+    }
+
+    /// Regression: a prototype without even the leading `void *` once
+    /// underflowed the argument count.
+    #[test]
+    fn a_tracepoint_prototype_without_parameters_is_refused() {
+        let mut b = crate::capture::btf::tests::Builder::new();
+        let proto = b.func_proto(0);
+        let pointer = b.ptr(proto);
+        b.typedef("btf_trace_block_rq_issue", pointer);
+        let btf = Btf::parse(b.build()).unwrap();
+        let err = resolve(&btf).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LayoutError::Arity {
+                    tracepoint: "block_rq_issue",
+                    found: 0,
+                    expected: 1
+                }
+            ),
+            "{err}"
+        );
+    }
+
     /// This machine's own kernel: every offset the probes need resolves, and
     /// the windows hold what is decoded from them.
     #[test]
