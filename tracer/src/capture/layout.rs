@@ -283,6 +283,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
+    pub(crate) fn fields_6_18() -> WindowFields {
+        WindowFields {
+            bio_opf: 0,
+            bio_status: 10,
+            bio_sector: 16,
+            bio_size: 24,
+            rq_flags: 0,
+            rq_data_len: 20,
+            rq_sector: 24,
+        }
+    }
+
     #[test]
     fn rwbs_is_spelled_like_blk_fill_rwbs() {
         let ops = ops_6_18();
@@ -321,18 +334,7 @@ pub(crate) mod tests {
         assert_eq!((kernel.rq_q, kernel.q_disk), (0, 104));
         assert_eq!((kernel.bh_bdev, kernel.bh_size), (48, 32));
         assert_eq!(kernel.disk_ids_adjacent, 1);
-        assert_eq!(
-            layout.fields,
-            WindowFields {
-                bio_opf: 0,
-                bio_status: 10,
-                bio_sector: 16,
-                bio_size: 24,
-                rq_flags: 0,
-                rq_data_len: 20,
-                rq_sector: 24,
-            }
-        );
+        assert_eq!(layout.fields, fields_6_18());
         assert_eq!(layout.ops, ops_6_18());
     }
 
