@@ -296,6 +296,29 @@ fn large_sequential_direct_io_on_the_root_disk() {
             "bs=1M",
             "iflag=direct",
         ]);
+        dd(&[
+            "if=/dev/zero",
+            &format!("of={path}"),
+            "bs=1M",
+            "count=32",
+            "oflag=direct",
+        ]);
+        // Four 1 MiB writes in flight: each tail is followed by the next
+        // write's head, queued before the tail was issued.
+        sh(
+            "fio",
+            &[
+                "--name=seqwrite",
+                &format!("--filename={path}"),
+                "--rw=write",
+                "--bs=1M",
+                "--direct=1",
+                "--ioengine=io_uring",
+                "--iodepth=4",
+                "--size=64M",
+                "--output=/dev/null",
+            ],
+        );
     });
     // On vda the driver really does requeue: that finding is earned.
     assert_no_alarm(
@@ -437,12 +460,26 @@ fn fstrim_and_buffered_file_writes_on_ext4() {
         // Buffered sequential reads through readahead, cache dropped first.
         std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
         dd(&[&format!("if={dir}/big"), "of=/dev/null", "bs=128k"]);
+        // Two writers appending 4 KiB buffered writes to their own files.
+        sh(
+            "fio",
+            &[
+                "--name=appenders",
+                &format!("--directory={dir}"),
+                "--rw=write",
+                "--bs=4k",
+                "--numjobs=2",
+                "--size=16M",
+                "--end_fsync=1",
+                "--output=/dev/null",
+            ],
+        );
         std::fs::remove_file(format!("{dir}/big")).unwrap();
         sh("sync", &[]);
         sh("fstrim", &[&dir]);
     });
     assert_no_alarm(
-        "buffered file writes, readahead and fstrim on ext4",
+        "buffered file writes, readahead, two appenders and fstrim on ext4",
         &report,
         &disk.name,
         &[],
