@@ -1952,3 +1952,51 @@ fn subpage_buffers_on_a_page_sized_partition_are_a_filesystem_choice_and_info() 
     );
     assert!(found.fix.contains("mkfs.ext4 -b 4096"), "{}", found.fix);
 }
+
+#[test]
+fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
+    // No limit forbids the merges: with no scheduler blk-mq merges only in
+    // the plug or one CPU's queue, and mq-deadline's refusal is a flag or
+    // cgroup difference the trace cannot show.
+    let mut engine = engine();
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Warning);
+    assert!(
+        found.explanation.contains("scheduler (none)"),
+        "{}",
+        found.explanation
+    );
+    assert!(found.fix.contains("mq-deadline"), "{}", found.fix);
+
+    let geometry = DiskGeometry {
+        scheduler: "mq-deadline".into(),
+        ..loop0()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Info);
+    assert!(
+        found.explanation.contains("flags differ"),
+        "{}",
+        found.explanation
+    );
+    for diagnosis in &diagnoses {
+        assert!(
+            !diagnosis
+                .explanation
+                .contains("No queue setting explains it"),
+            "{}",
+            diagnosis.explanation
+        );
+    }
+}
