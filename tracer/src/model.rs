@@ -195,6 +195,24 @@ pub struct OpMeasures {
 }
 
 impl OpMeasures {
+    /// Adds `other`'s counters (not its distributions) into `self`, and
+    /// recomputes the amplification: one op's totals over disks or partitions.
+    pub fn add_counts(&mut self, other: &OpMeasures) {
+        self.user_ios += other.user_ios;
+        self.fragments += other.fragments;
+        self.commands += other.commands;
+        self.bytes += other.bytes;
+        self.splits += other.splits;
+        self.merges += other.merges;
+        self.requeues += other.requeues;
+        self.misaligned_pbs_commands += other.misaligned_pbs_commands;
+        self.misaligned_4k_commands += other.misaligned_4k_commands;
+        for (cause, count) in &other.split_causes {
+            *self.split_causes.entry(cause.clone()).or_insert(0) += count;
+        }
+        self.amplification = ratio(self.commands, self.user_ios);
+    }
+
     /// Share of commands not aligned to the physical block size, 0..=1.
     pub fn misaligned_pbs_share(&self) -> f64 {
         ratio(self.misaligned_pbs_commands, self.commands)

@@ -275,6 +275,11 @@ fn dominant_subpage_buffer(dirty: &DirtyStats) -> Option<(u64, u64)> {
 fn live_subpage(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     if let Some((block_size, buffers)) = traffic.dirty.and_then(dominant_subpage_buffer) {
         let total = traffic.dirty.map_or(buffers, |dirty| dirty.count);
+        if let Some(size) = page_sized_geometry(traffic) {
+            return Some(chosen_subpage_blocks(
+                traffic, block_size, buffers, total, size,
+            ));
+        }
         let what = format!(
             "{buffers} of {total} dirty buffers written through {} were {block_size} bytes: the device's block size is {block_size} bytes",
             traffic.name
@@ -292,6 +297,57 @@ fn live_subpage(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         traffic.total.user_ios, traffic.name
     );
     Some(subpage_diagnosis(traffic, block_size, what, Severity::Info))
+}
+
+/// The device's size in sectors when it is known and gives the device a
+/// page-sized block size: then sub-page buffers were someone's choice.
+fn page_sized_geometry(traffic: &DeviceTraffic<'_>) -> Option<u64> {
+    let geometry = &traffic.device.geometry;
+    let size = match traffic.partition {
+        Some(partition) => partition.size,
+        None if traffic.device.known => geometry.size_sectors,
+        None => 0,
+    };
+    let block_size = predicted_block_size(size, geometry.logical_block_size);
+    (size != 0 && u64::from(block_size) >= PAGE_BYTES).then_some(size)
+}
+
+/// Sub-page dirty buffers on a device whose size gives it 4 KiB blocks:
+/// whoever holds it open chose the smaller block size (mkfs.ext4 picks
+/// 1024 bytes for filesystems under 512 MiB). Worth knowing, not a fault.
+fn chosen_subpage_blocks(
+    traffic: &DeviceTraffic<'_>,
+    block_size: u64,
+    buffers: u64,
+    total: u64,
+    size: u64,
+) -> Diagnosis {
+    let mut live = LiveEvidence::default();
+    add_live_evidence(&mut live, traffic);
+    let evidence = SubpageBlockSizeEvidence {
+        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
+        block_size_source: None,
+        current_block_size: None,
+        size_mod_8: Some(size % (PAGE_BYTES / SECTOR_BYTES)),
+        partition: partition_place(traffic.partition),
+        proposed: None,
+        live,
+        what_if: None,
+    };
+    let name = &traffic.name;
+    let explanation = format!(
+        "{buffers} of {total} dirty buffers written through {name} were {block_size} bytes. Its size, {size} sectors, is a multiple of 4 KiB, so the kernel gives it a {PAGE_BYTES}-byte block size: the smaller blocks were chosen by whoever holds it open, usually a filesystem made with {block_size}-byte blocks (mkfs.ext4 picks 1024 bytes for filesystems under 512 MiB) or `blockdev --setbsz`. Its metadata and buffered writes go down in {block_size}-byte buffers and rely on merging."
+    );
+    let fix = format!(
+        "nothing in {name}'s geometry; if its I/O pattern matters, make the filesystem with 4096-byte blocks (e.g. mkfs.ext4 -b 4096)"
+    );
+    Diagnosis::new(
+        name.clone(),
+        Severity::Info,
+        Evidence::SubpageBlockSize(evidence),
+        explanation,
+        fix,
+    )
 }
 
 /// Sub-page writes must be at least this many...

@@ -1925,3 +1925,78 @@ fn the_virtio_ring_fix_names_the_host_setting_and_the_io_size() {
     assert!(found.fix.contains("queue-size=512"), "{}", found.fix);
     assert!(found.fix.contains("at most 504 KiB"), "{}", found.fix);
 }
+
+#[test]
+fn subpage_buffers_on_a_page_sized_partition_are_a_filesystem_choice_and_info() {
+    // ext4 on a 300 MiB partition: mkfs picked 1 KiB blocks.
+    let mut engine = engine();
+    for index in 0..1000 {
+        let buffer = BlockEvent {
+            aux_sector: 1024,
+            ..event(EventKind::DirtyBuffer, MS, P1, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p1")
+        .unwrap_or_else(|| panic!("{diagnoses:?}"));
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence.block_size(), Some(1024));
+    assert_eq!(found.evidence.to_map()["size_mod_8"], 0);
+    assert!(
+        found.explanation.contains("mkfs.ext4 picks 1024 bytes"),
+        "{}",
+        found.explanation
+    );
+    assert!(found.fix.contains("mkfs.ext4 -b 4096"), "{}", found.fix);
+}
+
+#[test]
+fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
+    // No limit forbids the merges: with no scheduler blk-mq merges only in
+    // the plug or one CPU's queue, and mq-deadline's refusal is a flag or
+    // cgroup difference the trace cannot show.
+    let mut engine = engine();
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Warning);
+    assert!(
+        found.explanation.contains("scheduler (none)"),
+        "{}",
+        found.explanation
+    );
+    assert!(found.fix.contains("mq-deadline"), "{}", found.fix);
+
+    let geometry = DiskGeometry {
+        scheduler: "mq-deadline".into(),
+        ..loop0()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Info);
+    assert!(
+        found.explanation.contains("flags differ"),
+        "{}",
+        found.explanation
+    );
+    for diagnosis in &diagnoses {
+        assert!(
+            !diagnosis
+                .explanation
+                .contains("No queue setting explains it"),
+            "{}",
+            diagnosis.explanation
+        );
+    }
+}

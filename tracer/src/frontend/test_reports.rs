@@ -110,14 +110,7 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     let mut user_buckets = BTreeMap::new();
     let mut command_buckets = BTreeMap::new();
     for part in parts {
-        total.user_ios += part.user_ios;
-        total.fragments += part.fragments;
-        total.commands += part.commands;
-        total.bytes += part.bytes;
-        total.splits += part.splits;
-        total.merges += part.merges;
-        total.misaligned_pbs_commands += part.misaligned_pbs_commands;
-        total.misaligned_4k_commands += part.misaligned_4k_commands;
+        total.add_counts(part);
         for bucket in &part.user_io_size.buckets {
             *user_buckets.entry(bucket.low).or_insert(0) += bucket.count;
         }
@@ -127,7 +120,6 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     }
     let user: Vec<_> = user_buckets.into_iter().collect();
     let command: Vec<_> = command_buckets.into_iter().collect();
-    total.amplification = crate::model::ratio(total.commands, total.user_ios);
     total.user_io_size = distribution(&user);
     total.command_size = distribution(&command);
     total.queue_to_complete_us = parts[0].queue_to_complete_us.clone();
