@@ -249,12 +249,10 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
 
 fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport {
     let recorder = &sink.recorder;
-    let origins = sink.engine.origins();
     let program = command
         .first()
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
         .unwrap_or_default();
-    let mut background = crate::model::Measures::default();
     let mut targets = Vec::new();
     for (index, calls) in recorder.targets().iter().enumerate() {
         let matched = recorder.match_writes(index);
@@ -292,14 +290,9 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
             summary,
         });
     }
-    for origin in &origins {
-        for (op, measures) in &origin.other.ops {
-            background
-                .ops
-                .entry(*op)
-                .or_insert_with(|| measures.clone());
-        }
-    }
+    let mut touched = sink.engine.devices_written_by_tracked();
+    touched.extend(targets.iter().map(|t: &RunTarget| t.device.clone()));
+    let background = sink.engine.other_traffic_on(&touched);
     RunReport {
         command: command.to_vec(),
         exit_status: Some(exit_status),
