@@ -5,7 +5,7 @@
 
 use super::audit::{audit_disk, place_of};
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
-use super::split::{SplitCause, SplitLimits};
+use super::split::SplitCause;
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use super::what_if;
@@ -14,7 +14,7 @@ use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
     code, ratio, Diagnosis, DirtyBuffers, Evidence, LiveEvidence, MergeBlockedEvidence,
     ObservedTraffic, Op, PartitionPlace, RequeueCause, RequeuedCommandsEvidence, Severity,
-    SplitAmplificationEvidence, SubpageBlockSizeEvidence, WhatIf,
+    SplitAmplificationEvidence, SubpageBlockSizeEvidence,
 };
 
 /// `split_amplification` needs at least this many splits...
@@ -149,90 +149,24 @@ pub(super) fn diagnose_with(
         found.extend(audited);
         for diagnosis in &mut found[first_of_device..] {
             if let Some(traffic) = observed.iter().find(|t| t.name == diagnosis.device) {
-                attach_what_if(diagnosis, traffic);
+                let most_requeued = Op::ALL
+                    .iter()
+                    .filter_map(|&op| traffic.op(op))
+                    .max_by_key(|stats| stats.requeues);
+                what_if::attach(
+                    diagnosis,
+                    &traffic.device.geometry,
+                    &traffic.device.limits,
+                    what_if::Traffic {
+                        total: &traffic.total,
+                        writes: traffic.op(Op::Write),
+                        most_requeued,
+                    },
+                );
             }
         }
     }
     found
-}
-
-/// `evidence.what_if`: the observed streams replayed under the fix.
-fn attach_what_if(diagnosis: &mut Diagnosis, traffic: &DeviceTraffic<'_>) {
-    let limits = &traffic.device.limits;
-    let total = &traffic.total;
-    let geometry = &traffic.device.geometry;
-    let predicted = match diagnosis.code {
-        code::SUBPAGE_BLOCK_SIZE => traffic.op(Op::Write).and_then(|writes| {
-            what_if::page_sized_buffers(&writes.streams, writes.commands, limits)
-        }),
-        code::SPLIT_AMPLIFICATION => match total.dominant_cause() {
-            Some(SplitCause::MaxSectors)
-                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
-            {
-                let suggested = what_if::suggested_max_sectors_kb(
-                    geometry.max_sectors_kb,
-                    geometry.max_hw_sectors_kb,
-                    p90_bytes(&total.user_io_sectors),
-                );
-                if let Evidence::SplitAmplification(evidence) = &mut diagnosis.evidence {
-                    evidence.proposed_max_sectors_kb = Some(suggested);
-                }
-                what_if::with_limits(
-                    &total.streams,
-                    total.commands,
-                    limits,
-                    &SplitLimits {
-                        max_sectors: suggested * 1024 / SECTOR_BYTES,
-                        ..*limits
-                    },
-                )
-            }
-            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
-                what_if::without_splits(total.commands, total.split_causes[cause.index()])
-            }
-            _ => None,
-        },
-        code::REQUEUED_COMMANDS => requeue_what_if(diagnosis, traffic),
-        code::MERGE_BLOCKED if geometry.nomerges != 0 => {
-            what_if::merging_allowed(&total.streams, total.commands, limits)
-        }
-        _ => None,
-    };
-    if let Some(predicted) = predicted {
-        diagnosis.evidence.set_what_if(predicted);
-    }
-}
-
-/// `requeued_commands`: the op requeued most, each command issued once, in
-/// I/O no larger than the fix allows (a ring filler: half the ring's pages).
-fn requeue_what_if(diagnosis: &Diagnosis, traffic: &DeviceTraffic<'_>) -> Option<WhatIf> {
-    let Evidence::RequeuedCommands(evidence) = &diagnosis.evidence else {
-        return None;
-    };
-    let stats = Op::ALL
-        .iter()
-        .filter_map(|&op| traffic.op(op))
-        .max_by_key(|stats| stats.requeues)?;
-    let limits = &traffic.device.limits;
-    let fixed = match evidence.cause {
-        Some(RequeueCause::VirtioRingFull) => {
-            let half_ring_pages = u64::from(evidence.hw_queue_tags)
-                .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
-                .max(1);
-            SplitLimits {
-                max_sectors: half_ring_pages * PAGE_BYTES / SECTOR_BYTES,
-                ..*limits
-            }
-        }
-        None => *limits,
-    };
-    what_if::without_requeues(
-        &stats.streams,
-        stats.commands,
-        stats.requeues,
-        limits,
-        &fixed,
-    )
 }
 
 /// Live numbers added to a static finding when the device saw traffic.
@@ -762,7 +696,7 @@ const WARNING_REQUEUE_SHARE: f64 = 0.1;
 const VIRTIO_DESCRIPTORS_PER_TAG: u64 = 2;
 /// Descriptors a virtio-blk command takes beyond its data segments (the
 /// request header and the status byte).
-const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
+pub(super) const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
 
 fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     // Judged on the operation requeued most, so a busy disk's other traffic

@@ -19,12 +19,14 @@
 use hdrhistogram::Histogram;
 
 use super::chain::Target;
-use super::split::SplitLimits;
-use super::stats::{new_histogram, op_index};
+use super::diagnose::VIRTIO_HEADER_DESCRIPTORS;
+use super::split::{SplitCause, SplitLimits};
+use super::stats::{new_histogram, op_index, OpStats};
 use super::table::SlotRef;
 use super::Engine;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
-use crate::model::WhatIf;
+use crate::geometry::DiskGeometry;
+use crate::model::{Diagnosis, Evidence, RequeueCause, WhatIf};
 
 /// Sectors in a page: the segment a page-sized or larger bio is counted in.
 const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
@@ -296,6 +298,88 @@ pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
         commands_now,
         commands_now.saturating_sub(splits),
     )
+}
+
+/// What a diagnosis' device saw, for [`attach`].
+pub(super) struct Traffic<'a> {
+    /// Data operations, all origins.
+    pub(super) total: &'a OpStats,
+    pub(super) writes: Option<&'a OpStats>,
+    /// The operation with the most requeues.
+    pub(super) most_requeued: Option<&'a OpStats>,
+}
+
+/// Sets `evidence.what_if` where the diagnosis' fix can be replayed.
+pub(super) fn attach(
+    diagnosis: &mut Diagnosis,
+    geometry: &DiskGeometry,
+    limits: &SplitLimits,
+    traffic: Traffic<'_>,
+) {
+    let total = traffic.total;
+    let predicted = match &mut diagnosis.evidence {
+        Evidence::SubpageBlockSize(_) => traffic
+            .writes
+            .and_then(|writes| page_sized_buffers(&writes.streams, writes.commands, limits)),
+        Evidence::SplitAmplification(evidence) => match total.dominant_cause() {
+            Some(SplitCause::MaxSectors)
+                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
+            {
+                let suggested = suggested_max_sectors_kb(
+                    geometry.max_sectors_kb,
+                    geometry.max_hw_sectors_kb,
+                    p90_bytes(&total.user_io_sectors),
+                );
+                evidence.proposed_max_sectors_kb = Some(suggested);
+                let raised = SplitLimits {
+                    max_sectors: suggested * 1024 / SECTOR_BYTES,
+                    ..*limits
+                };
+                with_limits(&total.streams, total.commands, limits, &raised)
+            }
+            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
+                without_splits(total.commands, total.split_causes[cause.index()])
+            }
+            _ => None,
+        },
+        Evidence::MergeBlocked(_) if geometry.nomerges != 0 => {
+            merging_allowed(&total.streams, total.commands, limits)
+        }
+        Evidence::RequeuedCommands(evidence) => traffic.most_requeued.and_then(|stats| {
+            // The fix for a ring filler: I/O of at most half the ring's pages.
+            let fixed = match evidence.cause {
+                Some(RequeueCause::VirtioRingFull) => {
+                    let half_ring_pages = u64::from(evidence.hw_queue_tags)
+                        .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
+                        .max(1);
+                    SplitLimits {
+                        max_sectors: half_ring_pages * PAGE_SECTORS,
+                        ..*limits
+                    }
+                }
+                None => *limits,
+            };
+            without_requeues(
+                &stats.streams,
+                stats.commands,
+                stats.requeues,
+                limits,
+                &fixed,
+            )
+        }),
+        _ => None,
+    };
+    if let Some(predicted) = predicted {
+        diagnosis.evidence.set_what_if(predicted);
+    }
+}
+
+/// The 90th percentile of a histogram of sectors, in bytes (low end of its bucket).
+fn p90_bytes(sectors: &Histogram<u64>) -> u64 {
+    if sectors.is_empty() {
+        return 0;
+    }
+    sectors.lowest_equivalent(sectors.value_at_quantile(0.9)) * SECTOR_BYTES
 }
 
 /// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
