@@ -242,9 +242,14 @@ impl Tracer {
 
     /// As [`Tracer::start`], with extra environment variables.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Tracer {
-        let mut child = Command::new(binary())
-            .args(args)
-            .envs(env.iter().copied())
+        let mut command = Command::new(binary());
+        command.args(args).envs(env.iter().copied());
+        Tracer::start_command(command)
+    }
+
+    /// Starts a prepared command that runs the binary (e.g. under `unshare`).
+    pub fn start_command(mut command: Command) -> Tracer {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -292,6 +297,41 @@ impl Tracer {
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
+}
+
+impl Tracer {
+    /// The tracer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Kills the tracer with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Our events as the blk tracer's actions (A remap, Q queue, X split, M/F
+/// merges, D issue, C completions), from a report's `events`.
+pub fn blk_actions_of(events: &serde_json::Value) -> Vec<(&'static str, u64)> {
+    let ours = |key: &str| {
+        events[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("events.{key} missing: {events}"))
+    };
+    vec![
+        ("A", ours("remap")),
+        ("Q", ours("queue")),
+        ("X", ours("split")),
+        ("M", ours("backmerge") + ours("rq_merge")),
+        ("F", ours("frontmerge")),
+        ("D", ours("issue")),
+        ("C", ours("complete") + ours("bio_complete")),
+    ]
 }
 
 impl Drop for Tracer {

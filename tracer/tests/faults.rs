@@ -1,0 +1,429 @@
+//! Faults survived on purpose: the real binary while devices come and go,
+//! next to a second instance, killed with SIGKILL, with rings too small for
+//! the load, and without a usable tracefs. Counts are checked against the
+//! kernel's ftrace `blk` tracer or against I/O the test issued itself.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{
+    binary, blk_actions_of, count_actions, dd, privileged, sh, BlkTracer, LoopDisk, PartitionSpec,
+    Tracer,
+};
+
+/// One 32 MiB partition at 1 MiB: aligned, 4 KiB blocks.
+const ONE_PARTITION: &[PartitionSpec] = &[PartitionSpec {
+    start: 2048,
+    size: 65536,
+}];
+
+fn report_json(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|err| panic!("report is not JSON ({err}): {text}"))
+}
+
+/// The report's entry for a disk.
+fn device<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the report: {}", report["devices"]))
+}
+
+/// The report's entry for a partition of a disk.
+fn partition<'a>(disk: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    disk["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the report: {}", disk["partitions"]))
+}
+
+/// Per blk action, what the kernel's blk tracer saw minus what we received.
+fn lost_per_action(report: &serde_json::Value, trace: &str, dev: &str) -> Vec<(String, i64)> {
+    let theirs = count_actions(trace, dev);
+    blk_actions_of(&report["events"])
+        .into_iter()
+        .map(|(action, ours)| {
+            let emitted = theirs.get(action).copied().unwrap_or(0);
+            (action.to_string(), emitted as i64 - ours as i64)
+        })
+        .collect()
+}
+
+// ----- two instances ----------------------------------------------------------
+
+#[test]
+fn two_instances_on_one_device_both_match_the_blk_tracer() {
+    if !privileged("two_instances_on_one_device_both_match_the_blk_tracer") {
+        return;
+    }
+    let mut disk = LoopDisk::new("two", 64, ONE_PARTITION);
+    disk.set_queue("max_sectors_kb", "64");
+    let oracle = BlkTracer::start(&disk.name);
+    let args = ["report", "--json", "-d", &disk.name];
+    let first = Tracer::start(&args);
+    let second = Tracer::start(&args);
+    let p1 = disk.partition(1);
+    // Direct writes that split (max_sectors_kb=64), buffered ones that merge.
+    for (bs, count, flag) in [
+        ("4k", "64", "oflag=direct"),
+        ("1M", "8", "oflag=direct"),
+        ("4k", "512", "conv=fsync"),
+    ] {
+        dd(&[
+            "if=/dev/zero",
+            &format!("of={p1}"),
+            &format!("bs={bs}"),
+            &format!("count={count}"),
+            flag,
+        ]);
+    }
+    let first = report_json(&first.stop());
+    let second = report_json(&second.stop());
+    let trace = oracle.finish();
+    let blk = count_actions(&trace, &disk.blk_dev());
+    assert!(blk.get("X").copied().unwrap_or(0) > 0, "no splits: {blk:?}");
+    for (which, report) in [("first", &first), ("second", &second)] {
+        let events = &report["events"];
+        assert_eq!(events["dropped"], 0, "{which} dropped events: {events}");
+        assert_eq!(events["missed"], 0, "{which} missed events: {events}");
+        let lost = lost_per_action(report, &trace, &disk.blk_dev());
+        assert!(
+            lost.iter().all(|(_, n)| *n == 0),
+            "{which} instance differs from the blk tracer (blk minus ours): {lost:?}\nblk: {blk:?}\nours: {events}"
+        );
+        // The engine's totals for the disk agree too.
+        let ops = device(report, &disk.name)["measures"]["ops"]
+            .as_object()
+            .unwrap();
+        let total = |key: &str| -> u64 { ops.values().map(|op| op[key].as_u64().unwrap()).sum() };
+        let blk_of = |action: &str| blk.get(action).copied().unwrap_or(0);
+        assert_eq!(total("user_ios"), blk_of("Q"), "{which}: {ops:?}");
+        assert_eq!(total("splits"), blk_of("X"), "{which}: {ops:?}");
+        assert_eq!(total("commands"), blk_of("D"), "{which}: {ops:?}");
+    }
+}
+
+// ----- SIGKILL --------------------------------------------------------------
+
+/// Ids of the loaded BPF programs, links (with their program) and maps.
+#[derive(Debug, Default)]
+struct BpfObjects {
+    programs: BTreeSet<u64>,
+    links: BTreeSet<(u64, u64)>,
+    maps: BTreeSet<u64>,
+}
+
+impl BpfObjects {
+    fn now() -> BpfObjects {
+        let list = |what: &str| -> Vec<serde_json::Value> {
+            let text = sh("bpftool", &[what, "show", "--json"]);
+            serde_json::from_str(&text).unwrap_or_default()
+        };
+        let id = |v: &serde_json::Value, key: &str| v[key].as_u64().unwrap_or(0);
+        BpfObjects {
+            programs: list("prog").iter().map(|p| id(p, "id")).collect(),
+            links: list("link")
+                .iter()
+                .map(|l| (id(l, "id"), id(l, "prog_id")))
+                .collect(),
+            maps: list("map").iter().map(|m| id(m, "id")).collect(),
+        }
+    }
+
+    /// What is here and was not in `before`.
+    fn since(&self, before: &BpfObjects) -> BpfObjects {
+        BpfObjects {
+            programs: self
+                .programs
+                .difference(&before.programs)
+                .copied()
+                .collect(),
+            links: self.links.difference(&before.links).copied().collect(),
+            maps: self.maps.difference(&before.maps).copied().collect(),
+        }
+    }
+
+    /// Which of `ours` are still loaded.
+    fn left_of(&self, ours: &BpfObjects) -> BpfObjects {
+        BpfObjects {
+            programs: self
+                .programs
+                .intersection(&ours.programs)
+                .copied()
+                .collect(),
+            links: self
+                .links
+                .iter()
+                .filter(|(link, prog)| {
+                    ours.programs.contains(prog) || ours.links.iter().any(|(l, _)| l == link)
+                })
+                .copied()
+                .collect(),
+            maps: self.maps.intersection(&ours.maps).copied().collect(),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.programs.is_empty() && self.links.is_empty() && self.maps.is_empty()
+    }
+}
+
+#[test]
+fn sigkill_leaves_no_program_link_or_map_behind() {
+    if !privileged("sigkill_leaves_no_program_link_or_map_behind") {
+        return;
+    }
+    let disk = LoopDisk::new("kill", 16, &[]);
+    for flavor in ["raw", "classic"] {
+        let before = BpfObjects::now();
+        let tracer =
+            Tracer::start_with(&["report", "-d", &disk.name], &[("IOSPLIT_PROBES", flavor)]);
+        dd(&[
+            "if=/dev/zero",
+            &format!("of={}", disk.device()),
+            "bs=4k",
+            "count=16",
+            "oflag=direct",
+        ]);
+        let ours = BpfObjects::now().since(&before);
+        assert!(
+            ours.programs.len() >= 8 && !ours.links.is_empty() || flavor == "classic",
+            "{flavor}: the running tracer's programs and links are not listed: {ours:?}"
+        );
+        assert!(
+            !ours.programs.is_empty() && !ours.maps.is_empty(),
+            "{flavor}: nothing of the running tracer is listed: {ours:?}"
+        );
+        tracer.kill();
+        // The kernel frees programs after an RCU grace period: allow a moment.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = BpfObjects::now().left_of(&ours);
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{flavor}: after SIGKILL these are still loaded: {left:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+// ----- forced ring overflow -------------------------------------------------
+
+/// The figure after `label` in the text report's header ("… 1,234 dropped").
+fn figure_before(text: &str, label: &str) -> u64 {
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("events:"))
+        .unwrap_or_else(|| panic!("no events line in:\n{text}"));
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words
+        .iter()
+        .position(|w| w.trim_end_matches(',') == label)
+        .unwrap_or_else(|| panic!("no {label} in {line}"));
+    words[at - 1].replace(',', "").parse().unwrap()
+}
+
+#[test]
+fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
+    if !privileged("a_forced_ring_overflow_is_counted_exactly_and_stated") {
+        return;
+    }
+    let mut disk = LoopDisk::new("overflow", 64, ONE_PARTITION);
+    // One command per user I/O: any other shape in the report is misattribution.
+    disk.set_queue("nomerges", "2");
+    let oracle = BlkTracer::start(&disk.name);
+    // Two 4 KiB rings (one page per CPU on this machine's two CPUs).
+    let small = [("IOSPLIT_RING_KB", "8")];
+    let json = Tracer::start_with(&["report", "--json", "-d", &disk.name], &small);
+    let text = Tracer::start_with(&["report", "-d", &disk.name], &small);
+    let p1 = disk.partition(1);
+    sh(
+        "fio",
+        &[
+            "--name=overflow",
+            &format!("--filename={p1}"),
+            "--rw=randwrite",
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=io_uring",
+            "--iodepth=32",
+            "--size=32m",
+            "--io_size=64m",
+        ],
+    );
+    let json = report_json(&json.stop());
+    let text = text.stop();
+    let trace = oracle.finish();
+    let dev = disk.blk_dev();
+    let blk = count_actions(&trace, &dev);
+
+    let emitted: u64 = ["A", "Q", "X", "M", "F", "D", "C"]
+        .iter()
+        .map(|a| blk.get(*a).copied().unwrap_or(0))
+        .sum();
+    let received: u64 = blk_actions_of(&json["events"]).iter().map(|(_, n)| n).sum();
+    let events = &json["events"];
+    let dropped = events["dropped"].as_u64().unwrap();
+    eprintln!("blk: {blk:?}\nours: {events}\n{}", json["correlation"]);
+    assert!(dropped > 0, "the small rings never overflowed: {events}");
+    assert_eq!(events["missed"], 0, "{events}");
+    assert_eq!(
+        dropped,
+        emitted - received,
+        "dropped must be what the probes emitted ({emitted}, the blk tracer's count) minus what was received ({received})"
+    );
+    // No action was received more often than the kernel emitted it.
+    let lost = lost_per_action(&json, &trace, &dev);
+    assert!(lost.iter().all(|(_, n)| *n >= 0), "{lost:?}");
+
+    // The text instance overflowed on its own rings, and says so.
+    let text_received = figure_before(&text, "received");
+    let text_dropped = figure_before(&text, "dropped");
+    assert!(text_dropped > 0, "{text}");
+    assert_eq!(text_dropped + text_received, emitted, "{text}");
+    assert!(
+        text.contains("lost (ring buffer full)"),
+        "the text report does not state the loss:\n{text}"
+    );
+
+    // Chains that lost an event are not misattributed: every chain that
+    // completed is one 4 KiB user I/O carried by one 4 KiB command.
+    let correlation = &json["correlation"];
+    let writes = &partition(device(&json, &disk.name), &format!("{}p1", disk.name))["measures"]
+        ["ops"]["write"];
+    let count = |key: &str| writes[key].as_u64().unwrap();
+    assert_eq!(count("splits"), 0, "{writes}");
+    assert_eq!(count("merges"), 0, "{writes}");
+    for histogram in ["user_io_size", "command_size"] {
+        let h = &writes[histogram];
+        assert_eq!(h["min"], 4096, "{histogram}: {h}");
+        assert_eq!(h["max"], 4096, "{histogram}: {h}");
+    }
+    for histogram in ["fragments_per_io", "commands_per_io"] {
+        let h = &writes[histogram];
+        assert_eq!(h["max"], 1, "{histogram}: {h}");
+    }
+    let completed = writes["commands_per_io"]["count"].as_u64().unwrap();
+    let queued = count("user_ios");
+    let received_of = |action: &str| {
+        blk_actions_of(events)
+            .into_iter()
+            .find(|(a, _)| *a == action)
+            .unwrap()
+            .1
+    };
+    assert!(completed <= received_of("D").min(received_of("C")));
+    // Every queued chain is accounted for: completed, incomplete or in flight.
+    let unfinished =
+        correlation["incomplete"].as_u64().unwrap() + correlation["in_flight"].as_u64().unwrap();
+    assert_eq!(queued, completed + unfinished, "{correlation} {writes}");
+    let lost_d_or_c: i64 = lost
+        .iter()
+        .filter(|(a, _)| a == "D" || a == "C")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(
+        correlation["incomplete"].as_u64().unwrap() > 0 || lost_d_or_c == 0,
+        "chains lost {lost_d_or_c} issues or completions but none is counted incomplete: {correlation}"
+    );
+}
+
+#[test]
+fn a_bad_ring_size_is_one_clear_line() {
+    if !privileged("a_bad_ring_size_is_one_clear_line") {
+        return;
+    }
+    let out = Command::new(binary())
+        .args(["report", "--duration", "1"])
+        .env("IOSPLIT_RING_KB", "2")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("IOSPLIT_RING_KB=2"), "{stderr}");
+}
+
+// ----- tracefs ----------------------------------------------------------------
+
+/// A shell line, run in a private mount namespace, that hides tracefs at its
+/// usual places and then runs `then` without CAP_SYS_ADMIN (so it cannot
+/// mount tracefs itself). Nothing leaves the namespace.
+fn without_tracefs(mount_elsewhere: Option<&str>, then: &str) -> Command {
+    let mut script = String::from("set -e; mount -t tmpfs none /sys/kernel/tracing; ");
+    script
+        .push_str("if [ -d /sys/kernel/debug ]; then mount -t tmpfs none /sys/kernel/debug; fi; ");
+    if let Some(path) = mount_elsewhere {
+        script.push_str(&format!("mount -t tracefs nodev {path}; "));
+    }
+    script.push_str("exec setpriv --bounding-set -sys_admin -- ");
+    script.push_str(then);
+    let mut command = Command::new("unshare");
+    command.args(["--mount", "--propagation", "private", "sh", "-c", &script]);
+    command
+}
+
+#[test]
+fn tracefs_that_cannot_be_mounted_is_one_clear_line() {
+    if !privileged("tracefs_that_cannot_be_mounted_is_one_clear_line") {
+        return;
+    }
+    let out = without_tracefs(None, &format!("{} report --duration 1", binary()))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "not one line: {stderr}");
+    assert!(
+        stderr.contains("tracefs") && stderr.contains("mount -t tracefs"),
+        "{stderr}"
+    );
+}
+
+/// An empty directory, removed on drop.
+struct TempDir(std::path::PathBuf);
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir(&self.0);
+    }
+}
+
+#[test]
+fn tracefs_mounted_elsewhere_is_used() {
+    if !privileged("tracefs_mounted_elsewhere_is_used") {
+        return;
+    }
+    let disk = LoopDisk::new("tracefs", 16, &[]);
+    let elsewhere =
+        TempDir(std::env::temp_dir().join(format!("iosplit-tracefs-{}", std::process::id())));
+    std::fs::create_dir_all(&elsewhere.0).unwrap();
+    let tracer = Tracer::start_command(without_tracefs(
+        Some(elsewhere.0.to_str().unwrap()),
+        &format!("{} report --json -d {}", binary(), disk.name),
+    ));
+    dd(&[
+        "if=/dev/zero",
+        &format!("of={}", disk.device()),
+        "bs=4k",
+        "count=32",
+        "oflag=direct",
+    ]);
+    let report = report_json(&tracer.stop());
+    let writes = &device(&report, &disk.name)["measures"]["ops"]["write"];
+    assert_eq!(writes["user_ios"], 32, "{writes}");
+    assert_eq!(writes["commands"], 32, "{writes}");
+}
