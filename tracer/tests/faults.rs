@@ -427,3 +427,96 @@ fn tracefs_mounted_elsewhere_is_used() {
     assert_eq!(writes["user_ios"], 32, "{writes}");
     assert_eq!(writes["commands"], 32, "{writes}");
 }
+
+// ----- devices coming and going ---------------------------------------------
+
+/// Direct 4 KiB writes: one user I/O and one command each.
+fn write_direct(target: &str, count: u32) {
+    dd(&[
+        "if=/dev/zero",
+        &format!("of={target}"),
+        "bs=4k",
+        &format!("count={count}"),
+        "oflag=direct",
+    ]);
+}
+
+#[test]
+fn a_device_removed_mid_trace_is_marked_gone_and_keeps_its_counts() {
+    if !privileged("a_device_removed_mid_trace_is_marked_gone_and_keeps_its_counts") {
+        return;
+    }
+    let disk = LoopDisk::new("gone", 48, ONE_PARTITION);
+    let name = disk.name.clone();
+    let json = Tracer::start(&["report", "--json", "-d", &name]);
+    let text = Tracer::start(&["report", "-d", &name]);
+    write_direct(&disk.partition(1), 64);
+    write_direct(&disk.device(), 16);
+    // Detach the loop device (partitions first) while both still trace it.
+    drop(disk);
+    std::thread::sleep(Duration::from_millis(2500));
+    let report = report_json(&json.stop());
+    let text = text.stop();
+
+    let gone = device(&report, &name);
+    assert_eq!(gone["gone"], true, "the disk is not marked gone: {gone}");
+    let part = partition(gone, &format!("{name}p1"));
+    assert_eq!(
+        part["gone"], true,
+        "the partition is not marked gone: {part}"
+    );
+    // Nothing counted before the removal is lost.
+    let part_writes = &part["measures"]["ops"]["write"];
+    assert_eq!(part_writes["user_ios"], 64, "{part_writes}");
+    assert_eq!(part_writes["commands"], 64, "{part_writes}");
+    let disk_writes = &gone["measures"]["ops"]["write"];
+    assert_eq!(disk_writes["user_ios"], 64 + 16, "{disk_writes}");
+    assert_eq!(disk_writes["commands"], 64 + 16, "{disk_writes}");
+    let header = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{name} (")))
+        .unwrap_or_else(|| panic!("no {name} section in:\n{text}"));
+    assert!(header.contains("gone"), "{header}");
+}
+
+#[test]
+fn a_device_added_mid_trace_appears_in_a_later_interval() {
+    if !privileged("a_device_added_mid_trace_appears_in_a_later_interval") {
+        return;
+    }
+    let tracer = Tracer::start(&["report", "--json", "--interval", "1"]);
+    std::thread::sleep(Duration::from_millis(1200));
+    let disk = LoopDisk::new("added", 48, ONE_PARTITION);
+    write_direct(&disk.partition(1), 32);
+    std::thread::sleep(Duration::from_millis(2500));
+    let out = tracer.stop();
+    let intervals: Vec<serde_json::Value> = out.lines().map(report_json).collect();
+    assert!(intervals.len() >= 3, "{} intervals", intervals.len());
+    let listed = |report: &serde_json::Value| {
+        report["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["name"] == disk.name.as_str())
+    };
+    assert!(
+        !listed(&intervals[0]),
+        "{} listed before it existed",
+        disk.name
+    );
+    let later = intervals
+        .iter()
+        .rposition(listed)
+        .unwrap_or_else(|| panic!("{} never listed by name", disk.name));
+    let part_name = format!("{}p1", disk.name);
+    let written: u64 = intervals[later..]
+        .iter()
+        .chain(intervals[..later].iter().filter(|r| listed(r)))
+        .map(|r| {
+            partition(device(r, &disk.name), &part_name)["measures"]["ops"]["write"]["user_ios"]
+                .as_u64()
+                .unwrap_or(0)
+        })
+        .sum();
+    assert_eq!(written, 32, "writes to {part_name} across the intervals");
+}

@@ -835,7 +835,9 @@ fn drain<S: EventSink>(
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_recursion_misses, parse_ring_kb, ring_sizes, DEFAULT_RING_FLOOR, PAGE_BYTES};
+    use super::{
+        parse_recursion_misses, parse_ring_kb, ring_sizes, DEFAULT_RING_FLOOR, PAGE_BYTES,
+    };
 
     #[test]
     fn the_rings_share_the_total_among_the_cpus_that_write_them() {

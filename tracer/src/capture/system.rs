@@ -105,7 +105,9 @@ fn unescape_mount_path(field: &str) -> String {
     let mut rest = field;
     while let Some(at) = rest.find('\\') {
         out.push_str(&rest[..at]);
-        let code = rest.get(at + 1..at + 4).and_then(|oct| u8::from_str_radix(oct, 8).ok());
+        let code = rest
+            .get(at + 1..at + 4)
+            .and_then(|oct| u8::from_str_radix(oct, 8).ok());
         match code {
             Some(byte) => {
                 out.push(char::from(byte));

@@ -49,7 +49,7 @@ fn live(scope_args: &cli::Scope) -> Result<ExitCode> {
     let config = scope::capture_config(&devices);
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;
-    let mut live = session::LiveSession::new(capture);
+    let mut live = session::LiveSession::new(capture, &devices);
     let report = tui::run_tui(&mut live)?;
     drop(live);
     output::emit(&report, false, None)?;
