@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     binary, blk_actions_of, count_actions, dd, privileged, sh, BlkTracer, LoopDisk, PartitionSpec,
-    Tracer,
+    Tmux, Tracer,
 };
 
 /// One 32 MiB partition at 1 MiB: aligned, 4 KiB blocks.
@@ -270,11 +270,12 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     let dev = disk.blk_dev();
     let blk = count_actions(&trace, &dev);
 
-    let emitted: u64 = ["A", "Q", "X", "M", "F", "D", "C"]
+    let ours = blk_actions_of(&json["events"]);
+    let emitted: u64 = ours
         .iter()
-        .map(|a| blk.get(*a).copied().unwrap_or(0))
+        .map(|(action, _)| blk.get(*action).copied().unwrap_or(0))
         .sum();
-    let received: u64 = blk_actions_of(&json["events"]).iter().map(|(_, n)| n).sum();
+    let received: u64 = ours.iter().map(|(_, n)| n).sum();
     let events = &json["events"];
     let dropped = events["dropped"].as_u64().unwrap();
     eprintln!("blk: {blk:?}\nours: {events}\n{}", json["correlation"]);
@@ -519,4 +520,31 @@ fn a_device_added_mid_trace_appears_in_a_later_interval() {
         })
         .sum();
     assert_eq!(written, 32, "writes to {part_name} across the intervals");
+}
+
+#[test]
+fn a_device_added_mid_trace_appears_in_the_live_view() {
+    if !privileged("a_device_added_mid_trace_appears_in_the_live_view") {
+        return;
+    }
+    let session = format!("iosplit-faults-{}", std::process::id());
+    let tmux = Tmux::start(&session, &format!("{}; echo EXITED=$?; sleep 60", binary()));
+    tmux.wait_for(&["iosplit-trace", "events/s"], Duration::from_secs(20));
+    let disk = LoopDisk::new("live-added", 48, ONE_PARTITION);
+    let part = format!("{}p1", disk.name);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let screen = loop {
+        write_direct(&disk.partition(1), 64);
+        let screen = tmux.screen();
+        if screen.contains(&part) || Instant::now() > deadline {
+            break screen;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert!(
+        screen.contains(&part),
+        "the live view never showed {part}:\n{screen}"
+    );
+    tmux.keys(&["q"]);
+    tmux.wait_for(&["EXITED=0"], Duration::from_secs(10));
 }

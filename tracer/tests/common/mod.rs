@@ -332,6 +332,15 @@ pub fn blk_actions_of(events: &serde_json::Value) -> Vec<(&'static str, u64)> {
         ("D", ours("issue")),
         ("C", ours("complete") + ours("bio_complete")),
     ]
+    .into_iter()
+    // Requeues, where the probes report them.
+    .chain(
+        events
+            .get("requeue")
+            .and_then(|n| n.as_u64())
+            .map(|n| ("R", n)),
+    )
+    .collect()
 }
 
 impl Drop for Tracer {
@@ -346,4 +355,76 @@ impl Drop for Tracer {
 /// `dd` with these arguments, panicking on failure.
 pub fn dd(args: &[&str]) {
     sh("dd", &[args, &["status=none"]].concat());
+}
+
+/// A tmux session, killed on drop.
+pub struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    pub fn start(session: &str, command: &str) -> Tmux {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", session])
+            .status();
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "120",
+                "-y",
+                "40",
+                command,
+            ])
+            .status()
+            .expect("tmux runs");
+        assert!(status.success(), "tmux new-session failed");
+        Tmux {
+            session: session.to_string(),
+        }
+    }
+
+    pub fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .expect("capture-pane runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .expect("send-keys runs");
+        assert!(status.success());
+    }
+
+    /// Waits until the screen shows every needle; panics with the screen otherwise.
+    pub fn wait_for(&self, needles: &[&str], within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = self.screen();
+            if needles.iter().all(|n| screen.contains(n)) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "screen never showed {needles:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
 }
