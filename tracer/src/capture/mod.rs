@@ -747,11 +747,28 @@ fn consume<S: EventSink>(
     // Owned here so that finishing can detach every probe (by dropping the
     // programs) while the rings and counters, taken out above, live on.
     let mut programs = Some(ebpf);
+    // Block events the kernel dropped so far (one map read per drain): the
+    // sink hears of each new loss, so chains in flight count as incomplete.
+    let dropped_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
+        counters
+            .as_ref()
+            .and_then(|map| map.get(&counter::DROPPED, 0).ok())
+            .map_or(0, |per_cpu| per_cpu.iter().sum::<u64>())
+    };
+    let mut dropped_seen = 0;
+    let mut note_losses = |dropped: u64, sink: &mut S| {
+        if dropped > dropped_seen {
+            dropped_seen = dropped;
+            sink.events_lost();
+        }
+    };
     loop {
         match &waiter {
             Some(waiter) => waiter.wait(),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
+        // Read before the cutoff: a drop counted now hit a chain queued before it.
+        let dropped = dropped_now(&counters);
         let cutoff = reorder::monotonic_ns();
         drain(
             &mut events,
@@ -761,6 +778,7 @@ fn consume<S: EventSink>(
             cutoff,
             &mut sink,
         );
+        note_losses(dropped, &mut sink);
         if let Some(logger) = logger.as_mut() {
             logger.flush();
         }
@@ -788,6 +806,7 @@ fn consume<S: EventSink>(
                 u64::MAX,
                 &mut sink,
             );
+            note_losses(dropped_now(&counters), &mut sink);
             sink.drained(Instant::now());
             if let Some(job) = last_job {
                 report_dirty(&mut sink);

@@ -23,6 +23,7 @@
 
 pub mod audit;
 mod diagnose;
+mod faults;
 pub mod split;
 pub mod stats;
 mod table;
@@ -163,6 +164,9 @@ struct Command {
     /// Its fragments in sector order.
     head: u32,
     tail: u32,
+    /// In flight when events were lost: the completion it gets may be another
+    /// command's, so its latency is not recorded.
+    lost: bool,
 }
 
 impl Default for Command {
@@ -175,6 +179,7 @@ impl Default for Command {
             epoch: 0,
             head: NIL,
             tail: NIL,
+            lost: false,
         }
     }
 }
@@ -253,6 +258,8 @@ pub(crate) struct PartState {
     pub name: String,
     pub geometry: PartitionGeometry,
     pub stats: ScopeStats,
+    /// Missing from sysfs at the last refresh.
+    pub gone: bool,
 }
 
 pub(crate) struct DeviceState {
@@ -265,6 +272,8 @@ pub(crate) struct DeviceState {
     /// Traffic to the disk itself, not through a partition.
     pub whole: ScopeStats,
     pub parts: Vec<PartState>,
+    /// Missing from sysfs (or without media) at the last refresh.
+    pub gone: bool,
     seen_issue: bool,
     last_issue: [LastIssue; OP_COUNT],
 }
@@ -282,6 +291,7 @@ impl DeviceState {
             limits: SplitLimits::default(),
             whole: ScopeStats::default(),
             parts: Vec::new(),
+            gone: false,
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
         }
@@ -449,6 +459,7 @@ impl Engine {
                     name: String::new(),
                     geometry: PartitionGeometry::default(),
                     stats: ScopeStats::default(),
+                    gone: false,
                 });
                 device.parts.len() - 1
             }
@@ -781,6 +792,7 @@ impl Engine {
                 epoch: self.epoch,
                 head: NIL,
                 tail: NIL,
+                lost: false,
             };
             command_index =
                 self.commands
@@ -897,7 +909,7 @@ impl Engine {
             }
         }
         if done_end >= command.end {
-            if command.epoch == self.epoch {
+            if command.epoch == self.epoch && !command.lost {
                 let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
                 self.stats_mut(command.target)
                     .issue_to_complete_us
@@ -1204,6 +1216,7 @@ impl Engine {
                 ..PartitionGeometry::default()
             },
             stats: ScopeStats::default(),
+            gone: false,
         });
         let part = (device.parts.len() - 1) as u32;
         self.dev_index.insert(dev, DevSlot { disk, part });
@@ -1237,6 +1250,7 @@ impl Engine {
                             dev: DevId::from_kernel(part.dev).to_string(),
                             geometry: part.geometry.clone(),
                             measures: stats::measures(&per_op),
+                            gone: part.gone,
                         }
                     })
                     .collect();
@@ -1248,6 +1262,7 @@ impl Engine {
                     geometry: device.geometry.clone(),
                     measures: stats::measures(&disk_total),
                     partitions,
+                    gone: device.gone,
                 }
             })
             .collect()
@@ -1331,5 +1346,9 @@ impl crate::sink::EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn events_lost(&mut self) {
+        Engine::events_lost(self)
     }
 }

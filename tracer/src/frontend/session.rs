@@ -150,7 +150,7 @@ pub fn refresh_geometry(
     now: bool,
 ) -> Result<()> {
     match watch.changed(now) {
-        Some(disks) => capture.query(move |engine, _| engine.set_disks(disks)),
+        Some(disks) => capture.query(move |engine, _| engine.refresh_disks(disks)),
         None => Ok(()),
     }
 }
