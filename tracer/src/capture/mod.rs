@@ -340,7 +340,7 @@ fn ring_bytes_from_env() -> Result<Option<u32>> {
 
 fn parse_ring_kb(value: &str) -> Option<u32> {
     let kb: u32 = value.trim().parse().ok()?;
-    (4..=MAX_RING_KB).contains(&kb).then(|| kb << 10)
+    (4..=MAX_RING_KB).contains(&kb).then_some(kb << 10)
 }
 
 /// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
