@@ -501,7 +501,7 @@ impl DirtyCounts {
     }
 }
 
-/// Index of the counters in the per-CPU `COUNTERS` array.
+/// Index of the counters in the `COUNTERS` array (shared, bumped atomically).
 pub mod counter {
     /// Block events lost because the ring buffer was full.
     pub const DROPPED: u32 = 0;

@@ -16,6 +16,15 @@ use common::{
     Tmux, Tracer,
 };
 
+/// These tests share the kernel's tracing state (the blk tracer, the list of
+/// BPF programs), so they run one at a time even when cargo runs them in threads.
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    // A failed test poisons the lock; the next one still runs.
+    LOCK.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// One 32 MiB partition at 1 MiB: aligned, 4 KiB blocks.
 const ONE_PARTITION: &[PartitionSpec] = &[PartitionSpec {
     start: 2048,
@@ -65,6 +74,7 @@ fn two_instances_on_one_device_both_match_the_blk_tracer() {
     if !privileged("two_instances_on_one_device_both_match_the_blk_tracer") {
         return;
     }
+    let _serial = one_at_a_time();
     let mut disk = LoopDisk::new("two", 64, ONE_PARTITION);
     disk.set_queue("max_sectors_kb", "64");
     let oracle = BlkTracer::start(&disk.name);
@@ -182,6 +192,7 @@ fn sigkill_leaves_no_program_link_or_map_behind() {
     if !privileged("sigkill_leaves_no_program_link_or_map_behind") {
         return;
     }
+    let _serial = one_at_a_time();
     let disk = LoopDisk::new("kill", 16, &[]);
     for flavor in ["raw", "classic"] {
         let before = BpfObjects::now();
@@ -241,6 +252,7 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     if !privileged("a_forced_ring_overflow_is_counted_exactly_and_stated") {
         return;
     }
+    let _serial = one_at_a_time();
     let mut disk = LoopDisk::new("overflow", 64, ONE_PARTITION);
     // One command per user I/O: any other shape in the report is misattribution.
     disk.set_queue("nomerges", "2");
@@ -366,6 +378,7 @@ fn a_bad_ring_size_is_one_clear_line() {
     if !privileged("a_bad_ring_size_is_one_clear_line") {
         return;
     }
+    let _serial = one_at_a_time();
     let out = Command::new(binary())
         .args(["report", "--duration", "1"])
         .env("IOSPLIT_RING_KB", "2")
@@ -401,6 +414,7 @@ fn tracefs_that_cannot_be_mounted_is_one_clear_line() {
     if !privileged("tracefs_that_cannot_be_mounted_is_one_clear_line") {
         return;
     }
+    let _serial = one_at_a_time();
     let out = without_tracefs(None, &format!("{} report --duration 1", binary()))
         .output()
         .unwrap();
@@ -427,6 +441,7 @@ fn tracefs_mounted_elsewhere_is_used() {
     if !privileged("tracefs_mounted_elsewhere_is_used") {
         return;
     }
+    let _serial = one_at_a_time();
     let disk = LoopDisk::new("tracefs", 16, &[]);
     let elsewhere =
         TempDir(std::env::temp_dir().join(format!("iosplit-tracefs-{}", std::process::id())));
@@ -466,6 +481,7 @@ fn a_device_removed_mid_trace_is_marked_gone_and_keeps_its_counts() {
     if !privileged("a_device_removed_mid_trace_is_marked_gone_and_keeps_its_counts") {
         return;
     }
+    let _serial = one_at_a_time();
     let disk = LoopDisk::new("gone", 48, ONE_PARTITION);
     let name = disk.name.clone();
     let json = Tracer::start(&["report", "--json", "-d", &name]);
@@ -504,6 +520,7 @@ fn a_device_added_mid_trace_appears_in_a_later_interval() {
     if !privileged("a_device_added_mid_trace_appears_in_a_later_interval") {
         return;
     }
+    let _serial = one_at_a_time();
     let tracer = Tracer::start(&["report", "--json", "--interval", "1"]);
     std::thread::sleep(Duration::from_millis(1200));
     let disk = LoopDisk::new("added", 48, ONE_PARTITION);
@@ -546,6 +563,7 @@ fn a_device_added_mid_trace_appears_in_the_live_view() {
     if !privileged("a_device_added_mid_trace_appears_in_the_live_view") {
         return;
     }
+    let _serial = one_at_a_time();
     let session = format!("iosplit-faults-{}", std::process::id());
     let tmux = Tmux::start(&session, &format!("{}; echo EXITED=$?; sleep 60", binary()));
     tmux.wait_for(&["iosplit-trace", "events/s"], Duration::from_secs(20));

@@ -12,7 +12,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel_buf,
     },
     macros::{map, tracepoint},
-    maps::{ring_buf::RingBufEntry, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
+    maps::{ring_buf::RingBufEntry, Array, HashMap, PerCpuHashMap, RingBuf},
     programs::TracePointContext,
     EbpfContext, Global,
 };
@@ -61,8 +61,11 @@ pub fn ring() -> &'static RingBuf {
     }
 }
 
+/// Shared by all CPUs and bumped atomically (only on failure paths): the
+/// kernel runs per-CPU increments as plain load-add-store, and a probe in
+/// interrupt context nesting inside one on the same CPU lost drops from the count.
 #[map(name = "COUNTERS")]
-pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
+pub static COUNTERS: Array<u64> = Array::with_max_entries(counter::COUNT, 0);
 
 /// Whole-disk (and stacked-device) `dev_t`s in scope, when `FILTER_DEVICES` is set.
 #[map(name = "DEVICES")]
@@ -104,8 +107,14 @@ static DIRTY_BUFFER_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABS
 #[inline(always)]
 pub fn bump(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
-        unsafe { *slot += 1 };
+        // SAFETY: an aligned u64 in the map, valid while the program runs.
+        // (`AtomicU64::fetch_add` is not offered on the BPF target; the
+        // intrinsic with an unused result is BPF's `lock +=`.)
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                slot, 1,
+            )
+        };
     }
 }
 
