@@ -585,3 +585,38 @@ fn a_device_added_mid_trace_appears_in_the_live_view() {
     tmux.keys(&["q"]);
     tmux.wait_for(&["EXITED=0"], Duration::from_secs(10));
 }
+
+#[test]
+fn a_terminal_that_hangs_up_ends_the_live_view() {
+    if !privileged("a_terminal_that_hangs_up_ends_the_live_view") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let disk = LoopDisk::new("hangup", 16, &[]);
+    let before = BpfObjects::now();
+    let session = format!("iosplit-hangup-{}", std::process::id());
+    let tmux = Tmux::start(
+        &session,
+        &format!("{} -d {}; sleep 60", binary(), disk.name),
+    );
+    tmux.wait_for(&["iosplit-trace", "events/s"], Duration::from_secs(20));
+    let tracer = tmux.pane_children();
+    assert_eq!(tracer.len(), 1, "one tracer in the pane: {tracer:?}");
+    let ours = BpfObjects::now().since(&before);
+    tmux.hang_up();
+    let pid = tracer[0];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if Instant::now() > deadline {
+            // SAFETY: the tracer this test started.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            panic!("the live view kept running after its terminal hung up");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !BpfObjects::now().left_of(&ours).is_empty() {
+        assert!(Instant::now() < deadline, "probes left after the hangup");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}

@@ -421,10 +421,52 @@ impl Tmux {
     }
 }
 
-impl Drop for Tmux {
-    fn drop(&mut self) {
+impl Tmux {
+    /// Processes started by the pane's shell (the binary under test).
+    pub fn pane_children(&self) -> Vec<u32> {
+        let out = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &self.session, "#{pane_pid}"])
+            .output()
+            .expect("display-message runs");
+        let pane = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        children_of(&pane)
+    }
+
+    /// Kills the session as a closed terminal would: the pane's pty goes away.
+    pub fn hang_up(&self) {
         let _ = Command::new("tmux")
             .args(["kill-session", "-t", &self.session])
             .status();
+    }
+}
+
+/// Process ids whose parent is `parent`, from /proc.
+pub fn children_of(parent: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                // "pid (comm) state ppid …": comm may hold spaces, so split after ')'.
+                .and_then(|stat| {
+                    Some(stat.rsplit_once(')')?.1.split_whitespace().nth(1)? == parent)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        // A binary left running (a failed test) must not outlive the session.
+        let children = self.pane_children();
+        self.hang_up();
+        for pid in children {
+            // SAFETY: signalling a process this test started in its pane.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
     }
 }
