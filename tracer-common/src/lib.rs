@@ -2,126 +2,140 @@
 //!
 //! Every type is `#[repr(C)]` with explicit padding and no `bool`/`Option`,
 //! so the two sides agree byte for byte. The `user` feature adds `aya::Pod`.
+//!
+//! [`with_block_probes!`] is the one table of block probes: the event kinds,
+//! their tracepoints, JSON keys and program names on both sides come from it.
 #![no_std]
 
-/// Which block tracepoint produced a [`BlockEvent`].
+/// The one table of block probes. Calls `$callback!` with every row, so each
+/// list of probes (the [`EventKind`] enum and its names here, the programs in
+/// tracer-ebpf, the counters in the report) is generated from these rows and
+/// none can fall out of step. Adding a probe is a row here, its bodies in
+/// tracer-ebpf (raw) and in `capture/format.rs` (classic fields), and the
+/// engine's handler.
 ///
-/// The values index [`EventKind::ALL`] and the per-CPU counters, so they are dense.
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EventKind {
-    Remap = 0,
-    Queue = 1,
-    Split = 2,
-    Backmerge = 3,
-    Frontmerge = 4,
-    RqMerge = 5,
-    Issue = 6,
-    Complete = 7,
-    BioComplete = 8,
-    DirtyBuffer = 9,
+/// A row: `Kind: tracepoint, json_key, classic_program, raw_program, object, arguments;`
+/// - `tracepoint`: the kernel tracepoint, in the `block` category;
+/// - `json_key`: the key in the report's `events` object;
+/// - `classic_program`, `raw_program`: the eBPF programs of each flavor;
+/// - `object`: the [`ProbeObject`] the raw tracepoint's first argument points to;
+/// - `arguments`: the raw tracepoint's arguments (`TP_PROTO`), checked against BTF.
+///
+/// Rows are in wire order (the kind's value); new rows go at the end.
+#[macro_export]
+macro_rules! with_block_probes {
+    ($callback:ident) => {
+        $callback! {
+            /// `block_bio_remap`: a bio moved from a partition (or upper device) to its disk.
+            Remap: block_bio_remap, remap, bio_remap, raw_bio_remap, Bio, 3;
+            /// `block_bio_queue`: a bio submitted to the block layer.
+            Queue: block_bio_queue, queue, bio_queue, raw_bio_queue, Bio, 1;
+            /// `block_split`: a bio cut at `new_sector`.
+            Split: block_split, split, split, raw_split, Bio, 2;
+            /// `block_bio_backmerge`: a bio appended to a pending request.
+            Backmerge: block_bio_backmerge, backmerge, bio_backmerge, raw_bio_backmerge, Bio, 1;
+            /// `block_bio_frontmerge`: a bio prepended to a pending request.
+            Frontmerge: block_bio_frontmerge, frontmerge, bio_frontmerge, raw_bio_frontmerge, Bio, 1;
+            /// `block_rq_merge`: two pending requests merged.
+            RqMerge: block_rq_merge, rq_merge, rq_merge, raw_rq_merge, Request, 1;
+            /// `block_rq_issue`: a request handed to the driver (a device command).
+            Issue: block_rq_issue, issue, rq_issue, raw_rq_issue, Request, 1;
+            /// `block_rq_complete`: a request completed, possibly in part.
+            Complete: block_rq_complete, complete, rq_complete, raw_rq_complete, Request, 3;
+            /// `block_bio_complete`: a bio completed on a bio-based device.
+            BioComplete: block_bio_complete, bio_complete, bio_complete, raw_bio_complete, Bio, 2;
+            /// `block_dirty_buffer`: a buffer head dirtied (counted in the kernel).
+            DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, raw_dirty_buffer, BufferHead, 1;
+            /// `block_rq_requeue`: the driver gave an issued request back; it is issued again later.
+            Requeue: block_rq_requeue, requeue, rq_requeue, raw_rq_requeue, Request, 1;
+        }
+    };
 }
 
-impl EventKind {
-    pub const COUNT: usize = 10;
-    pub const ALL: [EventKind; Self::COUNT] = [
-        EventKind::Remap,
-        EventKind::Queue,
-        EventKind::Split,
-        EventKind::Backmerge,
-        EventKind::Frontmerge,
-        EventKind::RqMerge,
-        EventKind::Issue,
-        EventKind::Complete,
-        EventKind::BioComplete,
-        EventKind::DirtyBuffer,
-    ];
+/// What a block raw tracepoint's first argument points to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeObject {
+    /// `struct bio *` (for `block_bio_complete`, the second argument).
+    Bio,
+    /// `struct request *`.
+    Request,
+    /// `struct buffer_head *`.
+    BufferHead,
+}
 
+macro_rules! define_event_kind {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+    )*) => {
+        /// Which block tracepoint produced a [`BlockEvent`]; one per row of
+        /// [`with_block_probes!`].
+        ///
+        /// The values index [`EventKind::ALL`], the report's counters and the
+        /// classic probes' offsets, so they are dense.
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum EventKind {
+            $($(#[doc = $doc])* $kind,)*
+        }
+
+        impl EventKind {
+            pub const ALL: [EventKind; Self::COUNT] = [$(EventKind::$kind,)*];
+            pub const COUNT: usize = [$(stringify!($kind),)*].len();
+
+            /// The kernel tracepoint name, under the `block` category.
+            pub const fn tracepoint(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => stringify!($tracepoint),)*
+                }
+            }
+
+            /// The key used for this kind in the JSON `events` object.
+            pub const fn json_key(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => stringify!($json),)*
+                }
+            }
+
+            /// The classic-tracepoint program (format-file offsets).
+            pub const fn program(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => stringify!($classic),)*
+                }
+            }
+
+            /// The raw-tracepoint program (BTF layouts).
+            pub const fn raw_program(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => stringify!($raw),)*
+                }
+            }
+
+            /// What the raw tracepoint's (first) argument points to.
+            pub const fn object(self) -> ProbeObject {
+                match self {
+                    $(EventKind::$kind => ProbeObject::$object,)*
+                }
+            }
+
+            /// The raw tracepoint's arguments (its `TP_PROTO`).
+            pub const fn arguments(self) -> usize {
+                match self {
+                    $(EventKind::$kind => $arguments,)*
+                }
+            }
+        }
+    };
+}
+
+with_block_probes!(define_event_kind);
+
+impl EventKind {
     pub const fn from_u8(value: u8) -> Option<EventKind> {
         if (value as usize) < Self::COUNT {
             Some(Self::ALL[value as usize])
         } else {
             None
-        }
-    }
-
-    /// The kernel tracepoint name, under the `block` category.
-    pub const fn tracepoint(self) -> &'static str {
-        match self {
-            EventKind::Remap => "block_bio_remap",
-            EventKind::Queue => "block_bio_queue",
-            EventKind::Split => "block_split",
-            EventKind::Backmerge => "block_bio_backmerge",
-            EventKind::Frontmerge => "block_bio_frontmerge",
-            EventKind::RqMerge => "block_rq_merge",
-            EventKind::Issue => "block_rq_issue",
-            EventKind::Complete => "block_rq_complete",
-            EventKind::BioComplete => "block_bio_complete",
-            EventKind::DirtyBuffer => "block_dirty_buffer",
-        }
-    }
-
-    /// The key used for this kind in the JSON `events` object.
-    pub const fn json_key(self) -> &'static str {
-        match self {
-            EventKind::Remap => "remap",
-            EventKind::Queue => "queue",
-            EventKind::Split => "split",
-            EventKind::Backmerge => "backmerge",
-            EventKind::Frontmerge => "frontmerge",
-            EventKind::RqMerge => "rq_merge",
-            EventKind::Issue => "issue",
-            EventKind::Complete => "complete",
-            EventKind::BioComplete => "bio_complete",
-            EventKind::DirtyBuffer => "dirty_buffer",
-        }
-    }
-
-    /// The eBPF program that handles this tracepoint.
-    pub const fn program(self) -> &'static str {
-        match self {
-            EventKind::Remap => "bio_remap",
-            EventKind::Queue => "bio_queue",
-            EventKind::Split => "split",
-            EventKind::Backmerge => "bio_backmerge",
-            EventKind::Frontmerge => "bio_frontmerge",
-            EventKind::RqMerge => "rq_merge",
-            EventKind::Issue => "rq_issue",
-            EventKind::Complete => "rq_complete",
-            EventKind::BioComplete => "bio_complete",
-            EventKind::DirtyBuffer => "dirty_buffer",
-        }
-    }
-
-    /// The raw-tracepoint program for this tracepoint (BTF layouts).
-    pub const fn raw_program(self) -> &'static str {
-        match self {
-            EventKind::Remap => "raw_bio_remap",
-            EventKind::Queue => "raw_bio_queue",
-            EventKind::Split => "raw_split",
-            EventKind::Backmerge => "raw_bio_backmerge",
-            EventKind::Frontmerge => "raw_bio_frontmerge",
-            EventKind::RqMerge => "raw_rq_merge",
-            EventKind::Issue => "raw_rq_issue",
-            EventKind::Complete => "raw_rq_complete",
-            EventKind::BioComplete => "raw_bio_complete",
-            EventKind::DirtyBuffer => "raw_dirty_buffer",
-        }
-    }
-
-    /// The name of the global that carries this tracepoint's field offsets.
-    pub const fn offsets_global(self) -> &'static str {
-        match self {
-            EventKind::Remap => "REMAP_FIELDS",
-            EventKind::Queue => "QUEUE_FIELDS",
-            EventKind::Split => "SPLIT_FIELDS",
-            EventKind::Backmerge => "BACKMERGE_FIELDS",
-            EventKind::Frontmerge => "FRONTMERGE_FIELDS",
-            EventKind::RqMerge => "RQ_MERGE_FIELDS",
-            EventKind::Issue => "ISSUE_FIELDS",
-            EventKind::Complete => "COMPLETE_FIELDS",
-            EventKind::BioComplete => "BIO_COMPLETE_FIELDS",
-            EventKind::DirtyBuffer => "DIRTY_BUFFER_FIELDS",
         }
     }
 }
@@ -151,6 +165,10 @@ pub struct FieldOffsets {
     pub enabled: u16,
 }
 
+/// The classic probes' offsets, indexed by [`EventKind`]: one global for all
+/// kinds, so a new kind needs no new global.
+pub type ClassicFields = [FieldOffsets; EventKind::COUNT];
+
 impl FieldOffsets {
     pub const ABSENT: FieldOffsets = FieldOffsets {
         dev: NO_FIELD,
@@ -167,24 +185,25 @@ impl FieldOffsets {
 /// Length of the `rwbs` prefix carried in each event (enough for op and flags).
 pub const RWBS_BYTES: usize = 8;
 
-/// Bytes of each tracepoint record the probes copy, after the 8-byte common
-/// header: every field the engine reads lies within them on all known layouts.
-pub const RAW_BYTES: usize = 56;
-/// Offset in the tracepoint record where the copied bytes start.
-pub const RAW_START: usize = 8;
+/// Bytes of each classic tracepoint record the probes copy, after the 8-byte
+/// common header: every field the engine reads lies within them on all known layouts.
+pub const CLASSIC_RECORD_BYTES: usize = 56;
+/// Offset in the classic tracepoint record where the copied bytes start.
+pub const CLASSIC_RECORD_START: usize = 8;
 
-/// What the probes send per block event, 72 bytes: the record's bytes as the
-/// kernel laid them out. One copy instead of a helper call per field keeps
-/// the probe cheap; userspace decodes the fields with the format-file offsets.
+/// What the classic-tracepoint probes send per block event, 72 bytes: the
+/// formatted record's bytes as the kernel laid them out. One copy instead of
+/// a helper call per field keeps the probe cheap; userspace decodes the
+/// fields with the format-file offsets.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawBlockEvent {
+pub struct ClassicRecord {
     pub ts_ns: u64,
     pub tgid: u32,
     pub kind: u8,
     pub _pad: [u8; 3],
-    /// Record bytes `RAW_START..RAW_START + RAW_BYTES`.
-    pub raw: [u8; RAW_BYTES],
+    /// Record bytes `CLASSIC_RECORD_START..CLASSIC_RECORD_START + CLASSIC_RECORD_BYTES`.
+    pub record: [u8; CLASSIC_RECORD_BYTES],
 }
 
 /// One block-layer tracepoint hit, decoded, 56 bytes.
@@ -264,7 +283,7 @@ pub const WINDOW_BYTES: usize = 40;
 /// userspace decodes with the BTF offsets.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ObjectEvent {
+pub struct RawTpEvent {
     pub ts_ns: u64,
     /// split: `new_sector`; remap: the sector it came from; rq complete: `nr_bytes`.
     pub arg: u64,
@@ -530,6 +549,8 @@ pub mod names {
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
     pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
+    /// The classic probes' [`ClassicFields`](super::ClassicFields): one global for every kind.
+    pub const CLASSIC_FIELDS: &str = "CLASSIC_FIELDS";
 }
 
 #[cfg(feature = "user")]
@@ -539,13 +560,13 @@ mod user {
     // arrays, and have no implicit padding (checked by the size tests below).
     unsafe impl aya::Pod for FieldOffsets {}
     unsafe impl aya::Pod for BlockEvent {}
-    unsafe impl aya::Pod for RawBlockEvent {}
+    unsafe impl aya::Pod for ClassicRecord {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ProcessOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
     unsafe impl aya::Pod for DirtyCounts {}
     unsafe impl aya::Pod for KernelLayout {}
-    unsafe impl aya::Pod for ObjectEvent {}
+    unsafe impl aya::Pod for RawTpEvent {}
 }
 
 #[cfg(test)]
@@ -555,8 +576,8 @@ mod tests {
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
-        assert_eq!(core::mem::size_of::<RawBlockEvent>(), 72);
-        assert_eq!(core::mem::size_of::<ObjectEvent>(), 72);
+        assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
+        assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 48);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
@@ -572,6 +593,28 @@ mod tests {
         assert_eq!(DirtyCounts::bucket(65536), 7);
         assert_eq!(DirtyCounts::bucket(1 << 20), 7);
         assert_eq!(DirtyCounts::bucket(0), 0);
+    }
+
+    #[test]
+    fn every_probe_name_in_the_table_is_distinct() {
+        for (i, a) in EventKind::ALL.iter().enumerate() {
+            assert_eq!(*a as usize, i, "values are dense, in table order");
+            for b in &EventKind::ALL[i + 1..] {
+                assert_ne!(a.tracepoint(), b.tracepoint());
+                assert_ne!(a.json_key(), b.json_key());
+            }
+            // No program name is used twice, across both flavors.
+            for b in &EventKind::ALL {
+                assert_ne!(a.program(), b.raw_program());
+                if a != b {
+                    assert_ne!(a.program(), b.program());
+                    assert_ne!(a.raw_program(), b.raw_program());
+                }
+            }
+        }
+        assert_eq!(EventKind::Requeue.tracepoint(), "block_rq_requeue");
+        assert_eq!(EventKind::Requeue.object(), ProbeObject::Request);
+        assert_eq!(EventKind::Complete.arguments(), 3);
     }
 
     #[test]

@@ -1,10 +1,16 @@
 //! iosplit-trace probes: capture and filtering only.
 //!
-//! One classic tracepoint program per block event. Field offsets come from
-//! the tracepoint `format` files through `*_FIELDS` globals set at load time,
-//! so the same object runs on kernels whose layouts differ. Each hit that
-//! passes the device (and optional pid) filter becomes one fixed-size
-//! record in this CPU's `EVENTS<n>` ring buffer. A full ring is counted, never silent.
+//! Two programs per block tracepoint, one per flavor, both generated from the
+//! probe table (`tracer_common::with_block_probes!`); userspace loads one
+//! flavor. Raw tracepoints (`probes/raw_block.rs`) read `struct bio` /
+//! `struct request` with BTF offsets from the `KERNEL_LAYOUT` global; the
+//! classic fallback (`probes/block.rs`) copies the formatted record, with
+//! format-file offsets from the `CLASSIC_FIELDS` global. Both are set at load
+//! time, so the same object runs on kernels whose layouts differ. Each hit
+//! that passes the device (and optional pid) filter becomes one fixed-size
+//! record in this CPU's `EVENTS<n>` ring buffer; a full ring is counted,
+//! never silent. `block_dirty_buffer` is counted per device in a kernel map.
+//! `probes/process.rs` follows `run`'s process tree and its syscalls.
 //!
 //! Everything is gated on the BPF target so the workspace still checks on the host.
 #![cfg_attr(target_arch = "bpf", no_std)]

@@ -19,14 +19,14 @@ use clap::{Args, Parser, Subcommand};
 )]
 pub struct Cli {
     #[command(flatten)]
-    pub scope: Scope,
+    pub selection: DeviceSelection,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
 
-/// Which devices to trace.
+/// The devices the user selected with `-d` (none: every disk).
 #[derive(Debug, Clone, Default, Args)]
-pub struct Scope {
+pub struct DeviceSelection {
     /// Device to trace: sdc, sdc2, /dev/sdc2 or 8:34 (repeatable; a partition implies its disk). Default: every disk.
     #[arg(short = 'd', long = "device", value_name = "DEV", global = true)]
     pub devices: Vec<String>,
@@ -119,13 +119,29 @@ pub struct CheckArgs {
     pub json: bool,
 }
 
+/// Why a `--duration` or `--interval` value was refused (clap prints it).
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SecondsError {
+    #[error("`{text}` is not a number of seconds")]
+    NotANumber {
+        text: String,
+        #[source]
+        source: std::num::ParseFloatError,
+    },
+    #[error("`{text}` must be a positive number of seconds")]
+    NotPositive { text: String },
+}
+
 /// A positive, finite number of seconds.
-pub fn parse_seconds(text: &str) -> Result<f64, String> {
-    let value: f64 = text
-        .parse()
-        .map_err(|_| format!("`{text}` is not a number of seconds"))?;
+pub fn parse_seconds(text: &str) -> Result<f64, SecondsError> {
+    let value: f64 = text.parse().map_err(|source| SecondsError::NotANumber {
+        text: text.to_string(),
+        source,
+    })?;
     if !value.is_finite() || value <= 0.0 {
-        return Err(format!("`{text}` must be a positive number of seconds"));
+        return Err(SecondsError::NotPositive {
+            text: text.to_string(),
+        });
     }
     Ok(value)
 }
@@ -159,9 +175,16 @@ mod tests {
 
     #[test]
     fn negative_and_zero_durations_are_refused() {
-        assert!(parse_seconds("-1").is_err());
-        assert!(parse_seconds("0").is_err());
-        assert!(parse_seconds("nan").is_err());
+        for text in ["-1", "0", "nan", "inf"] {
+            assert!(
+                matches!(parse_seconds(text), Err(SecondsError::NotPositive { .. })),
+                "{text}"
+            );
+        }
+        assert!(matches!(
+            parse_seconds("soon"),
+            Err(SecondsError::NotANumber { .. })
+        ));
         assert_eq!(parse_seconds("2.5"), Ok(2.5));
         let err = Cli::try_parse_from(["iosplit-trace", "report", "--duration", "-3"]).unwrap_err();
         assert!(err.to_string().contains("positive"), "{err}");
@@ -184,6 +207,6 @@ mod tests {
             panic!("not run")
         };
         assert_eq!(run.command, ["mkfs.ext4", "-F", "/dev/loop0p2"]);
-        assert_eq!(cli.scope.devices, ["loop0"]);
+        assert_eq!(cli.selection.devices, ["loop0"]);
     }
 }

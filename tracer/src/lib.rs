@@ -1,5 +1,6 @@
 //! iosplit-trace: why does my write become so many small device commands?
 //!
+//! - [`blk`]: the block layer's units and pure rules (sector, page, block size).
 //! - [`capture`]: loads the probes, reads the ring buffer (needs root).
 //! - [`engine`]: pure correlation and diagnosis, fed by any event stream.
 //! - [`geometry`]: partition placement and queue limits from sysfs and ioctls.
@@ -7,6 +8,7 @@
 //! - [`model`]: the report types every frontend shares.
 //! - [`sink`]: the trait capture feeds events into (the engine implements it).
 
+pub mod blk;
 pub mod capture;
 pub mod cli;
 pub mod engine;

@@ -34,18 +34,13 @@ pub struct Report {
 }
 
 /// Events received from the kernel, per tracepoint, for devices in scope.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+///
+/// Serialized as one object: each kind under its `json_key`, in table order,
+/// then the loss counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct EventCounts {
-    pub remap: u64,
-    pub queue: u64,
-    pub split: u64,
-    pub backmerge: u64,
-    pub frontmerge: u64,
-    pub rq_merge: u64,
-    pub issue: u64,
-    pub complete: u64,
-    pub bio_complete: u64,
-    pub dirty_buffer: u64,
+    /// Per block tracepoint, indexed by [`EventKind`] (also `counts[kind]`).
+    pub received: [u64; EventKind::COUNT],
     /// Events the kernel could not hand over (ring buffer full).
     pub dropped: u64,
     /// Syscall events lost (only `run` traces syscalls).
@@ -57,40 +52,39 @@ pub struct EventCounts {
     pub missed: u64,
 }
 
+impl std::ops::Index<EventKind> for EventCounts {
+    type Output = u64;
+
+    fn index(&self, kind: EventKind) -> &u64 {
+        &self.received[kind as usize]
+    }
+}
+
+impl std::ops::IndexMut<EventKind> for EventCounts {
+    fn index_mut(&mut self, kind: EventKind) -> &mut u64 {
+        &mut self.received[kind as usize]
+    }
+}
+
+impl Serialize for EventCounts {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(Some(EventKind::COUNT + 4))?;
+        for kind in EventKind::ALL {
+            map.serialize_entry(kind.json_key(), &self[kind])?;
+        }
+        map.serialize_entry("dropped", &self.dropped)?;
+        map.serialize_entry("syscall_dropped", &self.syscall_dropped)?;
+        map.serialize_entry("read_failed", &self.read_failed)?;
+        map.serialize_entry("missed", &self.missed)?;
+        map.end()
+    }
+}
+
 impl EventCounts {
-    pub fn get(&self, kind: EventKind) -> u64 {
-        match kind {
-            EventKind::Remap => self.remap,
-            EventKind::Queue => self.queue,
-            EventKind::Split => self.split,
-            EventKind::Backmerge => self.backmerge,
-            EventKind::Frontmerge => self.frontmerge,
-            EventKind::RqMerge => self.rq_merge,
-            EventKind::Issue => self.issue,
-            EventKind::Complete => self.complete,
-            EventKind::BioComplete => self.bio_complete,
-            EventKind::DirtyBuffer => self.dirty_buffer,
-        }
-    }
-
-    pub fn slot(&mut self, kind: EventKind) -> &mut u64 {
-        match kind {
-            EventKind::Remap => &mut self.remap,
-            EventKind::Queue => &mut self.queue,
-            EventKind::Split => &mut self.split,
-            EventKind::Backmerge => &mut self.backmerge,
-            EventKind::Frontmerge => &mut self.frontmerge,
-            EventKind::RqMerge => &mut self.rq_merge,
-            EventKind::Issue => &mut self.issue,
-            EventKind::Complete => &mut self.complete,
-            EventKind::BioComplete => &mut self.bio_complete,
-            EventKind::DirtyBuffer => &mut self.dirty_buffer,
-        }
-    }
-
     /// All block events received.
     pub fn total(&self) -> u64 {
-        EventKind::ALL.iter().map(|&kind| self.get(kind)).sum()
+        self.received.iter().sum()
     }
 }
 
@@ -184,8 +178,14 @@ pub struct OpMeasures {
     pub commands_per_io: Distribution,
     /// Microseconds from block_bio_queue to the completion of the last fragment.
     pub queue_to_complete_us: Distribution,
-    /// Microseconds from block_rq_issue to block_rq_complete, per command.
+    /// Microseconds from block_rq_issue to block_rq_complete, per command;
+    /// from its last issue for a requeued command.
     pub issue_to_complete_us: Distribution,
+    /// Times the driver gave a command back to be issued again
+    /// (block_rq_requeue); a requeued command still counts once in `commands`.
+    pub requeues: u64,
+    /// Microseconds from each requeue to the command's next issue.
+    pub requeue_delay_us: Distribution,
 }
 
 impl OpMeasures {
@@ -205,6 +205,11 @@ impl OpMeasures {
 
     pub fn merge_share(&self) -> f64 {
         ratio(self.merges, self.user_ios)
+    }
+
+    /// Requeues per command (a command can be requeued more than once).
+    pub fn requeue_share(&self) -> f64 {
+        ratio(self.requeues, self.commands)
     }
 }
 
@@ -311,4 +316,29 @@ pub struct RunTarget {
     pub writes_per_command: Distribution,
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `events` keys and their order are part of the schema.
+    #[test]
+    fn event_counts_keep_their_json_keys_and_order() {
+        let mut counts = EventCounts {
+            dropped: 11,
+            syscall_dropped: 12,
+            read_failed: 13,
+            missed: 14,
+            ..EventCounts::default()
+        };
+        for kind in EventKind::ALL {
+            counts[kind] = kind as u64;
+        }
+        assert_eq!(
+            serde_json::to_string(&counts).unwrap(),
+            r#"{"remap":0,"queue":1,"split":2,"backmerge":3,"frontmerge":4,"rq_merge":5,"issue":6,"complete":7,"bio_complete":8,"dirty_buffer":9,"requeue":10,"dropped":11,"syscall_dropped":12,"read_failed":13,"missed":14}"#
+        );
+        assert_eq!(counts.total(), (0..EventKind::COUNT as u64).sum::<u64>());
+    }
 }

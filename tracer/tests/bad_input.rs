@@ -4,7 +4,9 @@
 
 mod common;
 
-use std::process::{Command, Output};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 use common::{binary, privileged};
 
@@ -82,4 +84,173 @@ fn tracing_without_privileges_says_how_to_fix_it() {
         .output()
         .expect("setpriv runs");
     assert_clear_error(&out, 1, "sudo");
+}
+
+/// Runs `iosplit-trace ARGS` with stdout a pipe whose reader is already gone
+/// (what `| head` leaves once head has exited).
+fn into_closed_pipe(args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    Command::new(binary())
+        .args(args)
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("iosplit-trace runs")
+}
+
+/// Runs `iosplit-trace ARGS | head -c 1`: reads one byte, closes the pipe,
+/// and waits. Returns the exit status, stderr and how long it ran.
+fn head_one_byte(args: &[&str]) -> (Option<i32>, String, Duration) {
+    let started = Instant::now();
+    let mut child = Command::new(binary())
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("iosplit-trace starts");
+    let mut stdout = child.stdout.take().unwrap();
+    let mut byte = [0u8; 1];
+    stdout.read_exact(&mut byte).expect("one byte of output");
+    drop(stdout);
+    let out = child.wait_with_output().expect("iosplit-trace ends");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// A closed pipe ends the program quietly: success, and no error line.
+fn assert_quiet_success(code: Option<i32>, stderr: &str) {
+    assert_eq!(code, Some(0), "stderr: {stderr}");
+    for word in ["Broken pipe", "cannot write", "panicked", "RUST_BACKTRACE"] {
+        assert!(!stderr.contains(word), "{word:?} in: {stderr}");
+    }
+}
+
+#[test]
+fn check_into_a_closed_pipe_is_quiet_success() {
+    for args in [&["check"][..], &["check", "--json"]] {
+        let out = into_closed_pipe(args);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_quiet_success(out.status.code(), &stderr);
+        assert_eq!(stderr, "", "{args:?}");
+    }
+}
+
+#[test]
+fn generated_pages_into_a_closed_pipe_are_quiet_success() {
+    let out = into_closed_pipe(&["generate", "man"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_quiet_success(out.status.code(), &stderr);
+    assert_eq!(stderr, "");
+}
+
+#[test]
+fn run_refuses_an_output_file_it_cannot_create_before_running() {
+    let marker = std::env::temp_dir().join(format!("iosplit-not-run-{}", std::process::id()));
+    let marker_text = marker.to_str().unwrap();
+    let out = iosplit(&[
+        "run",
+        "-o",
+        "/nonexistent-dir/report.json",
+        "--",
+        "touch",
+        marker_text,
+    ]);
+    assert_clear_error(
+        &out,
+        1,
+        "cannot create /nonexistent-dir/report.json: No such file or directory",
+    );
+    assert!(!marker.exists(), "the command ran anyway");
+    assert_eq!(String::from_utf8_lossy(&out.stderr).lines().count(), 1);
+}
+
+#[test]
+fn report_json_lines_into_head_end_quietly() {
+    if !privileged("report_json_lines_into_head_end_quietly") {
+        return;
+    }
+    // The first line reaches head; the next interval's write finds the pipe
+    // closed, and that must end the program at once, not at --duration.
+    let (code, stderr, took) =
+        head_one_byte(&["report", "--interval", "0.2", "--json", "--duration", "30"]);
+    assert_quiet_success(code, &stderr);
+    assert!(
+        took < Duration::from_secs(20),
+        "ran {took:?}: EPIPE ignored"
+    );
+}
+
+#[test]
+fn text_report_into_head_or_a_closed_pipe_ends_quietly() {
+    if !privileged("text_report_into_head_or_a_closed_pipe_ends_quietly") {
+        return;
+    }
+    let (code, stderr, took) = head_one_byte(&["report", "--interval", "0.2", "--duration", "30"]);
+    assert_quiet_success(code, &stderr);
+    assert!(
+        took < Duration::from_secs(20),
+        "ran {took:?}: EPIPE ignored"
+    );
+
+    let out = into_closed_pipe(&["report", "--duration", "0.5"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_quiet_success(out.status.code(), &stderr);
+}
+
+#[test]
+fn run_into_a_full_disk_is_one_line_and_a_failure() {
+    if !privileged("run_into_a_full_disk_is_one_line_and_a_failure") {
+        return;
+    }
+    let out = iosplit(&["run", "-o", "/dev/full", "--", "true"]);
+    assert_clear_error(
+        &out,
+        1,
+        "iosplit-trace: cannot write to /dev/full: No space left on device",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let errors = stderr.lines().filter(|l| l.contains("/dev/full")).count();
+    assert_eq!(errors, 1, "{stderr}");
+}
+
+#[test]
+fn run_into_a_closed_pipe_keeps_the_commands_status() {
+    if !privileged("run_into_a_closed_pipe_keeps_the_commands_status") {
+        return;
+    }
+    let out = into_closed_pipe(&["run", "--", "sh", "-c", "exit 3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for word in ["Broken pipe", "cannot write", "panicked"] {
+        assert!(!stderr.contains(word), "{word:?} in: {stderr}");
+    }
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+}
+
+#[test]
+fn log_records_reach_stderr_only_when_rust_log_asks() {
+    if !privileged("log_records_reach_stderr_only_when_rust_log_asks") {
+        return;
+    }
+    let trace = |rust_log: Option<&str>| {
+        let mut command = Command::new(binary());
+        command.args(["report", "--duration", "0.3"]);
+        command.env_remove("RUST_LOG");
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let out = command.output().expect("iosplit-trace runs");
+        assert_eq!(out.status.code(), Some(0));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    // aya's loader logs while the probes load, so this also shows the
+    // logger is installed before them (the probes' logger forwards to it).
+    let logged = trace(Some("debug"));
+    assert!(logged.contains("[DEBUG aya"), "{logged}");
+    let quiet = trace(None);
+    assert!(!quiet.contains("DEBUG"), "{quiet}");
+    assert!(!quiet.contains("ERROR"), "{quiet}");
 }

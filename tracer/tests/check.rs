@@ -8,6 +8,7 @@ use std::process::Command;
 
 use iosplit_trace::engine::audit::audit_disk;
 use iosplit_trace::frontend::check::{check_in, render_text, CHECK_SCHEMA_NAME};
+use iosplit_trace::geometry::error::GeometryError;
 use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::sysfs::read_disks_in;
 use iosplit_trace::model::code;
@@ -124,7 +125,11 @@ fn check_resolves_partitions_to_their_disk_and_renders_in_80_columns() {
     );
 
     let err = check_in(&seed_layout(1), &["sdz".to_string()], &NoBlockSize).unwrap_err();
-    assert_eq!(err.exit_code, 2);
+    assert!(
+        matches!(&err, GeometryError::UnknownDevice { name } if name == "sdz"),
+        "{err}"
+    );
+    assert!(err.is_usage());
 }
 
 #[test]

@@ -2,12 +2,44 @@
 //! partitioned loop disk traced by the blk tracer and by iosplit-trace with
 //! each probe flavor (raw and classic tracepoints) at once. Per-action counts
 //! must match the blk tracer, and the two flavors must give the same answers.
+//!
+//! Then the disk under the build directory (this machine's virtio root disk)
+//! is traced by each flavor in turn (one BPF tracer at a time, so classic
+//! probes are not skipped for running beside another BPF program): direct
+//! 1 MiB writes of 256 pages there are split 254 + 2 segments and the tail
+//! is requeued (`R`) while the head fills the 256-entry virtqueue. That disk is
+//! shared with everything else on the machine, so each tracer's count must
+//! lie between what the blk tracer saw while it was surely attached (between
+//! two markers) and what it saw in all; exact when nothing else touched the
+//! disk at the edges.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
 mod common;
 
-use common::{count_actions, dd, privileged, BlkTracer, LoopDisk, PartitionSpec, Tracer};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use common::{
+    count_actions, count_actions_between, dd, disk_holding, privileged, scattered_direct_writes,
+    BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tracer,
+};
+
+/// The blk tracer's actions and the report's `events` keys that count them.
+const ACTIONS: [(&str, &[&str]); 8] = [
+    ("A", &["remap"]),
+    ("Q", &["queue"]),
+    ("X", &["split"]),
+    ("M", &["backmerge", "rq_merge"]),
+    ("F", &["frontmerge"]),
+    ("D", &["issue"]),
+    ("R", &["requeue"]),
+    ("C", &["complete", "bio_complete"]),
+];
+/// Direct 1 MiB writes of 256 scattered pages to a file on the root disk:
+/// `dd bs=1M oflag=direct`, as the issue measured, with a buffer that is
+/// surely not physically contiguous.
+const ROOT_WRITES: u64 = 32;
 
 #[test]
 fn event_counts_match_the_kernels_blk_tracer() {
@@ -31,7 +63,10 @@ fn event_counts_match_the_kernels_blk_tracer() {
     );
     // Small requests force splits of the larger writes.
     disk.set_queue("max_sectors_kb", "64");
-    let oracle = BlkTracer::start(&disk.name);
+    let scratch_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let root_disk = disk_holding(scratch_dir);
+    let scratch = ScratchFile(scratch_dir.join(format!("oracle-{}.img", std::process::id())));
+    let oracle = BlkTracer::start_disks(&[&disk.name, &root_disk]);
     let args = ["report", "--json", "-d", &disk.name];
     let raw = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "raw")]);
     let classic = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "classic")]);
@@ -74,21 +109,50 @@ fn event_counts_match_the_kernels_blk_tracer() {
         "count=8",
         "iflag=direct",
     ]);
+    let parse = |tracer: Tracer| -> serde_json::Value {
+        serde_json::from_str(&tracer.stop()).expect("report is JSON")
+    };
+    let (raw, classic) = (parse(raw), parse(classic));
 
-    let raw = raw.stop();
-    let classic = classic.stop();
+    let root_args = ["report", "--json", "-d", &root_disk];
+    let root_reports = ["raw", "classic"].map(|flavor| {
+        oracle.marker(&marker(Edge::Starting, flavor));
+        let tracer = Tracer::start_with(&root_args, &[("IOSPLIT_PROBES", flavor)]);
+        oracle.marker(&marker(Edge::Attached, flavor));
+        scattered_direct_writes(&scratch.0, ROOT_WRITES);
+        oracle.marker(&marker(Edge::Stopping, flavor));
+        let report = parse(tracer);
+        oracle.marker(&marker(Edge::Stopped, flavor));
+        (flavor, report)
+    });
     let trace = oracle.finish();
-    let raw: serde_json::Value = serde_json::from_str(&raw).expect("report is JSON");
-    let classic: serde_json::Value = serde_json::from_str(&classic).expect("report is JSON");
     for (flavor, report) in [("raw", &raw), ("classic", &classic)] {
         eprintln!("--- {flavor} tracepoints");
-        check_against_oracle(report, &trace, &disk);
+        check_against_oracle(report, &trace, &disk, flavor);
+    }
+    for (flavor, report) in &root_reports {
+        eprintln!("--- {flavor} tracepoints on {root_disk}");
+        check_shared_disk(report, &trace, &root_disk, flavor);
     }
     assert_eq!(
         counts_of(&raw),
         counts_of(&classic),
         "raw and classic tracepoints disagree"
     );
+}
+
+/// Raw tracepoints are skipped only when a probe re-enters itself: never
+/// here. Classic ones are also skipped whenever another BPF program runs on
+/// the CPU, as the raw tracer's do beside them for every block event on the
+/// machine (the README's reason for raw tracepoints); on the traced disk the
+/// exact per-action comparison catches any such loss.
+fn assert_missed_only_where_allowed(events: &serde_json::Value, flavor: &str) {
+    let missed = events["missed"].as_u64().expect("events.missed");
+    match flavor {
+        "raw" => assert_eq!(missed, 0, "the kernel skipped raw probe runs"),
+        _ if missed > 0 => eprintln!("{flavor}: the kernel skipped {missed} probe runs"),
+        _ => {}
+    }
 }
 
 /// Everything in a report that does not depend on timing: events and, per
@@ -116,7 +180,7 @@ fn counts_of(report: &serde_json::Value) -> serde_json::Value {
     })
 }
 
-fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk) {
+fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk, flavor: &str) {
     let events = &report["events"];
     let ours = |key: &str| {
         events[key]
@@ -127,18 +191,11 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     let oracle_count = |action: &str| theirs.get(action).copied().unwrap_or(0);
 
     assert_eq!(ours("dropped"), 0, "the tracer dropped events");
-    assert_eq!(ours("missed"), 0, "the kernel skipped probe runs");
+    assert_missed_only_where_allowed(events, flavor);
     assert!(ours("split") > 0, "the workload must split: {events}");
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
-    let pairs = [
-        ("A", ours("remap")),
-        ("Q", ours("queue")),
-        ("X", ours("split")),
-        ("M", ours("backmerge") + ours("rq_merge")),
-        ("F", ours("frontmerge")),
-        ("D", ours("issue")),
-        ("C", ours("complete") + ours("bio_complete")),
-    ];
+    let pairs =
+        ACTIONS.map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
     let mismatches: Vec<String> = pairs
         .iter()
         .filter(|(action, count)| oracle_count(action) != *count)
@@ -169,15 +226,16 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     let engine = [
         ("Q", total("user_ios")),
         ("X", total("splits")),
-        ("D", total("commands")),
+        ("D-R", total("commands")),
+        ("R", total("requeues")),
         ("M+F", total("merges")),
     ];
-    let merges = oracle_count("M") + oracle_count("F");
     for (action, ours) in engine {
-        let expected = if action == "M+F" {
-            merges
-        } else {
-            oracle_count(action)
+        // A requeued command is issued again: one command, two D.
+        let expected = match action {
+            "M+F" => oracle_count("M") + oracle_count("F"),
+            "D-R" => oracle_count("D") - oracle_count("R"),
+            single => oracle_count(single),
         };
         assert_eq!(
             ours, expected,
@@ -208,4 +266,99 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
         mismatches.is_empty(),
         "event counts differ from the kernel's blk tracer: {mismatches:?}\nblk: {theirs:?}\nours: {events}"
     );
+}
+
+/// The disk is shared with the rest of the machine: the blk tracer's counts
+/// while the tracer was surely attached bound each count from below, those
+/// from its start to its stop from above.
+/// Trace markers around a tracer's run: it is surely attached from
+/// `Attached` to `Stopping`, and surely not outside `Starting`..`Stopped`.
+#[derive(Debug)]
+enum Edge {
+    Starting,
+    Attached,
+    Stopping,
+    Stopped,
+}
+
+fn marker(edge: Edge, flavor: &str) -> String {
+    format!("iosplit-oracle: {edge:?} {flavor}")
+}
+
+fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor: &str) {
+    let events = &report["events"];
+    let ours = |key: &str| {
+        events[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("events.{key} missing"))
+    };
+    assert_eq!(ours("dropped"), 0, "the tracer dropped events");
+    assert_missed_only_where_allowed(events, flavor);
+    let dev = std::fs::read_to_string(format!("/sys/block/{disk}/dev")).unwrap();
+    let dev = dev.trim().replace(':', ",");
+    let between =
+        |from, to| count_actions_between(trace, &dev, &marker(from, flavor), &marker(to, flavor));
+    let inside = between(Edge::Attached, Edge::Stopping);
+    let around = between(Edge::Starting, Edge::Stopped);
+    let count =
+        |counts: &BTreeMap<String, u64>, action: &str| counts.get(action).copied().unwrap_or(0);
+    eprintln!(
+        "blk tracer while surely attached: {inside:?}\nfrom start to stop: {around:?}\niosplit-trace: {events}"
+    );
+    assert!(
+        count(&inside, "R") >= ROOT_WRITES / 2,
+        "the direct 1 MiB writes to {disk} should have their tails requeued \
+         (virtio-blk without indirect descriptors): {inside:?}"
+    );
+    let out_of_bounds: Vec<String> = ACTIONS
+        .iter()
+        .filter_map(|(action, keys)| {
+            let ours: u64 = keys.iter().map(|key| ours(key)).sum();
+            let low = count(&inside, action);
+            let high = count(&around, action);
+            (ours < low || ours > high)
+                .then(|| format!("{action}: ours {ours}, blk tracer {low}..={high}"))
+        })
+        .collect();
+    assert!(
+        out_of_bounds.is_empty(),
+        "event counts on {disk} outside the blk tracer's bounds: {out_of_bounds:?}"
+    );
+
+    // The engine: every requeue counted, and a requeued command once.
+    let device = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["name"] == disk)
+        .expect("the disk is in the report");
+    let total = |key: &str| -> u64 {
+        device["measures"]["ops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|op| op[key].as_u64().unwrap())
+            .sum()
+    };
+    assert_eq!(total("requeues"), ours("requeue"), "{device}");
+    assert_eq!(
+        total("commands"),
+        ours("issue") - ours("requeue"),
+        "commands must be issues minus re-issues of requeued commands"
+    );
+    let delays: u64 = device["measures"]["ops"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|op| op["requeue_delay_us"]["count"].as_u64().unwrap())
+        .sum();
+    // dd waits for its writes: its requeued tails were issued again and timed.
+    assert!(
+        (ROOT_WRITES / 2..=ours("requeue")).contains(&delays),
+        "requeue delays timed: {delays}"
+    );
+    if inside == around {
+        eprintln!("nothing else touched {disk} at the edges: the counts are exact");
+        assert_eq!(total("commands"), count(&inside, "D") - count(&inside, "R"));
+    }
 }

@@ -1,9 +1,14 @@
-//! Block tracepoints → `RawBlockEvent` records in the per-CPU `EVENTS<n>` rings.
+//! Classic block tracepoints → `ClassicRecord`s in the per-CPU `EVENTS<n>`
+//! rings, and what both flavors share: the rings, counters, filters and the
+//! in-kernel dirty-buffer counts.
 //!
-//! Per hit: one copy of the record's bytes straight into the ring (fields are
-//! decoded in userspace), plus a device read and lookup only when filtering.
-//! No loops, no string work, no wakeup unless the ring holds more than
-//! `WAKEUP_BYTES` (userspace drains on a short timer).
+//! The fallback probes, for kernels without BTF: one program per row of
+//! `with_block_probes!`, all generated below. Offsets come from the format
+//! files through the one `CLASSIC_FIELDS` global. Per hit: one copy of the
+//! record's bytes straight into the ring (fields are decoded in userspace),
+//! plus a device read and lookup only when filtering. No loops, no string
+//! work, no wakeup unless the ring holds more than `WAKEUP_BYTES` (userspace
+//! drains on a short timer).
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
@@ -18,8 +23,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use tracer_common::{
-    counter, DirtyCounts, EventKind, FieldOffsets, RawBlockEvent, DIRTY_SIZE_BUCKETS, NO_FIELD,
-    RAW_START,
+    counter, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
+    CLASSIC_RECORD_START, DIRTY_SIZE_BUCKETS, NO_FIELD,
 };
 
 /// Default size of each ring; userspace sizes them at load time.
@@ -83,26 +88,19 @@ static FILTER_PIDS: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
+/// Every kind's record offsets, indexed by kind (`ABSENT` under raw tracepoints).
 #[unsafe(no_mangle)]
-static REMAP_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static QUEUE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static SPLIT_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static BACKMERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static FRONTMERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static RQ_MERGE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static ISSUE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static COMPLETE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static BIO_COMPLETE_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
-#[unsafe(no_mangle)]
-static DIRTY_BUFFER_FIELDS: Global<FieldOffsets> = Global::new(FieldOffsets::ABSENT);
+static CLASSIC_FIELDS: Global<ClassicFields> =
+    Global::new([FieldOffsets::ABSENT; EventKind::COUNT]);
+
+/// One kind's offsets, without copying the whole table.
+#[inline(always)]
+fn classic_fields(kind: EventKind) -> FieldOffsets {
+    let table: *const ClassicFields = (&CLASSIC_FIELDS as *const Global<ClassicFields>).cast();
+    // SAFETY: `Global` is a transparent wrapper of the initialized array, and
+    // `kind` indexes it (the array has one entry per kind).
+    unsafe { core::ptr::read_volatile((table as *const FieldOffsets).add(kind as usize)) }
+}
 
 #[inline(always)]
 pub fn bump(index: u32) {
@@ -159,9 +157,13 @@ fn in_scope(ctx: &TracePointContext, fields: &FieldOffsets) -> Result<bool, i32>
 }
 
 #[inline(always)]
-fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u32 {
+fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
+    let fields = classic_fields(kind);
     if fields.enabled == 0 {
         return 0;
+    }
+    if kind == EventKind::DirtyBuffer {
+        return classic_dirty_buffer(ctx, &fields);
     }
     if FILTER_DEVICES.load() != 0 {
         match in_scope(ctx, &fields) {
@@ -175,12 +177,12 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         return 0;
     }
     let events = ring();
-    let Some(mut entry) = events.reserve::<RawBlockEvent>(0) else {
+    let Some(mut entry) = events.reserve::<ClassicRecord>(0) else {
         bump(counter::DROPPED);
         return 0;
     };
     let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable RawBlockEvent; the record
+    // SAFETY: `event` points at a reserved, writable ClassicRecord; the record
     // bytes are copied with a helper that faults safely.
     let copied = unsafe {
         (*event).ts_ns = bpf_ktime_get_ns();
@@ -188,8 +190,8 @@ fn capture(ctx: &TracePointContext, kind: EventKind, fields: FieldOffsets) -> u3
         (*event).kind = kind as u8;
         (*event)._pad = [0; 3];
         bpf_probe_read_kernel_buf(
-            (ctx.as_ptr() as *const u8).add(RAW_START),
-            &mut (*event).raw,
+            (ctx.as_ptr() as *const u8).add(CLASSIC_RECORD_START),
+            &mut (*event).record,
         )
     };
     if let Err(errno) = copied {
@@ -224,41 +226,37 @@ fn read_failed(ctx: &TracePointContext, kind: EventKind, errno: i32) -> u32 {
     0
 }
 
-macro_rules! block_probe {
-    ($program:ident, $kind:expr, $fields:ident) => {
-        #[tracepoint]
-        pub fn $program(ctx: TracePointContext) -> u32 {
-            capture(&ctx, $kind, $fields.load())
-        }
+/// One classic program per row of the probe table, named by it.
+macro_rules! classic_programs {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+    )*) => {
+        $(
+            $(#[doc = $doc])*
+            #[tracepoint]
+            pub fn $classic(ctx: TracePointContext) -> u32 {
+                capture(&ctx, EventKind::$kind)
+            }
+        )*
     };
 }
 
-block_probe!(bio_remap, EventKind::Remap, REMAP_FIELDS);
-block_probe!(bio_queue, EventKind::Queue, QUEUE_FIELDS);
-block_probe!(split, EventKind::Split, SPLIT_FIELDS);
-block_probe!(bio_backmerge, EventKind::Backmerge, BACKMERGE_FIELDS);
-block_probe!(bio_frontmerge, EventKind::Frontmerge, FRONTMERGE_FIELDS);
-block_probe!(rq_merge, EventKind::RqMerge, RQ_MERGE_FIELDS);
-block_probe!(rq_issue, EventKind::Issue, ISSUE_FIELDS);
-block_probe!(rq_complete, EventKind::Complete, COMPLETE_FIELDS);
-block_probe!(bio_complete, EventKind::BioComplete, BIO_COMPLETE_FIELDS);
+tracer_common::with_block_probes!(classic_programs);
+
 /// Dirty buffers are counted per device and size in the kernel, not streamed.
 #[map(name = "DIRTY_BUFFERS")]
 static DIRTY_BUFFERS: PerCpuHashMap<u32, DirtyCounts> = PerCpuHashMap::with_max_entries(1024, 0);
 
-#[tracepoint]
-pub fn dirty_buffer(ctx: TracePointContext) -> u32 {
-    let fields = DIRTY_BUFFER_FIELDS.load();
-    if fields.enabled == 0 {
-        return 0;
-    }
+#[inline(always)]
+fn classic_dirty_buffer(ctx: &TracePointContext, fields: &FieldOffsets) -> u32 {
     let (dev, bytes) = match (
-        field::<u32>(&ctx, fields.dev),
-        field::<u64>(&ctx, fields.aux_sector),
+        field::<u32>(ctx, fields.dev),
+        field::<u64>(ctx, fields.aux_sector),
     ) {
         (Ok(dev), Ok(bytes)) => (dev, bytes),
         (Err(errno), _) | (_, Err(errno)) => {
-            return read_failed(&ctx, EventKind::DirtyBuffer, errno)
+            return read_failed(ctx, EventKind::DirtyBuffer, errno)
         }
     };
     count_dirty_buffer(dev, bytes);

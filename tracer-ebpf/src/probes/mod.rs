@@ -1,11 +1,11 @@
 //! Block tracepoints and the write-family syscalls of a traced process tree.
 //!
-//! Contract: attaches `block/{block_bio_remap, block_bio_queue, block_split,
-//! block_bio_backmerge, block_bio_frontmerge, block_rq_merge, block_rq_issue,
-//! block_rq_complete, block_bio_complete, block_dirty_buffer}` and produces
-//! `BlockEvent`s (classic tracepoints, offsets from the format files) or
-//! `ObjectEvent`s (raw tracepoints of the same names, offsets from BTF); attaches `sched/sched_process_fork` to follow a process tree,
-//! and `syscalls/sys_{enter,exit}_*` to produce `ProcessEvent`s for it.
+//! Contract: for every row of `with_block_probes!` (the `block/*`
+//! tracepoints), a raw-tracepoint program producing `RawTpEvent`s (offsets
+//! from BTF, `raw_block`) and a classic one producing `ClassicRecord`s
+//! (offsets from the format files, `block`); `sched/sched_process_fork` to
+//! follow a process tree, and `syscalls/sys_{enter,exit}_*` to produce
+//! `ProcessEvent`s for it (`process`).
 
 pub mod block;
 pub mod process;

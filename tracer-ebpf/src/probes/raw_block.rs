@@ -1,4 +1,4 @@
-//! Block raw tracepoints → `ObjectEvent` records in the per-CPU `EVENTS<n>` rings.
+//! Block raw tracepoints → `RawTpEvent` records in the per-CPU `EVENTS<n>` rings.
 //!
 //! The preferred probes where the kernel has BTF. A raw tracepoint passes the
 //! tracepoint's own arguments (`struct bio *`, `struct request *`), so the
@@ -7,6 +7,8 @@
 //! program whenever another BPF program runs on the CPU (a completion in
 //! softirq interrupting a queue probe). Offsets come from `KERNEL_LAYOUT`.
 //!
+//! One program per row of `with_block_probes!`, generated below; what each
+//! reads from its tracepoint's arguments is [`capture`]'s arm for its kind.
 //! Per hit: two or four reads to find the device (needed for filtering), one
 //! copy of a window of the bio or request, then the same filter, ring and
 //! wakeup policy as the classic probes.
@@ -20,7 +22,7 @@ use aya_ebpf::{
     programs::RawTracePointContext,
     Global,
 };
-use tracer_common::{counter, EventKind, KernelLayout, ObjectEvent};
+use tracer_common::{counter, EventKind, KernelLayout, RawTpEvent};
 
 use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
 
@@ -72,12 +74,12 @@ fn emit(kind: EventKind, object: u64, dev: u32, arg: u64, arg2: u32) -> u32 {
         return 0;
     }
     let events = ring();
-    let Some(mut entry) = events.reserve::<ObjectEvent>(0) else {
+    let Some(mut entry) = events.reserve::<RawTpEvent>(0) else {
         bump(counter::DROPPED);
         return 0;
     };
     let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable ObjectEvent; the window
+    // SAFETY: `event` points at a reserved, writable RawTpEvent; the window
     // is copied with a helper that faults safely.
     let copied = unsafe {
         (*event).ts_ns = bpf_ktime_get_ns();
@@ -130,71 +132,69 @@ fn rq_event(kind: EventKind, rq: u64, arg: u64, arg2: u32) -> u32 {
     emit(kind, rq + u64::from(layout.rq_window), dev, arg, arg2)
 }
 
-#[raw_tracepoint(tracepoint = "block_bio_remap")]
-pub fn raw_bio_remap(ctx: RawTracePointContext) -> u32 {
-    let old_dev = ctx.arg::<u64>(1) as u32;
-    bio_event(
-        EventKind::Remap,
-        ctx.arg(0),
-        ctx.arg(2),
-        old_dev,
-        Some(old_dev),
-    )
-}
-
-#[raw_tracepoint(tracepoint = "block_bio_queue")]
-pub fn raw_bio_queue(ctx: RawTracePointContext) -> u32 {
-    bio_event(EventKind::Queue, ctx.arg(0), 0, 0, None)
-}
-
-#[raw_tracepoint(tracepoint = "block_split")]
-pub fn raw_split(ctx: RawTracePointContext) -> u32 {
-    let new_sector = ctx.arg::<u64>(1) & u64::from(u32::MAX);
-    bio_event(EventKind::Split, ctx.arg(0), new_sector, 0, None)
-}
-
-#[raw_tracepoint(tracepoint = "block_bio_backmerge")]
-pub fn raw_bio_backmerge(ctx: RawTracePointContext) -> u32 {
-    bio_event(EventKind::Backmerge, ctx.arg(0), 0, 0, None)
-}
-
-#[raw_tracepoint(tracepoint = "block_bio_frontmerge")]
-pub fn raw_bio_frontmerge(ctx: RawTracePointContext) -> u32 {
-    bio_event(EventKind::Frontmerge, ctx.arg(0), 0, 0, None)
-}
-
-#[raw_tracepoint(tracepoint = "block_bio_complete")]
-pub fn raw_bio_complete(ctx: RawTracePointContext) -> u32 {
-    bio_event(EventKind::BioComplete, ctx.arg(1), 0, 0, None)
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_merge")]
-pub fn raw_rq_merge(ctx: RawTracePointContext) -> u32 {
-    rq_event(EventKind::RqMerge, ctx.arg(0), 0, 0)
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_issue")]
-pub fn raw_rq_issue(ctx: RawTracePointContext) -> u32 {
-    rq_event(EventKind::Issue, ctx.arg(0), 0, 0)
-}
-
-#[raw_tracepoint(tracepoint = "block_rq_complete")]
-pub fn raw_rq_complete(ctx: RawTracePointContext) -> u32 {
-    let status = ctx.arg::<u64>(1) as u32 & 0xff;
-    let nr_bytes = ctx.arg::<u64>(2) & u64::from(u32::MAX);
-    rq_event(EventKind::Complete, ctx.arg(0), nr_bytes, status)
-}
-
-#[raw_tracepoint(tracepoint = "block_dirty_buffer")]
-pub fn raw_dirty_buffer(ctx: RawTracePointContext) -> u32 {
-    let layout = KERNEL_LAYOUT.load();
-    let bh: u64 = ctx.arg(0);
-    let found = read::<u64>(bh + u64::from(layout.bh_bdev))
-        .and_then(|bdev| read::<u32>(bdev + u64::from(layout.bdev_dev)))
-        .and_then(|dev| read::<u64>(bh + u64::from(layout.bh_size)).map(|size| (dev, size)));
-    match found {
-        Ok((dev, size)) => count_dirty_buffer(dev, size),
-        Err(_) => bump(counter::READ_FAILED),
+/// What each kind's probe reads from its tracepoint's arguments (`TP_PROTO`).
+#[inline(always)]
+fn capture(ctx: &RawTracePointContext, kind: EventKind) -> u32 {
+    match kind {
+        // (struct bio *bio, dev_t dev, sector_t from)
+        EventKind::Remap => {
+            let old_dev = ctx.arg::<u64>(1) as u32;
+            bio_event(kind, ctx.arg(0), ctx.arg(2), old_dev, Some(old_dev))
+        }
+        // (struct bio *bio)
+        EventKind::Queue | EventKind::Backmerge | EventKind::Frontmerge => {
+            bio_event(kind, ctx.arg(0), 0, 0, None)
+        }
+        // (struct bio *bio, unsigned int new_sector)
+        EventKind::Split => {
+            let new_sector = ctx.arg::<u64>(1) & u64::from(u32::MAX);
+            bio_event(kind, ctx.arg(0), new_sector, 0, None)
+        }
+        // (struct request_queue *q, struct bio *bio)
+        EventKind::BioComplete => bio_event(kind, ctx.arg(1), 0, 0, None),
+        // (struct request *rq)
+        EventKind::RqMerge | EventKind::Issue | EventKind::Requeue => {
+            rq_event(kind, ctx.arg(0), 0, 0)
+        }
+        // (struct request *rq, blk_status_t error, unsigned int nr_bytes)
+        EventKind::Complete => {
+            let status = ctx.arg::<u64>(1) as u32 & 0xff;
+            let nr_bytes = ctx.arg::<u64>(2) & u64::from(u32::MAX);
+            rq_event(kind, ctx.arg(0), nr_bytes, status)
+        }
+        // (struct buffer_head *bh): counted here, not streamed.
+        EventKind::DirtyBuffer => {
+            let layout = KERNEL_LAYOUT.load();
+            let bh: u64 = ctx.arg(0);
+            let found = read::<u64>(bh + u64::from(layout.bh_bdev))
+                .and_then(|bdev| read::<u32>(bdev + u64::from(layout.bdev_dev)))
+                .and_then(|dev| {
+                    read::<u64>(bh + u64::from(layout.bh_size)).map(|size| (dev, size))
+                });
+            match found {
+                Ok((dev, size)) => count_dirty_buffer(dev, size),
+                Err(_) => bump(counter::READ_FAILED),
+            }
+            0
+        }
     }
-    0
 }
+
+/// One raw-tracepoint program per row of the probe table, named by it
+/// (userspace attaches each to its tracepoint by name).
+macro_rules! raw_programs {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+    )*) => {
+        $(
+            $(#[doc = $doc])*
+            #[raw_tracepoint]
+            pub fn $raw(ctx: RawTracePointContext) -> u32 {
+                capture(&ctx, EventKind::$kind)
+            }
+        )*
+    };
+}
+
+tracer_common::with_block_probes!(raw_programs);

@@ -1,40 +1,45 @@
-//! Raw record bytes from the probes → [`BlockEvent`], using the offsets read
-//! from the format files. Pure, so each kernel layout is unit-tested.
+//! Probe records → [`BlockEvent`], one decoder per probe flavor: the classic
+//! tracepoints' record bytes with the format-file offsets
+//! ([`ClassicDecoder`]), and the raw tracepoints' windows of `struct bio` and
+//! `struct request` with the BTF offsets ([`RawTpDecoder`]). Pure, so each
+//! kernel layout is unit-tested.
 
 use tracer_common::{
-    BlockEvent, EventKind, FieldOffsets, ObjectEvent, RawBlockEvent, NO_FIELD, RAW_BYTES,
-    RAW_START, RWBS_BYTES,
+    BlockEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject, RawTpEvent,
+    CLASSIC_RECORD_BYTES, CLASSIC_RECORD_START, NO_FIELD, RWBS_BYTES,
 };
 
 use super::layout::ObjectLayout;
 
-/// Decodes events of every kind with this kernel's layouts.
+/// Decodes the classic probes' records of every kind with this kernel's
+/// format-file offsets.
 #[derive(Clone, Debug)]
-pub struct Decoder {
-    offsets: [FieldOffsets; EventKind::COUNT],
+pub struct ClassicDecoder {
+    offsets: ClassicFields,
 }
 
 /// Whether a field of `size` bytes at record offset `offset` lies in the copied bytes.
 pub fn within_copy(offset: u16, size: usize) -> bool {
     offset == NO_FIELD
-        || (usize::from(offset) >= RAW_START && usize::from(offset) + size <= RAW_START + RAW_BYTES)
+        || (usize::from(offset) >= CLASSIC_RECORD_START
+            && usize::from(offset) + size <= CLASSIC_RECORD_START + CLASSIC_RECORD_BYTES)
 }
 
-impl Decoder {
+impl ClassicDecoder {
     /// `offsets[kind as usize]` for each kind; absent kinds are never decoded.
-    pub fn new(offsets: [FieldOffsets; EventKind::COUNT]) -> Decoder {
-        Decoder { offsets }
+    pub fn new(offsets: ClassicFields) -> ClassicDecoder {
+        ClassicDecoder { offsets }
     }
 
-    pub fn decode(&self, raw: &RawBlockEvent) -> Option<BlockEvent> {
-        let kind = EventKind::from_u8(raw.kind)?;
+    pub fn decode(&self, record: &ClassicRecord) -> Option<BlockEvent> {
+        let kind = EventKind::from_u8(record.kind)?;
         let fields = &self.offsets[kind as usize];
-        let bytes = &raw.raw;
+        let bytes = &record.record;
         let at = |offset: u16, size: usize| -> Option<&[u8]> {
             if offset == NO_FIELD {
                 return None;
             }
-            let start = usize::from(offset).checked_sub(RAW_START)?;
+            let start = usize::from(offset).checked_sub(CLASSIC_RECORD_START)?;
             bytes.get(start..start + size)
         };
         let u32_at =
@@ -49,35 +54,35 @@ impl Decoder {
             rwbs.copy_from_slice(text);
         }
         Some(BlockEvent {
-            ts_ns: raw.ts_ns,
+            ts_ns: record.ts_ns,
             sector: u64_at(fields.sector),
             aux_sector: u64_at(fields.aux_sector),
             dev: u32_at(fields.dev),
             aux_dev: u32_at(fields.aux_dev),
             nr_sector: u32_at(fields.nr_sector),
-            tgid: raw.tgid,
+            tgid: record.tgid,
             rwbs,
-            kind: raw.kind,
+            kind: record.kind,
             _pad: [0; 3],
             error: u32_at(fields.error) as i32,
         })
     }
 }
 
-/// Decodes the raw-tracepoint probes' `ObjectEvent`s the way the classic
+/// Decodes the raw-tracepoint probes' `RawTpEvent`s the way the classic
 /// tracepoints would have formatted them (`TP_fast_assign` of each event).
 #[derive(Clone, Copy, Debug)]
-pub struct ObjectDecoder {
+pub struct RawTpDecoder {
     layout: ObjectLayout,
 }
 
-impl ObjectDecoder {
-    pub fn new(layout: ObjectLayout) -> ObjectDecoder {
-        ObjectDecoder { layout }
+impl RawTpDecoder {
+    pub fn new(layout: ObjectLayout) -> RawTpDecoder {
+        RawTpDecoder { layout }
     }
 
     #[inline(always)]
-    pub fn decode(&self, object: &ObjectEvent) -> Option<BlockEvent> {
+    pub fn decode(&self, object: &RawTpEvent) -> Option<BlockEvent> {
         let kind = EventKind::from_u8(object.kind)?;
         let window = &object.window;
         let u32_at = |at: usize| {
@@ -99,8 +104,9 @@ impl ObjectDecoder {
             kind: object.kind,
             ..BlockEvent::ZERO
         };
-        match kind {
-            EventKind::RqMerge | EventKind::Issue | EventKind::Complete => {
+        match kind.object() {
+            // blk_add_trace_rq / block_rq's TP_fast_assign.
+            ProbeObject::Request => {
                 let opf = u32_at(fields.rq_flags);
                 let position = u64_at(fields.rq_sector);
                 let passthrough = ops.is_passthrough(opf);
@@ -120,8 +126,8 @@ impl ObjectDecoder {
                     };
                 }
             }
-            EventKind::DirtyBuffer => return None,
-            _ => {
+            ProbeObject::BufferHead => return None,
+            ProbeObject::Bio => {
                 event.rwbs = ops.rwbs(u32_at(fields.bio_opf));
                 event.sector = u64_at(fields.bio_sector);
                 event.nr_sector = u32_at(fields.bio_size) >> 9;
@@ -148,7 +154,7 @@ mod tests {
     use super::*;
     use crate::capture::format::{offsets_for, parse_fields};
 
-    fn offsets(version: &str) -> [FieldOffsets; EventKind::COUNT] {
+    fn offsets(version: &str) -> ClassicFields {
         EventKind::ALL.map(|kind| {
             let path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/fixtures/formats")
@@ -161,17 +167,17 @@ mod tests {
 
     /// A record laid out as the kernel would, from the same offsets.
     fn record(
-        fields: &FieldOffsets,
+        fields: &tracer_common::FieldOffsets,
         dev: u32,
         sector: u64,
         nr: u32,
         aux: u64,
         rwbs: &[u8],
-    ) -> [u8; RAW_BYTES] {
-        let mut raw = [0u8; RAW_BYTES];
+    ) -> [u8; CLASSIC_RECORD_BYTES] {
+        let mut raw = [0u8; CLASSIC_RECORD_BYTES];
         let mut put = |offset: u16, bytes: &[u8]| {
             if offset != NO_FIELD {
-                let start = usize::from(offset) - RAW_START;
+                let start = usize::from(offset) - CLASSIC_RECORD_START;
                 raw[start..start + bytes.len()].copy_from_slice(bytes);
             }
         };
@@ -187,14 +193,14 @@ mod tests {
     fn issue_and_split_decode_on_both_layouts() {
         for version in ["6.1", "6.18"] {
             let table = offsets(version);
-            let decoder = Decoder::new(table);
+            let decoder = ClassicDecoder::new(table);
             let issue = &table[EventKind::Issue as usize];
-            let raw = RawBlockEvent {
+            let raw = ClassicRecord {
                 ts_ns: 5,
                 tgid: 9,
                 kind: EventKind::Issue as u8,
                 _pad: [0; 3],
-                raw: record(issue, 7 << 20, 2048, 128, 0, b"WS\0\0\0\0\0\0"),
+                record: record(issue, 7 << 20, 2048, 128, 0, b"WS\0\0\0\0\0\0"),
             };
             let event = decoder.decode(&raw).unwrap();
             assert_eq!(
@@ -206,15 +212,29 @@ mod tests {
             assert_eq!((event.ts_ns, event.tgid), (5, 9));
 
             let split = &table[EventKind::Split as usize];
-            let raw = RawBlockEvent {
+            let raw = ClassicRecord {
                 kind: EventKind::Split as u8,
-                raw: record(split, 7 << 20, 2048, 0, 2176, b"W\0\0\0\0\0\0\0"),
+                record: record(split, 7 << 20, 2048, 0, 2176, b"W\0\0\0\0\0\0\0"),
                 ..raw
             };
             let event = decoder.decode(&raw).unwrap();
             assert_eq!(
                 (event.sector, event.aux_sector, event.nr_sector),
                 (2048, 2176, 0),
+                "{version}"
+            );
+
+            // The requeue record has no `bytes` (and, on 6.1, rwbs right after nr_sector).
+            let requeue = &table[EventKind::Requeue as usize];
+            let raw = ClassicRecord {
+                kind: EventKind::Requeue as u8,
+                record: record(requeue, 254 << 20, 4064, 16, 0, b"WS\0\0\0\0\0\0"),
+                ..raw
+            };
+            let event = decoder.decode(&raw).unwrap();
+            assert_eq!(
+                (event.dev, event.sector, event.nr_sector, &event.rwbs[..3]),
+                (254 << 20, 4064, 16, &b"WS\0"[..]),
                 "{version}"
             );
         }
@@ -241,13 +261,13 @@ mod tests {
 
     #[test]
     fn unknown_kinds_are_not_decoded() {
-        let decoder = Decoder::new(offsets("6.18"));
-        let raw = RawBlockEvent {
+        let decoder = ClassicDecoder::new(offsets("6.18"));
+        let raw = ClassicRecord {
             ts_ns: 0,
             tgid: 0,
             kind: 200,
             _pad: [0; 3],
-            raw: [0; RAW_BYTES],
+            record: [0; CLASSIC_RECORD_BYTES],
         };
         assert!(decoder.decode(&raw).is_none());
     }
@@ -255,7 +275,7 @@ mod tests {
     #[test]
     fn object_events_decode_like_the_formatted_records() {
         use crate::capture::layout::{tests::ops_6_18, ObjectLayout, WindowFields};
-        use tracer_common::{KernelLayout, ObjectEvent, WINDOW_BYTES};
+        use tracer_common::{KernelLayout, WINDOW_BYTES};
         let ops = ops_6_18();
         // The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
         let fields = WindowFields {
@@ -267,7 +287,7 @@ mod tests {
             rq_data_len: 20,
             rq_sector: 24,
         };
-        let decoder = ObjectDecoder::new(ObjectLayout {
+        let decoder = RawTpDecoder::new(ObjectLayout {
             kernel: KernelLayout::ABSENT,
             fields,
             ops,
@@ -277,7 +297,7 @@ mod tests {
             for (at, bytes) in put {
                 window[*at..*at + bytes.len()].copy_from_slice(bytes);
             }
-            ObjectEvent {
+            RawTpEvent {
                 ts_ns: 7,
                 arg,
                 tgid: 42,
@@ -320,6 +340,17 @@ mod tests {
         );
         let event = decoder.decode(&issue).unwrap();
         assert_eq!((event.sector, event.nr_sector), (2048, 128));
+        // A requeue reads the same request fields as an issue.
+        let requeue = RawTpEvent {
+            kind: EventKind::Requeue as u8,
+            ..issue
+        };
+        let event = decoder.decode(&requeue).unwrap();
+        assert_eq!(
+            (event.sector, event.nr_sector, event.kind),
+            (2048, 128, EventKind::Requeue as u8)
+        );
+        assert_eq!(&event.rwbs[..3], b"WS\0");
         // A partial completion: nr_bytes comes from the argument, not the request.
         let complete = object(
             EventKind::Complete,
@@ -342,7 +373,7 @@ mod tests {
         );
         let event = decoder.decode(&passthrough).unwrap();
         assert_eq!((event.sector, event.nr_sector), (0, 0));
-        let unknown = ObjectEvent { kind: 200, ..remap };
+        let unknown = RawTpEvent { kind: 200, ..remap };
         assert!(decoder.decode(&unknown).is_none());
     }
 }

@@ -100,7 +100,8 @@ fn wanted(kind: EventKind) -> Vec<Wanted> {
         | EventKind::Backmerge
         | EventKind::Frontmerge
         | EventKind::RqMerge
-        | EventKind::Issue => vec![DEV, SECTOR, NR_SECTOR, RWBS],
+        | EventKind::Issue
+        | EventKind::Requeue => vec![DEV, SECTOR, NR_SECTOR, RWBS],
         EventKind::Split => vec![
             DEV,
             SECTOR,

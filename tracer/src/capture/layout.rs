@@ -48,11 +48,7 @@ pub struct ObjectLayout {
 
 /// Parameters (with the leading `void *`) each raw tracepoint must have.
 fn expected_arity(kind: EventKind) -> usize {
-    match kind {
-        EventKind::Remap | EventKind::Complete => 4,
-        EventKind::Split | EventKind::BioComplete => 3,
-        _ => 2,
-    }
+    kind.arguments() + 1
 }
 
 /// Resolves everything the raw-tracepoint probes need, or says what is missing.

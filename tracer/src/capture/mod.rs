@@ -28,8 +28,8 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, names, BlockEvent, DirtyCounts, EventKind, FieldOffsets, KernelLayout, ObjectEvent,
-    OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawBlockEvent,
+    counter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
+    KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawTpEvent,
 };
 
 use crate::error::{Error, Result};
@@ -57,7 +57,7 @@ const MAX_RING_KB: u32 = 1 << 20;
 /// The process-tree ring (forks, syscalls, opens: a low rate).
 const PROCESS_RING_BYTES: u32 = 1 << 20;
 /// Smallest ring the kernel accepts, for rings no CPU writes to.
-const PAGE_BYTES: u32 = 4096;
+const PAGE_BYTES: u32 = crate::blk::PAGE_BYTES as u32;
 
 /// Each ring's size: `total` shared by the rings that CPUs write to (CPU n
 /// writes to ring n % RINGS), powers of two, at least `floor`; the others get
@@ -287,17 +287,17 @@ impl ProbeFlavor {
 /// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
 
-/// How the consumer turns ring records into events.
+/// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
-    Classic(decode::Decoder),
-    Object(decode::ObjectDecoder),
+    Classic(decode::ClassicDecoder),
+    RawTp(decode::RawTpDecoder),
 }
 
 impl Decoding {
     fn flavor(&self) -> ProbeFlavor {
         match self {
             Decoding::Classic(_) => ProbeFlavor::Classic,
-            Decoding::Object(_) => ProbeFlavor::Raw,
+            Decoding::RawTp(_) => ProbeFlavor::Raw,
         }
     }
 
@@ -305,22 +305,21 @@ impl Decoding {
     fn decode(&self, item: &[u8]) -> Option<BlockEvent> {
         match self {
             Decoding::Classic(decoder) => {
-                if item.len() < std::mem::size_of::<RawBlockEvent>() {
+                if item.len() < std::mem::size_of::<ClassicRecord>() {
                     return None;
                 }
-                // SAFETY: the probes write whole `RawBlockEvent`s (checked length).
-                let raw =
-                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawBlockEvent>()) };
-                decoder.decode(&raw)
+                // SAFETY: the classic probes write whole `ClassicRecord`s (checked length).
+                let record =
+                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ClassicRecord>()) };
+                decoder.decode(&record)
             }
-            Decoding::Object(decoder) => {
-                if item.len() < std::mem::size_of::<ObjectEvent>() {
+            Decoding::RawTp(decoder) => {
+                if item.len() < std::mem::size_of::<RawTpEvent>() {
                     return None;
                 }
-                // SAFETY: the probes write whole `ObjectEvent`s (checked length).
-                let object =
-                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ObjectEvent>()) };
-                decoder.decode(&object)
+                // SAFETY: the raw-tracepoint probes write whole `RawTpEvent`s (checked length).
+                let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
+                decoder.decode(&event)
             }
         }
     }
@@ -382,7 +381,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .iter()
         .map(|&kind| (kind, format::read_offsets(events_dir, kind)))
         .collect();
-    let resolved: [FieldOffsets; EventKind::COUNT] = EventKind::ALL.map(|kind| {
+    let resolved: ClassicFields = EventKind::ALL.map(|kind| {
         offsets[kind as usize]
             .1
             .clone()
@@ -390,8 +389,8 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     });
     let (flavor, object_layout) = choose_flavor()?;
     let decoding = match object_layout {
-        Some(object_layout) => Decoding::Object(decode::ObjectDecoder::new(object_layout)),
-        None => Decoding::Classic(decode::Decoder::new(resolved)),
+        Some(object_layout) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
+        None => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
@@ -414,16 +413,12 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
 
     let mut loader = EbpfLoader::new();
-    let absent = FieldOffsets::ABSENT;
-    for (kind, offsets) in EventKind::ALL.iter().zip(&resolved) {
-        // Only one flavor runs: the classic programs stay inert under raw.
-        let offsets = if flavor == ProbeFlavor::Classic {
-            offsets
-        } else {
-            &absent
-        };
-        loader.override_global(kind.offsets_global(), offsets, true);
-    }
+    // Only one flavor runs: the classic programs stay inert under raw.
+    let classic_fields: ClassicFields = match flavor {
+        ProbeFlavor::Classic => resolved,
+        ProbeFlavor::Raw => [FieldOffsets::ABSENT; EventKind::COUNT],
+    };
+    loader.override_global(names::CLASSIC_FIELDS, &classic_fields, true);
     let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
     loader.override_global(names::KERNEL_LAYOUT, &kernel_layout, true);
     loader
@@ -851,7 +846,94 @@ fn drain<S: EventSink>(
 mod tests {
     use super::{
         parse_recursion_misses, parse_ring_kb, ring_sizes, DEFAULT_RING_FLOOR, PAGE_BYTES,
+        PROBES_OBJECT,
     };
+    use tracer_common::{
+        names, ClassicFields, EventKind, KernelLayout, ProcessEventKind, ProcessOffsets,
+    };
+
+    /// Global symbols of a little-endian ELF64 object and their sizes.
+    fn elf_symbols(elf: &[u8]) -> Vec<(String, u64)> {
+        let u16_at = |at: usize| u16::from_le_bytes(elf[at..at + 2].try_into().unwrap()) as usize;
+        let u32_at = |at: usize| u32::from_le_bytes(elf[at..at + 4].try_into().unwrap()) as usize;
+        let u64_at = |at: usize| u64::from_le_bytes(elf[at..at + 8].try_into().unwrap());
+        assert_eq!(&elf[..5], b"\x7fELF\x02", "an ELF64 object");
+        let (sections, entry, count) = (u64_at(0x28) as usize, u16_at(0x3a), u16_at(0x3c));
+        let header = |index: usize| sections + index * entry;
+        let mut symbols = Vec::new();
+        for index in 0..count {
+            let section = header(index);
+            if u32_at(section + 4) != 2 {
+                continue; // not SHT_SYMTAB
+            }
+            let (table, size) = (
+                u64_at(section + 0x18) as usize,
+                u64_at(section + 0x20) as usize,
+            );
+            let strings = u64_at(header(u32_at(section + 0x28)) + 0x18) as usize;
+            for symbol in (table..table + size).step_by(24) {
+                if elf[symbol + 4] >> 4 == 0 {
+                    continue; // STB_LOCAL
+                }
+                let name = &elf[strings + u32_at(symbol)..];
+                let name = &name[..name.iter().position(|&b| b == 0).unwrap()];
+                symbols.push((
+                    String::from_utf8_lossy(name).into_owned(),
+                    u64_at(symbol + 16),
+                ));
+            }
+        }
+        symbols
+    }
+
+    /// Userspace finds programs, maps and globals by name: every name it
+    /// uses must be in the object, and every global the size it writes.
+    #[test]
+    fn every_name_userspace_looks_up_is_in_the_probes_object() {
+        assert!(
+            !PROBES_OBJECT.is_empty(),
+            "built with AYA_BUILD_SKIP: this test needs the real probes object"
+        );
+        let symbols = elf_symbols(PROBES_OBJECT);
+        let size_of = |name: &str| {
+            symbols
+                .iter()
+                .find(|(symbol, _)| symbol == name)
+                .map(|&(_, size)| size)
+                .unwrap_or_else(|| panic!("`{name}` is not in the probes object"))
+        };
+        for kind in EventKind::ALL {
+            size_of(kind.program());
+            size_of(kind.raw_program());
+        }
+        for kind in ProcessEventKind::ALL {
+            size_of(kind.enter_program());
+        }
+        size_of("exit_write_family");
+        for ring in names::EVENT_RINGS {
+            size_of(ring);
+        }
+        for map in [
+            names::PROCESS_EVENTS,
+            names::DIRTY_BUFFERS,
+            names::COUNTERS,
+            names::DEVICES,
+            names::PIDS,
+        ] {
+            size_of(map);
+        }
+        let globals = [
+            (names::CLASSIC_FIELDS, std::mem::size_of::<ClassicFields>()),
+            (names::KERNEL_LAYOUT, std::mem::size_of::<KernelLayout>()),
+            (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
+            (names::FILTER_DEVICES, 1),
+            (names::FILTER_PIDS, 1),
+            (names::WAKEUP_BYTES, 8),
+        ];
+        for (global, size) in globals {
+            assert_eq!(size_of(global), size as u64, "size of {global}");
+        }
+    }
 
     #[test]
     fn the_rings_share_the_total_among_the_cpus_that_write_them() {

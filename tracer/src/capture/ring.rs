@@ -1,4 +1,5 @@
-//! A batch reader for the `EVENTS` BPF ring buffer.
+//! A batch reader for one of the per-CPU `EVENTS<n>` BPF ring buffers
+//! (either probe flavor's records; the reader does not look inside them).
 //!
 //! aya's reader publishes the consumer position after every record. Every
 //! probe's reserve reads that position too, so at a million events a second

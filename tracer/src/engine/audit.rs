@@ -13,11 +13,10 @@ use std::collections::BTreeMap;
 
 use serde_json::{json, Value};
 
-use crate::geometry::ioctl::PAGE_SIZE_BYTES;
-use crate::geometry::{predicted_block_size, DiskGeometry, PartitionGeometry};
+use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
+use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, Diagnosis, Severity};
 
-const SECTOR_BYTES: u64 = 512;
 /// fdisk's and parted's default alignment: 1 MiB.
 const DEFAULT_GRAIN_SECTORS: u64 = 2048;
 
@@ -159,7 +158,7 @@ pub fn propose(
     } else {
         (part.start, 0)
     };
-    let size_step = (u64::from(PAGE_SIZE_BYTES.max(disk.logical_block_size)) / SECTOR_BYTES).max(1);
+    let size_step = (PAGE_BYTES.max(u64::from(disk.logical_block_size)) / SECTOR_BYTES).max(1);
     let size = end.checked_sub(start)? / size_step * size_step;
     (size > 0).then_some(Proposal {
         start,
@@ -203,7 +202,7 @@ fn subpage_block_size(
     proposal: Option<Proposal>,
 ) -> Option<Diagnosis> {
     let predicted = predicted_block_size(part.size, disk.logical_block_size);
-    if predicted >= PAGE_SIZE_BYTES {
+    if u64::from(predicted) >= PAGE_BYTES {
         return None;
     }
     // BLKBSZGET wins, unless someone holds the partition open with a larger
@@ -236,7 +235,7 @@ fn subpage_block_size(
     } else {
         Severity::Warning
     };
-    let per_page = PAGE_SIZE_BYTES / block_size.max(1);
+    let per_page = PAGE_BYTES / u64::from(block_size.max(1));
     let mut explanation = format!(
         "{name} is {size} sectors long; {size} mod 8 = {size_mod_8}, so its size in bytes is \
          not a multiple of {page}. The kernel gives a partition the largest power-of-two block \
@@ -246,7 +245,7 @@ fn subpage_block_size(
          times as many as with {page}-byte blocks.",
         name = part.name,
         size = part.size,
-        page = PAGE_SIZE_BYTES,
+        page = PAGE_BYTES,
     );
     if let Some(current) = held_larger {
         explanation.push_str(&format!(

@@ -7,10 +7,11 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use super::audit::audit_disk;
-use super::split::{SplitCause, PAGE_BYTES, SECTOR_BYTES};
+use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
+use super::split::SplitCause;
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
-use super::{DeviceState, DirtyStats, DIRTY_SIZES};
+use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{code, ratio, Diagnosis, Op, Severity};
 
@@ -23,13 +24,13 @@ pub const MIN_SPLIT_SHARE: f64 = 0.1;
 pub const CRITICAL_SPLIT_SHARE: f64 = 0.5;
 /// `merge_blocked` needs at least this many adjacent unmerged commands...
 pub const MIN_ADJACENT_UNMERGED: u64 = 16;
-/// ...making up at least this share of the scope's commands.
+/// ...making up at least this share of the device's commands.
 pub const MIN_ADJACENT_SHARE: f64 = 0.1;
 /// A request carrying this share of `max_segments` bios is segment-capped.
 const SEGMENT_CAPPED_SHARE: f64 = 0.9;
 
 /// One disk's own traffic, or one partition's: what a diagnosis is about.
-struct Scope<'a> {
+struct DeviceTraffic<'a> {
     name: String,
     device: &'a DeviceState,
     partition: Option<&'a PartitionGeometry>,
@@ -41,7 +42,7 @@ struct Scope<'a> {
     dirty: Option<&'a DirtyStats>,
 }
 
-impl Scope<'_> {
+impl DeviceTraffic<'_> {
     fn has_traffic(&self) -> bool {
         self.total.user_ios > 0 || self.total.commands > 0 || self.dirty.is_some()
     }
@@ -51,10 +52,13 @@ impl Scope<'_> {
     }
 }
 
-fn scopes<'a>(device: &'a DeviceState, dirty: &'a FastMap<u32, DirtyStats>) -> Vec<Scope<'a>> {
-    let mut scopes = Vec::with_capacity(device.parts.len() + 1);
+fn traffic_of<'a>(
+    device: &'a DeviceState,
+    dirty: &'a FastMap<u32, DirtyStats>,
+) -> Vec<DeviceTraffic<'a>> {
+    let mut observed = Vec::with_capacity(device.parts.len() + 1);
     let build = |name: String,
-                 stats: &super::stats::ScopeStats,
+                 stats: &super::stats::DeviceStats,
                  partition: Option<&'a PartitionGeometry>,
                  dev: Option<u32>| {
         let mut per_op: [Option<OpStats>; OP_COUNT] = Default::default();
@@ -75,7 +79,7 @@ fn scopes<'a>(device: &'a DeviceState, dirty: &'a FastMap<u32, DirtyStats>) -> V
             }
         }
         let writes = per_op[op_index(Op::Write)].take();
-        Scope {
+        DeviceTraffic {
             name,
             device,
             partition,
@@ -85,16 +89,16 @@ fn scopes<'a>(device: &'a DeviceState, dirty: &'a FastMap<u32, DirtyStats>) -> V
             dirty: dev.and_then(|dev| dirty.get(&dev)),
         }
     };
-    scopes.push(build(device.name.clone(), &device.whole, None, device.dev));
+    observed.push(build(device.name.clone(), &device.whole, None, device.dev));
     for part in &device.parts {
-        scopes.push(build(
+        observed.push(build(
             part.name.clone(),
             &part.stats,
             Some(&part.geometry),
             Some(part.dev),
         ));
     }
-    scopes
+    observed
 }
 
 pub(super) fn diagnose(
@@ -117,33 +121,36 @@ pub(super) fn diagnose_with(
         } else {
             Vec::new()
         };
-        let scopes = scopes(device, dirty);
+        let observed = traffic_of(device, dirty);
         for diagnosis in &mut audited {
-            if let Some(scope) = scopes.iter().find(|scope| scope.name == diagnosis.device) {
-                add_live_evidence(&mut diagnosis.evidence, scope);
+            if let Some(traffic) = observed
+                .iter()
+                .find(|traffic| traffic.name == diagnosis.device)
+            {
+                add_live_evidence(&mut diagnosis.evidence, traffic);
             }
         }
-        for scope in &scopes {
+        for traffic in &observed {
             let audited_subpage = audited.iter().any(|diagnosis| {
-                diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == scope.name
+                diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == traffic.name
             });
             if !audited_subpage {
-                found.extend(live_subpage(scope));
+                found.extend(live_subpage(traffic));
             }
-            found.extend(split_amplification(scope));
-            found.extend(merge_blocked(scope));
+            found.extend(split_amplification(traffic));
+            found.extend(merge_blocked(traffic));
         }
         found.extend(audited);
     }
     found
 }
 
-/// Live numbers added to a static finding when the scope saw traffic.
-fn add_live_evidence(evidence: &mut BTreeMap<String, Value>, scope: &Scope<'_>) {
-    if !scope.has_traffic() {
+/// Live numbers added to a static finding when the device saw traffic.
+fn add_live_evidence(evidence: &mut BTreeMap<String, Value>, traffic: &DeviceTraffic<'_>) {
+    if !traffic.has_traffic() {
         return;
     }
-    let total = &scope.total;
+    let total = &traffic.total;
     if total.user_ios > 0 {
         evidence.insert("observed_user_ios".into(), json!(total.user_ios));
         evidence.insert(
@@ -169,7 +176,7 @@ fn add_live_evidence(evidence: &mut BTreeMap<String, Value>, scope: &Scope<'_>) 
         );
         evidence.insert("extra_split_fragments".into(), json!(total.splits));
     }
-    if let Some(dirty) = scope.dirty {
+    if let Some(dirty) = traffic.dirty {
         evidence.insert("dirty_buffers".into(), json!(dirty.count));
         evidence.insert("dirty_buffer_sizes".into(), dirty_sizes(dirty));
     }
@@ -194,40 +201,40 @@ fn dominant_subpage_buffer(dirty: &DirtyStats) -> Option<(u64, u64)> {
 /// `subpage_block_size` from live evidence when the audit could not tell:
 /// sub-page dirty buffers (the block size itself), or, without those, a
 /// partition of unknown geometry whose writes are nearly all one sub-page size.
-fn live_subpage(scope: &Scope<'_>) -> Option<Diagnosis> {
-    if let Some((block_size, buffers)) = scope.dirty.and_then(dominant_subpage_buffer) {
-        let total = scope.dirty.map_or(buffers, |dirty| dirty.count);
+fn live_subpage(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
+    if let Some((block_size, buffers)) = traffic.dirty.and_then(dominant_subpage_buffer) {
+        let total = traffic.dirty.map_or(buffers, |dirty| dirty.count);
         let what = format!(
             "{buffers} of {total} dirty buffers written through {} were {block_size} bytes: the device's block size is {block_size} bytes",
-            scope.name
+            traffic.name
         );
         return Some(subpage_diagnosis(
-            scope,
+            traffic,
             block_size,
             what,
             Severity::Warning,
         ));
     }
-    let (block_size, bios) = uniform_subpage_writes(scope)?;
+    let (block_size, bios) = uniform_subpage_writes(traffic)?;
     let what = format!(
         "{bios} of {} writes to {} were {block_size}-byte bios, which is what a {block_size}-byte block size produces (O_DIRECT writes of that size would look the same)",
-        scope.total.user_ios, scope.name
+        traffic.total.user_ios, traffic.name
     );
-    Some(subpage_diagnosis(scope, block_size, what, Severity::Info))
+    Some(subpage_diagnosis(traffic, block_size, what, Severity::Info))
 }
 
 /// Sub-page writes must be at least this many...
 pub const MIN_SUBPAGE_BIOS: u64 = 64;
-/// ...and this share of the scope's writes, all of one size.
+/// ...and this share of the device's writes, all of one size.
 const SUBPAGE_BIO_SHARE: f64 = 0.9;
 
 /// On a partition whose geometry is unknown: the one sub-page size nearly all writes had.
-fn uniform_subpage_writes(scope: &Scope<'_>) -> Option<(u64, u64)> {
-    let partition = scope.partition?;
+fn uniform_subpage_writes(traffic: &DeviceTraffic<'_>) -> Option<(u64, u64)> {
+    let partition = traffic.partition?;
     if partition.size != 0 || partition.block_size.is_some() {
         return None;
     }
-    let write = scope.writes.as_ref()?;
+    let write = traffic.writes.as_ref()?;
     let histogram = &write.user_io_sectors;
     let sectors = histogram.value_at_quantile(0.5);
     if sectors == 0 || sectors * SECTOR_BYTES >= PAGE_BYTES {
@@ -241,17 +248,17 @@ fn uniform_subpage_writes(scope: &Scope<'_>) -> Option<(u64, u64)> {
 }
 
 fn subpage_diagnosis(
-    scope: &Scope<'_>,
+    traffic: &DeviceTraffic<'_>,
     block_size: u64,
     what: String,
     severity: Severity,
 ) -> Diagnosis {
     let mut evidence = BTreeMap::new();
     evidence.insert("block_size".into(), json!(block_size));
-    add_partition_evidence(&mut evidence, scope.partition);
-    add_live_evidence(&mut evidence, scope);
+    add_partition_evidence(&mut evidence, traffic.partition);
+    add_live_evidence(&mut evidence, traffic);
     let sectors_per_page = PAGE_BYTES / SECTOR_BYTES;
-    let odd_size = scope
+    let odd_size = traffic
         .partition
         .filter(|partition| partition.size != 0 && partition.size % sectors_per_page != 0);
     let size_sentence = match odd_size {
@@ -267,18 +274,18 @@ fn subpage_diagnosis(
     let fix = match odd_size {
         Some(partition) => format!(
             "resize {} to {} sectors (a multiple of 4 KiB) so the kernel picks a 4096-byte block size; until then write with O_DIRECT or set it with `blockdev --setbsz 4096 /dev/{}`",
-            scope.name,
+            traffic.name,
             partition.size - partition.size % sectors_per_page,
-            scope.name
+            traffic.name
         ),
         None => format!(
             "give {} a size that is a multiple of 4 KiB, or set a 4096-byte block size (`blockdev --setbsz 4096 /dev/{}`) or write with O_DIRECT",
-            scope.name, scope.name
+            traffic.name, traffic.name
         ),
     };
     Diagnosis {
         code: code::SUBPAGE_BLOCK_SIZE,
-        device: scope.name.clone(),
+        device: traffic.name.clone(),
         severity,
         evidence,
         explanation,
@@ -296,15 +303,15 @@ fn add_partition_evidence(
     }
 }
 
-fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
-    let total = &scope.total;
+fn split_amplification(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
+    let total = &traffic.total;
     let share = ratio(total.splits, total.user_ios);
     if total.splits < MIN_SPLITS || share < MIN_SPLIT_SHARE {
         return None;
     }
     let cause = total.dominant_cause()?;
     let cause_count = total.split_causes[cause.index()];
-    let geometry = &scope.device.geometry;
+    let geometry = &traffic.device.geometry;
     let amplification = ratio(total.commands, total.user_ios);
     let mut evidence = BTreeMap::new();
     evidence.insert("cause".into(), json!(cause.key()));
@@ -348,9 +355,9 @@ fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
         "discard_granularity".into(),
         json!(geometry.discard_granularity),
     );
-    add_partition_evidence(&mut evidence, scope.partition);
+    add_partition_evidence(&mut evidence, traffic.partition);
 
-    let (detail, fix, can_fix) = split_fix(scope, cause);
+    let (detail, fix, can_fix) = split_fix(traffic, cause);
     let severity = if cause.is_alignment() && share >= CRITICAL_SPLIT_SHARE {
         Severity::Critical
     } else if can_fix {
@@ -362,8 +369,8 @@ fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
         "{} of {} {} user I/Os on {} ({:.1}%) were split, {} of the splits by {} ({cause_count}); they became {} fragments and {} commands, {:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes). {detail}",
         total.splits,
         total.user_ios,
-        scope.main_op.as_str(),
-        scope.name,
+        traffic.main_op.as_str(),
+        traffic.name,
         share * 100.0,
         if cause_count == total.splits { "all" } else { "most" },
         cause.key(),
@@ -375,7 +382,7 @@ fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
     );
     Some(Diagnosis {
         code: code::SPLIT_AMPLIFICATION,
-        device: scope.name.clone(),
+        device: traffic.name.clone(),
         severity,
         evidence,
         explanation,
@@ -384,10 +391,10 @@ fn split_amplification(scope: &Scope<'_>) -> Option<Diagnosis> {
 }
 
 /// A sentence on the limit involved, the fix, and whether a setting can fix it.
-fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
-    let geometry = &scope.device.geometry;
-    let disk = scope.disk_name();
-    let pbs = u64::from(geometry.physical_block_size.max(512));
+fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> (String, String, bool) {
+    let geometry = &traffic.device.geometry;
+    let disk = traffic.disk_name();
+    let pbs = u64::from(geometry.physical_block_size).max(SECTOR_BYTES);
     let pbs_sectors = pbs / SECTOR_BYTES;
     match cause {
         SplitCause::MaxSectors => {
@@ -395,7 +402,7 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
             let hw_kb = geometry.max_hw_sectors_kb;
             let detail = format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.");
             if hw_kb > max_kb {
-                let wanted_kb = p90_bytes(&scope.total.user_io_sectors) / 1024;
+                let wanted_kb = p90_bytes(&traffic.total.user_io_sectors) / 1024;
                 let suggested = wanted_kb
                     .max(u64::from(max_kb) * 2)
                     .next_power_of_two()
@@ -417,19 +424,19 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
                 )
             }
         }
-        SplitCause::PhysicalBlock => match scope.partition.filter(|partition| partition.size != 0) {
+        SplitCause::PhysicalBlock => match traffic.partition.filter(|partition| partition.size != 0) {
             Some(partition) => {
                 let aligned = partition.start.div_ceil(2048).saturating_mul(2048);
                 (
                     format!(
                         "The kernel ends split pieces on absolute {pbs}-byte physical-block boundaries, and {} starts at sector {}, {} sectors past one, so every large I/O gets a short extra piece.",
-                        scope.name,
+                        traffic.name,
                         partition.start,
                         partition.start % pbs_sectors
                     ),
                     format!(
                         "recreate {} starting at a multiple of {pbs_sectors} sectors, e.g. sector {aligned} (1 MiB aligned), with a size that is a multiple of {pbs_sectors} sectors",
-                        scope.name
+                        traffic.name
                     ),
                     true,
                 )
@@ -438,7 +445,7 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
                 format!(
                     "The kernel ends split pieces on absolute {pbs}-byte physical-block boundaries and these I/Os did not start on one."
                 ),
-                format!("align I/O offsets on {} to {pbs} bytes", scope.name),
+                format!("align I/O offsets on {} to {pbs} bytes", traffic.name),
                 true,
             ),
         },
@@ -449,7 +456,7 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
             ),
             format!(
                 "align {}'s start and the I/O to {} sectors ({} KiB chunks)",
-                scope.name,
+                traffic.name,
                 geometry.chunk_sectors,
                 u64::from(geometry.chunk_sectors) / 2
             ),
@@ -496,7 +503,7 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
             ),
             format!(
                 "align {}'s start and discard ranges to {} bytes",
-                scope.name, geometry.discard_granularity
+                traffic.name, geometry.discard_granularity
             ),
             true,
         ),
@@ -510,15 +517,15 @@ fn split_fix(scope: &Scope<'_>, cause: SplitCause) -> (String, String, bool) {
     }
 }
 
-fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
-    let total = &scope.total;
+fn merge_blocked(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
+    let total = &traffic.total;
     let adjacent = total.adjacent_unmerged;
     let share = ratio(adjacent, total.commands);
     if adjacent < MIN_ADJACENT_UNMERGED || share < MIN_ADJACENT_SHARE {
         return None;
     }
-    let geometry = &scope.device.geometry;
-    let disk = scope.disk_name();
+    let geometry = &traffic.device.geometry;
+    let disk = traffic.disk_name();
     let bios_per_command = ratio(total.user_ios + total.splits, total.commands);
     let command_p50 = p50_bytes(&total.command_sectors);
     let bio_p50 = p50_bytes(&total.user_io_sectors);
@@ -526,16 +533,13 @@ fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
         && bios_per_command >= SEGMENT_CAPPED_SHARE * f64::from(geometry.max_segments);
     // Sub-page bios filling max_segments are the subpage_block_size finding
     // itself (its explanation names the cap); one root cause, one diagnosis.
-    let subpage_partition = scope.partition.is_some_and(|part| {
-        let block_size = part.block_size.unwrap_or_else(|| {
-            crate::geometry::predicted_block_size(part.size, geometry.logical_block_size)
-        });
-        block_size < crate::geometry::ioctl::PAGE_SIZE_BYTES
+    let subpage_partition = traffic.partition.is_some_and(|part| {
+        let block_size = part
+            .block_size
+            .unwrap_or_else(|| predicted_block_size(part.size, geometry.logical_block_size));
+        u64::from(block_size) < PAGE_BYTES
     });
-    if segment_capped
-        && subpage_partition
-        && bio_p50 < u64::from(crate::geometry::ioctl::PAGE_SIZE_BYTES)
-    {
+    if segment_capped && subpage_partition && bio_p50 < PAGE_BYTES {
         return None;
     }
     let mut evidence = BTreeMap::new();
@@ -555,7 +559,7 @@ fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
     evidence.insert("max_segment_size".into(), json!(geometry.max_segment_size));
     evidence.insert("scheduler".into(), json!(geometry.scheduler));
     evidence.insert("segment_capped".into(), json!(segment_capped));
-    add_partition_evidence(&mut evidence, scope.partition);
+    add_partition_evidence(&mut evidence, traffic.partition);
 
     let (reason, fix) = if geometry.nomerges != 0 {
         (
@@ -598,15 +602,15 @@ fn merge_blocked(scope: &Scope<'_>) -> Option<Diagnosis> {
     let explanation = format!(
         "{adjacent} of {} {} commands on {} ({:.1}%) started exactly where the previous one ended and their bios were queued before it was issued, yet they were not merged; the median command is {command_p50} bytes against max_sectors_kb {} KiB, with {:.1} bios per command. Merging them would have saved up to {adjacent} commands. {reason}",
         total.commands,
-        scope.main_op.as_str(),
-        scope.name,
+        traffic.main_op.as_str(),
+        traffic.name,
         share * 100.0,
         geometry.max_sectors_kb,
         bios_per_command,
     );
     Some(Diagnosis {
         code: code::MERGE_BLOCKED,
-        device: scope.name.clone(),
+        device: traffic.name.clone(),
         severity,
         evidence,
         explanation,

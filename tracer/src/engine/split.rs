@@ -1,13 +1,9 @@
 //! Why did the kernel split a bio here? A pure inference from the queue
 //! limits and the split's geometry, mirroring `block/blk-merge.c`.
 
+use crate::blk::SECTOR_BYTES;
 use crate::geometry::DiskGeometry;
 use crate::model::Op;
-
-/// Bytes per sector, the unit of every tracepoint range.
-pub const SECTOR_BYTES: u64 = 512;
-/// Page size assumed for segment and virt-boundary reasoning (x86-64, arm64 4k).
-pub const PAGE_BYTES: u64 = 4096;
 
 /// The inferred reason for one `block_split`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

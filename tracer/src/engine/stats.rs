@@ -1,11 +1,12 @@
-//! Counters and histograms of one (device scope, origin, operation), and
+//! Counters and histograms of one (disk or partition, origin, operation), and
 //! their conversion into the report model.
 
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
-use super::split::{SplitCause, SECTOR_BYTES};
+use super::split::SplitCause;
+use crate::blk::SECTOR_BYTES;
 use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
 
 /// Highest value a histogram keeps exactly enough (sectors, µs, counts);
@@ -31,7 +32,7 @@ pub const fn op_index(op: Op) -> usize {
 
 pub const OP_COUNT: usize = Op::ALL.len();
 
-/// Everything measured for one operation class in one scope.
+/// Everything measured for one operation class on one disk or partition.
 pub struct OpStats {
     pub user_ios: u64,
     pub fragments: u64,
@@ -54,6 +55,10 @@ pub struct OpStats {
     pub commands_per_io: Histogram<u64>,
     pub queue_to_complete_us: Histogram<u64>,
     pub issue_to_complete_us: Histogram<u64>,
+    /// Commands the driver gave back to be issued again (block_rq_requeue).
+    pub requeues: u64,
+    /// From a requeue to the command's next issue.
+    pub requeue_delay_us: Histogram<u64>,
 }
 
 impl Default for OpStats {
@@ -75,6 +80,8 @@ impl Default for OpStats {
             commands_per_io: new_histogram(),
             queue_to_complete_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
+            requeues: 0,
+            requeue_delay_us: new_histogram(),
         }
     }
 }
@@ -101,6 +108,8 @@ impl OpStats {
         let _ = self.commands_per_io.add(&other.commands_per_io);
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
+        self.requeues += other.requeues;
+        let _ = self.requeue_delay_us.add(&other.requeue_delay_us);
     }
 
     pub fn to_model(&self) -> OpMeasures {
@@ -126,6 +135,8 @@ impl OpStats {
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
+            requeues: self.requeues,
+            requeue_delay_us: distribution(&self.requeue_delay_us, 1),
         }
     }
 
@@ -144,18 +155,22 @@ impl OpStats {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.user_ios == 0 && self.commands == 0 && self.splits == 0 && self.merges == 0
+        self.user_ios == 0
+            && self.commands == 0
+            && self.splits == 0
+            && self.merges == 0
+            && self.requeues == 0
     }
 }
 
-/// Stats of one scope (a disk's own traffic, or a partition), per origin and op.
+/// Stats of one block device (a disk's own traffic, or a partition's), per origin and op.
 #[derive(Default)]
-pub struct ScopeStats {
+pub struct DeviceStats {
     /// `[tracked as usize][op_index(op)]`, allocated on first use.
     slots: [[Option<Box<OpStats>>; OP_COUNT]; 2],
 }
 
-impl ScopeStats {
+impl DeviceStats {
     pub fn get_mut(&mut self, tracked: bool, op: Op) -> &mut OpStats {
         self.slots[usize::from(tracked)][op_index(op)].get_or_insert_with(Box::default)
     }
@@ -165,10 +180,10 @@ impl ScopeStats {
     }
 
     pub fn clear(&mut self) {
-        *self = ScopeStats::default();
+        *self = DeviceStats::default();
     }
 
-    /// Adds this scope's stats of the selected origins into `into`, per op.
+    /// Adds this device's stats of the selected origins into `into`, per op.
     pub fn collect_into(&self, origins: &[bool], into: &mut [Option<OpStats>; OP_COUNT]) {
         for &tracked in origins {
             for op in Op::ALL {

@@ -4,7 +4,7 @@ use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use crate::model::{code, Op, OpMeasures, Severity};
+use crate::model::{code, DeviceReport, Diagnosis, Op, OpMeasures, Severity};
 
 const LOOP0: DevId = DevId::new(7, 0);
 const P1: DevId = DevId::new(259, 0);
@@ -601,7 +601,7 @@ fn flushes_are_counted_not_correlated() {
 }
 
 #[test]
-fn requeued_command_issued_twice_completes_once() {
+fn a_reissue_whose_requeue_was_not_seen_counts_again_and_completes_once() {
     let mut engine = engine();
     feed(
         &mut engine,
@@ -614,6 +614,174 @@ fn requeued_command_issued_twice_completes_once() {
     );
     assert_clean(&engine);
     assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 2);
+}
+
+fn requeue(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::Requeue, ts, dev, sector, nr)
+}
+
+/// Commands are issues minus the re-issues of requeued commands.
+fn assert_commands_are_issues_minus_requeues(engine: &Engine) {
+    let events = engine.events();
+    let (commands, requeues) = engine
+        .devices()
+        .iter()
+        .flat_map(|device| device.measures.ops.values())
+        .fold((0, 0), |(commands, requeues), op| {
+            (commands + op.commands, requeues + op.requeues)
+        });
+    assert_eq!(requeues, events[EventKind::Requeue]);
+    assert_eq!(
+        commands,
+        events[EventKind::Issue] - events[EventKind::Requeue]
+    );
+}
+
+#[test]
+fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
+    let mut engine = engine();
+    // The vda case: a 1 MiB write split 2032 + 16, the tail requeued while
+    // the head fills the virtqueue, and issued again 2 ms later.
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 2048),
+            split(MS, LOOP0, 0, 2032),
+            issue(MS, LOOP0, 0, 2032),
+            issue(MS, LOOP0, 2032, 16),
+            requeue(MS + 10_000, LOOP0, 2032, 16),
+            complete(3 * MS, LOOP0, 0, 2032),
+            issue(3 * MS + 10_000, LOOP0, 2032, 16),
+            complete(4 * MS, LOOP0, 2032, 16),
+        ],
+    );
+    assert_clean(&engine);
+    assert_commands_are_issues_minus_requeues(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.user_ios, write.commands, write.requeues), (1, 2, 1));
+    assert_eq!(write.commands_per_io.max, 2);
+    assert!((write.amplification - 2.0).abs() < 1e-9);
+    assert!((write.requeue_share() - 0.5).abs() < 1e-9);
+    assert_eq!(write.requeue_delay_us.count, 1);
+    assert_near(write.requeue_delay_us.p50, 2000);
+    // The tail: 990 us from its last issue, not 3 ms from its first.
+    assert_eq!(write.issue_to_complete_us.count, 2);
+    assert_near(write.issue_to_complete_us.min, 990);
+    assert_near(write.issue_to_complete_us.max, 2000);
+    assert_eq!(engine.events()[EventKind::Requeue], 1);
+}
+
+#[test]
+fn a_command_requeued_twice_is_still_one_command() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            issue(MS, LOOP0, 0, 8),
+            requeue(2 * MS, LOOP0, 0, 8),
+            issue(3 * MS, LOOP0, 0, 8),
+            requeue(4 * MS, LOOP0, 0, 8),
+            issue(7 * MS, LOOP0, 0, 8),
+            complete(8 * MS, LOOP0, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    assert_commands_are_issues_minus_requeues(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.commands, write.requeues), (1, 2));
+    assert_eq!(write.requeue_delay_us.count, 2);
+    assert_near(write.requeue_delay_us.max, 3000);
+    assert_near(write.issue_to_complete_us.max, 1000);
+}
+
+#[test]
+fn partial_completions_around_a_requeue_finish_the_command() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            queue(MS, LOOP0, 8, 8),
+            backmerge(MS, LOOP0, 8, 8),
+            queue(MS, LOOP0, 16, 8),
+            backmerge(MS, LOOP0, 16, 8),
+            issue(2 * MS, LOOP0, 0, 24),
+            // Part done, the rest given back and issued again with its remaining range.
+            complete(3 * MS, LOOP0, 0, 8),
+            requeue(3 * MS, LOOP0, 8, 16),
+            issue(4 * MS, LOOP0, 8, 16),
+            // Partial completion after the requeue.
+            complete(5 * MS, LOOP0, 8, 8),
+        ],
+    );
+    assert_eq!(
+        engine.correlation().in_flight,
+        1,
+        "the last bio is still out"
+    );
+    engine.ingest(&complete(6 * MS, LOOP0, 16, 8));
+    assert_clean(&engine);
+    assert_commands_are_issues_minus_requeues(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.user_ios, write.commands, write.requeues), (3, 1, 1));
+    assert_eq!(write.commands_per_io.max, 1);
+    assert_near(write.issue_to_complete_us.max, 2000);
+    assert_near(write.queue_to_complete_us.max, 5000);
+}
+
+#[test]
+fn a_requeued_merged_request_carries_all_its_bios_once() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 64, 8),
+            queue(MS, LOOP0, 72, 8),
+            backmerge(MS, LOOP0, 72, 8),
+            issue(2 * MS, LOOP0, 64, 16),
+            requeue(2 * MS, LOOP0, 64, 16),
+            issue(3 * MS, LOOP0, 64, 16),
+            complete(4 * MS, LOOP0, 64, 16),
+        ],
+    );
+    assert_clean(&engine);
+    assert_commands_are_issues_minus_requeues(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.user_ios, write.merges), (2, 1));
+    assert_eq!((write.commands, write.requeues), (1, 1));
+    assert_eq!(write.commands_per_io.max, 1);
+    assert_eq!(write.command_size.max, 16 * 512);
+}
+
+#[test]
+fn requeues_of_commands_issued_before_tracing_or_without_a_range_keep_the_count() {
+    let mut engine = engine();
+    let mut flush = issue(MS, LOOP0, 0, 0);
+    flush.rwbs = rwbs("FF");
+    let mut flush_requeue = requeue(MS, LOOP0, 0, 0);
+    flush_requeue.rwbs = rwbs("FF");
+    let mut flush_reissue = issue(2 * MS, LOOP0, 0, 0);
+    flush_reissue.rwbs = rwbs("FF");
+    feed(
+        &mut engine,
+        &[
+            // Issued before the trace began: only its requeue and re-issue are seen.
+            requeue(MS, LOOP0, 512, 8),
+            issue(2 * MS, LOOP0, 512, 8),
+            complete(3 * MS, LOOP0, 512, 8),
+            flush,
+            flush_requeue,
+            flush_reissue,
+        ],
+    );
+    assert_commands_are_issues_minus_requeues(&engine);
+    assert_eq!(engine.correlation().in_flight, 0);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.commands, write.requeues), (0, 1));
+    assert_near(write.requeue_delay_us.max, 1000);
+    let flush = disk_op(&engine, "loop0", Op::Flush);
+    assert_eq!((flush.commands, flush.requeues), (1, 1));
 }
 
 /// A deterministic xorshift generator, so failures reproduce.
@@ -721,7 +889,7 @@ fn garbage_events_never_panic() {
         // Every queue and split is counted somewhere, whatever the chain.
         assert_eq!(sum(|op| op.user_ios), queues);
         assert_eq!(sum(|op| op.splits), splits);
-        assert_eq!(engine.events().queue, queues);
+        assert_eq!(engine.events()[EventKind::Queue], queues);
         let stats = engine.correlation();
         assert!(stats.in_flight <= limits.max_in_flight.max(1) as u64);
     }
@@ -781,14 +949,17 @@ fn totals_agree_with_event_counts() {
         .flat_map(|report| report.measures.ops.values())
         .collect();
     let sum = |field: fn(&OpMeasures) -> u64| -> u64 { ops.iter().map(|op| field(op)).sum() };
-    assert_eq!(sum(|op| op.user_ios), events.queue);
-    assert_eq!(sum(|op| op.splits), events.split);
-    assert_eq!(sum(|op| op.commands), events.issue);
+    assert_eq!(sum(|op| op.user_ios), events[EventKind::Queue]);
+    assert_eq!(sum(|op| op.splits), events[EventKind::Split]);
+    assert_eq!(sum(|op| op.commands), events[EventKind::Issue]);
     assert_eq!(
         sum(|op| op.merges),
-        events.backmerge + events.frontmerge + events.rq_merge
+        events[EventKind::Backmerge] + events[EventKind::Frontmerge] + events[EventKind::RqMerge]
     );
-    assert_eq!(sum(|op| op.fragments), events.queue + events.split);
+    assert_eq!(
+        sum(|op| op.fragments),
+        events[EventKind::Queue] + events[EventKind::Split]
+    );
     // Partition measures are inside the disk's.
     let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
     assert_eq!(p1.user_ios, 50);
@@ -1342,8 +1513,8 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
     ));
 }
 
-/// Repeated mixed traffic stays clean; prints the hot path's throughput
-/// (measured, not asserted). For a meaningful number run it in release:
+/// Repeated mixed traffic is counted exactly and stays clean; prints the hot
+/// path's throughput (measured, not asserted). For a meaningful number run it in release:
 /// `cargo test --release -p iosplit-trace --lib ingest_throughput -- --nocapture`.
 #[test]
 fn ingest_throughput() {
@@ -1351,7 +1522,8 @@ fn ingest_throughput() {
     // Pre-build the events so only ingestion is timed.
     let mut events = Vec::new();
     let mut probe = Engine::new(vec![loop0()], EngineLimits::default());
-    for round in 0..2_000u64 {
+    let rounds = 2_000u64;
+    for round in 0..rounds {
         let ts = MS * (round + 1);
         let base = 2048 + (round % 16) * 512;
         events.extend_from_slice(&[
@@ -1385,6 +1557,28 @@ fn ingest_throughput() {
     }
     let elapsed = started.elapsed();
     assert_clean(&engine);
+    // Per round: one partition write split into two commands, and eight
+    // one-sector writes to the disk merged into one command.
+    let n = rounds * repeats;
+    let events_seen = engine.events();
+    assert_eq!(
+        (
+            events_seen[EventKind::Queue],
+            events_seen[EventKind::Issue],
+            events_seen[EventKind::Complete],
+        ),
+        (9 * n, 3 * n, 3 * n)
+    );
+    let disk = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(
+        (disk.user_ios, disk.fragments, disk.commands),
+        (9 * n, 10 * n, 3 * n)
+    );
+    assert_eq!((disk.splits, disk.merges), (n, 7 * n));
+    assert_eq!(disk.bytes, (512 + 8) * 512 * n);
+    let part = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((part.user_ios, part.commands, part.splits), (n, 2 * n, n));
+    assert_eq!(part.commands_per_io.max, 2);
     let count = events.len() as f64 * repeats as f64;
     println!(
         "{count} events in {elapsed:?}: {:.1} M events/s",
@@ -1430,7 +1624,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
     engine.dirty_buffer_totals(&totals(100));
     engine.dirty_buffer_totals(&totals(100));
     assert_eq!(
-        engine.events().dirty_buffer,
+        engine.events()[EventKind::DirtyBuffer],
         100,
         "an unchanged total adds nothing"
     );
@@ -1443,7 +1637,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
     engine.reset();
     engine.dirty_buffer_totals(&totals(130));
     assert_eq!(
-        engine.events().dirty_buffer,
+        engine.events()[EventKind::DirtyBuffer],
         30,
         "after a reset only the growth counts"
     );

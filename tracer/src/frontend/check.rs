@@ -10,11 +10,14 @@ use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::engine::audit::{self, Placement};
-use crate::error::{Error, Result};
+use crate::error::Result;
+use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::{predicted_block_size, sysfs, DiskGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
+
+use super::output::{Document, Format, Output};
 
 /// Schema name of the `check --json` document.
 pub const CHECK_SCHEMA_NAME: &str = "iosplit-trace/check";
@@ -31,15 +34,16 @@ pub struct CheckReport {
     pub devices: Vec<DeviceReport>,
 }
 
+impl Document for CheckReport {
+    /// Always [`COLUMNS`] wide: the audit is read as a listing, not a screen.
+    fn render_text(&self, _width: u16) -> String {
+        render_text(self)
+    }
+}
+
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     let report = check_in(Path::new("/sys"), &args.devices, &DevNodeProbe::default())?;
-    if args.json {
-        let text = serde_json::to_string_pretty(&report)
-            .map_err(|err| Error::failure(format!("cannot encode the report: {err}")))?;
-        println!("{text}");
-    } else {
-        print!("{}", render_text(&report));
-    }
+    Output::stdout().print(&report, Format::from_flags(args.json, false))?;
     // Findings are the output, not a failure: exit 0 either way.
     Ok(ExitCode::SUCCESS)
 }
@@ -50,7 +54,7 @@ pub fn check_in(
     sysfs_root: &Path,
     devices: &[String],
     probe: &dyn BlockSizeProbe,
-) -> Result<CheckReport> {
+) -> std::result::Result<CheckReport, GeometryError> {
     let disks = if devices.is_empty() {
         let mut disks = sysfs::read_disks_in(sysfs_root, None, probe)?;
         // Unattached loop devices and empty drives have nothing to audit.

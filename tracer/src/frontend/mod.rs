@@ -1,13 +1,15 @@
-//! What users run: the live TUI, `report`, `run`, `check`, and JSON output.
-//! Each is a thin adapter over the capture layer and the engine.
+//! What users run, one module per command: `report`, `run`, `check`, and the
+//! live TUI (`tui`, fed through `live::LiveSource` by `session`). They share
+//! `selection` (the `-d` devices), `session` (geometry, runtime, report
+//! assembly), `text` (the human report) and `output` (the one writer every
+//! format goes through). Each is a thin adapter over capture and the engine.
 
 pub mod check;
 pub mod live;
 pub mod output;
 pub mod report;
 pub mod run;
-pub mod run_recorder;
-pub mod scope;
+pub mod selection;
 pub mod session;
 #[cfg(test)]
 pub mod test_reports;
@@ -22,36 +24,40 @@ use crate::cli::{self, Cli, Command};
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 
+use self::output::{Format, Output};
+
 /// Runs the parsed command line; `Ok` carries the exit code.
 pub fn dispatch(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Some(Command::Report(args)) => report::run(&cli.scope, &args),
-        Some(Command::Run(args)) => run::run(&cli.scope, &args),
+        Some(Command::Report(args)) => report::run(&cli.selection, &args),
+        Some(Command::Run(args)) => run::run(&cli.selection, &args),
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Generate { what }) => {
-            cli::generate(what, &mut std::io::stdout().lock())
-                .map_err(|err| Error::failure(format!("cannot write to stdout: {err}")))?;
+            let mut page = Vec::new();
+            // Writing into memory fails only if clap cannot render the page.
+            cli::generate(what, &mut page).map_err(|err| {
+                Error::caused(format!("cannot generate the {what:?} output"), err)
+            })?;
+            Output::stdout().write_all(&page)?;
             Ok(ExitCode::SUCCESS)
         }
-        None => live(&cli.scope),
+        None => live(&cli.selection),
     }
 }
 
 /// `iosplit-trace` alone: the live TUI, then the session's one-shot report.
-fn live(scope_args: &cli::Scope) -> Result<ExitCode> {
+fn live(selection: &cli::DeviceSelection) -> Result<ExitCode> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
-        return Err(Error::usage(
-            "stdout is not a terminal: use `iosplit-trace report` for a one-shot report",
-        ));
+        return Err(Error::NotATerminal);
     }
-    let devices = scope::resolve_scope(scope_args)?;
-    let config = scope::capture_config(&devices);
+    let devices = selection::resolve_selection(selection)?;
+    let config = selection::capture_config(&devices);
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;
     let mut live = session::LiveSession::new(capture, &devices);
     let report = tui::run_tui(&mut live)?;
     drop(live);
-    output::emit(&report, false, None)?;
+    Output::stdout().print(&report, Format::Text)?;
     Ok(ExitCode::SUCCESS)
 }

@@ -5,19 +5,22 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use crate::capture::Capture;
-use crate::cli::{ReportArgs, Scope};
+use crate::cli::{DeviceSelection, ReportArgs};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
-use crate::model::Report;
+use crate::error::{Context, Result};
 
-use super::{output, scope, session};
+use super::output::{Format, Output};
+use super::{selection, session};
 
-pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
-    let devices = scope::resolve_scope(scope_args)?;
-    let config = scope::capture_config(&devices);
+pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
+    let devices = selection::resolve_selection(selection)?;
+    let config = selection::capture_config(&devices);
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
+    let mut out = Output::stdout();
+    // One document per interval is a stream: JSON Lines.
+    let format = Format::from_flags(args.json, args.interval.is_some());
     let capture = Capture::start(&config, engine)?;
-    scope::announce(&devices, &capture);
+    selection::announce(&devices, &capture);
     let unsupported = capture.unsupported();
     let runtime = session::runtime()?;
     let started = Instant::now();
@@ -33,7 +36,7 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
         let _runtime = runtime.enter();
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
     }
-    .map_err(|err| Error::failure(format!("cannot listen for Ctrl-C: {err}")))?;
+    .context("cannot listen for Ctrl-C")?;
     loop {
         let now = Instant::now();
         let until_deadline = deadline.map(|d| d.saturating_duration_since(now));
@@ -63,7 +66,8 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
                 report
             })?;
             interval_start = Instant::now();
-            print(&report, args)?;
+            // A closed pipe ends the loop here; dropping the capture detaches the probes.
+            out.print(&report, format)?;
         }
     }
     // Devices that went in the last moments are seen too.
@@ -72,18 +76,6 @@ pub fn run(scope_args: &Scope, args: &ReportArgs) -> Result<ExitCode> {
     let elapsed = interval_start.elapsed();
     let report = capture
         .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
-    print(&report, args)?;
+    out.print(&report, format)?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn print(report: &Report, args: &ReportArgs) -> Result<()> {
-    if args.interval.is_some() && args.json {
-        // One compact document per interval (JSON Lines).
-        let line = serde_json::to_string(report)
-            .map_err(|err| Error::failure(format!("cannot encode the report: {err}")))?;
-        println!("{line}");
-        Ok(())
-    } else {
-        output::emit(report, args.json, None)
-    }
 }

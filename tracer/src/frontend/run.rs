@@ -12,17 +12,19 @@ use std::time::{Duration, Instant};
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEventKind};
 
-use crate::capture::{Capture, CaptureConfig, EventSink};
-use crate::cli::{RunArgs, Scope};
+use crate::capture::{Capture, CaptureConfig};
+use crate::cli::{DeviceSelection, RunArgs};
+use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{sysfs, DevId};
 use crate::model::{Report, RunReport, RunTarget};
+use crate::sink::EventSink;
 
-use super::run_recorder::{FdResolver, FdTarget, RunRecorder};
-use super::{output, scope, session, units};
+use super::output::{Format, Output};
+use super::{output, selection, session, units};
 
 /// How long to wait after the command exits for its I/O to complete.
 const SETTLE: Duration = Duration::from_secs(2);
@@ -62,11 +64,7 @@ fn block_target(path: &Path) -> Option<FdTarget> {
     let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
     let device = resolve(&name).ok()?;
     let start_sector = if device.is_partition() {
-        std::fs::read_to_string(format!("/sys/class/block/{}/start", device.name))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?
+        sysfs::partition_start(&device.name)?
     } else {
         0
     };
@@ -129,38 +127,33 @@ fn find_program(program: &str) -> Option<PathBuf> {
         .find(|path| executable(path))
 }
 
-pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
+pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let Some(program) = args.command.first() else {
-        return Err(Error::usage(
-            "missing command after `--`: e.g. `iosplit-trace run -- mkfs.ext4 /dev/sdc2`",
-        ));
+        return Err(Error::MissingCommand);
     };
     let Some(program_path) = find_program(program) else {
-        return Err(Error {
-            message: format!(
-                "command not found: `{program}` (not an executable file, nor on PATH)"
-            ),
-            exit_code: 127,
-        });
+        return Err(Error::CommandNotFound(program.clone()));
     };
-    let named = scope::resolve_scope(scope_args)?;
+    let named = selection::resolve_selection(selection)?;
+    // Created now, so a bad -o path fails before the command runs.
+    let mut out = Output::to(args.output.as_deref())?;
     let disks = session::read_geometry(&[])?;
     let sink = RunSink {
         engine: Engine::new(disks, Default::default()),
         recorder: RunRecorder::new(ProcFdResolver),
         own_pid: std::process::id(),
     };
-    // Every device: scope is what the command touches, known only afterwards.
+    // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
         ..CaptureConfig::default()
     };
     let mut capture = Capture::start(&config, sink)?;
     let started = Instant::now();
-    eprintln!(
-        "iosplit-trace: tracing `{}` and the I/O it causes",
+    output::status(format_args!(
+        "tracing `{}` and the I/O it causes",
         args.command.join(" ")
-    );
+    ));
 
     let runtime = session::runtime()?;
     let status = runtime.block_on(async {
@@ -204,11 +197,15 @@ pub fn run(scope_args: &Scope, args: &RunArgs) -> Result<ExitCode> {
             .filter(|origin| !origin.tracked.ops.is_empty())
             .map(|origin| origin.device)
             .collect();
-        scope_to_run(&mut report, &run, &tracked_devices, &named);
+        keep_touched_devices(&mut report, &run, &tracked_devices, &named);
         report.run = Some(run);
         report
     })?;
-    output::emit(&report, args.json, args.output.as_deref())?;
+    match out.print(&report, Format::from_flags(args.json, false)) {
+        // A closed pipe is no failure: CMD's status still stands.
+        Err(err) if err.is_broken_pipe() => {}
+        printed => printed?,
+    }
     Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
 }
 
@@ -302,7 +299,12 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
 }
 
 /// Keeps the devices the command touched (or that were named with -d).
-fn scope_to_run(report: &mut Report, run: &RunReport, tracked_devices: &[String], named: &[DevId]) {
+fn keep_touched_devices(
+    report: &mut Report,
+    run: &RunReport,
+    tracked_devices: &[String],
+    named: &[DevId],
+) {
     let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
     touched.extend(tracked_devices.iter().map(String::as_str));
     let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
-use crate::error::{Error, Result};
+use crate::error::{Context, Result};
+use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe, NoBlockSize};
 use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::{sysfs, DiskGeometry};
@@ -14,9 +15,11 @@ use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 
 use super::live::LiveSource;
 
-/// Geometry of the disks in scope (every attached disk when none was
+/// Geometry of the selected disks (every attached disk when none was
 /// named), for the engine's names, limits and diagnoses.
-pub fn read_geometry(devices: &[ResolvedDevice]) -> Result<Vec<DiskGeometry>> {
+pub fn read_geometry(
+    devices: &[ResolvedDevice],
+) -> std::result::Result<Vec<DiskGeometry>, GeometryError> {
     if devices.is_empty() {
         let mut disks = sysfs::read_disks(None)?;
         // Unattached loop devices and empty drives have nothing to show.
@@ -96,7 +99,7 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|err| Error::failure(format!("cannot start the async runtime: {err}")))
+        .context("cannot start the async runtime")
 }
 
 /// The engine's view plus the kernel's drop counters, as one report.

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::json;
+use tracer_common::EventKind;
 
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
@@ -278,18 +279,22 @@ pub fn seed_report() -> Report {
     };
     let mut report = base(12.34);
     report.events = EventCounts {
-        remap: 16641,
-        queue: 16741,
-        split: 700,
-        backmerge: 16504,
-        issue: 937,
-        complete: 937,
-        bio_complete: 17441,
-        dirty_buffer: 16385,
         dropped: 42,
         read_failed: 1,
         ..EventCounts::default()
     };
+    for (kind, count) in [
+        (EventKind::Remap, 16641),
+        (EventKind::Queue, 16741),
+        (EventKind::Split, 700),
+        (EventKind::Backmerge, 16504),
+        (EventKind::Issue, 937),
+        (EventKind::Complete, 937),
+        (EventKind::BioComplete, 17441),
+        (EventKind::DirtyBuffer, 16385),
+    ] {
+        report.events[kind] = count;
+    }
     report.correlation = CorrelationStats {
         incomplete: 3,
         unmatched_events: 5,

@@ -1,7 +1,7 @@
 //! Block sizes: the one geometry value sysfs does not show. The current one
 //! comes from BLKBSZGET, kept behind [`BlockSizeProbe`] so sysfs readers can
 //! run on fixture trees without touching `/dev`; the one the kernel will pick
-//! comes from [`predicted_block_size`].
+//! comes from [`crate::blk::predicted_block_size`].
 
 use std::fs::OpenOptions;
 use std::io;
@@ -17,25 +17,6 @@ const BLKBSZGET: u64 = ioc_read(0x12, 112, std::mem::size_of::<libc::size_t>() a
 const fn ioc_read(kind: u64, nr: u64, size: u64) -> u64 {
     const IOC_READ: u64 = 2;
     (IOC_READ << 30) | (size << 16) | (kind << 8) | nr
-}
-
-/// The page size `set_init_blocksize` caps block sizes at.
-pub const PAGE_SIZE_BYTES: u32 = 4096;
-
-/// The block size the kernel gives a device or partition of `size_sectors`
-/// (512-byte units) when it is first opened (`set_init_blocksize` in
-/// block/bdev.c): the largest power of two from the logical block size up to
-/// the page size that divides the size in bytes.
-pub fn predicted_block_size(size_sectors: u64, logical_block_size: u32) -> u32 {
-    let size_bytes = size_sectors.saturating_mul(512);
-    let mut block_size = logical_block_size.max(512);
-    while block_size < PAGE_SIZE_BYTES {
-        if size_bytes & u64::from(block_size) != 0 {
-            break;
-        }
-        block_size <<= 1;
-    }
-    block_size
 }
 
 /// Where the current block size of a device comes from.
@@ -105,20 +86,6 @@ pub fn block_size_of(path: &Path) -> io::Result<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn predicted_block_size_follows_the_seed_table() {
-        // The three partition sizes of the reference case (seed README).
-        assert_eq!(predicted_block_size(27_647_865, 512), 512);
-        assert_eq!(predicted_block_size(27_646_898, 512), 1024);
-        assert_eq!(predicted_block_size(27_660_288, 512), 4096);
-        // size mod 8 == 4: 2048-byte blocks.
-        assert_eq!(predicted_block_size(12, 512), 2048);
-        // Never above the page size, never below the logical block size.
-        assert_eq!(predicted_block_size(1 << 20, 512), 4096);
-        assert_eq!(predicted_block_size(8 * 3, 4096), 4096);
-        assert_eq!(predicted_block_size(0, 512), 4096);
-    }
 
     #[test]
     fn request_number_matches_linux_fs_h() {

@@ -109,8 +109,10 @@ impl DiskGeometry {
     }
 }
 
+pub mod error;
 pub mod ioctl;
 pub mod resolve;
 pub mod sysfs;
 
-pub use ioctl::predicted_block_size;
+// Kept for callers outside engine and geometry; the rule lives in `blk`.
+pub use crate::blk::predicted_block_size;

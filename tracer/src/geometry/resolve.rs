@@ -2,8 +2,10 @@
 
 use std::path::Path;
 
+use super::error::GeometryError;
 use super::DevId;
-use crate::error::{Error, Result};
+
+type Result<T> = std::result::Result<T, GeometryError>;
 
 /// A device named on the command line, with the disk it belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,10 +31,8 @@ fn read_dev(path: &Path) -> Option<DevId> {
 
 /// Resolves one argument against a sysfs tree rooted at `sysfs` (normally `/sys`).
 pub fn resolve_in(sysfs: &Path, arg: &str) -> Result<ResolvedDevice> {
-    let unknown = || {
-        Error::usage(format!(
-            "unknown device `{arg}`: give a block device such as sda, sda2, /dev/sda2 or 8:2 (see `lsblk`)"
-        ))
+    let unknown = || GeometryError::UnknownDevice {
+        name: arg.to_string(),
     };
     let name = if let Some((major, minor)) = arg.split_once(':') {
         let (Ok(major), Ok(minor)) = (major.parse::<u32>(), minor.parse::<u32>()) else {
@@ -149,8 +149,12 @@ mod tests {
         let root = fixture("unknown");
         for arg in ["sdz", "9:9", "x:y", "/dev/nope", ""] {
             let err = resolve_in(&root, arg).unwrap_err();
-            assert!(err.message.contains("unknown device"), "{arg}: {err}");
-            assert_eq!(err.exit_code, crate::error::EXIT_USAGE);
+            assert!(
+                matches!(&err, GeometryError::UnknownDevice { name } if name == arg),
+                "{arg}: {err}"
+            );
+            assert!(err.to_string().starts_with("unknown device"), "{err}");
+            assert!(err.is_usage());
         }
         let _ = fs::remove_dir_all(root);
     }

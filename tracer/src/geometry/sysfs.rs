@@ -7,9 +7,11 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::error::GeometryError;
 use super::ioctl::{BlockSizeProbe, DevNodeProbe};
 use super::{DevId, DiskGeometry, PartitionGeometry};
-use crate::error::{Error, Result};
+
+type Result<T> = std::result::Result<T, GeometryError>;
 
 /// Kernel defaults for limits a very old kernel may not export
 /// (BLK_MAX_SEGMENTS, BLK_MAX_SEGMENT_SIZE, BLK_DEF_MAX_SECTORS_CAP).
@@ -53,12 +55,7 @@ pub fn read_disks_in(
 /// The names under `SYSFS/block`, in natural order (loop2 before loop10).
 fn list_disks(sysfs_root: &Path) -> Result<Vec<String>> {
     let dir = sysfs_root.join("block");
-    let entries = fs::read_dir(&dir).map_err(|err| {
-        Error::failure(format!(
-            "cannot list disks in {}: {err} (is sysfs mounted?)",
-            dir.display()
-        ))
-    })?;
+    let entries = fs::read_dir(&dir).map_err(|source| GeometryError::ListDisks { dir, source })?;
     let mut names: Vec<String> = entries
         .filter_map(|entry| entry.ok())
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
@@ -83,10 +80,8 @@ fn natural_key(name: &str) -> (String, u64, String) {
 /// The disk a name belongs to: itself if it is a disk, its parent if it is a
 /// partition.
 fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
-    let unknown = || {
-        Error::usage(format!(
-            "unknown device `{name}`: give a disk or partition such as sda or sda2 (see `lsblk`)"
-        ))
+    let unknown = || GeometryError::UnknownDevice {
+        name: name.to_string(),
     };
     if name.is_empty() || name.contains('/') {
         return Err(unknown());
@@ -114,10 +109,10 @@ pub fn read_disk_in(
 ) -> Result<DiskGeometry> {
     let dir = sysfs_root.join("block").join(name);
     if !dir.is_dir() {
-        return Err(Error::usage(format!(
-            "unknown disk `{name}`: no {} (see `lsblk`)",
-            dir.display()
-        )));
+        return Err(GeometryError::UnknownDisk {
+            name: name.to_string(),
+            dir,
+        });
     }
     let queue = dir.join("queue");
     let logical_block_size = read_u32(&queue, "logical_block_size").unwrap_or(512);
@@ -229,6 +224,17 @@ pub fn name_of_dev_in(sysfs_root: &Path, dev: DevId) -> Option<String> {
 /// The kernel name of a device number on the live system.
 pub fn name_of_dev(dev: DevId) -> Option<String> {
     name_of_dev_in(Path::new("/sys"), dev)
+}
+
+/// A partition's first sector on its disk (`SYSFS/class/block/NAME/start`);
+/// `None` for a whole disk or an unknown name.
+pub fn partition_start_in(sysfs_root: &Path, name: &str) -> Option<u64> {
+    read_u64(&sysfs_root.join("class/block").join(name), "start")
+}
+
+/// A partition's first sector on the live system.
+pub fn partition_start(name: &str) -> Option<u64> {
+    partition_start_in(Path::new("/sys"), name)
 }
 
 /// The disk a device number belongs to, and the partition if it is one.
@@ -445,8 +451,11 @@ mod tests {
         assert_eq!(names, ["vda", "loop2"]);
 
         let err = read_disks_in(&tree.0, Some(&["sdz".to_string()]), &NoBlockSize).unwrap_err();
-        assert!(err.message.contains("unknown device `sdz`"), "{err}");
-        assert_eq!(err.exit_code, crate::error::EXIT_USAGE);
+        assert!(
+            matches!(&err, GeometryError::UnknownDevice { name } if name == "sdz"),
+            "{err}"
+        );
+        assert!(err.is_usage());
     }
 
     #[test]
@@ -468,6 +477,9 @@ mod tests {
             Some("loop3")
         );
         assert_eq!(name_of_dev_in(&tree.0, DevId::new(9, 9)), None);
+        assert_eq!(partition_start_in(&tree.0, "loop3p1"), Some(8));
+        assert_eq!(partition_start_in(&tree.0, "loop3"), None);
+        assert_eq!(partition_start_in(&tree.0, "nosuch"), None);
 
         let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
         let (disk, part) = locate(&disks, DevId::from_kernel((259 << 20) | 7)).unwrap();

@@ -153,30 +153,49 @@ fn ensure_tracefs() {
     }
 }
 
-/// The kernel's ftrace `blk` tracer on one disk: the event-count oracle.
+/// The kernel's ftrace `blk` tracer on some disks: the event-count oracle.
 pub struct BlkTracer {
-    disk: String,
+    disks: Vec<String>,
     old_buffer_kb: String,
+}
+
+/// The size to put back: `buffer_size_kb` reads "7 (expanded: 1408)" before
+/// the buffer was first used, and only the number after it can be written.
+fn buffer_kb(text: &str) -> String {
+    let text = text.trim();
+    match text.split_once("(expanded: ") {
+        Some((_, expanded)) => expanded.trim_end_matches(')').trim().to_string(),
+        None => text.to_string(),
+    }
 }
 
 impl BlkTracer {
     pub fn start(disk: &str) -> BlkTracer {
+        BlkTracer::start_disks(&[disk])
+    }
+
+    pub fn start_disks(disks: &[&str]) -> BlkTracer {
         ensure_tracefs();
-        let old_buffer_kb = std::fs::read_to_string(format!("{TRACING}/buffer_size_kb"))
-            .unwrap()
-            .trim()
-            .to_string();
+        let old_buffer_kb =
+            buffer_kb(&std::fs::read_to_string(format!("{TRACING}/buffer_size_kb")).unwrap());
         let tracer = BlkTracer {
-            disk: disk.to_string(),
+            disks: disks.iter().map(|disk| disk.to_string()).collect(),
             old_buffer_kb,
         };
         std::fs::write(format!("{TRACING}/buffer_size_kb"), "65536").unwrap();
         std::fs::write(format!("{TRACING}/trace"), "").unwrap();
-        std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
+        for disk in disks {
+            std::fs::write(format!("/sys/block/{disk}/trace/enable"), "1").unwrap();
+        }
         std::fs::write(format!("{TRACING}/current_tracer"), "blk").unwrap();
         // Someone may have left tracing off; Drop turns it back on either way.
         std::fs::write(format!("{TRACING}/tracing_on"), "1").unwrap();
         tracer
+    }
+
+    /// Writes `text` into the trace, in time order with the events.
+    pub fn marker(&self, text: &str) {
+        std::fs::write(format!("{TRACING}/trace_marker"), text).unwrap();
     }
 
     /// Stops tracing and returns the trace text; panics if the buffer overran.
@@ -198,21 +217,53 @@ impl BlkTracer {
 impl Drop for BlkTracer {
     fn drop(&mut self) {
         let _ = std::fs::write(format!("{TRACING}/current_tracer"), "nop");
-        let _ = std::fs::write(format!("/sys/block/{}/trace/enable", self.disk), "0");
+        for disk in &self.disks {
+            let _ = std::fs::write(format!("/sys/block/{disk}/trace/enable"), "0");
+        }
         let _ = std::fs::write(format!("{TRACING}/tracing_on"), "1");
         let _ = std::fs::write(format!("{TRACING}/buffer_size_kb"), &self.old_buffer_kb);
         let _ = std::fs::write(format!("{TRACING}/trace"), "");
     }
 }
 
-/// Counts blk tracer actions (A, Q, X, M, F, D, C …) for one "major,minor".
+/// Counts blk tracer actions (A, Q, X, M, F, D, R, C …) for one "major,minor".
 pub fn count_actions(trace: &str, dev: &str) -> std::collections::BTreeMap<String, u64> {
+    count_actions_where(trace, dev, |_| true)
+}
+
+/// As [`count_actions`], only between the trace markers `from` and `to`
+/// (written with [`BlkTracer::marker`]).
+pub fn count_actions_between(
+    trace: &str,
+    dev: &str,
+    from: &str,
+    to: &str,
+) -> std::collections::BTreeMap<String, u64> {
+    let mut between = false;
+    count_actions_where(trace, dev, |event| {
+        match event.strip_prefix("tracing_mark_write: ").map(str::trim) {
+            Some(marker) if marker == from => between = true,
+            Some(marker) if marker == to => between = false,
+            _ => {}
+        }
+        between
+    })
+}
+
+fn count_actions_where(
+    trace: &str,
+    dev: &str,
+    mut wanted: impl FnMut(&str) -> bool,
+) -> std::collections::BTreeMap<String, u64> {
     let mut counts = std::collections::BTreeMap::new();
     for line in trace.lines().filter(|l| !l.starts_with('#')) {
         // "  dd-123  [001] ..... 12.345678: 7,0    Q  WS 2048 + 8 [dd]"
         let Some((_, event)) = line.split_once(": ") else {
             continue;
         };
+        if !wanted(event) {
+            continue;
+        }
         let mut words = event.split_whitespace();
         if words.next() != Some(dev) {
             continue;
@@ -222,6 +273,34 @@ pub fn count_actions(trace: &str, dev: &str) -> std::collections::BTreeMap<Strin
         }
     }
     counts
+}
+
+/// The whole disk that holds `path` (e.g. "vda" for a file on /dev/vda or /dev/vda1).
+pub fn disk_holding(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).unwrap().dev();
+    let (major, minor) = (libc::major(dev), libc::minor(dev));
+    let node =
+        std::fs::canonicalize(format!("/sys/dev/block/{major}:{minor}")).unwrap_or_else(|err| {
+            panic!(
+                "{} is on {major}:{minor}, not a block device: {err}",
+                path.display()
+            )
+        });
+    let disk = match node.join("partition").exists() {
+        true => node.parent().unwrap().to_path_buf(),
+        false => node,
+    };
+    disk.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+/// A file that is removed when dropped, also on panic.
+pub struct ScratchFile(pub PathBuf);
+
+impl Drop for ScratchFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 /// The real binary, running in the background until stopped.
@@ -468,5 +547,72 @@ impl Drop for Tmux {
             // SAFETY: signalling a process this test started in its pane.
             unsafe { libc::kill(pid as i32, libc::SIGKILL) };
         }
+    }
+}
+
+/// `count` direct writes of 1 MiB to a new file at `path`, each gathered
+/// from 256 pages that are never neighbours (every other page of a 2 MiB
+/// buffer), so each write reaches the device as 256 segments whatever the
+/// memory allocator did. dd's own buffer is sometimes physically contiguous
+/// (a few segments), and then nothing is split or requeued.
+pub fn scattered_direct_writes(path: &Path, count: u64) {
+    use std::os::unix::ffi::OsStrExt;
+    const PAGE: usize = 4096;
+    const PAGES: usize = 256;
+    let name = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a NUL-terminated path; the fd is closed below.
+    let fd = unsafe {
+        libc::open(
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_DIRECT,
+            0o600,
+        )
+    };
+    assert!(
+        fd >= 0,
+        "open {}: {}",
+        path.display(),
+        std::io::Error::last_os_error()
+    );
+    let length = 2 * PAGES * PAGE;
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let buffer = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            length,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE,
+            -1,
+            0,
+        )
+    };
+    assert_ne!(
+        buffer,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
+    let pages: Vec<libc::iovec> = (0..PAGES)
+        .map(|page| libc::iovec {
+            // SAFETY: inside the mapping (page 2 * 255 + 1 < 512 pages).
+            iov_base: unsafe { buffer.cast::<u8>().add(2 * page * PAGE) }.cast(),
+            iov_len: PAGE,
+        })
+        .collect();
+    for write in 0..count {
+        let offset = (write * (PAGES * PAGE) as u64) as libc::off_t;
+        // SAFETY: the iovecs point into the live mapping.
+        let written = unsafe { libc::pwritev(fd, pages.as_ptr(), PAGES as i32, offset) };
+        assert_eq!(
+            written,
+            (PAGES * PAGE) as isize,
+            "pwritev: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    // SAFETY: unmapping and closing what was created above.
+    unsafe {
+        libc::munmap(buffer, length);
+        libc::close(fd);
     }
 }

@@ -390,7 +390,7 @@ mod tests {
             .unwrap();
         write.user_ios += 1000;
         write.commands += 10;
-        second.events.queue += 2000;
+        second.events[tracer_common::EventKind::Queue] += 2000;
         app.on_snapshot(first, secs(10));
         app.on_snapshot(second, Duration::from_millis(10_500));
         let row = app.rows.iter().find(|row| row.name == "loop0p2").unwrap();

@@ -38,9 +38,7 @@ const SIGNAL_CHECK: Duration = Duration::from_millis(250);
 /// caller can print it after the terminal is restored.
 pub fn run_tui(source: &mut dyn LiveSource) -> Result<Report> {
     if !io::stdout().is_terminal() || !io::stdin().is_terminal() {
-        return Err(Error::usage(
-            "the live view needs a terminal; use `iosplit-trace report` to print a report instead",
-        ));
+        return Err(Error::NotATerminal);
     }
     let outcome = {
         let mut guard = TerminalGuard::enter()?;
@@ -319,7 +317,7 @@ mod tests {
             inputs: vec![Input::Tick].into(),
         };
         let err = event_loop(&mut terminal, &mut source, &mut inputs).unwrap_err();
-        assert!(err.message.contains("ran out"));
+        assert!(err.to_string().contains("ran out"), "{err}");
     }
 
     #[test]

@@ -67,7 +67,9 @@ fn install_panic_hook() {
                 .location()
                 .map(|location| format!(" at {}:{}", location.file(), location.line()))
                 .unwrap_or_default();
-            eprintln!("iosplit-trace: internal error{place}: {payload} (terminal restored)");
+            crate::frontend::output::status(format_args!(
+                "internal error{place}: {payload} (terminal restored)"
+            ));
         }));
     });
 }
@@ -88,7 +90,7 @@ impl StopSignals {
         };
         for signal in [SIGINT, SIGTERM, SIGHUP] {
             let id = signal_hook::flag::register(signal, Arc::clone(&flag))
-                .map_err(|err| Error::failure(format!("cannot handle signal {signal}: {err}")))?;
+                .map_err(|err| Error::caused(format!("cannot handle signal {signal}"), err))?;
             signals.ids.push(id);
         }
         Ok(signals)
@@ -144,7 +146,7 @@ impl Drop for TerminalGuard {
 }
 
 pub fn terminal_error(err: io::Error) -> Error {
-    Error::failure(format!("terminal error: {err}"))
+    Error::caused("terminal error", err)
 }
 
 #[cfg(test)]

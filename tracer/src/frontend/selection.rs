@@ -1,31 +1,36 @@
-//! Resolves `--device` arguments into the capture filter.
+//! The devices the user selected with `-d/--device`: resolved, turned into the
+//! capture filter, and announced.
 
-use crate::capture::{Capture, CaptureConfig, EventSink};
-use crate::cli::Scope;
-use crate::error::Result;
 use std::path::Path;
 
+use crate::capture::{Capture, CaptureConfig, EventSink};
+use crate::cli::DeviceSelection;
+use crate::geometry::error::GeometryError;
 use crate::geometry::resolve::{partitions_in, resolve, ResolvedDevice};
 use crate::geometry::DevId;
 
+use super::output;
+
 /// The devices named on the command line (empty: every disk).
-pub fn resolve_scope(scope: &Scope) -> Result<Vec<ResolvedDevice>> {
-    scope.devices.iter().map(|arg| resolve(arg)).collect()
+pub fn resolve_selection(
+    selection: &DeviceSelection,
+) -> Result<Vec<ResolvedDevice>, GeometryError> {
+    selection.devices.iter().map(|arg| resolve(arg)).collect()
 }
 
 /// The capture filter for these devices: their whole disks, and every
 /// partition of those disks (block_dirty_buffer reports the partition).
 pub fn capture_config(devices: &[ResolvedDevice]) -> CaptureConfig {
     let sysfs = Path::new("/sys");
-    let mut scope: Vec<DevId> = Vec::new();
+    let mut traced: Vec<DevId> = Vec::new();
     for device in devices {
-        scope.push(device.disk_dev);
-        scope.extend(partitions_in(sysfs, &device.disk_name));
+        traced.push(device.disk_dev);
+        traced.extend(partitions_in(sysfs, &device.disk_name));
     }
-    scope.sort();
-    scope.dedup();
+    traced.sort();
+    traced.dedup();
     CaptureConfig {
-        devices: scope,
+        devices: traced,
         ..CaptureConfig::default()
     }
 }
@@ -42,9 +47,9 @@ pub fn announce<S: EventSink>(devices: &[ResolvedDevice], capture: &Capture<S>) 
             .collect::<Vec<_>>()
             .join(", ")
     };
-    eprintln!(
-        "iosplit-trace: tracing {what} ({attached}/{} probes attached, {}); Ctrl-C to stop",
+    output::status(format_args!(
+        "tracing {what} ({attached}/{} probes attached, {}); Ctrl-C to stop",
         capture.probes.len(),
         capture.flavor.name()
-    );
+    ));
 }

@@ -1,8 +1,9 @@
-//! What `run` keeps besides the engine: the command's write syscalls, the
-//! files they went to, and the device commands issued, so each write can be
-//! matched by sector range to the commands that carried it.
+//! `run`'s correlation beside the engine: the command's write syscalls, the
+//! block devices they went to, and the device commands issued, so each write
+//! can be matched by sector range to the commands that carried it.
 //!
-//! Pure apart from the injected [`FdResolver`], so it is unit-tested.
+//! Pure: files are named through the injected [`FdResolver`] (the /proc-based
+//! one lives in `frontend::run`), so it is unit-tested with a fake.
 
 use std::collections::HashMap;
 
@@ -11,6 +12,7 @@ use tracer_common::{
     BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
 };
 
+use super::stats::new_histogram as histogram;
 use crate::geometry::DevId;
 
 /// A block device a file descriptor pointed at.
@@ -35,6 +37,8 @@ pub trait FdResolver: Send {
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
 pub const MAX_WRITES: usize = 1 << 21;
 pub const MAX_COMMANDS: usize = 1 << 21;
+/// How far back a requeued command is looked for among the recorded ones.
+const REQUEUE_LOOKBACK: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
 struct WriteCall {
@@ -80,8 +84,6 @@ pub struct RunRecorder<R: FdResolver> {
     pub commands_not_kept: u64,
     pub failed_syscalls: u64,
 }
-
-use crate::engine::stats::new_histogram as histogram;
 
 impl<R: FdResolver> RunRecorder<R> {
     pub fn new(resolver: R) -> Self {
@@ -198,7 +200,26 @@ impl<R: FdResolver> RunRecorder<R> {
 
     /// Records device write commands (block_rq_issue, and bio completions on bio-based devices).
     pub fn block_event(&mut self, event: &BlockEvent) {
-        if event.kind != EventKind::Issue as u8 || !is_write(&event.rwbs) {
+        if !is_write(&event.rwbs) {
+            return;
+        }
+        if event.kind == EventKind::Requeue as u8 {
+            // Its re-issue will be recorded again: one command, not two. A
+            // partly completed command is requeued with its remaining range.
+            // It was issued at most a queue depth of commands ago.
+            let end = event.sector.saturating_add(u64::from(event.nr_sector));
+            let recent = self.commands.len().saturating_sub(REQUEUE_LOOKBACK);
+            let issued = self.commands[recent..].iter().rposition(|command| {
+                command.disk == event.dev
+                    && command.sector <= event.sector
+                    && command.sector.saturating_add(u64::from(command.nr_sector)) == end
+            });
+            if let Some(index) = issued {
+                self.commands.remove(recent + index);
+            }
+            return;
+        }
+        if event.kind != EventKind::Issue as u8 {
             return;
         }
         if self.commands.len() < MAX_COMMANDS {
@@ -424,6 +445,23 @@ mod tests {
             "the parent's and the child's writes to fd 5"
         );
         assert_eq!(recorder.processes, 1);
+    }
+
+    #[test]
+    fn a_requeued_command_is_matched_once() {
+        let mut recorder = RunRecorder::new(OnePartition);
+        recorder.process_event(&write(3, 0, 1 << 20));
+        // A 2048-sector write split 2032 + 16; the tail requeued, then issued again.
+        recorder.block_event(&issue(1000, 2032));
+        recorder.block_event(&issue(3032, 16));
+        recorder.block_event(&BlockEvent {
+            kind: EventKind::Requeue as u8,
+            ..issue(3032, 16)
+        });
+        recorder.block_event(&issue(3032, 16));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.commands_per_write.max(), 2);
+        assert_eq!(matched.writes_per_command.len(), 2);
     }
 
     #[test]

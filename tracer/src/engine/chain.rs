@@ -1,0 +1,427 @@
+//! The chain from a user I/O to device commands: the in-flight records
+//! (user I/O, fragment, command, remap) and their bookkeeping.
+
+use super::devices::{LastIssue, NO_PART};
+use super::stats::op_index;
+use super::table::{SlotRef, NIL};
+use super::Engine;
+use crate::model::Op;
+
+/// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
+/// below `max_sectors` for `merge_blocked`.
+pub(super) const SMALL_COMMAND_DIVISOR: u64 = 4;
+/// `max_sectors` assumed for that test when the device's is unknown (128 KiB).
+pub(super) const DEFAULT_MAX_SECTORS: u64 = 256;
+
+/// Where an I/O's numbers go: disk, partition, operation and origin.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Target {
+    pub(super) disk: u32,
+    pub(super) part: u32,
+    pub(super) op: Op,
+    pub(super) tracked: bool,
+}
+
+impl Default for Target {
+    fn default() -> Self {
+        Target {
+            disk: 0,
+            part: NO_PART,
+            op: Op::Other,
+            tracked: false,
+        }
+    }
+}
+
+/// A bio as submitted to a block device (block_bio_queue).
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct UserIo {
+    pub(super) target: Target,
+    pub(super) tgid: u32,
+    pub(super) queue_ns: u64,
+    /// Fragments not yet completed.
+    pub(super) outstanding: u32,
+    pub(super) fragments: u32,
+    /// Distinct commands that carried any of its fragments.
+    pub(super) commands: u32,
+    pub(super) last_command: u64,
+    /// An event of its chain was missed or dropped.
+    pub(super) incomplete: bool,
+    /// Counted once in `evicted` or `aged_out`.
+    pub(super) dropped: bool,
+    pub(super) epoch: u32,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) enum FragmentState {
+    /// Queued, possibly merged into a request, not yet issued.
+    #[default]
+    Pending,
+    /// Sent down to a lower device by a stacked (bio-based) device.
+    SentDown,
+    /// Part of an issued command.
+    InCommand,
+}
+
+/// A piece of a user I/O after splitting: `[start, end)` on `dev`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Fragment {
+    pub(super) io: SlotRef,
+    pub(super) start: u64,
+    pub(super) end: u64,
+    pub(super) state: FragmentState,
+    /// Next fragment in the same command.
+    pub(super) next: u32,
+}
+
+impl Default for Fragment {
+    fn default() -> Self {
+        Fragment {
+            io: SlotRef::NONE,
+            start: 0,
+            end: 0,
+            state: FragmentState::Pending,
+            next: NIL,
+        }
+    }
+}
+
+/// One device command (block_rq_issue); `start` moves on partial completion.
+/// A requeued command stays one command: its re-issue moves `issue_ns`.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Command {
+    pub(super) start: u64,
+    pub(super) end: u64,
+    /// The last issue.
+    pub(super) issue_ns: u64,
+    /// When the driver gave it back (block_rq_requeue), until it is issued again.
+    pub(super) requeued_ns: Option<u64>,
+    pub(super) target: Target,
+    pub(super) epoch: u32,
+    /// Its fragments in sector order.
+    pub(super) head: u32,
+    pub(super) tail: u32,
+    /// In flight when events were lost: the completion it gets may be another
+    /// command's, so its latency is not recorded.
+    pub(super) lost: bool,
+}
+
+impl Default for Command {
+    fn default() -> Self {
+        Command {
+            start: 0,
+            end: 0,
+            issue_ns: 0,
+            requeued_ns: None,
+            target: Target::default(),
+            epoch: 0,
+            head: NIL,
+            tail: NIL,
+            lost: false,
+        }
+    }
+}
+
+/// A `block_bio_remap` waiting for the `block_bio_queue` of the same bio.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Remap {
+    /// The partition the bio was sent to (kernel dev_t), if it came from one.
+    pub(super) partition: Option<u32>,
+    /// The upper device's user I/O, for a stacked remap.
+    pub(super) parent: SlotRef,
+}
+
+impl Default for Remap {
+    fn default() -> Self {
+        Remap {
+            partition: None,
+            parent: SlotRef::NONE,
+        }
+    }
+}
+
+pub(super) type SectorKey = (u32, u64);
+pub(super) type RemapKey = (u32, u64, u32);
+
+#[derive(Clone, Copy, Debug)]
+pub(super) enum DropReason {
+    AgedOut,
+    Evicted,
+}
+
+impl Engine {
+    pub(super) fn push_remap(&mut self, key: RemapKey, remap: Remap) {
+        if self.remaps.is_full() {
+            if let Some((oldest, _)) = self.remaps.oldest() {
+                self.remaps.remove(oldest);
+                self.correlation.unmatched_events += 1;
+            }
+        }
+        if self
+            .remaps
+            .insert(remap, Some(key), self.now_ns, true)
+            .is_none()
+        {
+            self.correlation.unmatched_events += 1;
+        }
+    }
+
+    /// command. Returns the first fragment's target and the earliest queue time.
+    pub(super) fn gather_fragments(
+        &mut self,
+        command_index: u32,
+        dev: u32,
+        start: u64,
+        end: u64,
+        serial: u64,
+    ) -> (Option<Target>, Option<u64>) {
+        let mut target = None;
+        let mut first_queue_ns: Option<u64> = None;
+        let mut cursor = start;
+        let mut tail = NIL;
+        while cursor < end {
+            let Some(index) = self.fragments.find(&(dev, cursor), |fragment| {
+                fragment.state == FragmentState::Pending
+                    && fragment.end > fragment.start
+                    && fragment.end <= end
+            }) else {
+                // A bio we never saw (dropped, or queued before tracing began).
+                self.correlation.unmatched_events += 1;
+                break;
+            };
+            self.fragments.set_key(index, None);
+            self.fragments.set_aged(index, false);
+            let Some(fragment) = self.fragments.get_mut(index) else {
+                break;
+            };
+            fragment.state = FragmentState::InCommand;
+            fragment.next = NIL;
+            cursor = fragment.end;
+            let io_ref = fragment.io;
+            if tail == NIL {
+                if let Some(command) = self.commands.get_mut(command_index) {
+                    command.head = index;
+                }
+            } else if let Some(previous) = self.fragments.get_mut(tail) {
+                previous.next = index;
+            }
+            tail = index;
+            if let Some(command) = self.commands.get_mut(command_index) {
+                command.tail = index;
+            }
+            if let Some(io) = self
+                .user_ios
+                .resolve(io_ref)
+                .and_then(|io_index| self.user_ios.get_mut(io_index))
+            {
+                if io.last_command != serial {
+                    io.last_command = serial;
+                    io.commands += 1;
+                }
+                target.get_or_insert(io.target);
+                first_queue_ns = Some(first_queue_ns.map_or(io.queue_ns, |ns| ns.min(io.queue_ns)));
+            }
+        }
+        (target, first_queue_ns)
+    }
+
+    pub(super) fn count_bio_command(&mut self, io_ref: SlotRef, start: u64, sectors: u64) {
+        let serial = self.next_command;
+        self.next_command += 1;
+        let io = self
+            .user_ios
+            .resolve(io_ref)
+            .and_then(|index| self.user_ios.get_mut(index));
+        let Some(io) = io else {
+            return;
+        };
+        io.commands += 1;
+        io.last_command = serial;
+        let target = io.target;
+        self.count_command(target, start, sectors, None);
+    }
+
+    pub(super) fn count_command(
+        &mut self,
+        target: Target,
+        start: u64,
+        sectors: u64,
+        queued_ns: Option<u64>,
+    ) {
+        let now_ns = self.now_ns;
+        let device = &mut self.devices[target.disk as usize];
+        let pbs = device.limits.pbs_sectors.max(1);
+        let max_sectors = match device.limits.max_sectors {
+            0 => DEFAULT_MAX_SECTORS,
+            known => known,
+        };
+        let small = |length: u64| length * SMALL_COMMAND_DIVISOR <= max_sectors;
+        let last = &mut device.last_issue[op_index(target.op)];
+        let adjacent_unmerged = sectors > 0
+            && last.valid
+            && last.end == start
+            && small(sectors)
+            && small(last.sectors)
+            && queued_ns.is_some_and(|queued| queued <= last.issue_ns);
+        if sectors > 0 && queued_ns.is_some() {
+            *last = LastIssue {
+                end: start.saturating_add(sectors),
+                sectors,
+                issue_ns: now_ns,
+                valid: true,
+            };
+        }
+        let stats = device
+            .stats_mut(target.part)
+            .get_mut(target.tracked, target.op);
+        stats.commands += 1;
+        stats.command_sectors.saturating_record(sectors);
+        if sectors > 0 {
+            if !start.is_multiple_of(pbs) || !sectors.is_multiple_of(pbs) {
+                stats.misaligned_pbs += 1;
+            }
+            if !start.is_multiple_of(8) || !sectors.is_multiple_of(8) {
+                stats.misaligned_4k += 1;
+            }
+        }
+        if adjacent_unmerged {
+            stats.adjacent_unmerged += 1;
+        }
+    }
+
+    /// A fragment finished normally.
+    pub(super) fn complete_fragment(&mut self, index: u32) {
+        let Some(fragment) = self.fragments.remove(index) else {
+            return;
+        };
+        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
+            return;
+        };
+        let finished = match self.user_ios.get_mut(io_index) {
+            Some(io) => {
+                io.outstanding = io.outstanding.saturating_sub(1);
+                io.outstanding == 0
+            }
+            None => false,
+        };
+        if finished {
+            self.finish_io(io_index);
+        }
+    }
+
+    pub(super) fn finish_io(&mut self, io_index: u32) {
+        let Some(io) = self.user_ios.remove(io_index) else {
+            return;
+        };
+        if io.incomplete {
+            self.correlation.incomplete += 1;
+            return;
+        }
+        if io.epoch != self.epoch {
+            return;
+        }
+        let latency_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
+        let stats = self.stats_mut(io.target);
+        stats
+            .fragments_per_io
+            .saturating_record(u64::from(io.fragments));
+        stats
+            .commands_per_io
+            .saturating_record(u64::from(io.commands));
+        stats.queue_to_complete_us.saturating_record(latency_us);
+    }
+
+    /// A fragment dropped without completing: its user I/O is incomplete.
+    pub(super) fn drop_fragment(&mut self, fragment: Fragment, reason: DropReason) {
+        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
+            return;
+        };
+        let (finished, newly_dropped) = match self.user_ios.get_mut(io_index) {
+            Some(io) => {
+                let newly_dropped = !io.dropped;
+                io.dropped = true;
+                io.incomplete = true;
+                io.outstanding = io.outstanding.saturating_sub(1);
+                (io.outstanding == 0, newly_dropped)
+            }
+            None => return,
+        };
+        if newly_dropped {
+            match reason {
+                DropReason::AgedOut => self.correlation.aged_out += 1,
+                DropReason::Evicted => self.correlation.evicted += 1,
+            }
+        }
+        if finished {
+            self.finish_io(io_index);
+        }
+    }
+
+    /// Drops a fragment that is not part of a command.
+    pub(super) fn expire_fragment(&mut self, index: u32, reason: DropReason) {
+        if let Some(fragment) = self.fragments.remove(index) {
+            self.drop_fragment(fragment, reason);
+        }
+    }
+
+    /// Drops a command and the fragments it carries.
+    pub(super) fn expire_command(&mut self, index: u32, reason: DropReason) {
+        let Some(command) = self.commands.remove(index) else {
+            return;
+        };
+        let mut head = command.head;
+        while head != NIL {
+            let Some(fragment) = self.fragments.remove(head) else {
+                break;
+            };
+            head = fragment.next;
+            self.drop_fragment(fragment, reason);
+        }
+    }
+
+    /// Lazy age-out, from the newest event timestamp seen.
+    pub(super) fn expire_aged(&mut self) {
+        let Some(threshold) = self.now_ns.checked_sub(self.limits.max_age_ns) else {
+            return;
+        };
+        while let Some((index, born_ns)) = self.fragments.oldest() {
+            if born_ns >= threshold {
+                break;
+            }
+            self.expire_fragment(index, DropReason::AgedOut);
+        }
+        while let Some((index, born_ns)) = self.commands.oldest() {
+            if born_ns >= threshold {
+                break;
+            }
+            self.expire_command(index, DropReason::AgedOut);
+        }
+        while let Some((index, born_ns)) = self.remaps.oldest() {
+            if born_ns >= threshold {
+                break;
+            }
+            self.remaps.remove(index);
+            self.correlation.unmatched_events += 1;
+        }
+    }
+
+    /// Makes room for one more user I/O and fragment, evicting the oldest.
+    pub(super) fn make_room_for_fragment(&mut self) -> bool {
+        while self.fragments.is_full() || self.user_ios.is_full() {
+            if let Some((oldest, _)) = self.fragments.oldest() {
+                self.expire_fragment(oldest, DropReason::Evicted);
+            } else if let Some((oldest, _)) = self.commands.oldest() {
+                self.expire_command(oldest, DropReason::Evicted);
+            } else {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub(super) fn io_of_fragment(&self, index: u32) -> Option<&UserIo> {
+        let fragment = self.fragments.get(index)?;
+        let io_index = self.user_ios.resolve(fragment.io)?;
+        self.user_ios.get(io_index)
+    }
+}

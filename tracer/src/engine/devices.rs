@@ -1,0 +1,282 @@
+//! Disk and partition state, found by device number, and where an event's
+//! numbers go when it matched no chain.
+
+use tracer_common::BlockEvent;
+
+use super::chain::Target;
+use super::handlers::op_of;
+use super::split::SplitLimits;
+use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::Engine;
+use crate::blk::SECTOR_BYTES;
+use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+
+/// "The whole disk, no partition."
+pub(super) const NO_PART: u32 = u32::MAX;
+
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastIssue {
+    pub(super) end: u64,
+    pub(super) sectors: u64,
+    pub(super) issue_ns: u64,
+    pub(super) valid: bool,
+}
+
+/// `block_dirty_buffer` sizes seen on one device (partition or disk).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DirtyStats {
+    pub count: u64,
+    /// Counts by power-of-two size from 512 B (index 0) to 64 KiB (index 7).
+    pub by_size: [u64; DIRTY_SIZES],
+}
+
+pub(crate) const DIRTY_SIZES: usize = 8;
+
+impl DirtyStats {
+    pub(super) fn record(&mut self, bytes: u64) {
+        self.count += 1;
+        let sectors = (bytes / SECTOR_BYTES).max(1);
+        let index = (63 - sectors.leading_zeros()) as usize;
+        self.by_size[index.min(DIRTY_SIZES - 1)] += 1;
+    }
+
+    pub fn size_of(index: usize) -> u64 {
+        SECTOR_BYTES << index
+    }
+
+    pub(super) fn add(&mut self, index: usize, count: u64) {
+        self.count += count;
+        self.by_size[index.min(DIRTY_SIZES - 1)] += count;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(super) struct DevSlot {
+    pub(super) disk: u32,
+    pub(super) part: u32,
+}
+
+pub(crate) struct PartState {
+    pub dev: u32,
+    pub name: String,
+    pub geometry: PartitionGeometry,
+    pub stats: DeviceStats,
+    /// Missing from sysfs at the last refresh.
+    pub gone: bool,
+}
+
+pub(crate) struct DeviceState {
+    pub dev: Option<u32>,
+    pub name: String,
+    pub geometry: DiskGeometry,
+    /// Geometry came from `disks` (otherwise it is a default placeholder).
+    pub known: bool,
+    pub limits: SplitLimits,
+    /// Traffic to the disk itself, not through a partition.
+    pub whole: DeviceStats,
+    pub parts: Vec<PartState>,
+    /// Missing from sysfs (or without media) at the last refresh.
+    pub gone: bool,
+    pub(super) seen_issue: bool,
+    pub(super) last_issue: [LastIssue; OP_COUNT],
+    /// Requeued commands without a range (flushes, passthrough), per op:
+    /// the next such issue is their re-issue, not a new command.
+    pub(super) requeued_empty: [u32; OP_COUNT],
+}
+
+impl DeviceState {
+    pub(super) fn unknown(dev: u32) -> DeviceState {
+        DeviceState {
+            dev: Some(dev),
+            name: DevId::from_kernel(dev).to_string(),
+            geometry: DiskGeometry {
+                dev: Some(DevId::from_kernel(dev)),
+                ..DiskGeometry::default()
+            },
+            known: false,
+            limits: SplitLimits::default(),
+            whole: DeviceStats::default(),
+            parts: Vec::new(),
+            gone: false,
+            seen_issue: false,
+            last_issue: [LastIssue::default(); OP_COUNT],
+            requeued_empty: [0; OP_COUNT],
+        }
+    }
+
+    pub(super) fn stats_mut(&mut self, part: u32) -> &mut DeviceStats {
+        match self.parts.get_mut(part as usize) {
+            Some(partition) => &mut partition.stats,
+            None => &mut self.whole,
+        }
+    }
+
+    /// Bio-based: declared so, and no request was ever issued on it.
+    pub(super) fn bio_based(&self) -> bool {
+        !(self.geometry.request_based || self.seen_issue)
+    }
+
+    pub(super) fn partition_at(&self, sector: u64) -> u32 {
+        self.parts
+            .iter()
+            .position(|part| {
+                part.geometry.size != 0
+                    && sector >= part.geometry.start
+                    && sector - part.geometry.start < part.geometry.size
+            })
+            .map_or(NO_PART, |index| index as u32)
+    }
+}
+
+impl Engine {
+    /// Installs fresh geometry. Devices and partitions keep their measures
+    /// (matched by device number); ones no longer listed are kept as they were.
+    pub fn set_disks(&mut self, disks: Vec<DiskGeometry>) {
+        for disk in disks {
+            let dev = disk.dev.map(DevId::to_kernel);
+            let existing = match dev {
+                Some(dev) => self
+                    .dev_index
+                    .get(&dev)
+                    .filter(|slot| slot.part == NO_PART)
+                    .map(|slot| slot.disk as usize),
+                None => self
+                    .devices
+                    .iter()
+                    .position(|device| device.dev.is_none() && device.name == disk.name),
+            };
+            let index = match existing {
+                Some(index) => index,
+                None => {
+                    let mut device = DeviceState::unknown(dev.unwrap_or(0));
+                    device.dev = dev;
+                    self.devices.push(device);
+                    self.devices.len() - 1
+                }
+            };
+            if let Some(dev) = dev {
+                self.dev_index.insert(
+                    dev,
+                    DevSlot {
+                        disk: index as u32,
+                        part: NO_PART,
+                    },
+                );
+            }
+            for partition in &disk.partitions {
+                self.install_partition(index, partition);
+            }
+            let device = &mut self.devices[index];
+            if !disk.name.is_empty() {
+                device.name = disk.name.clone();
+            }
+            device.limits = SplitLimits::from_geometry(&disk);
+            device.known = true;
+            device.geometry = disk;
+        }
+    }
+
+    pub(super) fn install_partition(&mut self, disk: usize, partition: &PartitionGeometry) {
+        let dev = partition.dev.map(DevId::to_kernel);
+        let device = &mut self.devices[disk];
+        let existing = device.parts.iter().position(|part| match dev {
+            Some(dev) => part.dev == dev,
+            None => part.name == partition.name,
+        });
+        let name = if partition.name.is_empty() {
+            dev.map_or_else(String::new, |dev| DevId::from_kernel(dev).to_string())
+        } else {
+            partition.name.clone()
+        };
+        let index = match existing {
+            Some(index) => index,
+            None => {
+                device.parts.push(PartState {
+                    dev: dev.unwrap_or(0),
+                    name: String::new(),
+                    geometry: PartitionGeometry::default(),
+                    stats: DeviceStats::default(),
+                    gone: false,
+                });
+                device.parts.len() - 1
+            }
+        };
+        let part = &mut device.parts[index];
+        part.name = name;
+        part.geometry = partition.clone();
+        if let Some(dev) = dev {
+            self.dev_index.insert(
+                dev,
+                DevSlot {
+                    disk: disk as u32,
+                    part: index as u32,
+                },
+            );
+        }
+    }
+
+    pub(super) fn is_tracked(&self, tgid: u32) -> bool {
+        !self.tracked.is_empty() && self.tracked.contains(&tgid)
+    }
+
+    /// Where an event that matched no chain is counted: by its own device,
+    /// the partition holding its sector, and its own rwbs.
+    pub(super) fn fallback_target(&mut self, event: &BlockEvent) -> Target {
+        let disk = self.ensure_disk(event.dev);
+        let device = &self.devices[disk as usize];
+        Target {
+            disk,
+            part: device.partition_at(event.sector),
+            op: op_of(event),
+            tracked: self.is_tracked(event.tgid),
+        }
+    }
+
+    /// The disk an event's dev names, created (as unknown) on first sight.
+    pub(super) fn ensure_disk(&mut self, dev: u32) -> u32 {
+        if let Some(slot) = self.dev_index.get(&dev) {
+            return slot.disk;
+        }
+        self.devices.push(DeviceState::unknown(dev));
+        let disk = (self.devices.len() - 1) as u32;
+        self.dev_index.insert(
+            dev,
+            DevSlot {
+                disk,
+                part: NO_PART,
+            },
+        );
+        disk
+    }
+
+    /// The partition `dev` of `disk`, created (as unknown) on first sight.
+    pub(super) fn ensure_partition(&mut self, disk: u32, dev: u32) -> u32 {
+        if let Some(slot) = self.dev_index.get(&dev) {
+            return if slot.disk == disk {
+                slot.part
+            } else {
+                NO_PART
+            };
+        }
+        let device = &mut self.devices[disk as usize];
+        device.parts.push(PartState {
+            dev,
+            name: DevId::from_kernel(dev).to_string(),
+            geometry: PartitionGeometry {
+                dev: Some(DevId::from_kernel(dev)),
+                ..PartitionGeometry::default()
+            },
+            stats: DeviceStats::default(),
+            gone: false,
+        });
+        let part = (device.parts.len() - 1) as u32;
+        self.dev_index.insert(dev, DevSlot { disk, part });
+        part
+    }
+
+    pub(super) fn stats_mut(&mut self, target: Target) -> &mut OpStats {
+        self.devices[target.disk as usize]
+            .stats_mut(target.part)
+            .get_mut(target.tracked, target.op)
+    }
+}

@@ -1,0 +1,469 @@
+//! One handler per kernel event, called by [`Engine::ingest`] in kernel order.
+
+use tracer_common::{BlockEvent, EventKind};
+
+use super::chain::{Command, DropReason, Fragment, FragmentState, Remap, Target, UserIo};
+use super::devices::NO_PART;
+use super::split::split_cause;
+use super::stats::op_index;
+use super::table::{SlotRef, NIL};
+use super::Engine;
+use crate::blk::SECTOR_BYTES;
+use crate::model::Op;
+
+/// The operation class from `rwbs`: a leading preflush `F` is skipped when an
+/// R/W/D follows; `F` alone (or `FN`) is a flush.
+pub fn op_from_rwbs(rwbs: &[u8]) -> Op {
+    let mut letters = rwbs;
+    if letters.first() == Some(&b'F') {
+        match letters.get(1) {
+            Some(b'R' | b'W' | b'D') => letters = &letters[1..],
+            _ => return Op::Flush,
+        }
+    }
+    match letters.first() {
+        Some(b'R') => Op::Read,
+        Some(b'W') => Op::Write,
+        Some(b'D') => Op::Discard,
+        _ => Op::Other,
+    }
+}
+
+/// The event's operation; an empty bio with a preflush is a flush, whatever follows.
+pub(super) fn op_of(event: &BlockEvent) -> Op {
+    if event.nr_sector == 0 && event.rwbs[0] == b'F' {
+        return Op::Flush;
+    }
+    op_from_rwbs(&event.rwbs)
+}
+
+impl Engine {
+    pub(super) fn on_remap(&mut self, event: &BlockEvent) {
+        let length = u64::from(event.nr_sector);
+        // Stacked: the old device holds this bio as a pending fragment of its own.
+        let upper = if length == 0 {
+            None
+        } else {
+            self.fragments
+                .find(&(event.aux_dev, event.aux_sector), |fragment| {
+                    fragment.state == FragmentState::Pending
+                        && fragment.end - fragment.start == length
+                })
+        };
+        if let Some(index) = upper {
+            let (io, start) = match self.fragments.get_mut(index) {
+                Some(fragment) => {
+                    fragment.state = FragmentState::SentDown;
+                    (fragment.io, fragment.start)
+                }
+                None => return,
+            };
+            self.count_bio_command(io, start, length);
+            self.push_remap(
+                (event.dev, event.sector, event.nr_sector),
+                Remap {
+                    partition: None,
+                    parent: io,
+                },
+            );
+            return;
+        }
+        // A stacked bio reaching a partition of the lower disk: carry the link on.
+        let carried = self
+            .remaps
+            .find(&(event.dev, event.aux_sector, event.nr_sector), |remap| {
+                remap.partition.is_none() && remap.parent != SlotRef::NONE
+            });
+        let parent = match carried.and_then(|index| self.remaps.remove(index)) {
+            Some(remap) => remap.parent,
+            None => SlotRef::NONE,
+        };
+        self.push_remap(
+            (event.dev, event.sector, event.nr_sector),
+            Remap {
+                partition: Some(event.aux_dev),
+                parent,
+            },
+        );
+    }
+
+    pub(super) fn on_queue(&mut self, event: &BlockEvent) {
+        let disk = self.ensure_disk(event.dev);
+        let remap = self
+            .remaps
+            .find(&(event.dev, event.sector, event.nr_sector), |_| true)
+            .and_then(|index| self.remaps.remove(index))
+            .unwrap_or_default();
+        let part = match remap.partition {
+            Some(partition) => self.ensure_partition(disk, partition),
+            None => NO_PART,
+        };
+        let parent = self
+            .user_ios
+            .resolve(remap.parent)
+            .and_then(|index| self.user_ios.get(index))
+            .map(|parent| (parent.tgid, parent.target.tracked));
+        let (tgid, tracked) = match parent {
+            Some(inherited) => inherited,
+            None => (event.tgid, self.is_tracked(event.tgid)),
+        };
+        let target = Target {
+            disk,
+            part,
+            op: op_of(event),
+            tracked,
+        };
+        let sectors = u64::from(event.nr_sector);
+        let stats = self.stats_mut(target);
+        stats.user_ios += 1;
+        stats.fragments += 1;
+        stats.bytes += sectors * SECTOR_BYTES;
+        stats.user_io_sectors.saturating_record(sectors);
+        if sectors == 0 {
+            return;
+        }
+        if !self.make_room_for_fragment() {
+            self.correlation.evicted += 1;
+            return;
+        }
+        let io = UserIo {
+            target,
+            tgid,
+            queue_ns: self.now_ns,
+            outstanding: 1,
+            fragments: 1,
+            commands: 0,
+            last_command: 0,
+            incomplete: false,
+            dropped: false,
+            epoch: self.epoch,
+        };
+        let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
+            self.correlation.evicted += 1;
+            return;
+        };
+        let fragment = Fragment {
+            io: self.user_ios.slot_ref(io_index),
+            start: event.sector,
+            end: event.sector.saturating_add(sectors),
+            state: FragmentState::Pending,
+            next: NIL,
+        };
+        if self
+            .fragments
+            .insert(fragment, Some((event.dev, event.sector)), self.now_ns, true)
+            .is_none()
+        {
+            self.user_ios.remove(io_index);
+            self.correlation.evicted += 1;
+        }
+    }
+
+    pub(super) fn on_split(&mut self, event: &BlockEvent) {
+        let new_sector = event.aux_sector;
+        // Room first: making room may evict the very fragment we are about to cut.
+        let room = self.make_room_for_fragment();
+        let found = if new_sector > event.sector {
+            self.fragments.find(&(event.dev, event.sector), |fragment| {
+                fragment.state == FragmentState::Pending && fragment.end > new_sector
+            })
+        } else {
+            None
+        };
+        let io_index = found
+            .and_then(|index| self.fragments.get(index))
+            .and_then(|fragment| self.user_ios.resolve(fragment.io));
+        let target = match io_index.and_then(|index| self.user_ios.get(index)) {
+            Some(io) => io.target,
+            None => self.fallback_target(event),
+        };
+        let cause = split_cause(
+            &self.devices[target.disk as usize].limits,
+            target.op,
+            event.sector,
+            new_sector,
+        );
+        let stats = self.stats_mut(target);
+        stats.splits += 1;
+        stats.fragments += 1;
+        stats.split_causes[cause.index()] += 1;
+        let Some(index) = found else {
+            self.correlation.unmatched_events += 1;
+            return;
+        };
+        let Some(front) = self.fragments.get_mut(index) else {
+            return;
+        };
+        let remainder = Fragment {
+            start: new_sector,
+            end: front.end,
+            ..*front
+        };
+        front.end = new_sector;
+        let inserted = room
+            && self
+                .fragments
+                .insert(remainder, Some((event.dev, new_sector)), self.now_ns, true)
+                .is_some();
+        if let Some(io) = io_index.and_then(|index| self.user_ios.get_mut(index)) {
+            io.fragments += 1;
+            if inserted {
+                io.outstanding += 1;
+            } else {
+                io.incomplete = true;
+            }
+        }
+    }
+
+    pub(super) fn on_merge(&mut self, event: &BlockEvent, kind: EventKind) {
+        let length = u64::from(event.nr_sector);
+        let found = self.fragments.find(&(event.dev, event.sector), |fragment| {
+            fragment.state == FragmentState::Pending
+                && (kind == EventKind::RqMerge || fragment.end - fragment.start == length)
+        });
+        let target = match found.and_then(|index| self.io_of_fragment(index)) {
+            Some(io) => io.target,
+            None => self.fallback_target(event),
+        };
+        self.stats_mut(target).merges += 1;
+        if found.is_none() {
+            self.correlation.unmatched_events += 1;
+        }
+    }
+
+    pub(super) fn on_issue(&mut self, event: &BlockEvent) {
+        let disk = self.ensure_disk(event.dev);
+        self.devices[disk as usize].seen_issue = true;
+        let start = event.sector;
+        let sectors = u64::from(event.nr_sector);
+        let end = start.saturating_add(sectors);
+        let serial = self.next_command;
+        self.next_command += 1;
+
+        if self.reissue(event.dev, disk, start, end, op_of(event)) {
+            return;
+        }
+        let mut target = None;
+        let mut first_queue_ns = None;
+        let mut command_index = None;
+        if sectors > 0 {
+            // A command issued again with the same range whose requeue we did not see.
+            let reissued = self
+                .commands
+                .find(&(event.dev, start), |command| command.end == end)
+                .is_some()
+                && self
+                    .fragments
+                    .find(&(event.dev, start), |fragment| {
+                        fragment.state == FragmentState::Pending
+                    })
+                    .is_none();
+            if reissued {
+                let fallback = self.fallback_target(event);
+                self.count_command(fallback, start, sectors, None);
+                return;
+            }
+            while self.commands.is_full() {
+                let Some((oldest, _)) = self.commands.oldest() else {
+                    break;
+                };
+                self.expire_command(oldest, DropReason::Evicted);
+            }
+            let command = Command {
+                start,
+                end,
+                issue_ns: self.now_ns,
+                requeued_ns: None,
+                target: Target::default(),
+                epoch: self.epoch,
+                head: NIL,
+                tail: NIL,
+                lost: false,
+            };
+            command_index =
+                self.commands
+                    .insert(command, Some((event.dev, start)), self.now_ns, true);
+            match command_index {
+                Some(index) => {
+                    (target, first_queue_ns) =
+                        self.gather_fragments(index, event.dev, start, end, serial);
+                }
+                None => self.correlation.unmatched_events += 1,
+            }
+        }
+        let target = target.unwrap_or_else(|| self.fallback_target(event));
+        if let Some(command) = command_index.and_then(|index| self.commands.get_mut(index)) {
+            command.target = target;
+        }
+        self.count_command(target, start, sectors, first_queue_ns);
+    }
+
+    /// The driver gave an issued request back; it will be issued again as the
+    /// same command (same range), not a new one.
+    pub(super) fn on_requeue(&mut self, event: &BlockEvent) {
+        let start = event.sector;
+        let end = start.saturating_add(u64::from(event.nr_sector));
+        if start == end {
+            let target = self.fallback_target(event);
+            self.stats_mut(target).requeues += 1;
+            self.devices[target.disk as usize].requeued_empty[op_index(target.op)] += 1;
+            return;
+        }
+        let found = self.commands.find(&(event.dev, start), |command| {
+            command.end == end && command.requeued_ns.is_none()
+        });
+        if let Some(command) = found.and_then(|index| self.commands.get_mut(index)) {
+            command.requeued_ns = Some(self.now_ns);
+            let target = command.target;
+            self.stats_mut(target).requeues += 1;
+            return;
+        }
+        // Issued before tracing began (or its issue was lost): keep a command
+        // without fragments, so that its re-issue is not counted as a new one.
+        self.correlation.unmatched_events += 1;
+        let target = self.fallback_target(event);
+        self.stats_mut(target).requeues += 1;
+        while self.commands.is_full() {
+            let Some((oldest, _)) = self.commands.oldest() else {
+                break;
+            };
+            self.expire_command(oldest, DropReason::Evicted);
+        }
+        let command = Command {
+            start,
+            end,
+            issue_ns: self.now_ns,
+            requeued_ns: Some(self.now_ns),
+            target,
+            epoch: self.epoch,
+            head: NIL,
+            tail: NIL,
+            lost: false,
+        };
+        let _ = self
+            .commands
+            .insert(command, Some((event.dev, start)), self.now_ns, true);
+    }
+
+    /// An issue of a requeued command: no new command; issue→complete now
+    /// runs from here, and the time spent requeued is its own measure.
+    fn reissue(&mut self, dev: u32, disk: u32, start: u64, end: u64, op: Op) -> bool {
+        if start == end {
+            let waiting = &mut self.devices[disk as usize].requeued_empty[op_index(op)];
+            if *waiting == 0 {
+                return false;
+            }
+            *waiting -= 1;
+            return true;
+        }
+        let found = self.commands.find(&(dev, start), |command| {
+            command.end == end && command.requeued_ns.is_some()
+        });
+        let Some(command) = found.and_then(|index| self.commands.get_mut(index)) else {
+            return false;
+        };
+        let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
+        command.issue_ns = self.now_ns;
+        let (target, epoch) = (command.target, command.epoch);
+        if epoch == self.epoch {
+            let delay_us = self.now_ns.saturating_sub(requeued_ns) / 1000;
+            self.stats_mut(target)
+                .requeue_delay_us
+                .saturating_record(delay_us);
+        }
+        true
+    }
+
+    pub(super) fn on_complete(&mut self, event: &BlockEvent) {
+        let done = u64::from(event.nr_sector);
+        if done == 0 {
+            // Flush completions: counted, not correlated.
+            return;
+        }
+        let key = (event.dev, event.sector);
+        let found = self
+            .commands
+            .find(&key, |command| command.end - command.start >= done)
+            .or_else(|| self.commands.find(&key, |_| true));
+        let Some(index) = found else {
+            self.correlation.unmatched_events += 1;
+            return;
+        };
+        let done_end = event.sector.saturating_add(done);
+        let Some(command) = self.commands.get(index).copied() else {
+            return;
+        };
+        let mut head = command.head;
+        while head != NIL {
+            let Some(fragment) = self.fragments.get_mut(head) else {
+                head = NIL;
+                break;
+            };
+            if fragment.end <= done_end {
+                let next = fragment.next;
+                self.complete_fragment(head);
+                head = next;
+            } else {
+                if fragment.start < done_end {
+                    fragment.start = done_end;
+                }
+                break;
+            }
+        }
+        if done_end >= command.end {
+            if command.epoch == self.epoch && !command.lost {
+                let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
+                self.stats_mut(command.target)
+                    .issue_to_complete_us
+                    .saturating_record(latency_us);
+            }
+            // Fragments past the command's end cannot exist; complete any leftovers.
+            while head != NIL {
+                let next = self
+                    .fragments
+                    .get(head)
+                    .map_or(NIL, |fragment| fragment.next);
+                self.complete_fragment(head);
+                head = next;
+            }
+            self.commands.remove(index);
+        } else {
+            if let Some(command) = self.commands.get_mut(index) {
+                command.start = done_end;
+                command.head = head;
+                if head == NIL {
+                    command.tail = NIL;
+                }
+            }
+            self.commands.set_key(index, Some((event.dev, done_end)));
+        }
+    }
+
+    pub(super) fn on_bio_complete(&mut self, event: &BlockEvent) {
+        let length = u64::from(event.nr_sector);
+        if length == 0 {
+            // Request-based completions arrive through block_rq_complete.
+            return;
+        }
+        let found = self.fragments.find(&(event.dev, event.sector), |fragment| {
+            fragment.state != FragmentState::InCommand && fragment.end - fragment.start == length
+        });
+        let bio_based = self
+            .dev_index
+            .get(&event.dev)
+            .is_none_or(|slot| self.devices[slot.disk as usize].bio_based());
+        let Some(index) = found else {
+            if bio_based {
+                self.correlation.unmatched_events += 1;
+            }
+            return;
+        };
+        let Some(fragment) = self.fragments.get(index).copied() else {
+            return;
+        };
+        if fragment.state == FragmentState::Pending && bio_based {
+            self.count_bio_command(fragment.io, fragment.start, length);
+        }
+        self.complete_fragment(index);
+    }
+}

@@ -1,0 +1,97 @@
+//! What the engine reports: measures per device and per origin, and diagnoses.
+
+use super::stats::{self, OpStats, ALL_ORIGINS, OP_COUNT};
+use super::{diagnose, Engine, OriginMeasures};
+use crate::geometry::DevId;
+use crate::model::{DeviceReport, Diagnosis, PartitionReport};
+
+impl Engine {
+    /// Per disk (its own and its partitions' traffic), partitions inside.
+    pub fn devices(&self) -> Vec<DeviceReport> {
+        self.devices
+            .iter()
+            .map(|device| {
+                let mut disk_total: [Option<OpStats>; OP_COUNT] = Default::default();
+                device.whole.collect_into(&ALL_ORIGINS, &mut disk_total);
+                let partitions = device
+                    .parts
+                    .iter()
+                    .map(|part| {
+                        let mut per_op: [Option<OpStats>; OP_COUNT] = Default::default();
+                        part.stats.collect_into(&ALL_ORIGINS, &mut per_op);
+                        part.stats.collect_into(&ALL_ORIGINS, &mut disk_total);
+                        PartitionReport {
+                            name: part.name.clone(),
+                            dev: DevId::from_kernel(part.dev).to_string(),
+                            geometry: part.geometry.clone(),
+                            measures: stats::measures(&per_op),
+                            gone: part.gone,
+                        }
+                    })
+                    .collect();
+                DeviceReport {
+                    name: device.name.clone(),
+                    dev: device
+                        .dev
+                        .map_or_else(String::new, |dev| DevId::from_kernel(dev).to_string()),
+                    geometry: device.geometry.clone(),
+                    measures: stats::measures(&disk_total),
+                    partitions,
+                    gone: device.gone,
+                }
+            })
+            .collect()
+    }
+
+    /// Per disk and partition with traffic: the tracked processes' I/O vs the rest.
+    pub fn origins(&self) -> Vec<OriginMeasures> {
+        let mut origins = Vec::new();
+        for device in &self.devices {
+            let mut disk_tracked: [Option<OpStats>; OP_COUNT] = Default::default();
+            let mut disk_other: [Option<OpStats>; OP_COUNT] = Default::default();
+            device.whole.collect_into(&[true], &mut disk_tracked);
+            device.whole.collect_into(&[false], &mut disk_other);
+            let mut partitions = Vec::new();
+            for part in &device.parts {
+                let mut tracked: [Option<OpStats>; OP_COUNT] = Default::default();
+                let mut other: [Option<OpStats>; OP_COUNT] = Default::default();
+                part.stats.collect_into(&[true], &mut tracked);
+                part.stats.collect_into(&[false], &mut other);
+                part.stats.collect_into(&[true], &mut disk_tracked);
+                part.stats.collect_into(&[false], &mut disk_other);
+                let entry = OriginMeasures {
+                    device: part.name.clone(),
+                    tracked: stats::measures(&tracked),
+                    other: stats::measures(&other),
+                };
+                if !entry.tracked.ops.is_empty() || !entry.other.ops.is_empty() {
+                    partitions.push(entry);
+                }
+            }
+            let entry = OriginMeasures {
+                device: device.name.clone(),
+                tracked: stats::measures(&disk_tracked),
+                other: stats::measures(&disk_other),
+            };
+            if !entry.tracked.ops.is_empty() || !entry.other.ops.is_empty() {
+                origins.push(entry);
+            }
+            origins.extend(partitions);
+        }
+        origins
+    }
+
+    /// The static audit of each known disk, enriched with live evidence, plus
+    /// the diagnoses only traffic can support.
+    pub fn diagnoses(&self) -> Vec<Diagnosis> {
+        let mut found = diagnose::diagnose(&self.devices, &self.dirty);
+        found.sort_by(|left, right| {
+            right
+                .severity
+                .cmp(&left.severity)
+                .then_with(|| left.device.cmp(&right.device))
+                .then_with(|| left.code.cmp(right.code))
+        });
+        found
+    }
+}
