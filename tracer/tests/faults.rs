@@ -118,7 +118,12 @@ fn two_instances_on_one_device_both_match_the_blk_tracer() {
         let blk_of = |action: &str| blk.get(action).copied().unwrap_or(0);
         assert_eq!(total("user_ios"), blk_of("Q"), "{which}: {ops:?}");
         assert_eq!(total("splits"), blk_of("X"), "{which}: {ops:?}");
-        assert_eq!(total("commands"), blk_of("D"), "{which}: {ops:?}");
+        // A requeued command is issued twice but is one command.
+        assert_eq!(
+            total("commands"),
+            blk_of("D") - blk_of("R"),
+            "{which}: {ops:?}"
+        );
     }
 }
 
@@ -293,10 +298,10 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     eprintln!("blk: {blk:?}\nours: {events}\n{}", json["correlation"]);
     assert!(dropped > 0, "the small rings never overflowed: {events}");
     assert_eq!(events["missed"], 0, "{events}");
-    // Exact in most runs. About one run in ten, 6 to 64 events (at most 0.1%
-    // of 65,536) are neither received nor counted as dropped; the cause is
-    // not found yet (not recursion misses, read failures, decoding or the
-    // per-CPU counter race, which is fixed). Never more dropped than lost.
+    // Exact in most runs. About one run in ten, 6 to 64 events (under 0.1% of
+    // 65,536; 0.2% allowed) are neither received nor counted as dropped; the
+    // cause is not found yet (not recursion misses, read failures, decoding or
+    // the per-CPU counter race, which is fixed). Never more dropped than lost.
     let unaccounted = (emitted - received)
         .checked_sub(dropped)
         .unwrap_or_else(|| {
