@@ -520,7 +520,7 @@ impl DirtyCounts {
     }
 }
 
-/// Index of the counters in the `COUNTERS` array (shared, bumped atomically).
+/// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
     pub const DROPPED: u32 = 0;

@@ -17,7 +17,7 @@ use aya_ebpf::{
         bpf_probe_read_kernel_buf,
     },
     macros::{map, tracepoint},
-    maps::{ring_buf::RingBufEntry, Array, HashMap, PerCpuHashMap, RingBuf},
+    maps::{ring_buf::RingBufEntry, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::TracePointContext,
     EbpfContext, Global,
 };
@@ -66,11 +66,8 @@ pub fn ring() -> &'static RingBuf {
     }
 }
 
-/// Shared by all CPUs and bumped atomically (only on failure paths): the
-/// kernel runs per-CPU increments as plain load-add-store, and a probe in
-/// interrupt context nesting inside one on the same CPU lost drops from the count.
 #[map(name = "COUNTERS")]
-pub static COUNTERS: Array<u64> = Array::with_max_entries(counter::COUNT, 0);
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);
 
 /// Whole-disk (and stacked-device) `dev_t`s in scope, when `FILTER_DEVICES` is set.
 #[map(name = "DEVICES")]
@@ -105,7 +102,10 @@ fn classic_fields(kind: EventKind) -> FieldOffsets {
 #[inline(always)]
 pub fn bump(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: an aligned u64 in the map, valid while the program runs.
+        // Atomic even though the slot is this CPU's: a probe in interrupt
+        // context (a completion) can run between the load and the store of a
+        // task-context probe's plain increment, and one count would be lost.
+        // SAFETY: an aligned u64 in the per-CPU map, valid while the program runs.
         // (`AtomicU64::fetch_add` is not offered on the BPF target; the
         // intrinsic with an unused result is BPF's `lock +=`.)
         unsafe {

@@ -23,7 +23,7 @@ use std::{
 };
 
 use aya::{
-    maps::{Array, HashMap, MapData, PerCpuHashMap, RingBuf},
+    maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     programs::{RawTracePoint, TracePoint},
     Ebpf, EbpfLoader,
 };
@@ -637,14 +637,21 @@ fn parse_recursion_misses(fdinfo: &str) -> Option<u64> {
         .and_then(|value| value.trim().parse().ok())
 }
 
-fn read_counters(counters: &Array<MapData, u64>) -> KernelCounters {
-    let read = |index: u32| counters.get(&index, 0).unwrap_or(0);
+fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
     KernelCounters {
-        dropped: read(counter::DROPPED),
-        syscall_dropped: read(counter::PROCESS_DROPPED),
-        read_failed: read(counter::READ_FAILED),
+        dropped: counter_total(counters, counter::DROPPED),
+        syscall_dropped: counter_total(counters, counter::PROCESS_DROPPED),
+        read_failed: counter_total(counters, counter::READ_FAILED),
         missed: 0,
     }
+}
+
+/// One counter summed over the CPUs.
+fn counter_total(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
+    counters
+        .get(&index, 0)
+        .map(|per_cpu| per_cpu.iter().sum())
+        .unwrap_or(0)
 }
 
 /// Edge-triggered wait on the ring: wakes only when a probe forces a wakeup
@@ -715,8 +722,8 @@ fn consume<S: EventSink>(
     let mut reorder = reorder::Reorder::default();
     let counters = ebpf
         .take_map(names::COUNTERS)
-        .and_then(|map| Array::<MapData, u64>::try_from(map).ok());
-    let counters_now = |counters: &Option<Array<MapData, u64>>| {
+        .and_then(|map| PerCpuArray::<MapData, u64>::try_from(map).ok());
+    let counters_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
         counters.as_ref().map(read_counters).unwrap_or_default()
     };
     let dirty_buffers = ebpf
@@ -728,7 +735,7 @@ fn consume<S: EventSink>(
         }
     };
     let misses = ProgramMisses::of(&ebpf);
-    let counters_now = |counters: &Option<Array<MapData, u64>>| {
+    let counters_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
         let mut now = counters_now(counters);
         now.missed = misses.block();
         now.syscall_dropped += misses.process();
@@ -739,11 +746,10 @@ fn consume<S: EventSink>(
     let mut programs = Some(ebpf);
     // Block events the kernel dropped so far (one map read per drain): the
     // sink hears of each new loss, so chains in flight count as incomplete.
-    let dropped_now = |counters: &Option<Array<MapData, u64>>| {
+    let dropped_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
         counters
             .as_ref()
-            .and_then(|map| map.get(&counter::DROPPED, 0).ok())
-            .unwrap_or(0)
+            .map_or(0, |map| counter_total(map, counter::DROPPED))
     };
     let mut dropped_seen = 0;
     let mut note_losses = |dropped: u64, sink: &mut S| {
