@@ -298,8 +298,9 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     eprintln!("blk: {blk:?}\nours: {events}\n{}", json["correlation"]);
     assert!(dropped > 0, "the small rings never overflowed: {events}");
     assert_eq!(events["missed"], 0, "{events}");
-    // Exact in most runs. About one run in ten, 6 to 64 events (under 0.1% of
-    // 65,536; 0.2% allowed) are neither received nor counted as dropped; the
+    // Exact in most runs. About one run in ten, 1 to 64 events (under 0.1% of
+    // 65,536; 0.2% allowed) are neither received nor counted as dropped, the
+    // same number in both instances, so upstream of their separate rings; the
     // cause is not found yet (not recursion misses, read failures, decoding or
     // the per-CPU counter race, which is fixed). Never more dropped than lost.
     let unaccounted = (emitted - received)
@@ -326,6 +327,11 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
         .checked_sub(text_dropped)
         .unwrap_or_else(|| panic!("the text report drops more than was lost:\n{text}"));
     assert!(text_unaccounted <= emitted / 500, "{text}");
+    if text_unaccounted > 0 {
+        eprintln!(
+            "NOTE: text report: {text_unaccounted} events neither received nor counted as dropped"
+        );
+    }
     assert!(
         text.contains("lost (ring buffer full)"),
         "the text report does not state the loss:\n{text}"
