@@ -1,5 +1,5 @@
 //! `cargo xtask setup`: Debian packages, the nightly toolchain with rust-src,
-//! and a bpf-linker built against the nightly's own LLVM. Idempotent.
+//! a bpf-linker built against the nightly's own LLVM, and cargo-fuzz. Idempotent.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -28,12 +28,15 @@ pub const PACKAGES: &[&str] = &[
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// Runs the fuzz targets in fuzz/ (`cargo xtask test` fuzzes each briefly).
+const CARGO_FUZZ_VERSION: &str = "0.13.2";
 
 pub fn setup() -> Result<()> {
     install_packages()?;
     install_lints()?;
     install_nightly()?;
     install_bpf_linker()?;
+    install_cargo_fuzz()?;
     Ok(())
 }
 
@@ -156,4 +159,17 @@ fn install_bpf_linker() -> Result<()> {
             &format!("llvm-{llvm_major}"),
         ])
         .env("LLVM_PREFIX", &prefix))
+}
+
+fn install_cargo_fuzz() -> Result<()> {
+    let current = output(Command::new("cargo").args(["fuzz", "--version"])).unwrap_or_default();
+    if current.contains(CARGO_FUZZ_VERSION) {
+        return Ok(());
+    }
+    eprintln!("xtask: installing cargo-fuzz {CARGO_FUZZ_VERSION} (about a minute)");
+    run(Command::new("cargo").args([
+        "install",
+        "--locked",
+        &format!("cargo-fuzz@{CARGO_FUZZ_VERSION}"),
+    ]))
 }

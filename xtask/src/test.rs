@@ -30,7 +30,48 @@ pub fn test(extra: &[String]) -> Result<()> {
     run(Command::new("cargo")
         .current_dir(&root)
         .args(["test", "--workspace"])
-        .args(extra))
+        .args(extra))?;
+    fuzz(&root)
+}
+
+/// The cargo-fuzz targets in fuzz/, each a parser of kernel-supplied bytes.
+const FUZZ_TARGETS: &[&str] = &["btf", "format"];
+/// How long `cargo xtask test` fuzzes each target: enough to replay the
+/// corpus and explore near it; longer runs are `cargo +nightly fuzz run`.
+const FUZZ_SECONDS: u32 = 20;
+/// One input running longer than this counts as a hang and fails the run.
+const FUZZ_INPUT_TIMEOUT_SECONDS: u32 = 5;
+
+/// Runs each fuzz target briefly from its committed corpus (fuzz/corpus/<target>).
+/// New inputs go to a scratch directory under target/, so the committed
+/// corpus only changes by hand; a crash fails the run and leaves its input
+/// in fuzz/artifacts/<target>/.
+fn fuzz(root: &Path) -> Result<()> {
+    for target in FUZZ_TARGETS {
+        let scratch = root.join("target/fuzz-corpus").join(target);
+        std::fs::create_dir_all(&scratch)
+            .map_err(|err| format!("cannot create {}: {err}", scratch.display()))?;
+        eprintln!("xtask: fuzzing {target} for {FUZZ_SECONDS} s");
+        let mut fuzz = Command::new("cargo");
+        fuzz.current_dir(root)
+            .args(["+nightly", "fuzz", "run", target])
+            .arg(&scratch)
+            .arg(root.join("fuzz/corpus").join(target))
+            .args([
+                "--",
+                &format!("-max_total_time={FUZZ_SECONDS}"),
+                &format!("-timeout={FUZZ_INPUT_TIMEOUT_SECONDS}"),
+            ]);
+        // A target's tokens (fuzz/<target>.dict) let mutations form keywords.
+        let dict = root.join("fuzz").join(format!("{target}.dict"));
+        if dict.is_file() {
+            fuzz.arg(format!("-dict={}", dict.display()));
+        }
+        run(fuzz
+            // The parsers need no probes: do not build the eBPF crate.
+            .env("AYA_BUILD_SKIP", "1"))?;
+    }
+    Ok(())
 }
 
 /// Builds the release binary and starts it (through sudo when not root).

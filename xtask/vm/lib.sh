@@ -56,7 +56,7 @@ geometry() {
     q=/sys/block/$1/queue
     for key in logical_block_size physical_block_size minimum_io_size optimal_io_size \
                max_sectors_kb max_hw_sectors_kb max_segments max_segment_size \
-               virt_boundary_mask nomerges scheduler chunk_sectors; do
+               virt_boundary_mask nomerges scheduler chunk_sectors nr_requests; do
         [ -r "$q/$key" ] && echo "disk.$key=$(cat "$q/$key")"
     done
     echo "disk.alignment_offset=$(cat /sys/block/$1/alignment_offset)"
@@ -147,7 +147,7 @@ blk_trace_start() {
     echo nop > $t/current_tracer
     echo 65536 > $t/buffer_size_kb
     echo > $t/trace
-    for disk in "$@"; do echo 1 > "/sys/block/$disk/trace/enable"; done
+    for traced in "$@"; do echo 1 > "/sys/block/$traced/trace/enable"; done
     echo blk > $t/current_tracer
     echo 1 > $t/tracing_on
 }
@@ -161,6 +161,6 @@ blk_trace_stop() {
     cat $t/trace > "$out"
     cat $t/per_cpu/cpu*/stats > "$out.stats"
     echo nop > $t/current_tracer
-    for disk in "$@"; do echo 0 > "/sys/block/$disk/trace/enable"; done
+    for traced in "$@"; do echo 0 > "/sys/block/$traced/trace/enable"; done
     echo > $t/trace
 }

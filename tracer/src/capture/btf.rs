@@ -3,6 +3,7 @@
 //! probes need to read `struct bio` and `struct request` on any kernel.
 
 use std::ops::Range;
+use std::path::PathBuf;
 
 const MAGIC: u16 = 0xeb9f;
 const HEADER_BYTES: usize = 24;
@@ -24,6 +25,35 @@ const KIND_DATASEC: u32 = 15;
 const KIND_DECL_TAG: u32 = 17;
 const KIND_TYPE_TAG: u32 = 18;
 const KIND_ENUM64: u32 = 19;
+
+/// Members one lookup may visit through anonymous ones: far above any
+/// kernel's, low enough that self-nested anonymous members cannot stall start-up.
+const MEMBER_VISITS: usize = 1 << 16;
+/// Array dimensions followed when sizing a member (a corrupt array may hold itself).
+const ARRAY_DEPTH: usize = 8;
+
+/// Why BTF bytes were refused.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("not little-endian BTF (bad magic)")]
+    BadMagic,
+    #[error("BTF header is truncated")]
+    TruncatedHeader,
+    #[error("BTF header is {0} bytes, shorter than the {HEADER_BYTES} it must hold")]
+    ShortHeader(usize),
+    #[error("BTF sections run past the end of the data")]
+    SectionsPastEnd,
+    #[error("BTF type {id} is truncated")]
+    TruncatedType { id: usize },
+    #[error("BTF type {id} has unknown kind {kind}")]
+    UnknownKind { id: usize, kind: u32 },
+}
 
 /// Parsed type and string sections; types are indexed by BTF id (id 0 is void).
 pub struct Btf {
@@ -52,34 +82,36 @@ struct Type {
 }
 
 impl Btf {
-    pub fn from_sys_fs() -> Result<Btf, String> {
-        let path = "/sys/kernel/btf/vmlinux";
-        let bytes = std::fs::read(path).map_err(|err| format!("cannot read {path}: {err}"))?;
+    pub fn from_sys_fs() -> Result<Btf, BtfError> {
+        let path = PathBuf::from("/sys/kernel/btf/vmlinux");
+        let bytes = std::fs::read(&path).map_err(|source| BtfError::Read { path, source })?;
         Btf::parse(bytes)
     }
 
-    pub fn parse(bytes: Vec<u8>) -> Result<Btf, String> {
+    /// Checks the header and indexes every type record; lookups that then
+    /// meet inconsistent records answer `None` rather than misread.
+    pub fn parse(bytes: Vec<u8>) -> Result<Btf, BtfError> {
         let u16_at = |at: usize| {
             bytes
                 .get(at..at + 2)
                 .map(|b| u16::from_le_bytes([b[0], b[1]]))
         };
         if u16_at(0) != Some(MAGIC) {
-            return Err("not little-endian BTF (bad magic)".into());
+            return Err(BtfError::BadMagic);
         }
-        let word = |at: usize| read_u32(&bytes, at).ok_or("BTF header is truncated");
+        let word = |at: usize| read_u32(&bytes, at).ok_or(BtfError::TruncatedHeader);
         let header_len = word(4)? as usize;
         let type_off = word(8)? as usize;
         let type_len = word(12)? as usize;
         let str_off = word(16)? as usize;
         let str_len = word(20)? as usize;
         if header_len < HEADER_BYTES {
-            return Err("BTF header is too short".into());
+            return Err(BtfError::ShortHeader(header_len));
         }
         let types_range = header_len + type_off..header_len + type_off + type_len;
         let strings = header_len + str_off..header_len + str_off + str_len;
         if types_range.end > bytes.len() || strings.end > bytes.len() {
-            return Err("BTF sections run past the end of the data".into());
+            return Err(BtfError::SectionsPastEnd);
         }
         let mut btf = Btf {
             bytes,
@@ -89,8 +121,9 @@ impl Btf {
         let mut at = types_range.start;
         while at < types_range.end {
             btf.types.push(at);
-            let ty = btf.type_at(at).ok_or("BTF type record is truncated")?;
-            at = ty.extra + btf.extra_bytes(&ty)?;
+            let id = btf.types.len();
+            let ty = btf.type_at(at).ok_or(BtfError::TruncatedType { id })?;
+            at = ty.extra + extra_bytes(&ty).ok_or(BtfError::UnknownKind { id, kind: ty.kind })?;
         }
         Ok(btf)
     }
@@ -104,18 +137,6 @@ impl Btf {
             kind_flag: info >> 31 == 1,
             size_or_type: read_u32(&self.bytes, at + 8)?,
             extra: at + TYPE_BYTES,
-        })
-    }
-
-    fn extra_bytes(&self, ty: &Type) -> Result<usize, String> {
-        Ok(match ty.kind {
-            KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
-            KIND_ARRAY => 12,
-            KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * ty.vlen,
-            KIND_ENUM | KIND_FUNC_PROTO => 8 * ty.vlen,
-            0 | KIND_PTR | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12
-            | 16 | KIND_TYPE_TAG => 0,
-            kind => return Err(format!("unknown BTF kind {kind}")),
         })
     }
 
@@ -145,15 +166,15 @@ impl Btf {
         None
     }
 
-    fn size_of(&self, id: u32) -> Option<u32> {
+    fn size_of(&self, id: u32, depth: usize) -> Option<u32> {
         let ty = self.resolve(id)?;
         match ty.kind {
             KIND_INT | KIND_STRUCT | KIND_UNION | KIND_ENUM | KIND_ENUM64 => Some(ty.size_or_type),
             KIND_PTR => Some(8),
-            KIND_ARRAY => {
+            KIND_ARRAY if depth < ARRAY_DEPTH => {
                 let element = read_u32(&self.bytes, ty.extra)?;
                 let count = read_u32(&self.bytes, ty.extra + 8)?;
-                self.size_of(element)?.checked_mul(count)
+                self.size_of(element, depth + 1)?.checked_mul(count)
             }
             _ => None,
         }
@@ -167,28 +188,40 @@ impl Btf {
     }
 
     /// `struct name`'s member `path` (nested members joined, e.g. `["bi_iter",
-    /// "bi_sector"]`), looking through anonymous unions and structs.
+    /// "bi_sector"]`), looking through anonymous unions and structs. `None`
+    /// also when the member would end past `u32::MAX` bytes.
     pub fn member(&self, name: &str, path: &[&str]) -> Option<Member> {
         let mut ty = self.find_struct(name)?;
         let mut offset = 0u32;
         let mut size = 0u32;
         for (depth, field) in path.iter().enumerate() {
-            let (member_offset, member_type) = self.find_member(&ty, field.as_bytes(), 0)?;
-            offset += member_offset;
-            size = self.size_of(member_type)?;
+            let mut visits = MEMBER_VISITS;
+            let (member_offset, member_type) =
+                self.find_member(&ty, field.as_bytes(), 0, &mut visits)?;
+            offset = offset.checked_add(member_offset)?;
+            size = self.size_of(member_type, 0)?;
             if depth + 1 < path.len() {
                 ty = self.resolve(member_type)?;
             }
         }
+        offset.checked_add(size)?;
         Some(Member { offset, size })
     }
 
-    /// (byte offset, type id) of a named member, searching anonymous members too.
-    fn find_member(&self, ty: &Type, field: &[u8], depth: usize) -> Option<(u32, u32)> {
+    /// (byte offset, type id) of a named member, searching anonymous members
+    /// too, visiting at most `visits` members in all.
+    fn find_member(
+        &self,
+        ty: &Type,
+        field: &[u8],
+        depth: usize,
+        visits: &mut usize,
+    ) -> Option<(u32, u32)> {
         if !matches!(ty.kind, KIND_STRUCT | KIND_UNION) || depth > 8 {
             return None;
         }
         for index in 0..ty.vlen {
+            *visits = visits.checked_sub(1)?;
             let at = ty.extra + index * 12;
             let name_off = read_u32(&self.bytes, at)?;
             let member_type = read_u32(&self.bytes, at + 4)?;
@@ -204,8 +237,8 @@ impl Btf {
             }
             if name.is_empty() {
                 let inner = self.resolve(member_type)?;
-                if let Some((offset, id)) = self.find_member(&inner, field, depth + 1) {
-                    return Some((bit_offset / 8 + offset, id));
+                if let Some((offset, id)) = self.find_member(&inner, field, depth + 1, visits) {
+                    return Some(((bit_offset / 8).checked_add(offset)?, id));
                 }
             }
         }
@@ -251,6 +284,20 @@ impl Btf {
         }
         None
     }
+}
+
+/// Bytes of kind-specific data after a type's common record; `None` for a kind
+/// this reader does not know.
+fn extra_bytes(ty: &Type) -> Option<usize> {
+    Some(match ty.kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * ty.vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * ty.vlen,
+        0 | KIND_PTR | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12 | 16
+        | KIND_TYPE_TAG => 0,
+        _ => return None,
+    })
 }
 
 fn read_u32(bytes: &[u8], at: usize) -> Option<u32> {
@@ -304,6 +351,21 @@ pub(crate) mod tests {
             }
             self.next_id += 1;
             self.next_id - 1
+        }
+
+        /// The id the next type will get (for types that refer to themselves).
+        pub(crate) fn next_id(&self) -> u32 {
+            self.next_id
+        }
+
+        pub(crate) fn array(&mut self, element: u32, index: u32, count: u32) -> u32 {
+            self.push("", KIND_ARRAY, 0, false, 0, &[element, index, count])
+        }
+
+        /// A function prototype with `params` unnamed `int`-less parameters.
+        pub(crate) fn func_proto(&mut self, params: u32) -> u32 {
+            let extra: Vec<u32> = (0..params).flat_map(|_| [0, 0]).collect();
+            self.push("", KIND_FUNC_PROTO, params, false, 0, &extra)
         }
 
         pub(crate) fn int(&mut self, name: &str, bytes: u32) -> u32 {
@@ -418,5 +480,47 @@ pub(crate) mod tests {
         let mut bytes = truncated.build();
         bytes.truncate(30);
         assert!(Btf::parse(bytes).is_err());
+    }
+
+    // Regressions: shapes a hostile or corrupt BTF can take. Each once
+    // panicked, overflowed the stack or hung; each must now be refused.
+
+    #[test]
+    fn an_array_of_itself_has_no_size() {
+        let mut b = Builder::new();
+        let int = b.int("int", 4);
+        let array = b.next_id();
+        assert_eq!(b.array(array, int, 2), array);
+        b.aggregate("bio", false, 8, &[("bi_opf", array, 0)]);
+        let btf = Btf::parse(b.build()).unwrap();
+        assert_eq!(btf.member("bio", &["bi_opf"]), None);
+    }
+
+    #[test]
+    fn self_nested_anonymous_members_are_searched_in_bounded_time() {
+        let mut b = Builder::new();
+        let union = b.next_id();
+        let anonymous: Vec<(&str, u32, u32)> = (0..16).map(|_| ("", union, 0)).collect();
+        assert_eq!(b.aggregate("", true, 8, &anonymous), union);
+        b.aggregate("bio", false, 8, &anonymous);
+        let btf = Btf::parse(b.build()).unwrap();
+        let start = std::time::Instant::now();
+        assert_eq!(btf.member("bio", &["bi_missing"]), None);
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+    }
+
+    #[test]
+    fn member_offsets_past_4_gib_are_refused() {
+        let mut b = Builder::new();
+        let int = b.int("int", 4);
+        // Eight anonymous levels (the most searched), each 512 MiB further in,
+        // then the member: nine offsets of 512 MiB add up past u32::MAX.
+        let mut inner = b.aggregate("", false, 4, &[("deep", int, 0x1fff_ffff)]);
+        for _ in 0..7 {
+            inner = b.aggregate("", false, 4, &[("", inner, 0x1fff_ffff)]);
+        }
+        b.aggregate("bio", false, 4, &[("", inner, 0x1fff_ffff)]);
+        let btf = Btf::parse(b.build()).unwrap();
+        assert_eq!(btf.member("bio", &["deep"]), None);
     }
 }

@@ -274,19 +274,11 @@ mod tests {
 
     #[test]
     fn object_events_decode_like_the_formatted_records() {
-        use crate::capture::layout::{tests::ops_6_18, ObjectLayout, WindowFields};
+        use crate::capture::layout::tests::{fields_6_18, ops_6_18};
+        use crate::capture::layout::ObjectLayout;
         use tracer_common::{KernelLayout, WINDOW_BYTES};
         let ops = ops_6_18();
-        // The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
-        let fields = WindowFields {
-            bio_opf: 0,
-            bio_status: 10,
-            bio_sector: 16,
-            bio_size: 24,
-            rq_flags: 0,
-            rq_data_len: 20,
-            rq_sector: 24,
-        };
+        let fields = fields_6_18();
         let decoder = RawTpDecoder::new(ObjectLayout {
             kernel: KernelLayout::ABSENT,
             fields,

@@ -3,7 +3,7 @@
 //! Offsets differ across kernels (`ioprio` arrived in 6.11, `rwbs` grew from 8
 //! to 10 bytes in 2025), so they are read at start-up, never hard-coded.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use tracer_common::{EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, NO_FIELD};
 
@@ -16,8 +16,53 @@ pub struct Field {
     pub size: u16,
 }
 
+/// Why a format file, or the set of them the probes need, was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum FormatError {
+    #[error("cannot read {path}")]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("unreadable field line: {0}")]
+    UnreadableField(String),
+    #[error("no fields found")]
+    NoFields,
+    #[error("field `{name}` is missing")]
+    MissingField { name: &'static str },
+    #[error("field `{name}` has size {size}, expected {expected:?}")]
+    FieldSize {
+        name: &'static str,
+        size: u16,
+        expected: &'static [u16],
+    },
+    #[error("field `{name}` at offset {offset} lies past the bytes the probe copies")]
+    PastCopy { name: &'static str, offset: u16 },
+    #[error("no {size}-byte field `{name}`")]
+    NoSuchField { name: &'static str, size: u16 },
+    #[error("`{name}` is at another offset than in the rest of the write family")]
+    OffsetDiffers { name: &'static str },
+    /// Which tracepoint (`category/event`) the inner error is about.
+    #[error("{tracepoint}")]
+    In {
+        tracepoint: String,
+        #[source]
+        source: Box<FormatError>,
+    },
+}
+
+impl FormatError {
+    fn within(self, tracepoint: String) -> FormatError {
+        FormatError::In {
+            tracepoint,
+            source: Box::new(self),
+        }
+    }
+}
+
 /// Parses the `field:` lines of a tracepoint format file.
-pub fn parse_fields(text: &str) -> Result<Vec<Field>, String> {
+pub fn parse_fields(text: &str) -> Result<Vec<Field>, FormatError> {
     let mut fields = Vec::new();
     for line in text.lines() {
         let line = line.trim();
@@ -38,14 +83,14 @@ pub fn parse_fields(text: &str) -> Result<Vec<Field>, String> {
             }
         }
         let (Some(decl), Some(offset), Some(size)) = (decl, offset, size) else {
-            return Err(format!("unreadable field line: {line}"));
+            return Err(FormatError::UnreadableField(line.to_string()));
         };
         let last = decl.split_whitespace().last().unwrap_or(decl);
         let name = last.split('[').next().unwrap_or(last).to_string();
         fields.push(Field { name, offset, size });
     }
     if fields.is_empty() {
-        return Err("no fields found".to_string());
+        return Err(FormatError::NoFields);
     }
     Ok(fields)
 }
@@ -116,20 +161,21 @@ fn wanted(kind: EventKind) -> Vec<Wanted> {
 }
 
 /// Maps one tracepoint's fields to probe offsets, or says why it cannot.
-pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, String> {
+pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, FormatError> {
     let mut offsets = FieldOffsets::ABSENT;
     for wanted in wanted(kind) {
         let Some(field) = fields.iter().find(|f| f.name == wanted.name) else {
             if wanted.required {
-                return Err(format!("field `{}` is missing", wanted.name));
+                return Err(FormatError::MissingField { name: wanted.name });
             }
             continue;
         };
         if !wanted.sizes.contains(&field.size) {
-            return Err(format!(
-                "field `{}` has size {}, expected {:?}",
-                wanted.name, field.size, wanted.sizes
-            ));
+            return Err(FormatError::FieldSize {
+                name: wanted.name,
+                size: field.size,
+                expected: wanted.sizes,
+            });
         }
         let slot = match wanted.slot {
             Slot::Dev => &mut offsets.dev,
@@ -140,15 +186,17 @@ pub fn offsets_for(kind: EventKind, fields: &[Field]) -> Result<FieldOffsets, St
             Slot::Rwbs => &mut offsets.rwbs,
             Slot::Error => &mut offsets.error,
         };
-        *slot = field.offset;
-        // The probes copy a fixed window of the record; a field past it cannot be read.
+        // The probes copy a fixed window of the record; a field past it cannot
+        // be read. NO_FIELD (65535) is past it too, though within_copy takes
+        // it for "absent".
         let read = usize::from(field.size.min(tracer_common::RWBS_BYTES as u16));
-        if !super::decode::within_copy(field.offset, read) {
-            return Err(format!(
-                "field `{}` at offset {} lies past the bytes the probe copies",
-                wanted.name, field.offset
-            ));
+        if field.offset == NO_FIELD || !super::decode::within_copy(field.offset, read) {
+            return Err(FormatError::PastCopy {
+                name: wanted.name,
+                offset: field.offset,
+            });
         }
+        *slot = field.offset;
     }
     debug_assert!(offsets.dev != NO_FIELD);
     offsets.enabled = 1;
@@ -186,19 +234,26 @@ pub fn read_offsets(events_dir: &Path, kind: EventKind) -> Result<FieldOffsets, 
 }
 
 /// Offsets for the `run` probes: syscall arguments and the fork's child pid.
-pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, String> {
-    let fields = |category: &str, event: &str| -> Result<Vec<Field>, String> {
+pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatError> {
+    let fields = |category: &str, event: &str| -> Result<Vec<Field>, FormatError> {
         let path = events_dir.join(category).join(event).join("format");
-        let text =
-            std::fs::read_to_string(&path).map_err(|err| format!("{category}/{event}: {err}"))?;
-        parse_fields(&text).map_err(|why| format!("{category}/{event}: {why}"))
+        std::fs::read_to_string(&path)
+            .map_err(|source| FormatError::Read { path, source })
+            .and_then(|text| parse_fields(&text))
+            .map_err(|err| err.within(format!("{category}/{event}")))
     };
-    let find = |fields: &[Field], name: &str, size: u16, event: &str| -> Result<u16, String> {
-        fields
+    // The offset of the `size`-byte field `name` in `category/event`.
+    let offset = |category: &str, event: &str, name: &'static str, size: u16| {
+        let found = fields(category, event)?
             .iter()
             .find(|f| f.name == name && f.size == size)
-            .map(|f| f.offset)
-            .ok_or_else(|| format!("{event}: no {size}-byte field `{name}`"))
+            .map(|f| f.offset);
+        found.ok_or_else(|| {
+            FormatError::NoSuchField { name, size }.within(format!("{category}/{event}"))
+        })
+    };
+    let differs = |event: &str, name: &'static str| {
+        FormatError::OffsetDiffers { name }.within(format!("syscalls/{event}"))
     };
     let mut offsets = ProcessOffsets::ABSENT;
     // The probes read one fd offset and one ret offset for the whole family.
@@ -208,64 +263,31 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, String>
     {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
-        let fd = find(&fields("syscalls", &enter)?, "fd", 8, &enter)?;
-        let ret = find(&fields("syscalls", &exit)?, "ret", 8, &exit)?;
-        if offsets.enabled != 0 && (fd != offsets.fd || ret != offsets.ret) {
-            return Err(format!(
-                "{enter}: fd/ret offsets differ across the write family"
-            ));
+        let fd = offset("syscalls", &enter, "fd", 8)?;
+        let ret = offset("syscalls", &exit, "ret", 8)?;
+        if offsets.enabled != 0 && fd != offsets.fd {
+            return Err(differs(&enter, "fd"));
+        }
+        if offsets.enabled != 0 && ret != offsets.ret {
+            return Err(differs(&exit, "ret"));
         }
         offsets.fd = fd;
         offsets.ret = ret;
         offsets.enabled = 1;
     }
-    offsets.openat_filename = find(
-        &fields("syscalls", "sys_enter_openat")?,
-        "filename",
-        8,
-        "sys_enter_openat",
-    )?;
-    if find(
-        &fields("syscalls", "sys_exit_openat")?,
-        "ret",
-        8,
-        "sys_exit_openat",
-    )? != offsets.ret
-    {
-        return Err("sys_exit_openat: ret offset differs".to_string());
+    offsets.openat_filename = offset("syscalls", "sys_enter_openat", "filename", 8)?;
+    if offset("syscalls", "sys_exit_openat", "ret", 8)? != offsets.ret {
+        return Err(differs("sys_exit_openat", "ret"));
     }
     // `open` does not exist on every architecture; without it, opens via openat still count.
-    if let Ok(open) = fields("syscalls", "sys_enter_open") {
-        offsets.open_filename = find(&open, "filename", 8, "sys_enter_open").unwrap_or(NO_FIELD);
-    }
-    offsets.pwrite_pos = find(
-        &fields("syscalls", "sys_enter_pwrite64")?,
-        "pos",
-        8,
-        "sys_enter_pwrite64",
-    )?;
-    let pwritev_pos = find(
-        &fields("syscalls", "sys_enter_pwritev")?,
-        "pos_l",
-        8,
-        "sys_enter_pwritev",
-    )?;
-    let pwritev2_pos = find(
-        &fields("syscalls", "sys_enter_pwritev2")?,
-        "pos_l",
-        8,
-        "sys_enter_pwritev2",
-    )?;
-    if pwritev_pos != pwritev2_pos {
-        return Err("sys_enter_pwritev2: pos_l differs from pwritev".to_string());
+    offsets.open_filename = offset("syscalls", "sys_enter_open", "filename", 8).unwrap_or(NO_FIELD);
+    offsets.pwrite_pos = offset("syscalls", "sys_enter_pwrite64", "pos", 8)?;
+    let pwritev_pos = offset("syscalls", "sys_enter_pwritev", "pos_l", 8)?;
+    if offset("syscalls", "sys_enter_pwritev2", "pos_l", 8)? != pwritev_pos {
+        return Err(differs("sys_enter_pwritev2", "pos_l"));
     }
     offsets.pwritev_pos = pwritev_pos;
-    offsets.child_pid = find(
-        &fields("sched", "sched_process_fork")?,
-        "child_pid",
-        4,
-        "sched_process_fork",
-    )?;
+    offsets.child_pid = offset("sched", "sched_process_fork", "child_pid", 4)?;
     Ok(offsets)
 }
 
@@ -336,7 +358,17 @@ mod tests {
             "u32 new_sector;\toffset:24;\tsize:4",
         );
         let err = offsets_for(EventKind::Split, &parse_fields(&text).unwrap()).unwrap_err();
-        assert!(err.contains("new_sector"), "{err}");
+        assert!(
+            matches!(
+                err,
+                FormatError::FieldSize {
+                    name: "new_sector",
+                    size: 4,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -363,13 +395,53 @@ mod tests {
             offsets.child_pid, 20,
             "child_pid follows __data_loc comm fields"
         );
-        let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none"));
-        assert!(missing.is_err());
+        let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
+        // The cause chain names the tracepoint, the file and the OS error.
+        let FormatError::In { tracepoint, source } = &missing else {
+            panic!("{missing:?}");
+        };
+        assert_eq!(tracepoint, "syscalls/sys_enter_write");
+        let FormatError::Read { source: io, .. } = source.as_ref() else {
+            panic!("{source:?}");
+        };
+        assert_eq!(io.kind(), std::io::ErrorKind::NotFound);
     }
 
     #[test]
     fn garbage_is_rejected() {
-        assert!(parse_fields("name: x\nformat:\n").is_err());
-        assert!(parse_fields("\tfield:int x;\toffset:abc;\tsize:4;").is_err());
+        assert!(matches!(
+            parse_fields("name: x\nformat:\n"),
+            Err(FormatError::NoFields)
+        ));
+        assert!(matches!(
+            parse_fields("\tfield:int x;\toffset:abc;\tsize:4;"),
+            Err(FormatError::UnreadableField(_))
+        ));
+    }
+
+    /// Regression: a field at offset 65535 (NO_FIELD, "absent" to the probes)
+    /// passed the copy-window check, so a required field was silently lost
+    /// and a `dev` there tripped the debug assertion.
+    #[test]
+    fn a_field_at_the_absent_marker_is_refused() {
+        let text = std::fs::read_to_string(fixtures("6.18").join("block_rq_issue")).unwrap();
+        for field in ["dev_t dev;\toffset:8;", "char rwbs[10];\toffset:34;"] {
+            let moved = field.replace(
+                field.split('\t').nth(1).unwrap(),
+                &format!("offset:{NO_FIELD};"),
+            );
+            let text = text.replace(field, &moved);
+            let err = offsets_for(EventKind::Issue, &parse_fields(&text).unwrap()).unwrap_err();
+            assert!(
+                matches!(
+                    err,
+                    FormatError::PastCopy {
+                        offset: NO_FIELD,
+                        ..
+                    }
+                ),
+                "{field}: {err}"
+            );
+        }
     }
 }

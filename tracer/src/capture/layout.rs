@@ -5,7 +5,37 @@
 
 use tracer_common::{EventKind, KernelLayout, WINDOW_BYTES};
 
-use super::btf::{Btf, Member};
+use super::btf::{Btf, BtfError, Member};
+
+/// Why this kernel's BTF does not give the raw-tracepoint probes what they need.
+#[derive(Debug, thiserror::Error)]
+pub enum LayoutError {
+    #[error(transparent)]
+    Btf(#[from] BtfError),
+    #[error("{tracepoint} takes {found} arguments here, not {expected}")]
+    Arity {
+        tracepoint: &'static str,
+        found: usize,
+        expected: usize,
+    },
+    #[error("struct {strukt} has no {path}")]
+    MissingMember { strukt: &'static str, path: String },
+    #[error("struct {strukt}.{path} is {size} bytes, expected {expected}")]
+    MemberSize {
+        strukt: &'static str,
+        path: String,
+        size: u32,
+        expected: u32,
+    },
+    #[error(
+        "the fields of struct {strukt} span {span} bytes, more than the {WINDOW_BYTES} copied"
+    )]
+    WindowTooWide { strukt: &'static str, span: u64 },
+    #[error("this kernel's BTF has no {0}")]
+    MissingEnumerator(&'static str),
+    #[error("{name} is bit {bit}, outside a 32-bit flag word")]
+    FlagOutOfRange { name: &'static str, bit: u32 },
+}
 
 /// Where the decoded fields sit inside the copied windows.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,29 +82,33 @@ fn expected_arity(kind: EventKind) -> usize {
 }
 
 /// Resolves everything the raw-tracepoint probes need, or says what is missing.
-pub fn resolve(btf: &Btf) -> Result<ObjectLayout, String> {
+pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
     for kind in EventKind::ALL {
         if let Some(arity) = btf.tracepoint_arity(kind.tracepoint()) {
             if arity != expected_arity(kind) {
-                return Err(format!(
-                    "{} takes {} arguments here, not {}",
-                    kind.tracepoint(),
-                    arity - 1,
-                    expected_arity(kind) - 1
-                ));
+                return Err(LayoutError::Arity {
+                    tracepoint: kind.tracepoint(),
+                    // Without the probe's leading `void *`.
+                    found: arity.saturating_sub(1),
+                    expected: expected_arity(kind) - 1,
+                });
             }
         }
     }
-    let member = |name: &str, path: &[&str], size: u32| -> Result<Member, String> {
+    let member = |strukt: &'static str, path: &[&str], size: u32| -> Result<Member, LayoutError> {
         let found = btf
-            .member(name, path)
-            .ok_or_else(|| format!("struct {name} has no {}", path.join(".")))?;
+            .member(strukt, path)
+            .ok_or_else(|| LayoutError::MissingMember {
+                strukt,
+                path: path.join("."),
+            })?;
         if found.size != size {
-            return Err(format!(
-                "struct {name}.{} is {} bytes, expected {size}",
-                path.join("."),
-                found.size
-            ));
+            return Err(LayoutError::MemberSize {
+                strukt,
+                path: path.join("."),
+                size: found.size,
+                expected: size,
+            });
         }
         Ok(found)
     };
@@ -95,40 +129,43 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, String> {
     let bh_bdev = member("buffer_head", &["b_bdev"], 8)?;
     let bh_size = member("buffer_head", &["b_size"], 8)?;
 
-    let window = |what: &str, fields: &[Member]| -> Result<(u32, Vec<usize>), String> {
-        let start = fields.iter().map(|m| m.offset).min().unwrap_or(0);
-        let end = fields.iter().map(|m| m.offset + m.size).max().unwrap_or(0);
-        if (end - start) as usize > WINDOW_BYTES {
-            return Err(format!(
-                "the fields of struct {what} span {} bytes, more than the {WINDOW_BYTES} copied",
-                end - start
-            ));
-        }
-        Ok((
-            start,
-            fields.iter().map(|m| (m.offset - start) as usize).collect(),
-        ))
-    };
+    let window =
+        |strukt: &'static str, fields: &[Member]| -> Result<(u32, Vec<usize>), LayoutError> {
+            let start = fields.iter().map(|m| m.offset).min().unwrap_or(0);
+            let end = fields.iter().map(|m| m.offset + m.size).max().unwrap_or(0);
+            if (end - start) as usize > WINDOW_BYTES {
+                return Err(LayoutError::WindowTooWide {
+                    strukt,
+                    span: u64::from(end - start),
+                });
+            }
+            Ok((
+                start,
+                fields.iter().map(|m| (m.offset - start) as usize).collect(),
+            ))
+        };
     let (bio_window, bio) = window("bio", &[bio_opf, bio_status, bio_sector, bio_size])?;
     let (rq_window, rq) = window("request", &[rq_flags, rq_data_len, rq_sector])?;
 
-    let value = |name: &str| -> Result<u32, String> {
+    let value = |name: &'static str| -> Result<u32, LayoutError> {
         btf.enumerator(name)
             .and_then(|value| u32::try_from(value).ok())
-            .ok_or_else(|| format!("this kernel's BTF has no {name}"))
+            .ok_or(LayoutError::MissingEnumerator(name))
     };
-    let flag = |name: &str| -> Result<u32, String> {
+    let flag = |name: &'static str| -> Result<u32, LayoutError> {
         let bit = value(name)?;
         1u32.checked_shl(bit)
-            .ok_or_else(|| format!("{name} is bit {bit}"))
+            .ok_or(LayoutError::FlagOutOfRange { name, bit })
     };
     // __REQ_FAILFAST_DEV is defined as REQ_OP_BITS, the first flag bit.
     let op_bits = value("__REQ_FAILFAST_DEV")?;
     let ops = OpBits {
-        op_mask: 1u32
-            .checked_shl(op_bits)
-            .map(|bit| bit - 1)
-            .ok_or("REQ_OP_BITS is out of range")?,
+        op_mask: 1u32.checked_shl(op_bits).map(|bit| bit - 1).ok_or(
+            LayoutError::FlagOutOfRange {
+                name: "__REQ_FAILFAST_DEV",
+                bit: op_bits,
+            },
+        )?,
         read: value("REQ_OP_READ")?,
         write: value("REQ_OP_WRITE")?,
         flush: value("REQ_OP_FLUSH")?,
@@ -242,6 +279,19 @@ pub(crate) mod tests {
         }
     }
 
+    /// The 6.18 windows: bio from bi_opf (16), request from cmd_flags (24).
+    pub(crate) fn fields_6_18() -> WindowFields {
+        WindowFields {
+            bio_opf: 0,
+            bio_status: 10,
+            bio_sector: 16,
+            bio_size: 24,
+            rq_flags: 0,
+            rq_data_len: 20,
+            rq_sector: 24,
+        }
+    }
+
     #[test]
     fn rwbs_is_spelled_like_blk_fill_rwbs() {
         let ops = ops_6_18();
@@ -259,6 +309,52 @@ pub(crate) mod tests {
         assert_eq!(text(9), "N");
         assert_eq!(text(1 | ops.meta | ops.atomic), "WMU");
         assert!(ops.is_passthrough(34) && ops.is_passthrough(35) && !ops.is_passthrough(1));
+    }
+
+    /// The fuzz corpus's seed, cut from Linux 6.18's BTF by fuzz/cut_btf.py,
+    /// resolves to that kernel's layout: the cut keeps what the probes read.
+    #[test]
+    fn a_btf_cut_from_6_18_resolves_to_its_layout() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/corpus/btf/linux-6.18-block.btf"
+        );
+        let btf = Btf::parse(std::fs::read(path).unwrap()).unwrap();
+        let layout = resolve(&btf).unwrap();
+        let kernel = layout.kernel;
+        assert_eq!(
+            (kernel.bio_bdev, kernel.bdev_dev, kernel.bdev_disk),
+            (8, 52, 16)
+        );
+        assert_eq!((kernel.bio_window, kernel.rq_window), (16, 24));
+        assert_eq!((kernel.rq_q, kernel.q_disk), (0, 104));
+        assert_eq!((kernel.bh_bdev, kernel.bh_size), (48, 32));
+        assert_eq!(kernel.disk_ids_adjacent, 1);
+        assert_eq!(layout.fields, fields_6_18());
+        assert_eq!(layout.ops, ops_6_18());
+    }
+
+    /// Regression: a prototype without even the leading `void *` once
+    /// underflowed the argument count.
+    #[test]
+    fn a_tracepoint_prototype_without_parameters_is_refused() {
+        let mut b = crate::capture::btf::tests::Builder::new();
+        let proto = b.func_proto(0);
+        let pointer = b.ptr(proto);
+        b.typedef("btf_trace_block_rq_issue", pointer);
+        let btf = Btf::parse(b.build()).unwrap();
+        let err = resolve(&btf).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                LayoutError::Arity {
+                    tracepoint: "block_rq_issue",
+                    found: 0,
+                    expected: 1
+                }
+            ),
+            "{err}"
+        );
     }
 
     /// This machine's own kernel: every offset the probes need resolves, and

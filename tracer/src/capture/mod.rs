@@ -354,7 +354,11 @@ fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
             )))
         }
     }
-    match btf::Btf::from_sys_fs().and_then(|btf| layout::resolve(&btf)) {
+    let resolved = btf::Btf::from_sys_fs()
+        .map_err(layout::LayoutError::from)
+        .and_then(|btf| layout::resolve(&btf))
+        .map_err(|err| crate::error::one_line(&err));
+    match resolved {
         Ok(layout) => Ok((ProbeFlavor::Raw, Some(layout))),
         Err(why) if requested == "raw" => Err(Error::failure(format!(
             "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
@@ -406,7 +410,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     );
     let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
     let process_offsets = if config.process_tree {
-        format::read_process_offsets(events_dir)
+        format::read_process_offsets(events_dir).map_err(|err| crate::error::one_line(&err))
     } else {
         Err("not requested".to_string())
     };
@@ -654,55 +658,35 @@ fn counter_total(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
         .unwrap_or(0)
 }
 
-/// Edge-triggered wait on the ring: wakes only when a probe forces a wakeup
-/// (the ring is filling up) or after `DRAIN_INTERVAL`, so a steady stream is
-/// drained in batches instead of once per event.
+/// Edge-triggered wait on the rings (mio registers every source with
+/// `EPOLLET`): wakes only when a probe forces a wakeup (a ring is filling up)
+/// or after the timeout (`DRAIN_INTERVAL`), so a steady stream is drained in batches
+/// instead of once per event.
 struct Waiter {
-    epoll: std::os::fd::OwnedFd,
+    poll: mio::Poll,
+    /// Capacity 1, allocated once: which ring woke us does not matter.
+    ready: mio::Events,
 }
 
 impl Waiter {
-    fn new(ring_fds: &[i32]) -> Option<Waiter> {
-        use std::os::fd::FromRawFd;
-        // SAFETY: plain syscall; the fd is owned below.
-        let epoll = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if epoll < 0 {
-            return None;
+    fn new(ring_fds: &[i32]) -> std::io::Result<Waiter> {
+        let poll = mio::Poll::new()?;
+        for ring_fd in ring_fds {
+            poll.registry().register(
+                &mut mio::unix::SourceFd(ring_fd),
+                mio::Token(0),
+                mio::Interest::READABLE,
+            )?;
         }
-        // SAFETY: epoll is a fresh fd we own.
-        let epoll = unsafe { std::os::fd::OwnedFd::from_raw_fd(epoll) };
-        for &ring_fd in ring_fds {
-            let mut interest = libc::epoll_event {
-                events: (libc::EPOLLIN | libc::EPOLLET) as u32,
-                u64: 0,
-            };
-            // SAFETY: valid fds and a valid event struct.
-            let rc = unsafe {
-                libc::epoll_ctl(
-                    epoll.as_raw_fd(),
-                    libc::EPOLL_CTL_ADD,
-                    ring_fd,
-                    &mut interest,
-                )
-            };
-            if rc != 0 {
-                return None;
-            }
-        }
-        Some(Waiter { epoll })
+        Ok(Waiter {
+            poll,
+            ready: mio::Events::with_capacity(1),
+        })
     }
 
-    fn wait(&self) {
-        let mut ready = [libc::epoll_event { events: 0, u64: 0 }];
-        // SAFETY: one valid output slot.
-        unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                ready.as_mut_ptr(),
-                1,
-                DRAIN_INTERVAL.as_millis() as i32,
-            )
-        };
+    fn wait(&mut self, timeout: Duration) {
+        // An interrupted or failed wait only means an early drain.
+        let _ = self.poll.poll(&mut self.ready, Some(timeout));
     }
 }
 
@@ -718,7 +702,7 @@ fn consume<S: EventSink>(
         .take_map(names::PROCESS_EVENTS)
         .and_then(|map| RingBuf::try_from(map).ok());
     let fds: Vec<i32> = events.iter().map(ring::BatchRing::fd).collect();
-    let waiter = Waiter::new(&fds);
+    let mut waiter = Waiter::new(&fds).ok();
     let mut reorder = reorder::Reorder::default();
     let counters = ebpf
         .take_map(names::COUNTERS)
@@ -759,8 +743,8 @@ fn consume<S: EventSink>(
         }
     };
     loop {
-        match &waiter {
-            Some(waiter) => waiter.wait(),
+        match &mut waiter {
+            Some(waiter) => waiter.wait(DRAIN_INTERVAL),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
         // Read before the cutoff: a drop counted now hit a chain queued before it.
@@ -851,9 +835,12 @@ fn drain<S: EventSink>(
 #[cfg(test)]
 mod tests {
     use super::{
-        parse_recursion_misses, parse_ring_kb, ring_sizes, DEFAULT_RING_FLOOR, PAGE_BYTES,
+        parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter, DEFAULT_RING_FLOOR, PAGE_BYTES,
         PROBES_OBJECT,
     };
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    use std::time::{Duration, Instant};
     use tracer_common::{
         names, ClassicFields, EventKind, KernelLayout, ProcessEventKind, ProcessOffsets,
     };
@@ -939,6 +926,30 @@ mod tests {
         for (global, size) in globals {
             assert_eq!(size_of(global), size as u64, "size of {global}");
         }
+    }
+
+    /// A socket stands in for a ring fd: both signal readiness through epoll.
+    #[test]
+    fn the_waiter_wakes_on_a_new_edge_only_or_at_the_timeout() {
+        let (mut writer, reader) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut waiter = Waiter::new(&[reader.as_raw_fd()]).unwrap();
+        let timed = |waiter: &mut Waiter, timeout: Duration| {
+            let start = Instant::now();
+            waiter.wait(timeout);
+            start.elapsed()
+        };
+        let short = Duration::from_millis(100);
+        assert!(timed(&mut waiter, short) >= short, "nothing to read: waits");
+        writer.write_all(b"x").unwrap();
+        let long = Duration::from_secs(30);
+        assert!(timed(&mut waiter, long) < long / 2, "a new record wakes it");
+        // Still unread, but no new edge: level-triggered would return at once.
+        assert!(timed(&mut waiter, short) >= short, "edge-triggered");
+        writer.write_all(b"y").unwrap();
+        assert!(
+            timed(&mut waiter, long) < long / 2,
+            "the next record wakes it again"
+        );
     }
 
     #[test]

@@ -83,10 +83,70 @@ mod tests {
         assert_eq!(reorder.len(), 0);
     }
 
+    /// Privileged: loads the probes, runs one `dd` that writes a block with
+    /// O_DIRECT, and checks that every bio that process queued carries a
+    /// probe stamp between two `monotonic_ns` samples taken around its whole
+    /// life. A consumer clock with another origin than `bpf_ktime_get_ns`
+    /// (REALTIME, TAI, a CPU-time clock) fails this. BOOTTIME differs only by
+    /// time suspended, so no test on a machine that never slept can tell it
+    /// apart. A child process, not this one: other test threads share our
+    /// tgid and may read files at any time.
     #[test]
     fn the_clock_is_the_probes_clock() {
+        use crate::capture::{Capture, CaptureConfig, EventSink};
+        use tracer_common::EventKind;
+
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            assert!(
+                std::env::var("CI").is_err(),
+                "the_clock_is_the_probes_clock must run as root in CI"
+            );
+            eprintln!("SKIPPED the_clock_is_the_probes_clock: needs root");
+            return;
+        }
+        /// (process, stamp) of every bio queued while tracing.
+        struct Queued(Vec<(u32, u64)>);
+        impl EventSink for Queued {
+            fn block_event(&mut self, event: &BlockEvent) {
+                if event.kind == EventKind::Queue as u8 {
+                    self.0.push((event.tgid, event.ts_ns));
+                }
+            }
+        }
+        let capture = Capture::start(&CaptureConfig::default(), Queued(Vec::new())).unwrap();
+        // /tmp lies on a block device (vda); O_DIRECT submits the bio from dd.
+        let path = std::env::temp_dir().join(format!("iosplit-clock-{}", std::process::id()));
         let before = monotonic_ns();
+        let mut dd = std::process::Command::new("dd")
+            .args([
+                "if=/dev/zero",
+                "bs=4096",
+                "count=1",
+                "oflag=direct",
+                "conv=fsync",
+            ])
+            .arg(format!("of={}", path.display()))
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let tgid = dd.id();
+        let status = dd.wait().unwrap();
         let after = monotonic_ns();
-        assert!(before > 0 && after >= before);
+        let queued = capture.finish(|sink, _| sink.0.clone()).unwrap();
+        let stamps: Vec<u64> = queued
+            .iter()
+            .filter(|(by, _)| *by == tgid)
+            .map(|(_, stamp)| *stamp)
+            .collect();
+        let _ = std::fs::remove_file(&path);
+        assert!(status.success(), "dd failed: {status}");
+        assert!(!stamps.is_empty(), "no bio queued by dd was seen");
+        for stamp in stamps {
+            assert!(
+                (before..=after).contains(&stamp),
+                "probe stamp {stamp} outside the consumer's [{before}, {after}]"
+            );
+        }
     }
 }

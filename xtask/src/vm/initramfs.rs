@@ -37,9 +37,11 @@ pub struct Inputs<'a> {
     pub cache: &'a Path,
 }
 
-/// Builds (or reuses) the initramfs and returns its path.
+/// Builds (or reuses) the kernel's initramfs and returns its path.
 pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
-    let stage = inputs.cache.join("initramfs/stage");
+    // One directory per kernel line: each keeps its own cached image.
+    let images = inputs.cache.join("initramfs").join(inputs.kernel.line.name);
+    let stage = images.join("stage");
     let _ = std::fs::remove_dir_all(&stage);
     mkdir(&stage)?;
     for dir in [
@@ -74,9 +76,7 @@ pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
     install_scripts(&stage)?;
 
     let key = tree_hash(&stage)?;
-    let image = inputs
-        .cache
-        .join(format!("initramfs/initramfs-{key:016x}.cpio.gz"));
+    let image = images.join(format!("initramfs-{key:016x}.cpio.gz"));
     if image.is_file() {
         return Ok(image);
     }
@@ -91,7 +91,7 @@ pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
     std::fs::rename(&partial, &image)
         .map_err(|err| format!("cannot move {} into place: {err}", image.display()))?;
     // Older images only take space.
-    if let Ok(entries) = std::fs::read_dir(inputs.cache.join("initramfs")) {
+    if let Ok(entries) = std::fs::read_dir(&images) {
         for entry in entries.flatten() {
             let path = entry.path();
             if path != image && path.to_string_lossy().ends_with(".cpio.gz") {
@@ -176,19 +176,27 @@ fn install_busybox(stage: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Copies the modules and writes `/etc/modules/<name>`: the load order, one path per line.
+/// Copies the modules and writes `/etc/modules/<name>`: the load order, one
+/// path per line (empty for a module the kernel has built in).
 fn install_modules(kernel: &Kernel, stage: &Path) -> Result<()> {
     let dep_path = kernel.modules_dir.join("modules.dep");
     let text = std::fs::read_to_string(&dep_path)
         .map_err(|err| format!("cannot read {}: {err}", dep_path.display()))?;
-    let deps = ModuleDeps::parse(&text);
+    let builtin =
+        std::fs::read_to_string(kernel.modules_dir.join("modules.builtin")).unwrap_or_default();
+    let deps = ModuleDeps::parse(&text).with_builtin(&builtin);
     let target = stage.join("lib/modules").join(&kernel.release);
     for name in MODULES {
         let order = deps.load_order(name)?;
+        let mut installed = Vec::new();
         for module in &order {
-            copy(&kernel.modules_dir.join(module), &target.join(module))?;
+            installed.push(install_module(
+                &kernel.modules_dir.join(module),
+                &target,
+                module,
+            )?);
         }
-        let list: String = order
+        let list: String = installed
             .iter()
             .map(|module| format!("/lib/modules/{}/{module}\n", kernel.release))
             .collect();
@@ -197,6 +205,30 @@ fn install_modules(kernel: &Kernel, stage: &Path) -> Result<()> {
             .map_err(|err| format!("cannot write {}: {err}", file.display()))?;
     }
     Ok(())
+}
+
+/// The decompressor for a compressed module, and the name without its suffix.
+pub fn decompressor(module: &str) -> Option<(&'static str, &str)> {
+    [(".xz", "xz"), (".zst", "zstd"), (".gz", "gzip")]
+        .into_iter()
+        .find_map(|(suffix, tool)| module.strip_suffix(suffix).map(|plain| (tool, plain)))
+}
+
+/// Copies one module into the stage, decompressed (busybox insmod reads only
+/// plain ELF; 6.12 ships `.ko.xz`). Returns its path relative to `target`.
+fn install_module(source: &Path, target: &Path, module: &str) -> Result<String> {
+    let Some((tool, plain)) = decompressor(module) else {
+        copy(source, &target.join(module))?;
+        return Ok(module.to_string());
+    };
+    let dest = target.join(plain);
+    if let Some(parent) = dest.parent() {
+        mkdir(parent)?;
+    }
+    let file = std::fs::File::create(&dest)
+        .map_err(|err| format!("cannot create {}: {err}", dest.display()))?;
+    run(Command::new(tool).arg("-dc").arg(source).stdout(file))?;
+    Ok(plain.to_string())
 }
 
 /// `xtask/vm/`: `init` becomes `/init`, the rest goes to `/vmtest/`.
@@ -284,6 +316,15 @@ mod tests {
             ]
         );
         assert!(parse_ldd("\tstatically linked\n").is_empty());
+    }
+
+    #[test]
+    fn compressed_modules_are_named_without_their_suffix() {
+        assert_eq!(
+            decompressor("kernel/drivers/md/dm-mod.ko.xz"),
+            Some(("xz", "kernel/drivers/md/dm-mod.ko"))
+        );
+        assert_eq!(decompressor("kernel/drivers/md/dm-mod.ko"), None);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The guest kernel: Debian's linux-image-6.1 package, downloaded with apt,
-//! unpacked and depmod-ed once under `target/vm/kernel/<package>/`.
+//! The guest kernels: Debian's 6.1 and 6.12 LTS image packages, downloaded
+//! with apt, unpacked and depmod-ed once under `target/vm/kernel/<package>/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -7,12 +7,35 @@ use std::process::Command;
 
 use crate::util::{output, run, Result};
 
-/// Debian's metapackage for the 6.1 line; its `Depends` names the current ABI package.
-const METAPACKAGE: &str = "linux-image-amd64";
+/// One Debian kernel line the matrix boots.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Line {
+    /// Short name, used on the command line and in result paths: `6.1`, `6.12`.
+    pub name: &'static str,
+    /// The metapackage whose `Depends` names the line's current ABI package.
+    pub metapackage: &'static str,
+    /// What every image package of the line starts with (the dot keeps 6.1 and 6.12 apart).
+    pub package_prefix: &'static str,
+}
+
+/// Every kernel the matrix runs each scenario on.
+pub const LINES: [Line; 2] = [
+    Line {
+        name: "6.1",
+        metapackage: "linux-image-amd64",
+        package_prefix: "linux-image-6.1.",
+    },
+    Line {
+        name: "6.12",
+        metapackage: "linux-image-6.12-amd64",
+        package_prefix: "linux-image-6.12.",
+    },
+];
 
 /// An unpacked kernel with its modules.
 #[derive(Clone, Debug)]
 pub struct Kernel {
+    pub line: Line,
     /// Debian package name, e.g. `linux-image-6.1.0-57-amd64`.
     pub package: String,
     /// `uname -r` of the guest, e.g. `6.1.0-57-amd64`.
@@ -22,12 +45,14 @@ pub struct Kernel {
     pub modules_dir: PathBuf,
 }
 
-/// The package `linux-image-amd64` depends on, from an `apt-cache depends` text.
-pub fn image_package_from_depends(text: &str) -> Option<String> {
+/// The image package of `line` that its metapackage depends on, from an
+/// `apt-cache depends` text. ABIs rotate on the mirrors; the metapackage
+/// always names one the mirror has.
+pub fn image_package_from_depends(text: &str, line: &Line) -> Option<String> {
     text.lines()
-        .filter_map(|line| line.trim().strip_prefix("Depends:"))
+        .filter_map(|entry| entry.trim().strip_prefix("Depends:"))
         .map(str::trim)
-        .find(|name| name.starts_with("linux-image-") && name.ends_with("-amd64"))
+        .find(|name| name.starts_with(line.package_prefix) && name.ends_with("-amd64"))
         .map(str::to_string)
 }
 
@@ -38,25 +63,27 @@ pub fn release_of(package: &str) -> Option<String> {
     Some(release.to_string())
 }
 
-/// Downloads and unpacks the kernel unless a cached copy exists.
+/// Downloads and unpacks `line`'s kernel unless a cached copy exists.
 ///
-/// Without apt metadata (offline), the newest cached kernel is used.
-pub fn ensure(cache: &Path) -> Result<Kernel> {
+/// Without apt metadata (offline), the newest cached kernel of the line is used.
+pub fn ensure(cache: &Path, line: &Line) -> Result<Kernel> {
     let dir = cache.join("kernel");
     std::fs::create_dir_all(&dir)
         .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
     // Kernel ABIs rotate on the mirrors: before a first download, refresh the
     // package lists so the version apt names is one the mirror still has.
-    if newest_cached(&dir).is_none() {
+    if newest_cached(&dir, line).is_none() {
         let _ = run(Command::new("apt-get").args(["update", "-q"]));
     }
-    let package = match output(Command::new("apt-cache").args(["depends", METAPACKAGE]))
-        .and_then(|text| image_package_from_depends(&text))
+    let package = match output(Command::new("apt-cache").args(["depends", line.metapackage]))
+        .and_then(|text| image_package_from_depends(&text, line))
     {
         Some(package) => package,
-        None => newest_cached(&dir).ok_or_else(|| {
+        None => newest_cached(&dir, line).ok_or_else(|| {
             format!(
-                "cannot tell which kernel {METAPACKAGE} wants (run `apt-get update`) and none is cached in {}",
+                "cannot tell which {} kernel {} wants (run `apt-get update`) and none is cached in {}",
+                line.name,
+                line.metapackage,
                 dir.display()
             )
         })?,
@@ -65,6 +92,7 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
         release_of(&package).ok_or_else(|| format!("odd kernel package name {package}"))?;
     let tree = dir.join(&package);
     let kernel = Kernel {
+        line: *line,
         vmlinuz: tree.join(format!("boot/vmlinuz-{release}")),
         modules_dir: tree.join(format!("lib/modules/{release}")),
         package: package.clone(),
@@ -74,8 +102,8 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
     if kernel.vmlinuz.is_file() && kernel.modules_dir.join("modules.dep").is_file() {
         return Ok(kernel);
     }
-    eprintln!("xtask: downloading {package} (about 70 MB)");
-    let download = dir.join("download");
+    eprintln!("xtask: downloading {package} (70-110 MB)");
+    let download = dir.join(format!("download-{}", line.name));
     let _ = std::fs::remove_dir_all(&download);
     std::fs::create_dir_all(&download)
         .map_err(|err| format!("cannot create {}: {err}", download.display()))?;
@@ -94,11 +122,12 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
     if !kernel.vmlinuz.is_file() {
         return Err(format!("{package} has no {}", kernel.vmlinuz.display()));
     }
-    // An older ABI's tree (~400 MB) is dead weight once its successor is here.
+    // An older ABI's tree (~400 MB) is dead weight once its successor is here;
+    // the other lines' trees stay.
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name.starts_with("linux-image-") && name != package {
+            if name.starts_with(line.package_prefix) && name != package {
                 let _ = std::fs::remove_dir_all(entry.path());
             }
         }
@@ -106,33 +135,38 @@ pub fn ensure(cache: &Path) -> Result<Kernel> {
     Ok(kernel)
 }
 
-fn newest_cached(dir: &Path) -> Option<String> {
+fn newest_cached(dir: &Path, line: &Line) -> Option<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .ok()?
         .filter_map(|entry| entry.ok())
         .filter_map(|entry| entry.file_name().into_string().ok())
-        .filter(|name| name.starts_with("linux-image-"))
+        .filter(|name| name.starts_with(line.package_prefix))
         .collect();
-    names.sort_by_key(|name| abi_number(name));
+    names.sort_by_key(|name| version_key(name));
     names.pop()
 }
 
-/// The ABI number in `linux-image-6.1.0-57-amd64` (57), for ordering.
-fn abi_number(package: &str) -> u32 {
+/// The numbers in a package name, in order, for ordering versions:
+/// `linux-image-6.1.0-57-amd64` -> [6, 1, 0, 57, 64],
+/// `linux-image-6.12.117+deb12-amd64` -> [6, 12, 117, 12, 64].
+fn version_key(package: &str) -> Vec<u64> {
     package
-        .split('-')
-        .nth(3)
-        .and_then(|part| part.parse().ok())
-        .unwrap_or(0)
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|part| part.parse().ok())
+        .collect()
 }
 
-/// `modules.dep`: module path -> the paths it needs (all of them, transitively).
+/// `modules.dep`: module path -> the paths it needs (all of them, transitively),
+/// and `modules.builtin`: what this kernel has built in instead (6.12 builds in
+/// virtio, virtio_pci and the CRC modules 6.1 loads).
 #[derive(Debug, Default)]
 pub struct ModuleDeps {
     deps: BTreeMap<String, Vec<String>>,
+    builtin: BTreeSet<String>,
 }
 
-/// The module name a path carries: `kernel/drivers/md/dm-mod.ko` -> `dm_mod`.
+/// The module name a path carries: `kernel/drivers/md/dm-mod.ko` (or
+/// `.ko.xz`, as 6.12 ships them) -> `dm_mod`.
 pub fn module_name(path: &str) -> String {
     let file = path.rsplit('/').next().unwrap_or(path);
     let stem = file.split(".ko").next().unwrap_or(file);
@@ -151,7 +185,16 @@ impl ModuleDeps {
                 )
             })
             .collect();
-        ModuleDeps { deps }
+        ModuleDeps {
+            deps,
+            builtin: BTreeSet::new(),
+        }
+    }
+
+    /// Adds `modules.builtin` (one path per line).
+    pub fn with_builtin(mut self, text: &str) -> ModuleDeps {
+        self.builtin = text.lines().map(module_name).collect();
+        self
     }
 
     /// The path of the module called `name` (`-` and `_` are the same).
@@ -163,11 +206,15 @@ impl ModuleDeps {
             .map(String::as_str)
     }
 
-    /// `name` and everything it needs, each after its own dependencies.
+    /// `name` and everything it needs, each after its own dependencies;
+    /// nothing when the kernel has it built in.
     pub fn load_order(&self, name: &str) -> Result<Vec<String>> {
-        let path = self
-            .path_of(name)
-            .ok_or_else(|| format!("the guest kernel has no module {name}"))?;
+        let Some(path) = self.path_of(name) else {
+            if self.builtin.contains(&name.replace('-', "_")) {
+                return Ok(Vec::new());
+            }
+            return Err(format!("the guest kernel has no module {name}"));
+        };
         let mut order = Vec::new();
         let mut seen = BTreeSet::new();
         self.visit(path, &mut seen, &mut order, 0)?;
@@ -227,22 +274,69 @@ kernel/drivers/md/dm-mod.ko:
     }
 
     #[test]
+    fn built_in_modules_need_no_loading_and_compressed_ones_keep_their_name() {
+        let deps = ModuleDeps::parse(
+            "kernel/drivers/block/virtio_blk.ko.xz:\nkernel/drivers/md/dm-mod.ko.xz:\n",
+        )
+        .with_builtin(
+            "kernel/drivers/virtio/virtio_pci.ko\nkernel/crypto/crc64_rocksoft_generic.ko\n",
+        );
+        assert_eq!(deps.load_order("virtio_pci").unwrap(), Vec::<String>::new());
+        assert_eq!(
+            deps.load_order("crc64-rocksoft-generic").unwrap(),
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            deps.load_order("dm_mod").unwrap(),
+            ["kernel/drivers/md/dm-mod.ko.xz"]
+        );
+        // Neither a module nor built in: an error, not a silent skip.
+        assert!(deps.load_order("nvme").is_err());
+    }
+
+    #[test]
     fn a_cycle_is_an_error_not_a_hang() {
         let deps = ModuleDeps::parse("a.ko: b.ko\nb.ko: a.ko\n");
         assert!(deps.load_order("a").is_err());
     }
 
     #[test]
-    fn the_metapackage_names_the_image() {
+    fn the_metapackage_names_the_image_of_its_own_line() {
+        let [v61, v612] = LINES;
         let text = "linux-image-amd64\n  Depends: linux-image-6.1.0-57-amd64\n";
         assert_eq!(
-            image_package_from_depends(text).as_deref(),
+            image_package_from_depends(text, &v61).as_deref(),
             Some("linux-image-6.1.0-57-amd64")
         );
+        // A metapackage that moved on to another line is not taken for this one.
+        assert_eq!(image_package_from_depends(text, &v612), None);
+        let text = "linux-image-6.12-amd64\n  Depends: linux-image-6.12.117+deb12-amd64\n";
+        assert_eq!(
+            image_package_from_depends(text, &v612).as_deref(),
+            Some("linux-image-6.12.117+deb12-amd64")
+        );
+        assert_eq!(image_package_from_depends(text, &v61), None);
         assert_eq!(
             release_of("linux-image-6.1.0-57-amd64-unsigned").as_deref(),
             Some("6.1.0-57-amd64")
         );
-        assert_eq!(abi_number("linux-image-6.1.0-57-amd64"), 57);
+        assert_eq!(
+            release_of("linux-image-6.12.117+deb12-amd64").as_deref(),
+            Some("6.12.117+deb12-amd64")
+        );
+    }
+
+    #[test]
+    fn newer_abis_sort_last() {
+        let mut names = [
+            "linux-image-6.12.117+deb12-amd64",
+            "linux-image-6.12.99+deb12-amd64",
+            "linux-image-6.12.111+deb12-amd64",
+        ];
+        names.sort_by_key(|name| version_key(name));
+        assert_eq!(names[2], "linux-image-6.12.117+deb12-amd64");
+        assert!(
+            version_key("linux-image-6.1.0-57-amd64") > version_key("linux-image-6.1.0-9-amd64")
+        );
     }
 }

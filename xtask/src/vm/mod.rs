@@ -2,9 +2,9 @@
 //!
 //! The host kernel has no modules, no device-mapper, NVMe or SCSI, and its loop
 //! devices always have physical == logical block size. So each scenario boots
-//! Debian's 6.1 kernel under qemu (TCG) with its own disks, runs a script from
-//! `xtask/vm/scenarios/` with a static iosplit-trace inside, and judges the
-//! JSON it wrote. Everything is cached under `target/vm/`.
+//! Debian's 6.1 and 6.12 LTS kernels under qemu (TCG) with its own disks, runs
+//! a script from `xtask/vm/scenarios/` with a static iosplit-trace inside, and
+//! judges the JSON it wrote. Everything is cached under `target/vm/`.
 
 mod check;
 mod initramfs;
@@ -27,7 +27,10 @@ pub struct VmArgs {
     /// Run only this scenario (repeatable); `--list` shows them.
     #[arg(long, value_name = "NAME")]
     pub scenario: Vec<String>,
-    /// List the scenarios and exit.
+    /// Run only on this kernel line (repeatable): `6.1`, `6.12`.
+    #[arg(long, value_name = "LINE")]
+    pub kernel: Vec<String>,
+    /// List the scenarios and kernels and exit.
     #[arg(long)]
     pub list: bool,
     /// Use the iosplit-trace binary at this path instead of building one (must be static).
@@ -54,7 +57,18 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
         for scenario in &all {
             println!("{:<20} {}", scenario.name, scenario.summary);
         }
+        let lines: Vec<_> = kernel::LINES.iter().map(|line| line.name).collect();
+        println!("each on kernels: {}", lines.join(", "));
         return Ok(());
+    }
+    for wanted in &args.kernel {
+        if !kernel::LINES.iter().any(|line| line.name == wanted) {
+            let names: Vec<_> = kernel::LINES.iter().map(|line| line.name).collect();
+            return Err(format!(
+                "unknown kernel {wanted}; known: {}",
+                names.join(", ")
+            ));
+        }
     }
     for wanted in &args.scenario {
         if !all.iter().any(|s| s.name == wanted) {
@@ -72,30 +86,40 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
 
     let started = Instant::now();
     let cache = workspace_root().join("target/vm");
-    let kernel = kernel::ensure(&cache)?;
     let tracer = match &args.binary {
         Some(path) => path.clone(),
         None => build_static_tracer(&cache)?,
     };
     require_static(&tracer)?;
     let guest_io = build_guest_io(&cache)?;
-    let image = initramfs::ensure(&initramfs::Inputs {
-        kernel: &kernel,
-        tracer: &tracer,
-        guest_io: &guest_io,
-        cache: &cache,
-    })?;
-    eprintln!(
-        "xtask: guest ready in {:.0}s ({}, {})",
-        started.elapsed().as_secs_f64(),
-        kernel.package,
-        image.display()
-    );
+    let mut guests = Vec::new();
+    for line in kernel::LINES
+        .iter()
+        .filter(|line| args.kernel.is_empty() || args.kernel.iter().any(|k| k == line.name))
+    {
+        let kernel = kernel::ensure(&cache, line)?;
+        let image = initramfs::ensure(&initramfs::Inputs {
+            kernel: &kernel,
+            tracer: &tracer,
+            guest_io: &guest_io,
+            cache: &cache,
+        })?;
+        eprintln!(
+            "xtask: guest ready in {:.0}s ({}, {})",
+            started.elapsed().as_secs_f64(),
+            kernel.package,
+            image.display()
+        );
+        guests.push((kernel, image));
+    }
 
     let results_root = cache.join("results");
     let mut ran = Vec::new();
-    for scenario in &selected {
-        let mut result = run_scenario(scenario, &kernel, &image, &cache, &results_root)?;
+    for (scenario, (kernel, image)) in selected
+        .iter()
+        .flat_map(|scenario| guests.iter().map(move |guest| (scenario, guest)))
+    {
+        let mut result = run_scenario(scenario, kernel, image, &cache, &results_root)?;
         let failed: Vec<String> = result
             .checks
             .iter()
@@ -106,12 +130,13 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
             // Software-emulated guests are slow and timing-sensitive; one retry,
             // said out loud, keeps a rare hiccup from failing the whole matrix.
             eprintln!(
-                "xtask: vm-test {} failed {} check(s), retrying once: {}",
+                "xtask: vm-test {} on {} failed {} check(s), retrying once: {}",
                 scenario.name,
+                kernel.line.name,
                 failed.len(),
                 failed.join("; ")
             );
-            result = run_scenario(scenario, &kernel, &image, &cache, &results_root)?;
+            result = run_scenario(scenario, kernel, image, &cache, &results_root)?;
             result.retried = true;
         }
         ran.push(result);
@@ -145,8 +170,11 @@ fn run_scenario(
     cache: &Path,
     results_root: &Path,
 ) -> Result<Ran> {
-    eprintln!("xtask: vm-test {}: {}", scenario.name, scenario.summary);
-    let work = cache.join("run").join(scenario.name);
+    eprintln!(
+        "xtask: vm-test {} on {}: {}",
+        scenario.name, kernel.release, scenario.summary
+    );
+    let work = cache.join("run").join(kernel.line.name).join(scenario.name);
     let outcome = qemu::boot(&qemu::Boot {
         scenario: scenario.name,
         vmlinuz: &kernel.vmlinuz,
@@ -178,16 +206,17 @@ fn run_scenario(
             false,
         ));
     }
-    checks.extend((scenario.evaluate)(&results));
+    checks.extend((scenario.evaluate)(&results, &kernel.line));
     let guest_kernel = results
         .text("kernel")
         .map(|text| text.trim().to_string())
         .unwrap_or_else(|_| kernel.release.clone());
-    let kept = results_root.join(scenario.name);
+    let kept = results_root.join(kernel.line.name).join(scenario.name);
     keep_results(&outcome.results, &outcome.console, &kept)?;
     eprintln!(
-        "xtask: vm-test {} took {:.0}s; results in {}",
+        "xtask: vm-test {} on {} took {:.0}s; results in {}",
         scenario.name,
+        kernel.line.name,
         outcome.elapsed.as_secs_f64(),
         kept.display()
     );
@@ -318,8 +347,9 @@ fn print_table(ran: &[Ran]) {
     for r in ran {
         let passed = r.checks.iter().filter(|c| c.pass).count();
         println!(
-            "{}: {passed}/{} checks passed in {:.0}s",
+            "{} on {}: {passed}/{} checks passed in {:.0}s",
             r.scenario,
+            r.kernel,
             r.checks.len(),
             r.seconds
         );

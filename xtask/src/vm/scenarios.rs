@@ -8,6 +8,7 @@ use serde_json::Value;
 use super::check::{
     device_entry, event, expect_diagnoses, expect_oracle_agreement, op_measure, Check, Results,
 };
+use super::kernel::Line;
 use super::qemu::{Bus, Disk};
 
 pub struct Scenario {
@@ -15,7 +16,8 @@ pub struct Scenario {
     pub summary: &'static str,
     pub disks: Vec<Disk>,
     pub timeout: Duration,
-    pub evaluate: fn(&Results) -> Vec<Check>,
+    /// Judges the results a guest running `Line`'s kernel left.
+    pub evaluate: fn(&Results, &Line) -> Vec<Check>,
 }
 
 const MIB: u64 = 1 << 20;
@@ -24,6 +26,11 @@ const SEED_512E: Bus = Bus::VirtioBlk {
     logical: 512,
     physical: 4096,
 };
+
+/// Descriptors in the requeue disk's ring: with 2 per request and no indirect
+/// descriptors, virtio-blk allows 8 requests in flight, but one of up to
+/// 14 segments takes 16, so a split 1 MiB write fills the ring at once.
+const REQUEUE_RING: u16 = 16;
 
 /// The seed report's three layouts on a 256 MiB disk, keeping start and size
 /// residues modulo 8 (seed: 14281785/27647865, 14282752/27646898, 14282752/27660288).
@@ -79,13 +86,23 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "blk-oracle",
-            summary: "6.1: raw (BTF) and classic (format layout) probes vs the ftrace blk tracer",
-            disks: vec![Disk {
-                serial: "oracle",
-                bytes: 256 * MIB,
-                bus: SEED_512E,
-                partition: Some(SEED_LAYOUTS[0]),
-            }],
+            summary: "raw (BTF) and classic (format layout) probes vs the ftrace blk tracer, requeues included",
+            disks: vec![
+                Disk {
+                    serial: "oracle",
+                    bytes: 256 * MIB,
+                    bus: SEED_512E,
+                    partition: Some(SEED_LAYOUTS[0]),
+                },
+                Disk {
+                    serial: "requeue",
+                    bytes: 64 * MIB,
+                    bus: Bus::VirtioBlkSmallRing {
+                        queue_size: REQUEUE_RING,
+                    },
+                    partition: None,
+                },
+            ],
             timeout: Duration::from_secs(300),
             evaluate: blk_oracle,
         },
@@ -194,7 +211,7 @@ fn expect_all_probes(what: &str, results: &Results, report_name: &str) -> Check 
     }
 }
 
-fn seed_512e(results: &Results) -> Vec<Check> {
+fn seed_512e(results: &Results, line: &Line) -> Vec<Check> {
     let mut checks = Vec::new();
     // /init leaves tracefs unmounted: the first tracing command must mount it.
     let what = "tool mounts tracefs itself";
@@ -216,7 +233,7 @@ fn seed_512e(results: &Results) -> Vec<Check> {
         Err(why) => Check::missing(what, expected, why),
     });
     checks.push(expect_all_probes(
-        "run probes (block + process tree) on 6.1",
+        &format!("run probes (block + process tree) on {}", line.name),
         results,
         "layout1.run.json",
     ));
@@ -314,7 +331,7 @@ fn seed_512e(results: &Results) -> Vec<Check> {
     checks
 }
 
-fn scsi_debug_io_opt(results: &Results) -> Vec<Check> {
+fn scsi_debug_io_opt(results: &Results, _line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "scsi_debug geometry",
         results,
@@ -359,7 +376,7 @@ fn names_virt_boundary(report: &Value, device: &str, code: &str) -> bool {
         .any(|found| found.code == code && found.names_virt_boundary)
 }
 
-fn nvme_virt_boundary(results: &Results) -> Vec<Check> {
+fn nvme_virt_boundary(results: &Results, _line: &Line) -> Vec<Check> {
     let mut checks = vec![
         expect_geometry(
             "nvme virt boundary",
@@ -470,7 +487,44 @@ fn nvme_virt_boundary(results: &Results) -> Vec<Check> {
     checks
 }
 
-fn blk_oracle(results: &Results) -> Vec<Check> {
+/// `name[size] at offset` for each field of a tracepoint `format` file that
+/// the 6.1 and later layouts disagree on (`rwbs`, `ioprio`).
+fn issue_layout(format: &str) -> String {
+    let mut described = Vec::new();
+    for wanted in ["ioprio", "rwbs"] {
+        let field = format.lines().find_map(|entry| {
+            let declaration = entry.trim().strip_prefix("field:")?;
+            let (declaration, rest) = declaration.split_once(';')?;
+            let name = declaration.split_whitespace().last()?;
+            (name == wanted || name.starts_with(&format!("{wanted}[")))
+                .then_some((name.to_string(), rest))
+        });
+        described.push(match field {
+            Some((name, rest)) => {
+                let offset = rest
+                    .split(';')
+                    .find_map(|part| part.trim().strip_prefix("offset:"))
+                    .unwrap_or("?");
+                format!("{name} at {offset}")
+            }
+            None => format!("no {wanted}"),
+        });
+    }
+    described.join(", ")
+}
+
+/// The `block_rq_issue` layout each kernel line has: the classic probes must
+/// read it from the format file, not assume the host's.
+fn expected_issue_layout(line: &Line) -> &'static str {
+    match line.name {
+        "6.1" => "no ioprio, rwbs[8] at 32",
+        "6.12" => "ioprio at 32, rwbs[8] at 34",
+        // A line added to LINES without its layout: the check fails and says so.
+        _ => "a layout listed for this kernel line",
+    }
+}
+
+fn blk_oracle(results: &Results, line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "512e partition at 1785",
         results,
@@ -481,27 +535,21 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
         ],
     )];
     checks.push(expect_all_probes(
-        "report probes on 6.1",
+        &format!("report probes on {}", line.name),
         results,
         "report.json",
     ));
+    let what = format!("{} block_rq_issue layout", line.name);
+    let expected = expected_issue_layout(line);
     checks.push(match results.text("format.block_rq_issue") {
         Ok(format) => {
-            let rwbs8 = format.contains("char rwbs[8];\toffset:32;");
-            let no_ioprio = !format.contains("ioprio");
-            Check::new(
-                "6.1 block_rq_issue layout",
-                "rwbs[8] at 32, no ioprio",
-                format!(
-                    "{}, {}",
-                    if rwbs8 { "rwbs[8] at 32" } else { "other rwbs" },
-                    if no_ioprio { "no ioprio" } else { "ioprio" }
-                ),
-                rwbs8 && no_ioprio,
-            )
+            let found = issue_layout(&format);
+            let pass = found == expected;
+            Check::new(what, expected, found, pass)
         }
-        Err(why) => Check::missing("6.1 block_rq_issue layout", "rwbs[8] at 32, no ioprio", why),
+        Err(why) => Check::missing(what, expected, why),
     });
+    checks.push(requeue_disk(results));
     checks.push(expect_oracle_agreement(
         "mkfs + O_DIRECT + aio + reads: events vs blk",
         results,
@@ -509,7 +557,7 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
         "blk.trace",
     ));
     checks.push(expect_all_probes(
-        "classic report probes on 6.1",
+        &format!("classic report probes on {}", line.name),
         results,
         "report-classic.json",
     ));
@@ -519,13 +567,51 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
         "report-classic.json",
         "blk.trace",
     ));
-    // The comparison only proves kinds that occurred: the workload must produce all seven.
+    // Requeues on their own line: the agreement rows above include them, but
+    // this one says whether the requeue probe is there at all.
+    let what = "requeues: events.requeue vs blk R";
+    let expected = "raw = classic = blk R > 0";
+    checks.push(
+        match (
+            results.text("blk.trace"),
+            results.json("report.json"),
+            results.json("report-classic.json"),
+        ) {
+            (Ok(trace), Ok(raw), Ok(classic)) => {
+                let requeues = super::oracle::parse_blk_trace(&trace).total("R");
+                let key = |report: &Value| {
+                    report
+                        .get("events")
+                        .and_then(|events| events.get("requeue"))
+                        .and_then(Value::as_u64)
+                };
+                let describe = |count: Option<u64>| {
+                    count.map_or_else(|| "no events.requeue".to_string(), |n| n.to_string())
+                };
+                let (raw, classic) = (key(&raw), key(&classic));
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "blk R {requeues}, raw {}, classic {}",
+                        describe(raw),
+                        describe(classic)
+                    ),
+                    requeues > 0 && raw == Some(requeues) && classic == Some(requeues),
+                )
+            }
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                Check::missing(what, expected, why)
+            }
+        },
+    );
+    // The comparison only proves kinds that occurred: the workload must produce all eight.
     let what = "workload covers every action";
-    let expected = "A Q X M F D C all > 0";
+    let expected = "A Q X M F D R C all > 0";
     checks.push(match results.text("blk.trace") {
         Ok(trace) => {
             let counts = super::oracle::parse_blk_trace(&trace);
-            let absent: Vec<&str> = ["A", "Q", "X", "M", "F", "D", "C"]
+            let absent: Vec<&str> = ["A", "Q", "X", "M", "F", "D", "R", "C"]
                 .into_iter()
                 .filter(|action| counts.total(action) == 0)
                 .collect();
@@ -545,7 +631,56 @@ fn blk_oracle(results: &Results) -> Vec<Check> {
     checks
 }
 
-fn dm_linear(results: &Results) -> Vec<Check> {
+/// The small-ring disk as the guest saw it: no indirect descriptors offered
+/// (virtio feature bit 28, VIRTIO_RING_F_INDIRECT_DESC), and requeued commands
+/// on that disk in the blk trace.
+fn requeue_disk(results: &Results) -> Check {
+    const INDIRECT_DESC_BIT: usize = 28;
+    let what = format!("small-ring virtio disk (queue-size {REQUEUE_RING}, indirect_desc=off)");
+    let expected = "no indirect descriptors; blk R on it > 0";
+    let (geometry, trace, device) = match (
+        results.values("requeue.geometry"),
+        results.text("blk.trace"),
+        results.value("names", "requeue_dev"),
+    ) {
+        (Ok(geometry), Ok(trace), Ok(device)) => (geometry, trace, device),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            return Check::missing(what, expected, why)
+        }
+    };
+    let indirect = geometry
+        .get("virtio.features")
+        .and_then(|bits| bits.chars().nth(INDIRECT_DESC_BIT));
+    let dev = device
+        .split_once(':')
+        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+    let requeues = dev
+        .and_then(|dev| {
+            super::oracle::parse_blk_trace(&trace)
+                .per_device
+                .get(&dev)
+                .and_then(|actions| actions.get("R").copied())
+        })
+        .unwrap_or(0);
+    let field = |key: &str| geometry.get(key).map_or("?", String::as_str);
+    Check::new(
+        what,
+        expected,
+        format!(
+            "indirect {}; max_segments {}, nr_requests {}; blk R {requeues}",
+            match indirect {
+                Some('0') => "off",
+                Some('1') => "on",
+                _ => "?",
+            },
+            field("disk.max_segments"),
+            field("disk.nr_requests"),
+        ),
+        indirect == Some('0') && requeues > 0,
+    )
+}
+
+fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "dm-linear table",
         results,
@@ -652,6 +787,17 @@ mod tests {
         }
         // Layout 3 ends on the disk's last sector, like the seed's.
         assert_eq!(SEED_LAYOUTS[2].0 + SEED_LAYOUTS[2].1, 256 * MIB / 512);
+    }
+
+    #[test]
+    fn issue_layouts_are_read_from_the_format_file() {
+        let v61 = "\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
+                   \tfield:char rwbs[8];\toffset:32;\tsize:8;\tsigned:0;\n";
+        assert_eq!(issue_layout(v61), "no ioprio, rwbs[8] at 32");
+        let v618 = "\tfield:unsigned short ioprio;\toffset:32;\tsize:2;\tsigned:0;\n\
+                    \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n";
+        assert_eq!(issue_layout(v618), "ioprio at 32, rwbs[10] at 34");
+        assert_eq!(issue_layout(""), "no ioprio, no rwbs");
     }
 
     #[test]

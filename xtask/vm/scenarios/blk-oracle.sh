@@ -1,34 +1,48 @@
 # Event counts of `iosplit-trace report` against the kernel's blk tracer on the
 # same window, with both probe flavors at once: raw tracepoints (BTF offsets,
-# the default) and classic ones (the 6.1 tracepoint format layout). The disk is 512e with the seed's
-# misaligned partition, so remaps, splits and merges all occur.
+# the default) and classic ones (the kernel's tracepoint format layout). The
+# first disk is 512e with the seed's misaligned partition, so remaps, splits and
+# merges all occur; the second has a 16-descriptor ring without indirect
+# descriptors, so large writes fill it and the driver requeues (R).
 disk=$(wait_for_serial oracle 10)
 part=${disk}1
 wait_for_block "$part" 10
-echo "oracle=$part" > /results/names
+requeue=$(wait_for_serial requeue 10)
+{
+    echo "oracle=$part"
+    echo "requeue=$requeue"
+    echo "requeue_dev=$(cat "/sys/block/$requeue/dev")"
+} > /results/names
 geometry "$disk" "$part" > /results/geometry
+{
+    geometry "$requeue"
+    echo "virtio.features=$(cat "/sys/block/$requeue/device/features")"
+} > /results/requeue.geometry
 mount_tracefs
 cat /sys/kernel/tracing/events/block/block_rq_issue/format > /results/format.block_rq_issue
 # A 1 MiB transfer limit (common on real disks): a 1 MiB O_DIRECT write at a
 # misaligned start then splits (2047 + 1 sectors), so X is exercised too.
 echo 1024 > /sys/block/$disk/queue/max_sectors_kb
-blk_trace_start "$disk"
+blk_trace_start "$disk" "$requeue"
 export IOSPLIT_PROBES=classic
-start_report /results/report-classic.json -d "$disk"
+start_report /results/report-classic.json -d "$disk" -d "$requeue"
 unset IOSPLIT_PROBES
 CLASSIC_PID=$REPORT_PID
 CLASSIC_OUT=$REPORT_OUT
-start_report /results/report.json -d "$disk"
+start_report /results/report.json -d "$disk" -d "$requeue"
 mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part"
 guest-io write "/dev/$part" 0 1048576 4
 guest-io aio "/dev/$part" 8388608 4096 32
 guest-io aiorev "/dev/$part" 16777216 4096 32
 echo 3 > /proc/sys/vm/drop_caches
 dd if="/dev/$part" of=/dev/null bs=65536 count=64
+# Each 1 MiB write is split by max_segments into pieces that each take most of
+# the ring: the second piece finds no room and is requeued.
+guest-io write "/dev/$requeue" 0 1048576 16
 sync
 sleep 2
 stop_report
 REPORT_PID=$CLASSIC_PID
 REPORT_OUT=$CLASSIC_OUT
 stop_report
-blk_trace_stop /results/blk.trace "$disk"
+blk_trace_stop /results/blk.trace "$disk" "$requeue"
