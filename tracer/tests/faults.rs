@@ -300,9 +300,11 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     assert_eq!(events["missed"], 0, "{events}");
     // Exact in most runs. About one run in ten, 1 to 64 events (under 0.1% of
     // 65,536; 0.2% allowed) are neither received nor counted as dropped, the
-    // same number in both instances, so upstream of their separate rings; the
-    // cause is not found yet (not recursion misses, read failures, decoding or
-    // the per-CPU counter race, which is fixed). Never more dropped than lost.
+    // same number in both instances, so upstream of their separate rings, and
+    // only with the blk tracer attached (14 runs without it, counting fio's own
+    // I/Os, were all exact). The cause is not found yet (not recursion misses,
+    // read failures, decoding or the per-CPU counter race, which is fixed).
+    // Never more dropped than lost.
     let unaccounted = (emitted - received)
         .checked_sub(dropped)
         .unwrap_or_else(|| {
