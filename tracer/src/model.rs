@@ -11,6 +11,9 @@ use tracer_common::EventKind;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 
+mod evidence;
+pub use evidence::*;
+
 /// Version of the JSON document layout.
 pub const SCHEMA_VERSION: u32 = 1;
 pub const SCHEMA_NAME: &str = "iosplit-trace/report";
@@ -271,20 +274,52 @@ pub mod code {
     pub const MISALIGNED_IO_OPT: &str = "misaligned_io_opt";
     pub const SPLIT_AMPLIFICATION: &str = "split_amplification";
     pub const MERGE_BLOCKED: &str = "merge_blocked";
+    pub const REQUEUED_COMMANDS: &str = "requeued_commands";
 }
 
 /// One finding: evidence in numbers, an explanation, and the fix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnosis {
+    /// Always `evidence.code()`; kept as a field for the JSON and for readers.
     pub code: &'static str,
     /// Device name, e.g. "loop0p2".
     pub device: String,
     pub severity: Severity,
-    /// Numbers behind the finding. Stable keys: `block_size`, `cause`,
-    /// `partition_start`, `partition_size` (sectors).
-    pub evidence: BTreeMap<String, serde_json::Value>,
+    /// Numbers behind the finding, typed per code (see [`Evidence`]).
+    pub evidence: Evidence,
     pub explanation: String,
     pub fix: String,
+}
+
+impl Diagnosis {
+    /// A diagnosis whose code is the one its evidence supports.
+    pub fn new(
+        device: String,
+        severity: Severity,
+        evidence: Evidence,
+        explanation: String,
+        fix: String,
+    ) -> Diagnosis {
+        Diagnosis {
+            code: evidence.code(),
+            device,
+            severity,
+            evidence,
+            explanation,
+            fix,
+        }
+    }
+}
+
+/// What a diagnosis's fix would buy for the observed workload: the same
+/// user I/Os replayed through the kernel's split and merge rules under the
+/// fixed geometry or limits. Times are present where they can be estimated.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WhatIf {
+    pub commands_now: u64,
+    pub commands_after_fix: u64,
+    pub time_now_ms: Option<f64>,
+    pub time_after_fix_ms: Option<f64>,
 }
 
 /// What a command run under `iosplit-trace run` did, from syscalls down to commands.

@@ -11,7 +11,7 @@ use iosplit_trace::frontend::check::{check_in, render_text, CHECK_SCHEMA_NAME};
 use iosplit_trace::geometry::error::GeometryError;
 use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::sysfs::read_disks_in;
-use iosplit_trace::model::code;
+use iosplit_trace::model::{code, Evidence};
 use serde_json::Value;
 
 fn seed_layout(n: u32) -> PathBuf {
@@ -24,7 +24,7 @@ fn codes_and_evidence(n: u32) -> Vec<(&'static str, String, Option<u64>)> {
     audit_disk(&disks[0])
         .into_iter()
         .map(|d| {
-            let block_size = d.evidence.get("block_size").and_then(Value::as_u64);
+            let block_size = d.evidence.block_size().map(u64::from);
             (d.code, d.device, block_size)
         })
         .collect()
@@ -63,9 +63,12 @@ fn seed_layout_1_is_misaligned_with_512_byte_blocks() {
     // sdc2/alignment_offset in the fixture.
     let disks = read_disks_in(&seed_layout(1), None, &NoBlockSize).unwrap();
     let found = audit_disk(&disks[0]);
+    let Evidence::MisalignedStart(misaligned) = &found[0].evidence else {
+        panic!("{:?}", found[0]);
+    };
     assert_eq!(
-        found[0].evidence["alignment_offset"].as_u64(),
-        Some(u64::from(disks[0].partitions[0].alignment_offset))
+        misaligned.alignment_offset,
+        u64::from(disks[0].partitions[0].alignment_offset)
     );
 }
 

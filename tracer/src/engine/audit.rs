@@ -9,13 +9,13 @@
 //!
 //! Every diagnosis carries its numbers and the aligned geometry to use instead.
 
-use std::collections::BTreeMap;
-
-use serde_json::{json, Value};
-
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
-use crate::model::{code, Diagnosis, Severity};
+use crate::model::{
+    BlockSizeSource, ChunkOffset, Diagnosis, Evidence, IoOptOffset, LiveEvidence,
+    MisalignedIoOptEvidence, MisalignedStartEvidence, PartitionPlace, ProposedPlace, Severity,
+    SubpageBlockSizeEvidence,
+};
 
 /// fdisk's and parted's default alignment: 1 MiB.
 const DEFAULT_GRAIN_SECTORS: u64 = 2048;
@@ -189,11 +189,18 @@ pub fn exact_size(bytes: u64) -> String {
         .unwrap_or_else(|| format!("{bytes} B"))
 }
 
-fn base_evidence(part: &PartitionGeometry) -> BTreeMap<String, Value> {
-    BTreeMap::from([
-        ("partition_start".to_string(), json!(part.start)),
-        ("partition_size".to_string(), json!(part.size)),
-    ])
+pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
+    PartitionPlace {
+        partition_start: part.start,
+        partition_size: part.size,
+    }
+}
+
+fn proposed_place(proposal: Option<Proposal>) -> Option<ProposedPlace> {
+    proposal.map(|proposal| ProposedPlace {
+        proposed_start: proposal.start,
+        proposed_size: proposal.size,
+    })
 }
 
 fn subpage_block_size(
@@ -214,20 +221,20 @@ fn subpage_block_size(
         _ => predicted,
     };
     let size_mod_8 = part.size % 8;
-    let mut evidence = base_evidence(part);
-    evidence.insert("block_size".into(), json!(block_size));
-    evidence.insert(
-        "block_size_source".into(),
-        json!(if part.block_size.is_some() && held_larger.is_none() {
-            "BLKBSZGET"
+    let evidence = SubpageBlockSizeEvidence {
+        block_size,
+        block_size_source: Some(if part.block_size.is_some() && held_larger.is_none() {
+            BlockSizeSource::Blkbszget
         } else {
-            "predicted"
+            BlockSizeSource::Predicted
         }),
-    );
-    evidence.insert("size_mod_8".into(), json!(size_mod_8));
-    if let Some(current) = held_larger {
-        evidence.insert("current_block_size".into(), json!(current));
-    }
+        current_block_size: held_larger,
+        size_mod_8: Some(size_mod_8),
+        partition: Some(place_of(part)),
+        proposed: proposed_place(proposal),
+        live: LiveEvidence::default(),
+        what_if: None,
+    };
     let severity = if held_larger.is_some() {
         Severity::Info
     } else if block_size <= 512 {
@@ -254,19 +261,13 @@ fn subpage_block_size(
         ));
     }
     explanation.push_str(&merge_context(disk, block_size));
-    let mut evidence_out = evidence;
-    if let Some(proposal) = proposal {
-        evidence_out.insert("proposed_start".into(), json!(proposal.start));
-        evidence_out.insert("proposed_size".into(), json!(proposal.size));
-    }
-    Some(Diagnosis {
-        code: code::SUBPAGE_BLOCK_SIZE,
-        device: part.name.clone(),
+    Some(Diagnosis::new(
+        part.name.clone(),
         severity,
-        evidence: evidence_out,
+        Evidence::SubpageBlockSize(evidence),
         explanation,
-        fix: fix_text(disk, part, proposal),
-    })
+        fix_text(disk, part, proposal),
+    ))
 }
 
 /// Why many small bios hurt on this particular disk.
@@ -308,22 +309,17 @@ fn misaligned_start(
     placement: &Placement,
     proposal: Option<Proposal>,
 ) -> Diagnosis {
-    let mut evidence = base_evidence(part);
-    evidence.insert("granularity".into(), json!(placement.granularity));
-    evidence.insert("offset_bytes".into(), json!(placement.start_offset_bytes));
-    evidence.insert(
-        "alignment_offset".into(),
-        json!(placement.kernel_alignment_offset),
-    );
-    evidence.insert(
-        "physical_block_size".into(),
-        json!(disk.physical_block_size),
-    );
-    evidence.insert("minimum_io_size".into(), json!(disk.minimum_io_size));
-    if let Some(proposal) = proposal {
-        evidence.insert("proposed_start".into(), json!(proposal.start));
-        evidence.insert("proposed_size".into(), json!(proposal.size));
-    }
+    let evidence = MisalignedStartEvidence {
+        partition: place_of(part),
+        granularity: placement.granularity,
+        offset_bytes: placement.start_offset_bytes,
+        alignment_offset: placement.kernel_alignment_offset,
+        physical_block_size: disk.physical_block_size,
+        minimum_io_size: disk.minimum_io_size,
+        proposed: proposed_place(proposal),
+        live: LiveEvidence::default(),
+        what_if: None,
+    };
     let disk_offset = if disk.alignment_offset != 0 {
         format!(
             " ({} reports its natural alignment offset by {} bytes)",
@@ -349,14 +345,13 @@ fn misaligned_start(
         io_min = disk.minimum_io_size,
         kernel = placement.kernel_alignment_offset,
     );
-    Diagnosis {
-        code: code::MISALIGNED_START,
-        device: part.name.clone(),
-        severity: Severity::Warning,
-        evidence,
+    Diagnosis::new(
+        part.name.clone(),
+        Severity::Warning,
+        Evidence::MisalignedStart(evidence),
         explanation,
-        fix: fix_text(disk, part, proposal),
-    }
+        fix_text(disk, part, proposal),
+    )
 }
 
 fn misaligned_io_opt(
@@ -365,14 +360,24 @@ fn misaligned_io_opt(
     placement: &Placement,
     proposal: Option<Proposal>,
 ) -> Diagnosis {
-    let mut evidence = base_evidence(part);
+    let io_opt = (placement.io_opt_offset_bytes != 0).then_some(IoOptOffset {
+        optimal_io_size: placement.io_opt,
+        io_opt_offset_bytes: placement.io_opt_offset_bytes,
+    });
+    let chunk = (placement.chunk_offset_sectors != 0).then_some(ChunkOffset {
+        chunk_sectors: disk.chunk_sectors,
+        chunk_offset_sectors: placement.chunk_offset_sectors,
+    });
+    let evidence = MisalignedIoOptEvidence {
+        partition: place_of(part),
+        io_opt,
+        chunk,
+        proposed: proposed_place(proposal),
+        live: LiveEvidence::default(),
+        what_if: None,
+    };
     let mut reasons = Vec::new();
     if placement.io_opt_offset_bytes != 0 {
-        evidence.insert("optimal_io_size".into(), json!(placement.io_opt));
-        evidence.insert(
-            "io_opt_offset_bytes".into(),
-            json!(placement.io_opt_offset_bytes),
-        );
         reasons.push(format!(
             "{} bytes past a boundary of the optimal I/O size ({})",
             placement.io_opt_offset_bytes,
@@ -380,21 +385,12 @@ fn misaligned_io_opt(
         ));
     }
     if placement.chunk_offset_sectors != 0 {
-        evidence.insert("chunk_sectors".into(), json!(disk.chunk_sectors));
-        evidence.insert(
-            "chunk_offset_sectors".into(),
-            json!(placement.chunk_offset_sectors),
-        );
         reasons.push(format!(
             "{} sectors past a chunk boundary (chunk_sectors {}, {})",
             placement.chunk_offset_sectors,
             disk.chunk_sectors,
             exact_size(u64::from(disk.chunk_sectors) * SECTOR_BYTES)
         ));
-    }
-    if let Some(proposal) = proposal {
-        evidence.insert("proposed_start".into(), json!(proposal.start));
-        evidence.insert("proposed_size".into(), json!(proposal.size));
     }
     let chunked = placement.chunk_offset_sectors != 0;
     let consequence = if chunked {
@@ -412,18 +408,17 @@ fn misaligned_io_opt(
         start = part.start,
         reasons = reasons.join(" and "),
     );
-    Diagnosis {
-        code: code::MISALIGNED_IO_OPT,
-        device: part.name.clone(),
-        severity: if chunked {
+    Diagnosis::new(
+        part.name.clone(),
+        if chunked {
             Severity::Warning
         } else {
             Severity::Info
         },
-        evidence,
+        Evidence::MisalignedIoOpt(evidence),
         explanation,
-        fix: fix_text(disk, part, proposal),
-    }
+        fix_text(disk, part, proposal),
+    )
 }
 
 /// The aligned geometry as sfdisk and parted commands.
@@ -479,6 +474,7 @@ fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Prop
 mod tests {
     use super::*;
     use crate::geometry::DevId;
+    use crate::model::code;
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
     /// sectors, io_min = io_opt = 4096 (seed README).
@@ -528,11 +524,11 @@ mod tests {
         let subpage = find(&found, code::SUBPAGE_BLOCK_SIZE);
         assert_eq!(subpage.device, "sdc2");
         assert_eq!(subpage.severity, Severity::Critical);
-        assert_eq!(subpage.evidence["block_size"], 512);
-        assert_eq!(subpage.evidence["block_size_source"], "predicted");
-        assert_eq!(subpage.evidence["partition_start"], 14_281_785);
-        assert_eq!(subpage.evidence["partition_size"], 27_647_865);
-        assert_eq!(subpage.evidence["size_mod_8"], 1);
+        assert_eq!(subpage.evidence.to_map()["block_size"], 512);
+        assert_eq!(subpage.evidence.to_map()["block_size_source"], "predicted");
+        assert_eq!(subpage.evidence.to_map()["partition_start"], 14_281_785);
+        assert_eq!(subpage.evidence.to_map()["partition_size"], 27_647_865);
+        assert_eq!(subpage.evidence.to_map()["size_mod_8"], 1);
         // 128 segments x 512 B: requests stop at 64 KiB.
         assert!(
             subpage.explanation.contains("= 64 KiB"),
@@ -541,10 +537,10 @@ mod tests {
         );
 
         let start = find(&found, code::MISALIGNED_START);
-        assert_eq!(start.evidence["granularity"], 4096);
-        assert_eq!(start.evidence["offset_bytes"], 512);
+        assert_eq!(start.evidence.to_map()["granularity"], 4096);
+        assert_eq!(start.evidence.to_map()["offset_bytes"], 512);
         // What the kernel puts in sdc2/alignment_offset and mkfs prints.
-        assert_eq!(start.evidence["alignment_offset"], 3584);
+        assert_eq!(start.evidence.to_map()["alignment_offset"], 3584);
         // Start rounded up to 1 MiB: 6974 * 2048; the old end is 41929650
         // (exclusive), 27646898 sectors away, rounded down to 8.
         let line = "echo 'start=14282752, size=27646896' | sfdisk -N 2 /dev/sdc";
@@ -564,9 +560,9 @@ mod tests {
         let found = audit_disk(&seed_disk(14_282_752, 41_929_649));
         assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
         let subpage = &found[0];
-        assert_eq!(subpage.evidence["block_size"], 1024);
-        assert_eq!(subpage.evidence["partition_size"], 27_646_898);
-        assert_eq!(subpage.evidence["size_mod_8"], 2);
+        assert_eq!(subpage.evidence.to_map()["block_size"], 1024);
+        assert_eq!(subpage.evidence.to_map()["partition_size"], 27_646_898);
+        assert_eq!(subpage.evidence.to_map()["size_mod_8"], 2);
         assert_eq!(subpage.severity, Severity::Warning);
         // The start stays; only the size shrinks by 2 sectors.
         assert!(
@@ -594,16 +590,16 @@ mod tests {
         let mut disk = seed_disk(14_282_752, 41_929_649);
         disk.partitions[0].block_size = Some(1024);
         let found = audit_disk(&disk);
-        assert_eq!(found[0].evidence["block_size"], 1024);
-        assert_eq!(found[0].evidence["block_size_source"], "BLKBSZGET");
+        assert_eq!(found[0].evidence.to_map()["block_size"], 1024);
+        assert_eq!(found[0].evidence.to_map()["block_size_source"], "BLKBSZGET");
 
         // Mounted with 4 KiB blocks: the problem waits for raw access.
         disk.partitions[0].block_size = Some(4096);
         let found = audit_disk(&disk);
         assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
         assert_eq!(found[0].severity, Severity::Info);
-        assert_eq!(found[0].evidence["block_size"], 1024);
-        assert_eq!(found[0].evidence["current_block_size"], 4096);
+        assert_eq!(found[0].evidence.to_map()["block_size"], 1024);
+        assert_eq!(found[0].evidence.to_map()["current_block_size"], 4096);
     }
 
     #[test]
@@ -621,8 +617,8 @@ mod tests {
         let found = audit_disk(&disk);
         assert_eq!(codes(&found), [code::MISALIGNED_START]);
         // 63 * 512 = 32256 = 7 * 4096 + 3584.
-        assert_eq!(found[0].evidence["offset_bytes"], 3584);
-        assert_eq!(found[0].evidence["alignment_offset"], 512);
+        assert_eq!(found[0].evidence.to_map()["offset_bytes"], 3584);
+        assert_eq!(found[0].evidence.to_map()["alignment_offset"], 512);
         assert!(
             found[0].fix.contains("start=2048, size=6008"),
             "{}",
@@ -637,7 +633,7 @@ mod tests {
         shifted.partitions[0].start = 2048;
         let found = audit_disk(&shifted);
         assert_eq!(codes(&found), [code::MISALIGNED_START]);
-        assert_eq!(found[0].evidence["alignment_offset"], 3584);
+        assert_eq!(found[0].evidence.to_map()["alignment_offset"], 3584);
         // Next start that is 7 sectors past a 1 MiB boundary.
         assert!(found[0].fix.contains("start=2055,"), "{}", found[0].fix);
     }
@@ -656,15 +652,15 @@ mod tests {
         let found = audit_disk(&striped(1 << 20, 0, 2056));
         assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
         assert_eq!(found[0].severity, Severity::Info);
-        assert_eq!(found[0].evidence["optimal_io_size"], 1 << 20);
-        assert_eq!(found[0].evidence["io_opt_offset_bytes"], 8 * 512);
+        assert_eq!(found[0].evidence.to_map()["optimal_io_size"], 1 << 20);
+        assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 8 * 512);
         assert!(found[0].fix.contains("start=4096,"), "{}", found[0].fix);
 
         // Three data disks of 64 KiB: io_opt 192 KiB = 384 sectors; 2048 is
         // 128 sectors past a stripe; lcm(2048, 384) = 6144.
         let found = audit_disk(&striped(3 * 65536, 0, 2048));
         assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
-        assert_eq!(found[0].evidence["io_opt_offset_bytes"], 128 * 512);
+        assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 128 * 512);
         assert!(found[0].fix.contains("start=6144,"), "{}", found[0].fix);
         assert!(found[0].fix.contains("3 MiB"), "{}", found[0].fix);
     }
@@ -684,8 +680,8 @@ mod tests {
         let found = audit_disk(&striped(0, 256, 2056));
         assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
         assert_eq!(found[0].severity, Severity::Warning);
-        assert_eq!(found[0].evidence["chunk_offset_sectors"], 8);
-        assert_eq!(found[0].evidence["chunk_sectors"], 256);
+        assert_eq!(found[0].evidence.to_map()["chunk_offset_sectors"], 8);
+        assert_eq!(found[0].evidence.to_map()["chunk_sectors"], 256);
     }
 
     #[test]

@@ -2,6 +2,7 @@
 //! (user I/O, fragment, command, remap) and their bookkeeping.
 
 use super::devices::{LastIssue, NO_PART};
+use super::split::SplitLimits;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
 use super::Engine;
@@ -12,6 +13,37 @@ use crate::model::Op;
 pub(super) const SMALL_COMMAND_DIVISOR: u64 = 4;
 /// `max_sectors` assumed for that test when the device's is unknown (128 KiB).
 pub(super) const DEFAULT_MAX_SECTORS: u64 = 256;
+
+/// Whether the command `[start, +sectors)` with these ends is a merge the
+/// kernel could have made with the previous command of its op and did not:
+/// it starts where that one ended, its bios were queued before that one was
+/// issued, both are far below `max_sectors`, and merging them would break no
+/// limit. Pieces of one split are never candidates (the split made them fit),
+/// nor is a merge that would exceed `max_sectors` or `max_segments` (counted
+/// bio by bio, as the kernel does) or cross a chunk boundary.
+pub(super) fn missed_merge(
+    limits: &SplitLimits,
+    last: &LastIssue,
+    start: u64,
+    sectors: u64,
+    ends: &CommandEnds,
+) -> bool {
+    let max_sectors = match limits.max_sectors {
+        0 => DEFAULT_MAX_SECTORS,
+        known => known,
+    };
+    let small = |length: u64| length * SMALL_COMMAND_DIVISOR <= max_sectors;
+    last.valid
+        && last.end == start
+        && ends.queued_ns <= last.issue_ns
+        && small(sectors)
+        && small(last.sectors)
+        && last.sectors + sectors <= max_sectors
+        && last.last_io != ends.first_io
+        && !ends.starts_full
+        && (limits.max_segments == 0 || last.bios + ends.bios <= limits.max_segments)
+        && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
+}
 
 /// Where an I/O's numbers go: disk, partition, operation and origin.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +102,9 @@ pub(super) struct Fragment {
     pub(super) start: u64,
     pub(super) end: u64,
     pub(super) state: FragmentState,
+    /// The front piece of a split cut at a size or segment limit: its request
+    /// can take nothing more, so it is never a missed merge.
+    pub(super) full: bool,
     /// Next fragment in the same command.
     pub(super) next: u32,
 }
@@ -81,9 +116,25 @@ impl Default for Fragment {
             start: 0,
             end: 0,
             state: FragmentState::Pending,
+            full: false,
             next: NIL,
         }
     }
+}
+
+/// What the merge-candidate test needs to know about a command's ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct CommandEnds {
+    /// The earliest queue time of the user I/Os it carries.
+    pub(super) queued_ns: u64,
+    /// Fragments it carries: a lower bound on its segments, since the kernel
+    /// counts a merged request's segments bio by bio.
+    pub(super) bios: u64,
+    /// The user I/O of its first and of its last fragment.
+    pub(super) first_io: SlotRef,
+    pub(super) last_io: SlotRef,
+    /// Its first fragment is a split piece cut at a size or segment limit.
+    pub(super) starts_full: bool,
 }
 
 /// One device command (block_rq_issue); `start` moves on partial completion.
@@ -166,7 +217,8 @@ impl Engine {
         }
     }
 
-    /// command. Returns the first fragment's target and the earliest queue time.
+    /// Links the pending fragments that tile `[start, end)` on `dev` into the
+    /// command. Returns the first fragment's target and the command's ends.
     pub(super) fn gather_fragments(
         &mut self,
         command_index: u32,
@@ -174,9 +226,9 @@ impl Engine {
         start: u64,
         end: u64,
         serial: u64,
-    ) -> (Option<Target>, Option<u64>) {
+    ) -> (Option<Target>, Option<CommandEnds>) {
         let mut target = None;
-        let mut first_queue_ns: Option<u64> = None;
+        let mut ends: Option<CommandEnds> = None;
         let mut cursor = start;
         let mut tail = NIL;
         while cursor < end {
@@ -198,6 +250,7 @@ impl Engine {
             fragment.next = NIL;
             cursor = fragment.end;
             let io_ref = fragment.io;
+            let full = fragment.full;
             if tail == NIL {
                 if let Some(command) = self.commands.get_mut(command_index) {
                     command.head = index;
@@ -219,10 +272,20 @@ impl Engine {
                     io.commands += 1;
                 }
                 target.get_or_insert(io.target);
-                first_queue_ns = Some(first_queue_ns.map_or(io.queue_ns, |ns| ns.min(io.queue_ns)));
+                let queued_ns = io.queue_ns;
+                let ends = ends.get_or_insert(CommandEnds {
+                    queued_ns,
+                    bios: 0,
+                    first_io: io_ref,
+                    last_io: io_ref,
+                    starts_full: full,
+                });
+                ends.queued_ns = ends.queued_ns.min(queued_ns);
+                ends.bios += 1;
+                ends.last_io = io_ref;
             }
         }
-        (target, first_queue_ns)
+        (target, ends)
     }
 
     pub(super) fn count_bio_command(&mut self, io_ref: SlotRef, start: u64, sectors: u64) {
@@ -246,28 +309,22 @@ impl Engine {
         target: Target,
         start: u64,
         sectors: u64,
-        queued_ns: Option<u64>,
+        ends: Option<CommandEnds>,
     ) {
         let now_ns = self.now_ns;
         let device = &mut self.devices[target.disk as usize];
-        let pbs = device.limits.pbs_sectors.max(1);
-        let max_sectors = match device.limits.max_sectors {
-            0 => DEFAULT_MAX_SECTORS,
-            known => known,
-        };
-        let small = |length: u64| length * SMALL_COMMAND_DIVISOR <= max_sectors;
+        let limits = device.limits;
+        let pbs = limits.pbs_sectors.max(1);
         let last = &mut device.last_issue[op_index(target.op)];
         let adjacent_unmerged = sectors > 0
-            && last.valid
-            && last.end == start
-            && small(sectors)
-            && small(last.sectors)
-            && queued_ns.is_some_and(|queued| queued <= last.issue_ns);
-        if sectors > 0 && queued_ns.is_some() {
+            && ends.is_some_and(|ends| missed_merge(&limits, last, start, sectors, &ends));
+        if let Some(ends) = ends.filter(|_| sectors > 0) {
             *last = LastIssue {
                 end: start.saturating_add(sectors),
                 sectors,
                 issue_ns: now_ns,
+                bios: ends.bios,
+                last_io: ends.last_io,
                 valid: true,
             };
         }

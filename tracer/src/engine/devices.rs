@@ -7,6 +7,7 @@ use super::chain::Target;
 use super::handlers::op_of;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::table::SlotRef;
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
@@ -14,12 +15,29 @@ use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 /// "The whole disk, no partition."
 pub(super) const NO_PART: u32 = u32::MAX;
 
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub(super) struct LastIssue {
     pub(super) end: u64,
     pub(super) sectors: u64,
     pub(super) issue_ns: u64,
+    /// Fragments it carried (a lower bound on its segments).
+    pub(super) bios: u64,
+    /// The user I/O of its last fragment.
+    pub(super) last_io: SlotRef,
     pub(super) valid: bool,
+}
+
+impl Default for LastIssue {
+    fn default() -> Self {
+        LastIssue {
+            end: 0,
+            sectors: 0,
+            issue_ns: 0,
+            bios: 0,
+            last_io: SlotRef::NONE,
+            valid: false,
+        }
+    }
 }
 
 /// `block_dirty_buffer` sizes seen on one device (partition or disk).

@@ -147,6 +147,7 @@ impl Engine {
             start: event.sector,
             end: event.sector.saturating_add(sectors),
             state: FragmentState::Pending,
+            full: false,
             next: NIL,
         };
         if self
@@ -200,6 +201,7 @@ impl Engine {
             ..*front
         };
         front.end = new_sector;
+        front.full = cause.fills_the_request();
         let inserted = room
             && self
                 .fragments
@@ -244,7 +246,7 @@ impl Engine {
             return;
         }
         let mut target = None;
-        let mut first_queue_ns = None;
+        let mut ends = None;
         let mut command_index = None;
         if sectors > 0 {
             // A command issued again with the same range whose requeue we did not see.
@@ -285,8 +287,7 @@ impl Engine {
                     .insert(command, Some((event.dev, start)), self.now_ns, true);
             match command_index {
                 Some(index) => {
-                    (target, first_queue_ns) =
-                        self.gather_fragments(index, event.dev, start, end, serial);
+                    (target, ends) = self.gather_fragments(index, event.dev, start, end, serial);
                 }
                 None => self.correlation.unmatched_events += 1,
             }
@@ -295,7 +296,7 @@ impl Engine {
         if let Some(command) = command_index.and_then(|index| self.commands.get_mut(index)) {
             command.target = target;
         }
-        self.count_command(target, start, sectors, first_queue_ns);
+        self.count_command(target, start, sectors, ends);
     }
 
     /// The driver gave an issued request back; it will be issued again as the

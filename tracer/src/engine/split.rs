@@ -49,6 +49,18 @@ impl SplitCause {
         self as usize
     }
 
+    /// Causes that leave the front piece as large as one request may be (in
+    /// sectors or segments), so nothing more can merge into it.
+    pub const fn fills_the_request(self) -> bool {
+        matches!(
+            self,
+            SplitCause::MaxSectors
+                | SplitCause::PhysicalBlock
+                | SplitCause::MaxSegments
+                | SplitCause::MaxSegmentSize
+        )
+    }
+
     /// Causes that come from where the I/O sits on the disk, not from its size.
     pub const fn is_alignment(self) -> bool {
         matches!(

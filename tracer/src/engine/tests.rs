@@ -4,7 +4,10 @@ use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use crate::model::{code, DeviceReport, Diagnosis, Op, OpMeasures, Severity};
+use crate::model::{
+    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, MisalignedStartEvidence, Op, OpMeasures,
+    PartitionPlace, Severity, SubpageBlockSizeEvidence,
+};
 
 const LOOP0: DevId = DevId::new(7, 0);
 const P1: DevId = DevId::new(259, 0);
@@ -1085,12 +1088,12 @@ fn misaligned_partition_raises_split_amplification_by_physical_block() {
         .expect("split_amplification");
     assert_eq!(found.device, "loop0p2");
     assert_eq!(found.severity, Severity::Critical);
-    assert_eq!(found.evidence["cause"], "physical_block");
-    assert_eq!(found.evidence["splits"], 20);
-    assert_eq!(found.evidence["user_ios"], 20);
-    assert_eq!(found.evidence["partition_start"], 10241);
-    assert_eq!(found.evidence["partition_size"], 20001);
-    assert_eq!(found.evidence["amplification"], 2.0);
+    assert_eq!(found.evidence.to_map()["cause"], "physical_block");
+    assert_eq!(found.evidence.to_map()["splits"], 20);
+    assert_eq!(found.evidence.to_map()["user_ios"], 20);
+    assert_eq!(found.evidence.to_map()["partition_start"], 10241);
+    assert_eq!(found.evidence.to_map()["partition_size"], 20001);
+    assert_eq!(found.evidence.to_map()["amplification"], 2.0);
     assert!(found.fix.contains("loop0p2"), "{}", found.fix);
     assert!(found.fix.contains("sector 12288"), "{}", found.fix);
     assert!(
@@ -1134,7 +1137,7 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
         .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
         .expect("split_amplification");
     assert_eq!(found.device, "loop0");
-    assert_eq!(found.evidence["cause"], "max_sectors");
+    assert_eq!(found.evidence.to_map()["cause"], "max_sectors");
     assert_eq!(found.severity, Severity::Warning);
     assert_eq!(
         found.fix,
@@ -1172,9 +1175,9 @@ fn adjacent_unmerged_commands_raise_merge_blocked() {
         .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
         .expect("merge_blocked");
     assert_eq!(found.device, "loop0");
-    assert_eq!(found.evidence["adjacent_unmerged_commands"], 31);
-    assert_eq!(found.evidence["commands"], 32);
-    assert_eq!(found.evidence["virt_boundary_mask"], 4095);
+    assert_eq!(found.evidence.to_map()["adjacent_unmerged_commands"], 31);
+    assert_eq!(found.evidence.to_map()["commands"], 32);
+    assert_eq!(found.evidence.to_map()["virt_boundary_mask"], 4095);
     assert!(found.fix.contains("page-aligned"), "{}", found.fix);
     assert_eq!(found.severity, Severity::Critical);
 }
@@ -1218,12 +1221,13 @@ fn synchronous_sequential_writes_are_not_merge_blocked() {
 }
 
 #[test]
-fn segment_capped_merges_are_explained_by_max_segments() {
+fn merges_that_would_exceed_max_segments_are_not_missed_merges() {
     let mut geometry = loop0();
     geometry.max_segments = 8;
     geometry.max_sectors_kb = 1024;
     let mut engine = Engine::new(vec![geometry], EngineLimits::default());
-    // 160 one-sector bios, merged 8 per command (one segment each).
+    // 160 one-sector bios, merged 8 per command (one segment each at least):
+    // the kernel merged all that max_segments allows.
     for index in 0..160u64 {
         engine.ingest(&queue(MS, LOOP0, index, 1));
         if index % 8 != 0 {
@@ -1241,18 +1245,14 @@ fn segment_capped_merges_are_explained_by_max_segments() {
         );
     }
     assert_clean(&engine);
-    let diagnoses = engine.diagnoses();
-    let found = diagnoses
-        .iter()
-        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
-        .expect("merge_blocked");
-    assert_eq!(found.evidence["segment_capped"], true);
-    assert_eq!(found.evidence["bios_per_command"], 8.0);
-    assert!(
-        found.explanation.contains("max_segments (8)"),
-        "{}",
-        found.explanation
-    );
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.user_ios, write.commands), (160, 20));
+    let blocked: Vec<_> = engine
+        .diagnoses()
+        .into_iter()
+        .filter(|d| d.code == code::MERGE_BLOCKED)
+        .collect();
+    assert!(blocked.is_empty(), "{blocked:?}");
 }
 
 #[test]
@@ -1271,10 +1271,10 @@ fn subpage_dirty_buffers_raise_subpage_block_size() {
         .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.device, "loop0p2");
-    assert_eq!(found.evidence["block_size"], 512);
+    assert_eq!(found.evidence.to_map()["block_size"], 512);
     // The live evidence joins the audit's finding.
-    assert_eq!(found.evidence["dirty_buffers"], 100);
-    assert_eq!(found.evidence["partition_size"], 20001);
+    assert_eq!(found.evidence.to_map()["dirty_buffers"], 100);
+    assert_eq!(found.evidence.to_map()["partition_size"], 20001);
     assert!(found.fix.contains("sfdisk"), "{}", found.fix);
     assert!(
         found.explanation.contains("20001 sectors"),
@@ -1320,7 +1320,8 @@ fn every_diagnosis_is_complete() {
     assert!(codes.contains(&code::SUBPAGE_BLOCK_SIZE), "{codes:?}");
     for diagnosis in &diagnoses {
         assert!(!diagnosis.device.is_empty());
-        assert!(!diagnosis.evidence.is_empty());
+        assert_eq!(diagnosis.code, diagnosis.evidence.code());
+        assert!(!diagnosis.evidence.to_map().is_empty());
         assert!(
             diagnosis.explanation.len() > 40,
             "{}",
@@ -1407,15 +1408,28 @@ fn audit_findings_get_live_evidence() {
         }
         ["loop0p2", "loop0p1"]
             .iter()
-            .map(|name| Diagnosis {
-                code: code::MISALIGNED_START,
-                device: name.to_string(),
-                severity: Severity::Warning,
-                evidence: [("partition_start".to_string(), serde_json::json!(10241))]
-                    .into_iter()
-                    .collect(),
-                explanation: "static".into(),
-                fix: "static".into(),
+            .map(|name| {
+                let evidence = MisalignedStartEvidence {
+                    partition: PartitionPlace {
+                        partition_start: 10241,
+                        partition_size: 20001,
+                    },
+                    granularity: 4096,
+                    offset_bytes: 512,
+                    alignment_offset: 3584,
+                    physical_block_size: 4096,
+                    minimum_io_size: 4096,
+                    proposed: None,
+                    live: LiveEvidence::default(),
+                    what_if: None,
+                };
+                Diagnosis::new(
+                    name.to_string(),
+                    Severity::Warning,
+                    Evidence::MisalignedStart(evidence),
+                    "static".into(),
+                    "static".into(),
+                )
             })
             .collect()
     };
@@ -1425,22 +1439,26 @@ fn audit_findings_get_live_evidence() {
         .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p2")
         .unwrap();
     assert_eq!(
-        p2.evidence["partition_start"], 10241,
+        p2.evidence.to_map()["partition_start"],
+        10241,
         "static evidence kept"
     );
-    assert_eq!(p2.evidence["observed_user_ios"], 20);
-    assert_eq!(p2.evidence["observed_bio_size_p50"], 256 * 512);
-    assert_eq!(p2.evidence["extra_split_fragments"], 20);
-    assert_eq!(p2.evidence["misaligned_command_share"], 1.0);
-    assert_eq!(p2.evidence["bios_per_command"], 0.5);
-    assert_eq!(p2.evidence["dirty_buffers"], 5);
-    assert_eq!(p2.evidence["dirty_buffer_sizes"]["512"], 5);
+    assert_eq!(p2.evidence.to_map()["observed_user_ios"], 20);
+    assert_eq!(p2.evidence.to_map()["observed_bio_size_p50"], 256 * 512);
+    assert_eq!(p2.evidence.to_map()["extra_split_fragments"], 20);
+    assert_eq!(p2.evidence.to_map()["misaligned_command_share"], 1.0);
+    assert_eq!(p2.evidence.to_map()["bios_per_command"], 0.5);
+    assert_eq!(p2.evidence.to_map()["dirty_buffers"], 5);
+    assert_eq!(p2.evidence.to_map()["dirty_buffer_sizes"]["512"], 5);
     // No traffic on p1: its finding is left as the audit made it.
     let p1 = diagnoses
         .iter()
         .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p1")
         .unwrap();
-    assert_eq!(p1.evidence.len(), 1);
+    let Evidence::MisalignedStart(p1) = &p1.evidence else {
+        panic!("{p1:?}");
+    };
+    assert_eq!(p1.live, LiveEvidence::default());
 }
 
 #[test]
@@ -1457,21 +1475,28 @@ fn audited_subpage_is_not_repeated_from_live_evidence() {
         if disk.name != "loop0" {
             return Vec::new();
         }
-        vec![Diagnosis {
-            code: code::SUBPAGE_BLOCK_SIZE,
-            device: "loop0p2".into(),
-            severity: Severity::Warning,
-            evidence: [("block_size".to_string(), serde_json::json!(512))]
-                .into_iter()
-                .collect(),
-            explanation: "static".into(),
-            fix: "static".into(),
-        }]
+        let evidence = SubpageBlockSizeEvidence {
+            block_size: 512,
+            block_size_source: None,
+            current_block_size: None,
+            size_mod_8: None,
+            partition: None,
+            proposed: None,
+            live: LiveEvidence::default(),
+            what_if: None,
+        };
+        vec![Diagnosis::new(
+            "loop0p2".into(),
+            Severity::Warning,
+            Evidence::SubpageBlockSize(evidence),
+            "static".into(),
+            "static".into(),
+        )]
     };
     let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
     assert_eq!(diagnoses.len(), 1);
     assert_eq!(diagnoses[0].explanation, "static");
-    assert_eq!(diagnoses[0].evidence["dirty_buffers"], 10);
+    assert_eq!(diagnoses[0].evidence.to_map()["dirty_buffers"], 10);
 }
 
 #[test]
@@ -1495,7 +1520,7 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
         .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == "259:9")
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.severity, Severity::Info);
-    assert_eq!(found.evidence["block_size"], 1024);
+    assert_eq!(found.evidence.to_map()["block_size"], 1024);
     // A known partition's geometry belongs to the audit: nothing from bios alone.
     let mut engine = self::engine();
     for index in 0..100u64 {
@@ -1633,7 +1658,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
         .into_iter()
         .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
         .expect("subpage_block_size");
-    assert_eq!(found.evidence["dirty_buffers"], 100);
+    assert_eq!(found.evidence.to_map()["dirty_buffers"], 100);
     engine.reset();
     engine.dirty_buffer_totals(&totals(130));
     assert_eq!(
@@ -1641,6 +1666,339 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
         30,
         "after a reset only the growth counts"
     );
+}
+
+/// vda on this machine: 4 MiB max_sectors_kb, 254 segments, so a 1 MiB
+/// O_DIRECT write of 4 KiB pages splits into 2032 + 16 sectors.
+fn vda_like() -> DiskGeometry {
+    DiskGeometry {
+        max_sectors_kb: 4096,
+        max_hw_sectors_kb: 4096,
+        max_segments: 254,
+        max_segment_size: u32::MAX,
+        physical_block_size: 512,
+        minimum_io_size: 512,
+        ..loop0()
+    }
+}
+
+/// `count` 1 MiB writes split by max_segments, `depth` of them queued at once.
+fn split_megabyte_writes(engine: &mut Engine, count: u64, depth: u64) {
+    for batch in 0..count / depth {
+        let ts = MS * (batch + 1) * 10;
+        let first = batch * depth;
+        let starts: Vec<u64> = (first..first + depth).map(|index| index * 2048).collect();
+        for &start in &starts {
+            feed(
+                engine,
+                &[
+                    queue(ts, LOOP0, start, 2048),
+                    split(ts, LOOP0, start, start + 2032),
+                ],
+            );
+        }
+        for (offset, &start) in starts.iter().enumerate() {
+            let at = ts + 100 + offset as u64 * 10;
+            feed(
+                engine,
+                &[
+                    issue(at, LOOP0, start, 2032),
+                    issue(at + 5, LOOP0, start + 2032, 16),
+                ],
+            );
+        }
+        for &start in &starts {
+            feed(
+                engine,
+                &[
+                    complete(ts + MS, LOOP0, start, 2032),
+                    complete(ts + MS, LOOP0, start + 2032, 16),
+                ],
+            );
+        }
+    }
+}
+
+#[test]
+fn pieces_of_one_split_are_never_missed_merges() {
+    let mut engine = Engine::new(vec![vda_like()], EngineLimits::default());
+    split_megabyte_writes(&mut engine, 32, 1);
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.user_ios, write.splits, write.commands), (32, 32, 64));
+    let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
+    assert!(!codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+}
+
+#[test]
+fn a_piece_cut_at_the_segment_limit_takes_no_merge_from_its_neighbour() {
+    // Four writes in flight: each tail is followed by the next write's full
+    // front piece, queued before the tail was issued, but 16 sectors more
+    // would not fit its 254 segments.
+    let mut engine = Engine::new(vec![vda_like()], EngineLimits::default());
+    split_megabyte_writes(&mut engine, 32, 4);
+    assert_clean(&engine);
+    assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 64);
+    let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
+    assert!(!codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+}
+
+#[test]
+fn a_split_into_pieces_that_are_still_large_commands_is_info() {
+    let mut engine = Engine::new(vec![vda_like()], EngineLimits::default());
+    split_megabyte_writes(&mut engine, 32, 1);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.evidence.cause(), Some("max_segments"));
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence.to_map()["command_size_mean"], 512 * 1024);
+    assert!(
+        found
+            .explanation
+            .contains("still large commands (512 KiB on average)"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn a_split_that_merges_absorb_is_info() {
+    // mkfs-like: a few large writes split at max_sectors (128 KiB) among
+    // many small ones merged 32 to a command: fewer commands than user I/Os.
+    let mut engine = engine();
+    for index in 0..30u64 {
+        let base = index * 512;
+        let ts = MS * (index + 1);
+        feed(
+            &mut engine,
+            &[
+                queue(ts, LOOP0, base, 512),
+                split(ts, LOOP0, base, base + 256),
+                issue(ts, LOOP0, base, 256),
+                issue(ts, LOOP0, base + 256, 256),
+                complete(ts, LOOP0, base, 256),
+                complete(ts, LOOP0, base + 256, 256),
+            ],
+        );
+    }
+    let small_base = 30 * 512;
+    for command in 0..7u64 {
+        let ts = MS * (100 + command);
+        let start = small_base + command * 256;
+        for bio in 0..32u64 {
+            engine.ingest(&queue(ts, LOOP0, start + bio * 8, 8));
+            if bio > 0 {
+                engine.ingest(&backmerge(ts, LOOP0, start + bio * 8, 8));
+            }
+        }
+        feed(
+            &mut engine,
+            &[
+                issue(ts + 10, LOOP0, start, 256),
+                complete(ts + 500, LOOP0, start, 256),
+            ],
+        );
+    }
+    assert_clean(&engine);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(
+        (write.user_ios, write.splits, write.commands),
+        (254, 30, 67)
+    );
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .expect("split_amplification");
+    assert_eq!(found.severity, Severity::Info);
+    assert!(
+        found.explanation.contains("cost nothing here"),
+        "{}",
+        found.explanation
+    );
+}
+
+/// vda_like as this machine's vda: virtio, no indirect descriptors, 128 tags.
+fn virtio_vda() -> DiskGeometry {
+    DiskGeometry {
+        nr_requests: 256,
+        hw_queue_tags: 128,
+        virtio_indirect_desc: Some(false),
+        ..vda_like()
+    }
+}
+
+/// `count` 1 MiB writes split 2032 + 16, each tail requeued once and issued
+/// again `delay_us` later, after the head completed.
+fn requeued_tails(engine: &mut Engine, count: u64, delay_us: u64) {
+    for index in 0..count {
+        let start = index * 2048;
+        let ts = MS * 10 * (index + 1);
+        let reissue = ts + 100 + delay_us * 1000;
+        feed(
+            engine,
+            &[
+                queue(ts, LOOP0, start, 2048),
+                split(ts, LOOP0, start, start + 2032),
+                issue(ts + 10, LOOP0, start, 2032),
+                issue(ts + 20, LOOP0, start + 2032, 16),
+                requeue(ts + 100, LOOP0, start + 2032, 16),
+                complete(reissue - 50, LOOP0, start, 2032),
+                issue(reissue, LOOP0, start + 2032, 16),
+                complete(reissue + 100_000, LOOP0, start + 2032, 16),
+            ],
+        );
+    }
+}
+
+#[test]
+fn requeued_tails_on_a_virtio_disk_without_indirect_descriptors() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    assert_clean(&engine);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .unwrap_or_else(|| panic!("requeued_commands: {diagnoses:?}"));
+    assert_eq!(found.device, "loop0");
+    assert_eq!(found.severity, Severity::Warning);
+    let Evidence::RequeuedCommands(evidence) = &found.evidence else {
+        panic!("{found:?}");
+    };
+    assert_eq!((evidence.requeues, evidence.commands), (32, 64));
+    assert_eq!(evidence.requeue_share, 0.5);
+    assert_near(evidence.requeue_delay_p50_us, 2000);
+    assert_eq!(evidence.command_size_max, 2032 * 512);
+    assert_eq!(evidence.largest_command_segments, 254);
+    assert_eq!((evidence.nr_requests, evidence.hw_queue_tags), (256, 128));
+    assert_eq!(evidence.virtio_indirect_desc, Some(false));
+    assert_eq!(found.evidence.cause(), Some("virtio_ring_full"));
+    assert!(
+        found.explanation.contains("about 256 descriptors"),
+        "{}",
+        found.explanation
+    );
+}
+
+#[test]
+fn a_few_requeues_raise_nothing() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 8, 2000);
+    split_megabyte_writes(&mut engine, 32, 1);
+    let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
+    assert!(!codes.contains(&code::REQUEUED_COMMANDS), "{codes:?}");
+}
+
+#[test]
+fn requeues_with_indirect_descriptors_have_no_known_cause() {
+    let geometry = DiskGeometry {
+        virtio_indirect_desc: Some(true),
+        ..virtio_vda()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .expect("requeued_commands");
+    assert_eq!(found.evidence.cause(), None);
+    assert!(found.fix.contains("nr_requests"), "{}", found.fix);
+}
+
+#[test]
+fn the_virtio_ring_fix_names_the_host_setting_and_the_io_size() {
+    let mut engine = Engine::new(vec![virtio_vda()], EngineLimits::default());
+    requeued_tails(&mut engine, 32, 2000);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .expect("requeued_commands");
+    // 254 segments + 2: two commands need 512 descriptors; half of the
+    // 256-descriptor ring is 126 pages of data.
+    assert!(found.fix.contains("indirect_desc=on"), "{}", found.fix);
+    assert!(found.fix.contains("queue-size=512"), "{}", found.fix);
+    assert!(found.fix.contains("at most 504 KiB"), "{}", found.fix);
+}
+
+#[test]
+fn subpage_buffers_on_a_page_sized_partition_are_a_filesystem_choice_and_info() {
+    // ext4 on a 300 MiB partition: mkfs picked 1 KiB blocks.
+    let mut engine = engine();
+    for index in 0..1000 {
+        let buffer = BlockEvent {
+            aux_sector: 1024,
+            ..event(EventKind::DirtyBuffer, MS, P1, index, 0)
+        };
+        engine.ingest(&buffer);
+    }
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p1")
+        .unwrap_or_else(|| panic!("{diagnoses:?}"));
+    assert_eq!(found.severity, Severity::Info);
+    assert_eq!(found.evidence.block_size(), Some(1024));
+    assert_eq!(found.evidence.to_map()["size_mod_8"], 0);
+    assert!(
+        found.explanation.contains("mkfs.ext4 picks 1024 bytes"),
+        "{}",
+        found.explanation
+    );
+    assert!(found.fix.contains("mkfs.ext4 -b 4096"), "{}", found.fix);
+}
+
+#[test]
+fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
+    // No limit forbids the merges: with no scheduler blk-mq merges only in
+    // the plug or one CPU's queue, and mq-deadline's refusal is a flag or
+    // cgroup difference the trace cannot show.
+    let mut engine = engine();
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Warning);
+    assert!(
+        found.explanation.contains("scheduler (none)"),
+        "{}",
+        found.explanation
+    );
+    assert!(found.fix.contains("mq-deadline"), "{}", found.fix);
+
+    let geometry = DiskGeometry {
+        scheduler: "mq-deadline".into(),
+        ..loop0()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    unmerged_small_writes(&mut engine, 32);
+    let diagnoses = engine.diagnoses();
+    let found = diagnoses
+        .iter()
+        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .expect("merge_blocked");
+    assert_eq!(found.severity, Severity::Info);
+    assert!(
+        found.explanation.contains("flags differ"),
+        "{}",
+        found.explanation
+    );
+    for diagnosis in &diagnoses {
+        assert!(
+            !diagnosis
+                .explanation
+                .contains("No queue setting explains it"),
+            "{}",
+            diagnosis.explanation
+        );
+    }
 }
 
 // ----- devices coming and going, and losses ---------------------------------

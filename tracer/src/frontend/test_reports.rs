@@ -4,14 +4,20 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::json;
 use tracer_common::EventKind;
 
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
-    code, Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Measures,
-    Op, OpMeasures, PartitionReport, Report, RunReport, RunTarget, Severity, SCHEMA_NAME,
-    SCHEMA_VERSION,
+    Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Evidence,
+    LiveEvidence, Measures, MisalignedStartEvidence, Op, OpMeasures, PartitionPlace,
+    PartitionReport, Report, RunReport, RunTarget, Severity, SplitAmplificationEvidence,
+    SubpageBlockSizeEvidence, SCHEMA_NAME, SCHEMA_VERSION,
+};
+
+/// loop0p2 of the seed report: odd start and size.
+const SEED_PARTITION: PartitionPlace = PartitionPlace {
+    partition_start: 4097,
+    partition_size: 65537,
 };
 
 /// A distribution built from `(bucket low, count)` pairs; percentiles from the buckets.
@@ -130,58 +136,85 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
 }
 
 pub fn seed_diagnosis() -> Diagnosis {
-    Diagnosis {
-        code: code::SUBPAGE_BLOCK_SIZE,
-        device: "loop0p2".to_string(),
-        severity: Severity::Critical,
-        evidence: BTreeMap::from([
-            ("block_size".to_string(), json!(512)),
-            ("partition_size".to_string(), json!(65537)),
-            ("partition_start".to_string(), json!(4097)),
-        ]),
-        explanation: "loop0p2 is 65,537 sectors long, not a multiple of 8, so the kernel \
+    Diagnosis::new(
+        "loop0p2".to_string(),
+        Severity::Critical,
+        Evidence::SubpageBlockSize(SubpageBlockSizeEvidence {
+            block_size: 512,
+            block_size_source: None,
+            current_block_size: None,
+            size_mod_8: None,
+            partition: Some(SEED_PARTITION),
+            proposed: None,
+            live: LiveEvidence::default(),
+            what_if: None,
+        }),
+        "loop0p2 is 65,537 sectors long, not a multiple of 8, so the kernel \
             gave it a 512-byte block size (the largest power of two up to 4 KiB that divides \
             its size). Buffered writes to it become one 512-byte bio per buffer: 16,385 user \
             I/Os carried only 8 MiB."
             .to_string(),
-        fix: "Make the partition size a multiple of 8 sectors (4 KiB), e.g. shrink it \
+        "Make the partition size a multiple of 8 sectors (4 KiB), e.g. shrink it \
             to 65,536 sectors.\n\
             Or write with O_DIRECT in 4 KiB multiples."
             .to_string(),
-    }
+    )
 }
 
 fn misaligned_diagnosis() -> Diagnosis {
-    Diagnosis {
-        code: code::MISALIGNED_START,
-        device: "loop0p2".to_string(),
-        severity: Severity::Warning,
-        evidence: BTreeMap::from([
-            ("partition_start".to_string(), json!(4097)),
-            ("physical_block_size".to_string(), json!(4096)),
-        ]),
-        explanation: "loop0p2 starts at sector 4,097, which is not a multiple of the \
+    Diagnosis::new(
+        "loop0p2".to_string(),
+        Severity::Warning,
+        Evidence::MisalignedStart(MisalignedStartEvidence {
+            partition: SEED_PARTITION,
+            granularity: 4096,
+            offset_bytes: 512,
+            alignment_offset: 3584,
+            physical_block_size: 4096,
+            minimum_io_size: 4096,
+            proposed: None,
+            live: LiveEvidence::default(),
+            what_if: None,
+        }),
+        "loop0p2 starts at sector 4,097, which is not a multiple of the \
             4 KiB physical block: every command straddles physical blocks."
             .to_string(),
-        fix: "Recreate the partition starting at a multiple of 2,048 sectors (1 MiB).".to_string(),
-    }
+        "Recreate the partition starting at a multiple of 2,048 sectors (1 MiB).".to_string(),
+    )
 }
 
 fn split_diagnosis() -> Diagnosis {
-    Diagnosis {
-        code: code::SPLIT_AMPLIFICATION,
-        device: "loop1".to_string(),
-        severity: Severity::Warning,
-        evidence: BTreeMap::from([
-            ("cause".to_string(), json!("max_sectors")),
-            ("max_sectors_kb".to_string(), json!(128)),
-            ("splits".to_string(), json!(700)),
-        ]),
-        explanation: "Writes of 1 MiB were split into 8 commands each because the \
+    Diagnosis::new(
+        "loop1".to_string(),
+        Severity::Warning,
+        Evidence::SplitAmplification(SplitAmplificationEvidence {
+            cause: "max_sectors",
+            causes: BTreeMap::from([("max_sectors", 700)]),
+            splits: 700,
+            user_ios: 100,
+            fragments: 800,
+            commands: 800,
+            split_share: 7.0,
+            amplification: 8.0,
+            user_io_size_p50: 1 << 20,
+            command_size_p50: 131072,
+            command_size_mean: 131072,
+            max_sectors_kb: 128,
+            max_hw_sectors_kb: 32767,
+            max_segments: 128,
+            max_segment_size: 65536,
+            physical_block_size: 4096,
+            chunk_sectors: 0,
+            virt_boundary_mask: 0,
+            discard_granularity: 0,
+            partition: None,
+            what_if: None,
+        }),
+        "Writes of 1 MiB were split into 8 commands each because the \
             queue accepts at most 128 KiB per command."
             .to_string(),
-        fix: "Raise /sys/block/loop1/queue/max_sectors_kb up to max_hw_sectors_kb.".to_string(),
-    }
+        "Raise /sys/block/loop1/queue/max_sectors_kb up to max_hw_sectors_kb.".to_string(),
+    )
 }
 
 fn disk_geometry(name: &str, minor: u32, size_sectors: u64) -> DiskGeometry {

@@ -163,10 +163,12 @@ pub fn severity_label(severity: Severity) -> &'static str {
     }
 }
 
-/// `key=value` pairs of a diagnosis's evidence; strings without quotes.
+/// `key=value` pairs of a diagnosis's evidence as in its JSON, keys sorted;
+/// strings without quotes.
 pub fn evidence_line(diagnosis: &Diagnosis) -> String {
     diagnosis
         .evidence
+        .to_map()
         .iter()
         .map(|(key, value)| match value {
             serde_json::Value::String(text) => format!("{key}={text}"),
@@ -395,8 +397,9 @@ fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
         diagnosis.code,
         diagnosis.device
     ));
-    if !diagnosis.evidence.is_empty() {
-        out.wrapped("    evidence: ", "      ", &evidence_line(diagnosis));
+    let evidence = evidence_line(diagnosis);
+    if !evidence.is_empty() {
+        out.wrapped("    evidence: ", "      ", &evidence);
     }
     out.wrapped("    ", "    ", &diagnosis.explanation);
     for (index, fix) in diagnosis

@@ -75,6 +75,15 @@ pub struct DiskGeometry {
     pub scheduler: String,
     /// False for bio-based devices (zram, device-mapper, md): no requests.
     pub request_based: bool,
+    /// Requests the queue allocates (`queue/nr_requests`; 0 when bio-based).
+    pub nr_requests: u32,
+    /// Commands one hardware queue takes at once (`mq/*/nr_tags`, the
+    /// smallest; 0 when bio-based).
+    pub hw_queue_tags: u32,
+    /// A virtio disk: whether the device offers indirect descriptors
+    /// (VIRTIO_RING_F_INDIRECT_DESC). Without them every segment of a command
+    /// takes a slot of the virtqueue ring. `None` for other disks.
+    pub virtio_indirect_desc: Option<bool>,
     /// The whole device's current block size (BLKBSZGET), if it could be read.
     pub block_size: Option<u32>,
     pub partitions: Vec<PartitionGeometry>,

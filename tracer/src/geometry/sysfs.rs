@@ -18,6 +18,8 @@ type Result<T> = std::result::Result<T, GeometryError>;
 const DEFAULT_MAX_SEGMENTS: u32 = 128;
 const DEFAULT_MAX_SEGMENT_SIZE: u32 = 65536;
 const DEFAULT_MAX_SECTORS_KB: u32 = 1280;
+/// VIRTIO_RING_F_INDIRECT_DESC: `features` prints bit n as its n-th character.
+const VIRTIO_INDIRECT_DESC_BIT: usize = 28;
 
 /// Reads every disk under `/sys/block`, or only the named ones, from the live
 /// system; block sizes come from BLKBSZGET on `/dev/NAME` where permitted.
@@ -140,6 +142,9 @@ pub fn read_disk_in(
             .map(|line| active_scheduler(&line))
             .unwrap_or_else(|| "none".to_string()),
         request_based: dir.join("mq").is_dir(),
+        nr_requests: read_u32(&queue, "nr_requests").unwrap_or(0),
+        hw_queue_tags: read_hw_queue_tags(&dir.join("mq")),
+        virtio_indirect_desc: read_virtio_indirect_desc(&dir.join("device")),
         block_size: probe.block_size(name),
         partitions: Vec::new(),
     };
@@ -173,6 +178,32 @@ fn read_partition(dir: &Path, probe: &dyn BlockSizeProbe) -> Option<PartitionGeo
         block_size: probe.block_size(&name),
         name,
     })
+}
+
+/// The smallest `nr_tags` among the hardware queues under `mq/`, 0 if none.
+fn read_hw_queue_tags(mq_dir: &Path) -> u32 {
+    let Ok(entries) = fs::read_dir(mq_dir) else {
+        return 0;
+    };
+    entries
+        .filter_map(|entry| entry.ok())
+        .filter_map(|entry| read_u32(&entry.path(), "nr_tags"))
+        .min()
+        .unwrap_or(0)
+}
+
+/// For a disk whose `device` is on the virtio bus: whether its `features`
+/// (one '0'/'1' per bit, bit 0 first) offer indirect descriptors.
+fn read_virtio_indirect_desc(device_dir: &Path) -> Option<bool> {
+    let bus = fs::read_link(device_dir.join("subsystem")).ok()?;
+    if bus.file_name()? != "virtio" {
+        return None;
+    }
+    let features = read_text(device_dir, "features")?;
+    features
+        .as_bytes()
+        .get(VIRTIO_INDIRECT_DESC_BIT)
+        .map(|&bit| bit == b'1')
 }
 
 /// The bracketed entry of `queue/scheduler` ("none [mq-deadline] kyber").
@@ -490,6 +521,62 @@ mod tests {
         let (disk, part) = locate(&disks, DevId::new(7, 3)).unwrap();
         assert_eq!((disk.name.as_str(), part), ("loop3", None));
         assert!(locate(&disks, DevId::new(8, 0)).is_none());
+    }
+
+    /// A virtio disk's `device` directory, on the virtio bus.
+    fn virtio_device(tree: &Tree, disk: &str, features: &str) {
+        let device = tree.0.join(format!("devices/virtual/block/{disk}/device"));
+        tree.write(
+            &format!("devices/virtual/block/{disk}/device/features"),
+            features,
+        );
+        fs::create_dir_all(tree.0.join("bus/virtio")).unwrap();
+        std::os::unix::fs::symlink(tree.0.join("bus/virtio"), device.join("subsystem")).unwrap();
+    }
+
+    #[test]
+    fn queue_depth_and_virtio_indirect_descriptors() {
+        let tree = Tree::new("virtio");
+        // vda on this machine: bit 28 clear, bits 29 and 32 set.
+        let vda_features = "0010001001100100000000000000010010000000000000000000000000000000";
+        tree.disk(
+            "vda",
+            "254:0",
+            &[
+                ("size", "8"),
+                ("queue/nr_requests", "256"),
+                ("mq/0/nr_tags", "128"),
+            ],
+        );
+        virtio_device(&tree, "vda", vda_features);
+        let mut with_indirect = vda_features.as_bytes().to_vec();
+        with_indirect[VIRTIO_INDIRECT_DESC_BIT] = b'1';
+        tree.disk(
+            "vdb",
+            "254:16",
+            &[
+                ("size", "8"),
+                ("mq/0/nr_tags", "256"),
+                ("mq/1/nr_tags", "64"),
+            ],
+        );
+        virtio_device(&tree, "vdb", std::str::from_utf8(&with_indirect).unwrap());
+        // Not virtio: a device directory on another bus.
+        tree.disk("sda", "8:0", &[("size", "8"), ("device/features", "1111")]);
+        tree.disk("zram0", "252:0", &[("size", "8")]);
+
+        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let by_name = |name: &str| disks.iter().find(|disk| disk.name == name).unwrap();
+        let vda = by_name("vda");
+        assert_eq!((vda.nr_requests, vda.hw_queue_tags), (256, 128));
+        assert_eq!(vda.virtio_indirect_desc, Some(false));
+        let vdb = by_name("vdb");
+        assert_eq!(vdb.hw_queue_tags, 64, "the smallest hardware queue");
+        assert_eq!(vdb.virtio_indirect_desc, Some(true));
+        assert_eq!(by_name("sda").virtio_indirect_desc, None);
+        let zram = by_name("zram0");
+        assert_eq!((zram.nr_requests, zram.hw_queue_tags), (0, 0));
+        assert_eq!(zram.virtio_indirect_desc, None);
     }
 
     #[test]

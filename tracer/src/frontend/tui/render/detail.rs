@@ -93,8 +93,9 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
                 Span::raw(fix.trim().to_string()),
             ]));
         }
-        if !diagnosis.evidence.is_empty() {
-            lines.push(Line::from(evidence_line(diagnosis)));
+        let evidence = evidence_line(diagnosis);
+        if !evidence.is_empty() {
+            lines.push(Line::from(evidence));
         }
         lines.push(Line::from(diagnosis.explanation.clone()));
     }

@@ -1,0 +1,469 @@
+//! Typed evidence: one struct per diagnosis code, each serialized to the
+//! diagnosis's `evidence` object. The README's stable keys are fields here
+//! (`block_size` in bytes, `cause`, `partition_start`/`partition_size` in
+//! sectors), so renaming one is a compile error in the code that reads it,
+//! not a silent schema change. Parts shared by several codes are flattened
+//! into the same object.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+use super::{code, WhatIf};
+
+/// The evidence of one diagnosis; the variant decides its code.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Evidence {
+    SubpageBlockSize(SubpageBlockSizeEvidence),
+    MisalignedStart(MisalignedStartEvidence),
+    MisalignedIoOpt(MisalignedIoOptEvidence),
+    SplitAmplification(SplitAmplificationEvidence),
+    MergeBlocked(MergeBlockedEvidence),
+    RequeuedCommands(RequeuedCommandsEvidence),
+}
+
+impl Evidence {
+    /// The diagnosis code this evidence supports.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Evidence::SubpageBlockSize(_) => code::SUBPAGE_BLOCK_SIZE,
+            Evidence::MisalignedStart(_) => code::MISALIGNED_START,
+            Evidence::MisalignedIoOpt(_) => code::MISALIGNED_IO_OPT,
+            Evidence::SplitAmplification(_) => code::SPLIT_AMPLIFICATION,
+            Evidence::MergeBlocked(_) => code::MERGE_BLOCKED,
+            Evidence::RequeuedCommands(_) => code::REQUEUED_COMMANDS,
+        }
+    }
+
+    /// Stable key `block_size`: the block size the finding is about, bytes.
+    pub fn block_size(&self) -> Option<u32> {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => Some(evidence.block_size),
+            _ => None,
+        }
+    }
+
+    /// Stable key `cause`.
+    pub fn cause(&self) -> Option<&'static str> {
+        match self {
+            Evidence::SplitAmplification(evidence) => Some(evidence.cause),
+            Evidence::RequeuedCommands(evidence) => evidence.cause.map(RequeueCause::key),
+            _ => None,
+        }
+    }
+
+    /// Stable keys `partition_start` and `partition_size`, sectors.
+    pub fn partition(&self) -> Option<PartitionPlace> {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => evidence.partition,
+            Evidence::MisalignedStart(evidence) => Some(evidence.partition),
+            Evidence::MisalignedIoOpt(evidence) => Some(evidence.partition),
+            Evidence::SplitAmplification(evidence) => evidence.partition,
+            Evidence::MergeBlocked(evidence) => evidence.partition,
+            Evidence::RequeuedCommands(evidence) => evidence.partition,
+        }
+    }
+
+    /// The numbers the traffic added to a static finding, if it has room for them.
+    pub fn live_mut(&mut self) -> Option<&mut LiveEvidence> {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => Some(&mut evidence.live),
+            Evidence::MisalignedStart(evidence) => Some(&mut evidence.live),
+            Evidence::MisalignedIoOpt(evidence) => Some(&mut evidence.live),
+            _ => None,
+        }
+    }
+
+    /// The fix's predicted effect; every code has a fix, so every code has room.
+    pub fn what_if(&self) -> Option<&WhatIf> {
+        self.what_if_slot_ref().as_ref()
+    }
+
+    pub fn set_what_if(&mut self, what_if: WhatIf) {
+        *self.what_if_slot() = Some(what_if);
+    }
+
+    fn what_if_slot(&mut self) -> &mut Option<WhatIf> {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => &mut evidence.what_if,
+            Evidence::MisalignedStart(evidence) => &mut evidence.what_if,
+            Evidence::MisalignedIoOpt(evidence) => &mut evidence.what_if,
+            Evidence::SplitAmplification(evidence) => &mut evidence.what_if,
+            Evidence::MergeBlocked(evidence) => &mut evidence.what_if,
+            Evidence::RequeuedCommands(evidence) => &mut evidence.what_if,
+        }
+    }
+
+    fn what_if_slot_ref(&self) -> &Option<WhatIf> {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => &evidence.what_if,
+            Evidence::MisalignedStart(evidence) => &evidence.what_if,
+            Evidence::MisalignedIoOpt(evidence) => &evidence.what_if,
+            Evidence::SplitAmplification(evidence) => &evidence.what_if,
+            Evidence::MergeBlocked(evidence) => &evidence.what_if,
+            Evidence::RequeuedCommands(evidence) => &evidence.what_if,
+        }
+    }
+
+    /// The evidence as the JSON object it serializes to, keys sorted.
+    pub fn to_map(&self) -> Map<String, Value> {
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map,
+            // Every variant is a struct of plain numbers and strings.
+            _ => Map::new(),
+        }
+    }
+}
+
+/// Where a partition sits on its disk, sectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct PartitionPlace {
+    pub partition_start: u64,
+    pub partition_size: u64,
+}
+
+/// The aligned, whole-page geometry to use instead, sectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ProposedPlace {
+    pub proposed_start: u64,
+    pub proposed_size: u64,
+}
+
+/// What the traffic showed on a device with a static finding.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct LiveEvidence {
+    #[serde(flatten)]
+    pub traffic: Option<ObservedTraffic>,
+    #[serde(flatten)]
+    pub dirty: Option<DirtyBuffers>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ObservedTraffic {
+    pub observed_user_ios: u64,
+    /// Bytes.
+    pub observed_bio_size_p50: u64,
+    /// Share of user I/Os smaller than a page, 0..=1.
+    pub observed_subpage_bio_share: f64,
+    pub observed_commands: u64,
+    pub bios_per_command: f64,
+    pub misaligned_command_share: f64,
+    pub misaligned_4k_command_share: f64,
+    pub extra_split_fragments: u64,
+}
+
+/// `block_dirty_buffer` counts: the block size buffered writes really used.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DirtyBuffers {
+    pub dirty_buffers: u64,
+    /// Buffers by size in bytes.
+    pub dirty_buffer_sizes: BTreeMap<u64, u64>,
+}
+
+/// Where a block size came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum BlockSizeSource {
+    /// The kernel's current value, read with the BLKBSZGET ioctl.
+    #[serde(rename = "BLKBSZGET")]
+    Blkbszget,
+    /// `set_init_blocksize`'s rule applied to the partition size.
+    #[serde(rename = "predicted")]
+    Predicted,
+}
+
+/// `subpage_block_size`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SubpageBlockSizeEvidence {
+    /// Bytes.
+    pub block_size: u32,
+    /// Known for the static finding; the live one reads it from the traffic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub block_size_source: Option<BlockSizeSource>,
+    /// A larger block size someone holding the partition set (a mount).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub current_block_size: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size_mod_8: Option<u64>,
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+    #[serde(flatten)]
+    pub proposed: Option<ProposedPlace>,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// `misaligned_start`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MisalignedStartEvidence {
+    #[serde(flatten)]
+    pub partition: PartitionPlace,
+    /// max(physical block, minimum I/O), bytes.
+    pub granularity: u32,
+    /// Bytes past the previous granularity boundary.
+    pub offset_bytes: u64,
+    /// The kernel's `alignment_offset` for the partition, bytes.
+    pub alignment_offset: u64,
+    pub physical_block_size: u32,
+    pub minimum_io_size: u32,
+    #[serde(flatten)]
+    pub proposed: Option<ProposedPlace>,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// How far a start is past an optimal-I/O boundary, bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct IoOptOffset {
+    pub optimal_io_size: u64,
+    pub io_opt_offset_bytes: u64,
+}
+
+/// How far a start is past a chunk boundary, sectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct ChunkOffset {
+    pub chunk_sectors: u32,
+    pub chunk_offset_sectors: u64,
+}
+
+/// `misaligned_io_opt`: at least one of the two offsets is present.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MisalignedIoOptEvidence {
+    #[serde(flatten)]
+    pub partition: PartitionPlace,
+    #[serde(flatten)]
+    pub io_opt: Option<IoOptOffset>,
+    #[serde(flatten)]
+    pub chunk: Option<ChunkOffset>,
+    #[serde(flatten)]
+    pub proposed: Option<ProposedPlace>,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// `split_amplification`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SplitAmplificationEvidence {
+    /// The dominant split cause (a key of `split_causes`).
+    pub cause: &'static str,
+    /// Splits by cause.
+    pub causes: BTreeMap<&'static str, u64>,
+    pub splits: u64,
+    pub user_ios: u64,
+    pub fragments: u64,
+    pub commands: u64,
+    /// Share of user I/Os split, 0..=1.
+    pub split_share: f64,
+    /// Commands per user I/O, after merges.
+    pub amplification: f64,
+    /// Bytes.
+    pub user_io_size_p50: u64,
+    pub command_size_p50: u64,
+    /// Bytes carried per command.
+    pub command_size_mean: u64,
+    pub max_sectors_kb: u32,
+    pub max_hw_sectors_kb: u32,
+    pub max_segments: u32,
+    pub max_segment_size: u32,
+    pub physical_block_size: u32,
+    pub chunk_sectors: u32,
+    pub virt_boundary_mask: u64,
+    pub discard_granularity: u32,
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// `merge_blocked`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MergeBlockedEvidence {
+    /// Commands that started where the previous one ended, whose bios were
+    /// queued before it was issued, and that could have merged with it.
+    pub adjacent_unmerged_commands: u64,
+    pub commands: u64,
+    pub user_ios: u64,
+    pub bios_per_command: f64,
+    /// Bytes.
+    pub command_size_p50: u64,
+    pub user_io_size_p50: u64,
+    pub max_sectors_kb: u32,
+    pub nomerges: u32,
+    pub virt_boundary_mask: u64,
+    pub max_segments: u32,
+    pub max_segment_size: u32,
+    pub scheduler: String,
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// Why a driver sent commands back, where it can be known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequeueCause {
+    /// virtio without indirect descriptors: a command takes one ring
+    /// descriptor per segment plus two, and one large command fills the ring.
+    VirtioRingFull,
+}
+
+impl RequeueCause {
+    pub const fn key(self) -> &'static str {
+        match self {
+            RequeueCause::VirtioRingFull => "virtio_ring_full",
+        }
+    }
+}
+
+/// `requeued_commands`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RequeuedCommandsEvidence {
+    /// Times a command was sent back by the driver and issued again.
+    pub requeues: u64,
+    pub commands: u64,
+    /// Requeues per command, 0..
+    pub requeue_share: f64,
+    /// Microseconds from a requeue to the command's next issue.
+    pub requeue_delay_p50_us: u64,
+    pub requeue_delay_p99_us: u64,
+    /// Size of the commands, bytes: the median and the largest.
+    pub command_size_p50: u64,
+    pub command_size_max: u64,
+    /// Segments the largest command needs at one per 4 KiB page (what
+    /// O_DIRECT from user memory gets), against the device's cap.
+    pub largest_command_segments: u64,
+    pub max_segments: u32,
+    pub max_sectors_kb: u32,
+    /// The scheduler's request limit and the hardware queue's tags.
+    pub nr_requests: u32,
+    pub hw_queue_tags: u32,
+    /// virtio: whether the device offers indirect descriptors (feature bit 28).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub virtio_indirect_desc: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cause: Option<RequeueCause>,
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn subpage() -> SubpageBlockSizeEvidence {
+        SubpageBlockSizeEvidence {
+            block_size: 512,
+            block_size_source: Some(BlockSizeSource::Blkbszget),
+            current_block_size: None,
+            size_mod_8: Some(1),
+            partition: Some(PartitionPlace {
+                partition_start: 1050624,
+                partition_size: 1048577,
+            }),
+            proposed: Some(ProposedPlace {
+                proposed_start: 1050624,
+                proposed_size: 1048576,
+            }),
+            live: LiveEvidence::default(),
+            what_if: None,
+        }
+    }
+
+    fn keys(evidence: &Evidence) -> Vec<String> {
+        evidence.to_map().keys().cloned().collect()
+    }
+
+    #[test]
+    fn flattened_parts_give_the_same_keys_as_before() {
+        let mut evidence = Evidence::SubpageBlockSize(subpage());
+        assert_eq!(
+            keys(&evidence),
+            [
+                "block_size",
+                "block_size_source",
+                "partition_size",
+                "partition_start",
+                "proposed_size",
+                "proposed_start",
+                "size_mod_8"
+            ]
+        );
+        let map = evidence.to_map();
+        assert_eq!(map["block_size_source"], "BLKBSZGET");
+        assert_eq!(map["partition_size"], 1048577);
+
+        let live = evidence
+            .live_mut()
+            .expect("a static finding takes live numbers");
+        live.dirty = Some(DirtyBuffers {
+            dirty_buffers: 646,
+            dirty_buffer_sizes: BTreeMap::from([(512, 640), (4096, 6)]),
+        });
+        let map = evidence.to_map();
+        assert_eq!(map["dirty_buffers"], 646);
+        assert_eq!(map["dirty_buffer_sizes"]["512"], 640);
+        assert!(!map.contains_key("observed_user_ios"), "no traffic seen");
+    }
+
+    #[test]
+    fn stable_keys_are_typed_accessors() {
+        let evidence = Evidence::SubpageBlockSize(subpage());
+        assert_eq!(evidence.code(), code::SUBPAGE_BLOCK_SIZE);
+        assert_eq!(evidence.block_size(), Some(512));
+        assert_eq!(evidence.cause(), None);
+        assert_eq!(
+            evidence.partition().map(|place| place.partition_start),
+            Some(1050624)
+        );
+        let requeued = Evidence::RequeuedCommands(RequeuedCommandsEvidence {
+            requeues: 32,
+            commands: 64,
+            requeue_share: 0.5,
+            requeue_delay_p50_us: 2000,
+            requeue_delay_p99_us: 3000,
+            command_size_p50: 8192,
+            command_size_max: 1040384,
+            largest_command_segments: 254,
+            max_segments: 254,
+            max_sectors_kb: 4096,
+            nr_requests: 256,
+            hw_queue_tags: 128,
+            virtio_indirect_desc: Some(false),
+            cause: Some(RequeueCause::VirtioRingFull),
+            partition: None,
+            what_if: None,
+        });
+        assert_eq!(requeued.cause(), Some("virtio_ring_full"));
+        assert_eq!(requeued.to_map()["cause"], "virtio_ring_full");
+        assert_eq!(requeued.to_map()["virtio_indirect_desc"], false);
+        assert_eq!(requeued.block_size(), None);
+    }
+
+    #[test]
+    fn what_if_appears_only_once_set() {
+        let mut evidence = Evidence::SubpageBlockSize(subpage());
+        assert!(!evidence.to_map().contains_key("what_if"));
+        let what_if = WhatIf {
+            commands_now: 1000,
+            commands_after_fix: 130,
+            time_now_ms: Some(45.0),
+            time_after_fix_ms: None,
+        };
+        evidence.set_what_if(what_if.clone());
+        assert_eq!(evidence.what_if(), Some(&what_if));
+        let map = evidence.to_map();
+        assert_eq!(map["what_if"]["commands_now"], 1000);
+        assert_eq!(map["what_if"]["commands_after_fix"], 130);
+        assert_eq!(map["what_if"]["time_now_ms"], 45.0);
+    }
+}
