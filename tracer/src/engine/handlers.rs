@@ -280,6 +280,7 @@ impl Engine {
                 epoch: self.epoch,
                 head: NIL,
                 tail: NIL,
+                lost: false,
             };
             command_index =
                 self.commands
@@ -338,6 +339,7 @@ impl Engine {
             epoch: self.epoch,
             head: NIL,
             tail: NIL,
+            lost: false,
         };
         let _ = self
             .commands
@@ -410,7 +412,7 @@ impl Engine {
             }
         }
         if done_end >= command.end {
-            if command.epoch == self.epoch {
+            if command.epoch == self.epoch && !command.lost {
                 let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
                 self.stats_mut(command.target)
                     .issue_to_complete_us

@@ -45,6 +45,7 @@ pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
+mod faults;
 mod handlers;
 mod reports;
 pub mod run_match;
@@ -229,5 +230,9 @@ impl crate::sink::EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn events_lost(&mut self) {
+        Engine::events_lost(self)
     }
 }
