@@ -364,7 +364,7 @@ fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
             "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
         ))),
         Err(why) => {
-            eprintln!("iosplit-trace: note: using classic tracepoints ({why})");
+            crate::status::status(format_args!("note: using classic tracepoints ({why})"));
             Ok((ProbeFlavor::Classic, None))
         }
     }
@@ -449,7 +449,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             ProbeFlavor::Raw => attach_raw(&mut ebpf, kind),
         };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
-            eprintln!("iosplit-trace: warning: {why}; continuing without it");
+            crate::status::status(format_args!("warning: {why}; continuing without it"));
         }
         probes.push(ProbeReport { kind, status });
     }
@@ -466,7 +466,9 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     };
     if let Some(why) = &process_probes {
         if config.process_tree {
-            eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
+            crate::status::status(format_args!(
+                "warning: cannot follow the command's syscalls ({why}); block I/O is still traced"
+            ));
         }
     }
     Ok((ebpf, probes, process_probes, decoding, ring_sizes))

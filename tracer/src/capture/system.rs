@@ -55,7 +55,7 @@ pub fn tracefs_events() -> Result<PathBuf> {
     }
     let mounted = match mount_tracefs() {
         Ok(()) => {
-            eprintln!("iosplit-trace: mounted tracefs at {TRACEFS}");
+            crate::status::status(format_args!("mounted tracefs at {TRACEFS}"));
             let events = Path::new(TRACEFS).join("events");
             if events.is_dir() {
                 return Ok(events);
