@@ -266,6 +266,8 @@ pub struct DeviceReport {
     pub geometry: DiskGeometry,
     pub measures: Measures,
     pub partitions: Vec<PartitionReport>,
+    /// Removed (or its media gone) during the trace; measures are from before.
+    pub gone: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -274,6 +276,8 @@ pub struct PartitionReport {
     pub dev: String,
     pub geometry: PartitionGeometry,
     pub measures: Measures,
+    /// Removed during the trace (or with its disk); measures are from before.
+    pub gone: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

@@ -80,6 +80,8 @@ pub(crate) struct PartState {
     pub name: String,
     pub geometry: PartitionGeometry,
     pub stats: DeviceStats,
+    /// Missing from sysfs at the last refresh.
+    pub gone: bool,
 }
 
 pub(crate) struct DeviceState {
@@ -92,6 +94,8 @@ pub(crate) struct DeviceState {
     /// Traffic to the disk itself, not through a partition.
     pub whole: DeviceStats,
     pub parts: Vec<PartState>,
+    /// Missing from sysfs (or without media) at the last refresh.
+    pub gone: bool,
     pub(super) seen_issue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
     /// Per op: the last user I/O, which the next may continue (what-if streams).
@@ -114,6 +118,7 @@ impl DeviceState {
             limits: SplitLimits::default(),
             whole: DeviceStats::default(),
             parts: Vec::new(),
+            gone: false,
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
             last_queued: [LastQueued::default(); OP_COUNT],
@@ -213,6 +218,7 @@ impl Engine {
                     name: String::new(),
                     geometry: PartitionGeometry::default(),
                     stats: DeviceStats::default(),
+                    gone: false,
                 });
                 device.parts.len() - 1
             }
@@ -283,6 +289,7 @@ impl Engine {
                 ..PartitionGeometry::default()
             },
             stats: DeviceStats::default(),
+            gone: false,
         });
         let part = (device.parts.len() - 1) as u32;
         self.dev_index.insert(dev, DevSlot { disk, part });

@@ -281,6 +281,7 @@ impl Engine {
                 epoch: self.epoch,
                 head: NIL,
                 tail: NIL,
+                lost: false,
             };
             command_index =
                 self.commands
@@ -339,6 +340,7 @@ impl Engine {
             epoch: self.epoch,
             head: NIL,
             tail: NIL,
+            lost: false,
         };
         let _ = self
             .commands
@@ -411,7 +413,7 @@ impl Engine {
             }
         }
         if done_end >= command.end {
-            if command.epoch == self.epoch {
+            if command.epoch == self.epoch && !command.lost {
                 let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
                 self.stats_mut(command.target)
                     .issue_to_complete_us

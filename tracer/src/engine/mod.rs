@@ -46,6 +46,7 @@ pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
+mod faults;
 mod handlers;
 mod reports;
 pub mod run_match;
@@ -232,5 +233,9 @@ impl crate::sink::EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn events_lost(&mut self) {
+        Engine::events_lost(self)
     }
 }

@@ -277,20 +277,24 @@ pub fn seed_report() -> Report {
                 dev: "259:1".to_string(),
                 geometry: partition("loop0p1", 1, 2048, 2048, 4096),
                 measures: measures(clean),
+                gone: false,
             },
             PartitionReport {
                 name: "loop0p2".to_string(),
                 dev: "259:2".to_string(),
                 geometry: partition("loop0p2", 2, 4097, 65537, 512),
                 measures: measures(seed),
+                gone: false,
             },
             PartitionReport {
                 name: "loop0p3".to_string(),
                 dev: "259:3".to_string(),
                 geometry: partition("loop0p3", 3, 71680, 2048, 4096),
                 measures: Measures::default(),
+                gone: false,
             },
         ],
+        gone: false,
     };
     let loop1 = DeviceReport {
         name: "loop1".to_string(),
@@ -298,6 +302,7 @@ pub fn seed_report() -> Report {
         geometry: disk_geometry("loop1", 1, 262144),
         measures: measures(split),
         partitions: Vec::new(),
+        gone: false,
     };
     let mut report = base(12.34);
     report.events = EventCounts {

@@ -72,10 +72,11 @@ pub fn render_report(report: &Report, width: u16) -> String {
         out.blank();
         let diagnosed = codes_for(&report.diagnoses, &device.name);
         out.line(&format!(
-            "{}{} ({}): {}",
+            "{}{} ({}): {}{}",
             marker(&diagnosed),
             device.name,
             device.dev,
+            gone_note(device.gone),
             disk_summary(&device.geometry)
         ));
         diagnosed_line(&mut out, "  ", &diagnosed);
@@ -84,10 +85,11 @@ pub fn render_report(report: &Report, width: u16) -> String {
             out.blank();
             let diagnosed = codes_for(&report.diagnoses, &partition.name);
             out.line(&format!(
-                "  {}{} ({}): {}",
+                "  {}{} ({}): {}{}",
                 marker(&diagnosed),
                 partition.name,
                 partition.dev,
+                gone_note(partition.gone),
                 partition_summary(&partition.geometry)
             ));
             diagnosed_line(&mut out, "    ", &diagnosed);
@@ -490,6 +492,14 @@ fn diagnosed_line(out: &mut Out, indent: &str, diagnosed: &[&Diagnosis]) {
     );
 }
 
+/// Said first for a device removed while traced: its measures end there.
+fn gone_note(gone: bool) -> &'static str {
+    match gone {
+        true => "gone (removed while traced), ",
+        false => "",
+    }
+}
+
 fn disk_summary(geometry: &DiskGeometry) -> String {
     let mut parts = vec![format!(
         "disk, {}",
@@ -780,6 +790,20 @@ mod tests {
             let text = render_report(&report, width);
             assert_fits(&text, usize::from(width));
         }
+    }
+
+    #[test]
+    fn a_removed_device_is_called_gone() {
+        let mut report = seed_report();
+        report.devices[1].gone = true;
+        report.devices[0].partitions[2].gone = true;
+        let text = render_report(&report, 100);
+        assert!(
+            text.contains("loop1 (7:1): gone (removed while traced), disk"),
+            "{text}"
+        );
+        assert!(text.contains("loop0p3 (259:3): gone (removed while traced), partition 3"));
+        assert!(!text.contains("loop0 (7:0): gone"));
     }
 
     #[test]
