@@ -490,7 +490,8 @@ fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), Probe
     Ok(())
 }
 
-/// Fork following plus entry/exit probes for the write-family syscalls.
+/// Fork following plus entry/exit probes for the write-family syscalls and
+/// the ones that change the fd table (open, dup, close).
 fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
     let mut attach_one = |program: &str, category: &str, name: &str, load: bool| {
         let tracepoint: &mut TracePoint = ebpf
@@ -518,8 +519,12 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
         let attached = attach_one(kind.enter_program(), "syscalls", &enter, true);
-        // openat2 and open are optional (older kernels, other architectures).
-        if attached.is_err() && matches!(kind, ProcessEventKind::Openat2 | ProcessEventKind::Open) {
+        // openat2, open and dup2 are optional (older kernels, other architectures).
+        let optional = matches!(
+            kind,
+            ProcessEventKind::Openat2 | ProcessEventKind::Open | ProcessEventKind::Dup2
+        );
+        if attached.is_err() && optional {
             continue;
         }
         attached?;

@@ -168,6 +168,22 @@ impl<R: FdResolver> RunRecorder<R> {
             }
             return;
         }
+        if kind == ProcessEventKind::Close {
+            // Even a failed close releases the fd; its number may come back as
+            // anything (a pipe, another device), so it is resolved afresh.
+            self.fds.remove(&(event.tgid, event.fd));
+            return;
+        }
+        if kind.is_dup() {
+            // The new fd is the same open file as the source, whatever it
+            // was before: dd reaches its output through fd 1 this way, and
+            // may be gone before /proc could be asked what fd 1 is.
+            if event.result >= 0 {
+                let target = self.target_of(event.tgid, event.fd);
+                self.fds.insert((event.tgid, event.result as u32), target);
+            }
+            return;
+        }
         if event.result < 0 {
             self.failed_syscalls += 1;
             return;
@@ -507,6 +523,114 @@ mod tests {
             "the parent's and the child's writes to fd 5"
         );
         assert_eq!(recorder.processes, 1);
+    }
+
+    /// A process that has exited: /proc knows none of its fds any more.
+    struct Exited {
+        fd_lookups: u32,
+    }
+
+    impl FdResolver for Exited {
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
+            (path == "/dev/loop0p2").then(loop0p2)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<FdTarget> {
+            self.fd_lookups += 1;
+            None
+        }
+    }
+
+    fn fd_call(kind: ProcessEventKind, fd: u32, result: i64) -> ProcessEvent {
+        ProcessEvent {
+            tgid: 42,
+            fd,
+            result,
+            kind: kind as u8,
+            ..ProcessEvent::ZERO
+        }
+    }
+
+    fn plain_write(fd: u32) -> ProcessEvent {
+        ProcessEvent {
+            offset: UNKNOWN_OFFSET,
+            kind: ProcessEventKind::Write as u8,
+            ..write(fd, 0, 65536)
+        }
+    }
+
+    #[test]
+    fn dd_writes_through_the_fd_it_dup2ed_its_output_to() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        // What coreutils dd does with of=: open as 3, dup2 onto 1, close 3.
+        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        for _ in 0..32 {
+            recorder.process_event(&plain_write(1));
+        }
+        // fd 3 is closed: a write there is not the device's.
+        recorder.process_event(&plain_write(3));
+        assert_eq!(recorder.targets().len(), 1);
+        let calls = &recorder.targets()[0];
+        assert_eq!(calls.target, loop0p2());
+        assert_eq!(
+            (calls.write_syscalls, calls.write_bytes),
+            (32, 32 * 65536)
+        );
+        assert_eq!(
+            recorder.resolver.fd_lookups, 1,
+            "only the closed fd 3 was looked up, not fd 1"
+        );
+    }
+
+    #[test]
+    fn a_closed_fd_number_reused_for_another_file_is_not_the_device() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
+        recorder.process_event(&write(5, 0, 4096));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        recorder.open_event(&open(42, 5, "/tmp/log"));
+        recorder.process_event(&write(5, 0, 4096));
+        // Closed again and reused by something not opened (a pipe): asked afresh.
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        recorder.process_event(&write(5, 0, 4096));
+        assert_eq!(recorder.targets()[0].write_syscalls, 1);
+        assert_eq!(recorder.resolver.fd_lookups, 1);
+        // dup2 onto an fd that was the device makes it the new file instead.
+        recorder.open_event(&open(42, 6, "/dev/loop0p2"));
+        recorder.open_event(&open(42, 7, "/tmp/log"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 7, 6));
+        recorder.process_event(&write(6, 0, 4096));
+        assert_eq!(recorder.targets()[0].write_syscalls, 1);
+    }
+
+    #[test]
+    fn dup_dup3_and_fcntl_dupfd_copy_the_target_and_forks_inherit_it() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup, 3, 7));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup3, 7, 8));
+        recorder.process_event(&fd_call(ProcessEventKind::Fcntl, 8, 10));
+        // A failed dup (EBADF) maps nothing and is not a failed write.
+        recorder.process_event(&fd_call(ProcessEventKind::Dup, 30, -9));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        recorder.process_event(&ProcessEvent {
+            tgid: 43,
+            fd: 42,
+            kind: ProcessEventKind::Fork as u8,
+            ..ProcessEvent::ZERO
+        });
+        for fd in [7, 8, 10] {
+            recorder.process_event(&write(fd, 0, 512));
+        }
+        recorder.process_event(&ProcessEvent {
+            tgid: 43,
+            ..write(10, 512, 512)
+        });
+        assert_eq!(recorder.targets()[0].write_syscalls, 4);
+        assert_eq!(recorder.failed_syscalls, 0);
+        assert_eq!(recorder.resolver.fd_lookups, 0);
     }
 
     #[test]
