@@ -574,10 +574,7 @@ mod tests {
         assert_eq!(recorder.targets().len(), 1);
         let calls = &recorder.targets()[0];
         assert_eq!(calls.target, loop0p2());
-        assert_eq!(
-            (calls.write_syscalls, calls.write_bytes),
-            (32, 32 * 65536)
-        );
+        assert_eq!((calls.write_syscalls, calls.write_bytes), (32, 32 * 65536));
         assert_eq!(
             recorder.resolver.fd_lookups, 1,
             "only the closed fd 3 was looked up, not fd 1"
