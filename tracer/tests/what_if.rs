@@ -305,10 +305,7 @@ fn requeue_fix_takes_issues_where_predicted() {
     // The host fix (indirect descriptors) cannot be applied here: each
     // command issued once. The guest-side workaround is applied below.
     let (now, host) = prediction_of(diagnosis);
-    assert_eq!(
-        host,
-        write_op(&before, &disk)["commands"].as_u64().unwrap()
-    );
+    assert_eq!(host, write_op(&before, &disk)["commands"].as_u64().unwrap());
     let (workaround_now, predicted) = prediction_in(diagnosis, "workaround_what_if");
     assert_eq!(now, workaround_now);
     assert_eq!(

@@ -1927,7 +1927,9 @@ fn the_virtio_ring_fix_names_the_host_setting_and_the_io_size() {
     // Half of the 256-descriptor ring is 126 pages of data.
     assert!(found.fix.contains("indirect_desc=on"), "{}", found.fix);
     assert!(
-        found.fix.contains("bit 28) of /sys/block/loop0/device/features is 1"),
+        found
+            .fix
+            .contains("bit 28) of /sys/block/loop0/device/features is 1"),
         "{}",
         found.fix
     );
