@@ -7,13 +7,14 @@
 //! grew since the last one, and SIGHUP (which resets the engine, so
 //! diagnoses describe the traffic since then) is absorbed first, so no served
 //! counter ever goes down. The block devices in sysfs are listed on every
-//! scrape; when the list changes, geometry is re-read: new devices are picked
-//! up, vanished ones stop being served (their totals are kept in case they
-//! come back).
+//! scrape; when the list changes (or every `GEOMETRY_REFRESH`, or on SIGHUP),
+//! geometry is re-read: new devices are picked up, vanished ones stop being
+//! served (their totals are kept in case they come back).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::http::{header, StatusCode};
@@ -47,6 +48,8 @@ const SIZE_BUCKET_BITS: std::ops::RangeInclusive<u32> = 9..=27;
 /// Latencies: 16 µs .. 33.5 s (in seconds on the wire).
 const LATENCY_BUCKET_BITS: std::ops::RangeInclusive<u32> = 4..=25;
 const MICROS_PER_SECOND: f64 = 1e6;
+/// Geometry is also re-read this often, for queue settings changed in place.
+const GEOMETRY_REFRESH: Duration = Duration::from_secs(10);
 
 pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(devices_selected)?;
@@ -66,6 +69,7 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             capture,
             disks_selected,
             listing: block_listing(),
+            geometry_read: Instant::now(),
             present: present_names(&geometry),
             served: Served::default(),
         }),
@@ -183,6 +187,7 @@ struct Inner {
     capture: Capture<Engine>,
     disks_selected: Vec<String>,
     listing: Vec<String>,
+    geometry_read: Instant,
     /// Disks and partitions served now.
     present: BTreeSet<String>,
     served: Served,
@@ -206,10 +211,12 @@ impl Exporter {
             .lock()
             .map_err(|_| Error::failure("the exporter's state is poisoned"))?;
         let listing = block_listing();
-        let geometry = if reset || listing != inner.listing {
+        let stale = inner.geometry_read.elapsed() >= GEOMETRY_REFRESH;
+        let geometry = if reset || stale || listing != inner.listing {
             let disks = current_disks(&inner.disks_selected)?;
             inner.present = present_names(&disks);
             inner.listing = listing;
+            inner.geometry_read = Instant::now();
             Some(disks)
         } else {
             None
