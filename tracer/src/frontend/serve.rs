@@ -213,11 +213,18 @@ impl Exporter {
         let listing = block_listing();
         let stale = inner.geometry_read.elapsed() >= GEOMETRY_REFRESH;
         let geometry = if reset || stale || listing != inner.listing {
-            let disks = current_disks(&inner.disks_selected)?;
-            inner.present = present_names(&disks);
-            inner.listing = listing;
-            inner.geometry_read = Instant::now();
-            Some(disks)
+            match current_disks(&inner.disks_selected) {
+                Ok(disks) => {
+                    inner.present = present_names(&disks);
+                    inner.listing = listing;
+                    inner.geometry_read = Instant::now();
+                    Some(disks)
+                }
+                Err(err) if reset => return Err(err),
+                // A device vanished mid-read (hot-unplug): serve what is
+                // known, and read again at the next scrape.
+                Err(_) => None,
+            }
         } else {
             None
         };
