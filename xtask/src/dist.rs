@@ -8,6 +8,9 @@
 //!   checked with `systemd-analyze verify` before packing;
 //! - `share/doc/iosplit-trace/`: the example `prometheus.yml`, the Grafana
 //!   dashboard, the README and the licenses.
+//!
+//! `cargo xtask install [--prefix DIR]` copies the same tree under DIR
+//! (default /usr/local), with the unit's ExecStart pointed at DIR/bin.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -20,6 +23,58 @@ const NAME: &str = "iosplit-trace";
 const UNIT_BINARY: &str = "/usr/local/bin/iosplit-trace";
 
 pub fn dist() -> Result<()> {
+    let (out, stem) = stage()?;
+    let tarball = out.join(format!("{stem}.tar.gz"));
+    run(Command::new("tar")
+        .arg("--owner=0")
+        .arg("--group=0")
+        .arg("-czf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(&out)
+        .arg(&stem))?;
+    eprintln!("xtask: wrote {}", tarball.display());
+    Ok(())
+}
+
+pub fn install(prefix: &Path) -> Result<()> {
+    let (out, stem) = stage()?;
+    let stage = out.join(stem);
+    copy_tree(&stage, &stage, prefix)?;
+    let unit = prefix.join("lib/systemd/system/iosplit-trace.service");
+    let text =
+        std::fs::read_to_string(&unit).map_err(|err| format!("{}: {err}", unit.display()))?;
+    let binary = prefix.join("bin").join(NAME);
+    write(&unit, &text.replace(UNIT_BINARY, &binary.to_string_lossy()))?;
+    eprintln!(
+        "xtask: installed under {}; enable the exporter with\n  ln -s {} /etc/systemd/system/ && systemctl daemon-reload && systemctl enable --now iosplit-trace",
+        prefix.display(),
+        unit.display()
+    );
+    Ok(())
+}
+
+/// Copies every file under `dir` (a part of `stage`) to the same place under `prefix`.
+fn copy_tree(stage: &Path, dir: &Path, prefix: &Path) -> Result<()> {
+    let entries = std::fs::read_dir(dir).map_err(|err| format!("{}: {err}", dir.display()))?;
+    for entry in entries {
+        let path = entry
+            .map_err(|err| format!("{}: {err}", dir.display()))?
+            .path();
+        if path.is_dir() {
+            copy_tree(stage, &path, prefix)?;
+        } else {
+            let relative = path
+                .strip_prefix(stage)
+                .map_err(|err| format!("{}: {err}", path.display()))?;
+            copy(&path, &prefix.join(relative))?;
+        }
+    }
+    Ok(())
+}
+
+/// Builds the static binary and lays out the tree in target/dist/STEM.
+fn stage() -> Result<(PathBuf, String)> {
     let root = workspace_root();
     let binary = vm::build_static_tracer(&root.join("target/vm"))?;
     vm::require_static(&binary)?;
@@ -56,17 +111,7 @@ pub fn dist() -> Result<()> {
         let name = source.file_name().ok_or("a doc file has no name")?;
         copy(&source, &doc.join(name))?;
     }
-    let tarball = out.join(format!("{stem}.tar.gz"));
-    run(Command::new("tar")
-        .arg("--owner=0")
-        .arg("--group=0")
-        .arg("-czf")
-        .arg(&tarball)
-        .arg("-C")
-        .arg(&out)
-        .arg(&stem))?;
-    eprintln!("xtask: wrote {}", tarball.display());
-    Ok(())
+    Ok((out, stem))
 }
 
 /// `systemd-analyze verify` on the staged unit, pointed at the staged binary
