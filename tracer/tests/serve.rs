@@ -9,7 +9,8 @@
 //! make a served counter go down, and a detached disk stops being served.
 //! The Grafana dashboard may reference only metric names `serve` serves, and
 //! the systemd unit must pass `systemd-analyze verify`; the unit's
-//! capability set is enough to serve as an unprivileged user.
+//! capability set is enough to serve as an unprivileged user, and so are
+//! file capabilities (`setcap`) for `report` and `serve`.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -483,14 +484,7 @@ fn serves_with_only_the_units_capabilities_as_an_unprivileged_user() {
         .map(|cap| format!(",+{}", cap.trim_start_matches("CAP_").to_lowercase()))
         .collect();
     // nobody cannot reach the build directory: serve a copy.
-    let dir = PathBuf::from(format!("/tmp/iosplit-serve-nobody-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let copy = dir.join("iosplit-trace");
-    std::fs::copy(binary(), &copy).unwrap();
-    sh(
-        "chmod",
-        &["755", dir.to_str().unwrap(), copy.to_str().unwrap()],
-    );
+    let copy = NobodysCopy::new("unit-caps");
     let serve = Serve::start(
         Command::new("setpriv")
             .args([
@@ -502,17 +496,90 @@ fn serves_with_only_the_units_capabilities_as_an_unprivileged_user() {
             .arg(format!("--inh-caps=-all{setpriv_caps}"))
             .arg(format!("--ambient-caps=-all{setpriv_caps}"))
             .arg(format!("--bounding-set=-all{setpriv_caps}"))
-            .arg(&copy)
+            .arg(&copy.binary)
             .args(["serve", "--listen", "127.0.0.1:0"]),
     );
     let text = serve.metrics();
     drop(serve);
-    let _ = std::fs::remove_dir_all(&dir);
     assert!(text.contains("iosplit_build_info"), "{text}");
     assert!(
         text.contains("iosplit_device_info{"),
         "no device served: {text}"
     );
+}
+
+/// A copy of the binary that `nobody` can run, removed on drop.
+struct NobodysCopy {
+    dir: PathBuf,
+    binary: PathBuf,
+}
+
+impl NobodysCopy {
+    fn new(tag: &str) -> NobodysCopy {
+        let dir = PathBuf::from(format!("/tmp/iosplit-serve-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("iosplit-trace");
+        std::fs::copy(binary(), &copy).unwrap();
+        sh(
+            "chmod",
+            &["755", dir.to_str().unwrap(), copy.to_str().unwrap()],
+        );
+        NobodysCopy { dir, binary: copy }
+    }
+}
+
+impl Drop for NobodysCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `setpriv` as nobody, with no capabilities of its own (file capabilities
+/// still apply: no --no-new-privs).
+fn as_nobody(binary: &Path) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--ambient-caps=-all"])
+        .arg(binary);
+    command
+}
+
+#[test]
+fn report_and_serve_run_as_nobody_through_file_capabilities() {
+    if !privileged("report_and_serve_run_as_nobody_through_file_capabilities") {
+        return;
+    }
+    let copy = NobodysCopy::new("setcap");
+    // Without capabilities the error names the missing ones.
+    let refused = as_nobody(&copy.binary)
+        .args(["report", "--duration", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF and CAP_PERFMON are missing"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+
+    let path = copy.binary.to_str().unwrap();
+    sh(
+        "setcap",
+        &["cap_bpf,cap_perfmon,cap_dac_read_search+ep", path],
+    );
+    let report = as_nobody(&copy.binary)
+        .args(["report", "--duration", "1", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let unsupported = report["unsupported_probes"].as_array().unwrap();
+    assert!(unsupported.is_empty(), "{unsupported:?}");
+    let serve = Serve::start(as_nobody(&copy.binary).args(["serve", "--listen", "127.0.0.1:0"]));
+    assert!(serve.metrics().contains("iosplit_device_info{"));
 }
 
 #[test]

@@ -29,6 +29,7 @@ pub const PACKAGES: &[&str] = &[
     "prometheus",
     "curl",
     "systemd",
+    "libcap2-bin", // setcap, for the non-root test
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
