@@ -260,7 +260,7 @@ fn finished(outcome: &qemu::Outcome, boot: &str, timeout: std::time::Duration) -
 }
 
 /// Builds iosplit-trace with a static glibc into `target/vm/cargo`.
-fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
+pub(crate) fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
     let target_dir = cache.join("cargo");
     run(Command::new("cargo")
         .current_dir(workspace_root())
@@ -283,7 +283,7 @@ fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
 }
 
 /// The guest has no libc of its own for the tool: refuse a dynamic binary early.
-fn require_static(binary: &Path) -> Result<()> {
+pub(crate) fn require_static(binary: &Path) -> Result<()> {
     let described = output(Command::new("file").arg("-L").arg(binary))
         .ok_or_else(|| format!("cannot inspect {}", binary.display()))?;
     if described.contains("statically linked") || described.contains("static-pie linked") {
