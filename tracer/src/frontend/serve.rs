@@ -767,6 +767,7 @@ mod tests {
             devices: vec![DeviceReport {
                 name: device.to_string(),
                 dev: "7:0".to_string(),
+                gone: false,
                 geometry: DiskGeometry::default(),
                 measures,
                 partitions: Vec::new(),
