@@ -253,7 +253,8 @@ const MEASUREMENT_NOTE: &str = "consumer µs/ev = tracer process utime+stime fro
 (wait4) / events; BPF µs/ev = run_time_ns of the tracer's BPF programs (kernel.bpf_stats_enabled=1, \
 /proc/PID/fdinfo) / events handled, which leaves out the tracepoint's own record assembly; \
 fio CPU Δ and machine CPU Δ = CPU per I/O above the baseline's (machine: all CPUs busy time \
-from /proc/stat minus the tracer process), which includes that remainder and any other load";
+from /proc/stat minus the tracer process), which includes that remainder and any other load; floor events = runs of its noop programs \
+(every device's tracepoint hits: they return before filtering), so its per-event columns are per hit";
 
 /// Runs the plan, one device at a time.
 struct Bench<'a> {
