@@ -84,6 +84,9 @@ pub struct CaptureConfig {
     pub ring_bytes: u32,
     /// Follow a process tree (`run`): forks and write-family syscalls.
     pub process_tree: bool,
+    /// Accept `IOSPLIT_PROBES=noop` (only `report`, which then says it
+    /// measured the floor instead of printing measures).
+    pub accept_noop: bool,
 }
 
 /// Counters the probes keep in the kernel.
@@ -276,6 +279,9 @@ pub enum ProbeFlavor {
     Raw,
     /// Classic tracepoints reading the formatted record with format-file offsets.
     Classic,
+    /// The floor: the raw tracepoints with programs that return at once.
+    /// Nothing is captured; only the tracepoints' dispatch is paid.
+    Noop,
 }
 
 impl ProbeFlavor {
@@ -283,17 +289,21 @@ impl ProbeFlavor {
         match self {
             ProbeFlavor::Raw => "raw tracepoints",
             ProbeFlavor::Classic => "classic tracepoints",
+            ProbeFlavor::Noop => "noop raw tracepoints, capturing nothing",
         }
     }
 }
 
-/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
+/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF
+/// allows; `noop` (the floor) attaches programs that return at once.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
 
 /// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
     Classic(decode::ClassicDecoder),
     RawTp(decode::RawTpDecoder),
+    /// The noop programs write nothing.
+    Nothing,
 }
 
 impl Decoding {
@@ -301,6 +311,7 @@ impl Decoding {
         match self {
             Decoding::Classic(_) => ProbeFlavor::Classic,
             Decoding::RawTp(_) => ProbeFlavor::Raw,
+            Decoding::Nothing => ProbeFlavor::Noop,
         }
     }
 
@@ -324,6 +335,7 @@ impl Decoding {
                 let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
                 decoder.decode(&event)
             }
+            Decoding::Nothing => None,
         }
     }
 }
@@ -346,14 +358,20 @@ fn parse_ring_kb(value: &str) -> Option<u32> {
 }
 
 /// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
-fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
+fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
     let requested = std::env::var(PROBES_ENV).unwrap_or_default();
     match requested.as_str() {
         "classic" => return Ok((ProbeFlavor::Classic, None)),
+        "noop" if accept_noop => return Ok((ProbeFlavor::Noop, None)),
+        "noop" => {
+            return Err(Error::usage(format!(
+                "{PROBES_ENV}=noop captures nothing (it measures the tracepoints' floor); only `report` accepts it"
+            )))
+        }
         "" | "raw" => {}
         other => {
             return Err(Error::usage(format!(
-                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic, or unset it"
+                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic (or noop with report), or unset it"
             )))
         }
     }
@@ -394,10 +412,11 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .clone()
             .unwrap_or(FieldOffsets::ABSENT)
     });
-    let (flavor, object_layout) = choose_flavor()?;
-    let decoding = match object_layout {
-        Some(object_layout) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
-        None => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
+    let (flavor, object_layout) = choose_flavor(config.accept_noop)?;
+    let decoding = match (flavor, object_layout) {
+        (ProbeFlavor::Noop, _) => Decoding::Nothing,
+        (_, Some(object_layout)) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
+        (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
@@ -423,7 +442,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     // Only one flavor runs: the classic programs stay inert under raw.
     let classic_fields: ClassicFields = match flavor {
         ProbeFlavor::Classic => resolved,
-        ProbeFlavor::Raw => [FieldOffsets::ABSENT; EventKind::COUNT],
+        ProbeFlavor::Raw | ProbeFlavor::Noop => [FieldOffsets::ABSENT; EventKind::COUNT],
     };
     loader.override_global(names::CLASSIC_FIELDS, &classic_fields, true);
     let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
@@ -449,7 +468,8 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     for (kind, offsets) in offsets {
         let status = match flavor {
             ProbeFlavor::Classic => offsets.and_then(|_| attach(&mut ebpf, kind)),
-            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind),
+            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind, kind.raw_program()),
+            ProbeFlavor::Noop => attach_raw(&mut ebpf, kind, &noop_program(kind)),
         };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
             crate::status::status(format_args!("warning: {why}; continuing without it"));
@@ -477,12 +497,21 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     Ok((ebpf, probes, process_probes, decoding, ring_sizes))
 }
 
-fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
+/// The floor's program for `kind`, as `probes/noop.rs` names it.
+fn noop_program(kind: EventKind) -> String {
+    format!("noop_{}", kind.raw_program())
+}
+
+fn attach_raw(
+    ebpf: &mut Ebpf,
+    kind: EventKind,
+    program: &str,
+) -> std::result::Result<(), ProbeStatus> {
     let broken = |what: &str, err: &dyn std::fmt::Display| {
         ProbeStatus::Broken(format!("{} (raw): {what} failed: {err}", kind.tracepoint()))
     };
     let program: &mut RawTracePoint = ebpf
-        .program_mut(kind.raw_program())
+        .program_mut(program)
         .ok_or_else(|| broken("finding the program", &"not in the object"))?
         .try_into()
         .map_err(|err| broken("program type", &err))?;
