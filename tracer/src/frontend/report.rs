@@ -8,6 +8,7 @@ use crate::capture::Capture;
 use crate::cli::{DeviceSelection, ReportArgs};
 use crate::engine::Engine;
 use crate::error::Result;
+use crate::record::{RecordingSink, Writer};
 
 use super::output::{Format, Output};
 use super::{selection, session};
@@ -15,12 +16,20 @@ use super::{selection, session};
 pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
     let config = selection::capture_config(&devices);
-    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
+    let geometry = session::read_geometry(&devices)?;
+    let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
+    let engine = RecordingSink::new(
+        Engine::new(geometry.clone(), Default::default()),
+        writer.as_mut(),
+    );
     let mut out = Output::stdout();
     // One document per interval is a stream: JSON Lines.
     let format = Format::from_flags(args.json, args.interval.is_some());
     let capture = Capture::start(&config, engine)?;
     selection::announce(&devices, &capture);
+    if let Some(writer) = &writer {
+        writer.header(super::record::header("report", &geometry, &capture, None));
+    }
     let unsupported = capture.unsupported();
     let runtime = session::runtime()?;
     let started = Instant::now();
@@ -67,8 +76,13 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     }
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
-    let report = capture
-        .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
+    let report = capture.finish(move |engine, counters| {
+        engine.finish_recording(super::record::trailer(counters, elapsed));
+        session::report(engine, counters, elapsed, unsupported)
+    })?;
     out.print(&report, format)?;
+    if let Some(writer) = writer {
+        writer.close()?;
+    }
     Ok(ExitCode::SUCCESS)
 }
