@@ -54,18 +54,22 @@ impl fmt::Display for TextFormat {
     }
 }
 
-/// Parses the whole text. Bio-based disks in `geometry` get `C` as a bio
-/// completion, the others as a request completion.
+/// Parses the whole text. `C` completes a request on a request-based disk
+/// of `geometry`, and a bio anywhere else (bio-based disks, and partitions,
+/// where unremapped empty flushes complete); all `C` are requests when the
+/// geometry is unknown.
 pub fn import(
     text: &str,
     format: TextFormat,
     geometry: &[DiskGeometry],
 ) -> Result<Import, ImportError> {
-    let bio_based: Vec<u32> = geometry
-        .iter()
-        .filter(|disk| !disk.request_based)
-        .filter_map(|disk| disk.dev.map(DevId::to_kernel))
-        .collect();
+    let request_based: Option<Vec<u32>> = (!geometry.is_empty()).then(|| {
+        geometry
+            .iter()
+            .filter(|disk| disk.request_based)
+            .filter_map(|disk| disk.dev.map(DevId::to_kernel))
+            .collect()
+    });
     let mut import = Import::default();
     let mut merges = 0u64;
     for line in text.lines() {
@@ -76,7 +80,7 @@ pub fn import(
         let Some(fields) = parsed else {
             continue;
         };
-        match event_of(&fields, &bio_based) {
+        match event_of(&fields, request_based.as_deref()) {
             Parsed::Event(event) => {
                 if event.kind == EventKind::Backmerge as u8 {
                     merges += 1;
@@ -224,7 +228,7 @@ enum Parsed {
     Bad,
 }
 
-fn event_of(fields: &Fields<'_>, bio_based: &[u32]) -> Parsed {
+fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>) -> Parsed {
     let Some(dev) = dev_of(fields.dev) else {
         return Parsed::Bad;
     };
@@ -236,7 +240,7 @@ fn event_of(fields: &Fields<'_>, bio_based: &[u32]) -> Parsed {
         "A" => EventKind::Remap,
         "D" => EventKind::Issue,
         "R" => EventKind::Requeue,
-        "C" if bio_based.contains(&dev) => EventKind::BioComplete,
+        "C" if request_based.is_some_and(|disks| !disks.contains(&dev)) => EventKind::BioComplete,
         "C" => EventKind::Complete,
         action if action.len() <= 2 && action.bytes().all(|b| b.is_ascii_alphabetic()) => {
             return Parsed::Skipped
@@ -272,6 +276,10 @@ fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
     event.sector = first.parse().ok()?;
     match (words.next()?, kind) {
         ("/", EventKind::Split) => event.aux_sector = words.next()?.parse().ok()?,
+        // "C FN 0 [0]": an empty bio's completion prints its sector only.
+        (status, EventKind::Complete | EventKind::BioComplete) if status.starts_with('[') => {
+            event.error = status_code(status);
+        }
         ("+", _) => {
             event.nr_sector = words.next()?.parse().ok()?;
             if kind == EventKind::Remap {
@@ -282,17 +290,22 @@ fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
                 event.aux_dev = dev_of(words.next()?)?;
                 event.aux_sector = words.next()?.parse().ok()?;
             } else if matches!(kind, EventKind::Complete | EventKind::BioComplete) {
-                // "[0]" or "[-5]": the completion status.
                 if let Some(status) = words.next() {
-                    if let Some(code) = status.strip_prefix('[').and_then(|s| s.strip_suffix(']')) {
-                        event.error = code.parse().unwrap_or(0);
-                    }
+                    event.error = status_code(status);
                 }
             }
         }
         _ => return None,
     }
     Some(())
+}
+
+/// "[0]" or "[-5]": a completion's status (0 when unreadable).
+fn status_code(word: &str) -> i32 {
+    word.strip_prefix('[')
+        .and_then(|code| code.strip_suffix(']'))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
@@ -319,6 +332,7 @@ mod tests {
             \x20 kworker/1:1H-77     [001] d..1.   123.456800: 7,0    D  WS 2048 + 8 [kworker/1:1H]\n\
             \x20       <idle>-0       [000] d.h1.   123.457000: 7,0    C  WS 2048 + 8 [0]\n\
             \x20           dd-4242    [001] d..1.   123.458000: 7,0    Q FWS [dd]\n\
+            \x20  ksoftirqd/1-22      [001] d.s1.   123.459000:   7,1    C  FN 0 [0]\n\
             \x20           dd-4242    [001] ..... 123.5: tracing_mark_write: hello\n";
         let import = import(text, TextFormat::FtraceBlk, &[disk(true)]).unwrap();
         let kinds: Vec<u8> = import.events.iter().map(|e| e.kind).collect();
@@ -330,7 +344,8 @@ mod tests {
                 EventKind::Split,
                 EventKind::Issue,
                 EventKind::Complete,
-                EventKind::Queue
+                EventKind::Queue,
+                EventKind::BioComplete
             ]
             .map(|k| k as u8)
         );
