@@ -104,6 +104,8 @@ pub struct Trailer {
 pub enum RecordError {
     #[error("cannot read the recording")]
     Io(#[from] std::io::Error),
+    #[error("cannot write the recording")]
+    Write(#[source] std::io::Error),
     #[error("not an iosplit-trace recording (no IOSPLTRC magic)")]
     Foreign,
     #[error("the file is shorter than the recording preamble")]

@@ -236,7 +236,8 @@ fn write_blocks(
     let mut header_written = false;
     let mut failed: Option<RecordError> = None;
     let mut scratch = Vec::new();
-    file.write_all(&format::preamble())?;
+    file.write_all(&format::preamble())
+        .map_err(RecordError::Write)?;
     summary.bytes += format::PREAMBLE_BYTES as u64;
     // After a write error keep receiving, so the sink never waits, but write nothing.
     for message in inbox {
@@ -326,7 +327,7 @@ fn write_block(
     summary: &mut WriteSummary,
 ) -> std::result::Result<(), RecordError> {
     scratch.clear();
-    zstd::stream::copy_encode(raw, &mut *scratch, ZSTD_LEVEL)?;
+    zstd::stream::copy_encode(raw, &mut *scratch, ZSTD_LEVEL).map_err(RecordError::Write)?;
     let header = BlockHeader {
         kind: kind as u8,
         raw_len: raw.len() as u32,
@@ -337,7 +338,7 @@ fn write_block(
     let mut block = Vec::with_capacity(format::BLOCK_HEADER_BYTES + scratch.len());
     block.extend_from_slice(&header.encode());
     block.extend_from_slice(scratch);
-    file.write_all(&block)?;
+    file.write_all(&block).map_err(RecordError::Write)?;
     summary.blocks += 1;
     summary.bytes += block.len() as u64;
     Ok(())
