@@ -150,3 +150,12 @@ fn a_flipped_byte_is_corruption_not_garbage() {
         "{failure}"
     );
 }
+
+#[test]
+fn a_recording_that_never_started_leaves_no_file() {
+    let path = scratch_file("never-started");
+    let writer = Writer::create(&path).unwrap();
+    assert!(path.exists());
+    drop(writer);
+    assert!(!path.exists(), "{} was left behind", path.display());
+}

@@ -205,11 +205,7 @@ impl Writer {
 
     /// Waits for every block to be written; the sink must be gone or finished.
     pub fn close(mut self) -> Result<WriteSummary> {
-        let (done, _) = mpsc::channel();
-        // Dropping our sender lets the thread end once the sink's is gone.
-        self.to_thread = done;
-        let thread = self.thread.take();
-        match thread.map(|thread| thread.join()) {
+        match self.join() {
             Some(Ok(Ok(summary))) => Ok(summary),
             Some(Ok(Err(err))) => Err(Error::caused(
                 format!(
@@ -221,6 +217,28 @@ impl Writer {
             _ => Err(Error::failure(
                 "the recording's writer thread stopped unexpectedly",
             )),
+        }
+    }
+
+    /// Lets the thread end (once the sink's sender is gone too) and waits for it.
+    fn join(
+        &mut self,
+    ) -> Option<std::thread::Result<std::result::Result<WriteSummary, RecordError>>> {
+        self.to_thread = mpsc::channel().0;
+        self.thread.take().map(JoinHandle::join)
+    }
+}
+
+/// Dropped without `close`: tracing never started (no privileges, no
+/// probes). Removes the file it created if it holds nothing but the preamble.
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if let Some(Ok(Err(RecordError::NoHeader))) = self.join() {
+            let only_preamble = std::fs::symlink_metadata(&self.path)
+                .is_ok_and(|m| m.is_file() && m.len() == format::PREAMBLE_BYTES as u64);
+            if only_preamble {
+                let _ = std::fs::remove_file(&self.path);
+            }
         }
     }
 }
