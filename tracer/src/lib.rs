@@ -19,3 +19,4 @@ pub mod geometry;
 pub mod model;
 pub mod record;
 pub mod sink;
+pub mod status;

@@ -75,6 +75,8 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
                 engine.ingest(&event);
             }
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
+            Item::EventsLost => engine.events_lost(),
+            Item::Geometry(disks) => engine.refresh_disks(disks),
             // `run`'s syscall matching needs the live /proc; see the note below.
             Item::Process(_) | Item::Open(_) => {}
         }

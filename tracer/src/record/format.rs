@@ -11,8 +11,10 @@
 //! [`BlockKind::Events`] (tagged records in kernel order) and
 //! [`BlockKind::Trailer`] (JSON [`Trailer`]; the last one wins). An events
 //! payload is a run of records, each a tag byte and its fixed bytes:
-//! a `BlockEvent`, a `ProcessEvent`, an `OpenEvent`, or the dirty-buffer
-//! totals (u32 count, then count × (u32 dev, `DirtyCounts`)).
+//! a `BlockEvent`, a `ProcessEvent`, an `OpenEvent`, the dirty-buffer
+//! totals (u32 count, then count × (u32 dev, `DirtyCounts`)), "events were
+//! lost" (no bytes), or the disks as they changed mid-trace (u32 length, then
+//! JSON `Vec<DiskGeometry>`).
 //!
 //! Each block stands alone, so a file cut short (full disk, killed recorder)
 //! reads up to its last complete block. The event structs are stored as
@@ -39,6 +41,8 @@ pub const TAG_BLOCK: u8 = 1;
 pub const TAG_PROCESS: u8 = 2;
 pub const TAG_OPEN: u8 = 3;
 pub const TAG_DIRTY: u8 = 4;
+pub const TAG_LOST: u8 = 5;
+pub const TAG_GEOMETRY: u8 = 6;
 
 pub const BLOCK_EVENT_BYTES: usize = std::mem::size_of::<BlockEvent>();
 pub const PROCESS_EVENT_BYTES: usize = std::mem::size_of::<ProcessEvent>();

@@ -8,10 +8,12 @@ use std::path::Path;
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
 
+use crate::geometry::DiskGeometry;
+
 use super::format::{
     self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_EVENT_BYTES,
     BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES, PROCESS_EVENT_BYTES,
-    TAG_BLOCK, TAG_DIRTY, TAG_OPEN, TAG_PROCESS,
+    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_LOST, TAG_OPEN, TAG_PROCESS,
 };
 
 /// One recorded item.
@@ -21,6 +23,10 @@ pub enum Item {
     Process(ProcessEvent),
     Open(Box<OpenEvent>),
     DirtyTotals(Vec<(u32, DirtyCounts)>),
+    /// The kernel dropped block events here (a ring was full).
+    EventsLost,
+    /// The disks changed (a device came or went): the engine's new geometry.
+    Geometry(Vec<DiskGeometry>),
 }
 
 /// Where a file cut short ends.
@@ -190,6 +196,19 @@ impl<R: Read> Recording<R> {
                     Item::DirtyTotals(totals)
                 });
                 (item, used)
+            }
+            TAG_LOST => (Some(Item::EventsLost), 0),
+            TAG_GEOMETRY => {
+                let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
+                let used = length.saturating_add(4);
+                let disks = match rest.get(4..used) {
+                    Some(json) => Some(
+                        serde_json::from_slice(json)
+                            .map_err(|err| self.corrupt(format!("bad geometry record: {err}")))?,
+                    ),
+                    None => None,
+                };
+                (disks.map(Item::Geometry), used)
             }
             other => return Err(self.corrupt(format!("unknown record tag {other}"))),
         };

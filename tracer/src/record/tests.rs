@@ -20,6 +20,10 @@ impl EventSink for Counting {
     }
 }
 
+impl crate::sink::DiskSink for Counting {
+    fn refresh_disks(&mut self, _disks: Vec<crate::geometry::DiskGeometry>) {}
+}
+
 fn scratch_file(name: &str) -> PathBuf {
     std::env::temp_dir().join(format!("iosplit-record-{}-{name}", std::process::id()))
 }
@@ -68,6 +72,11 @@ fn write_recording(name: &str, events: u64) -> (Vec<u8>, Vec<Item>) {
     dirty.by_size[1] = 5;
     sink.dirty_buffer_totals(&[(7 << 20, dirty)]);
     expected.push(Item::DirtyTotals(vec![(7 << 20, dirty)]));
+    sink.events_lost();
+    expected.push(Item::EventsLost);
+    let disks = header().geometry;
+    crate::sink::DiskSink::refresh_disks(&mut sink, disks.clone());
+    expected.push(Item::Geometry(disks));
     let open = OpenEvent {
         event: process,
         path: [b'x'; tracer_common::PATH_BYTES],

@@ -15,11 +15,12 @@ use std::time::{Duration, Instant};
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
 
 use crate::error::{Context, Error, Result};
-use crate::sink::EventSink;
+use crate::geometry::DiskGeometry;
+use crate::sink::{DiskSink, EventSink};
 
 use super::format::{
     self, bytes_of, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_RAW_BYTES,
-    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_OPEN, TAG_PROCESS,
+    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_LOST, TAG_OPEN, TAG_PROCESS,
 };
 
 /// A partial block older than this is shipped anyway, so a killed recorder
@@ -112,6 +113,7 @@ impl<S> DerefMut for RecordingSink<S> {
     }
 }
 
+/// Forwards every `EventSink` method: a new one must be recorded and passed on here.
 impl<S: EventSink> EventSink for RecordingSink<S> {
     #[inline]
     fn block_event(&mut self, event: &BlockEvent) {
@@ -149,6 +151,13 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
         self.inner.dirty_buffer_totals(totals);
     }
 
+    fn events_lost(&mut self) {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.push(TAG_LOST, &[]);
+        }
+        self.inner.events_lost();
+    }
+
     fn drained(&mut self, now: Instant) {
         if let Some(recorder) = &mut self.recorder {
             let due = recorder
@@ -159,6 +168,22 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
             }
         }
         self.inner.drained(now);
+    }
+}
+
+impl<S: DiskSink> DiskSink for RecordingSink<S> {
+    fn refresh_disks(&mut self, disks: Vec<DiskGeometry>) {
+        if let Some(recorder) = &mut self.recorder {
+            // Rare (a device came or went): JSON, like the header's geometry.
+            if let Ok(json) = serde_json::to_vec(&disks) {
+                recorder.buffer.push(TAG_GEOMETRY);
+                recorder
+                    .buffer
+                    .extend_from_slice(&(json.len() as u32).to_le_bytes());
+                recorder.buffer.extend_from_slice(&json);
+            }
+        }
+        self.inner.refresh_disks(disks);
     }
 }
 
