@@ -181,6 +181,79 @@ fn analyze_reprints_the_live_report_and_imports_agree() {
         !diagnoses(&live).is_empty(),
         "the workload must be diagnosed"
     );
+
+    // With --interval, analyze prints the same stream of reports.
+    let intervals = scratch("intervals.iotrace");
+    let interval_args: Vec<String> = [
+        "report",
+        "--json",
+        "--interval",
+        "0.5",
+        "--duration",
+        "1.8",
+        "-d",
+        &disk.name,
+        "--record",
+        intervals.0.to_str().unwrap(),
+    ]
+    .iter()
+    .map(|arg| arg.to_string())
+    .collect();
+    let live = std::thread::spawn(move || {
+        let args: Vec<&str> = interval_args.iter().map(String::as_str).collect();
+        iosplit(&args)
+    });
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    for round in 0..6 {
+        dd(&[
+            "if=/dev/zero",
+            &format!("of={p1}"),
+            "bs=64k",
+            &format!("count={}", 4 + round),
+            "oflag=direct",
+        ]);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let live = live.join().unwrap();
+    let replayed = iosplit(&["analyze", intervals.0.to_str().unwrap(), "--json"]);
+    assert!(replayed.status.success(), "{replayed:?}");
+    let lines = |out: &Output| -> Vec<serde_json::Value> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|line| {
+                let mut report: serde_json::Value = serde_json::from_str(line).unwrap();
+                report["duration_s"] = serde_json::Value::Null;
+                report
+            })
+            .collect()
+    };
+    let (live, replayed) = (lines(&live), lines(&replayed));
+    assert!(live.len() >= 3, "{} interval reports", live.len());
+    let queued: u64 = live
+        .iter()
+        .map(|r| r["events"]["queue"].as_u64().unwrap())
+        .sum();
+    assert!(queued > 0, "the intervals saw the writes");
+    assert_eq!(
+        replayed, live,
+        "analyze differs from the live interval reports"
+    );
+
+    // A full disk stops the recording, not the report: printed, then one line and status 1.
+    let full = iosplit(&[
+        "report",
+        "--duration",
+        "1",
+        "-d",
+        &disk.name,
+        "--record",
+        "/dev/full",
+    ]);
+    let stderr = String::from_utf8_lossy(&full.stderr);
+    assert_eq!(full.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert!(!full.stdout.is_empty(), "the report is still printed");
+    assert!(!stderr.contains("panicked"), "{stderr}");
 }
 
 // --- bad input -------------------------------------------------------------

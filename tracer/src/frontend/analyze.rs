@@ -17,13 +17,16 @@ use crate::error::{Context, Error, Result, EXIT_FAILURE};
 use crate::geometry::DiskGeometry;
 use crate::model::Report;
 use crate::record::import::{self, TextFormat};
-use crate::record::{Item, Recording};
+use crate::record::{Item, Recording, Trailer};
 
 use super::output::{self, Format, Output};
 use super::session;
 
 /// A report and what the reader should know about its source.
 pub struct Analysis {
+    /// `report --interval`'s reports before the last, at their marks.
+    pub intervals: Vec<Report>,
+    /// The last (or only) report.
     pub report: Report,
     pub notes: Vec<String>,
     /// The recording ends inside a block (full disk, killed recorder).
@@ -50,7 +53,13 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             import_text(&args.file, format, geometry)?
         }
     };
-    Output::stdout().print(&analysis.report, Format::from_flags(args.json, false))?;
+    let mut out = Output::stdout();
+    // Several reports (from `report --interval`) are a stream, as they were live.
+    let format = Format::from_flags(args.json, !analysis.intervals.is_empty());
+    for report in &analysis.intervals {
+        out.print(report, format)?;
+    }
+    out.print(&analysis.report, format)?;
     for note in &analysis.notes {
         output::status(format_args!("note: {note}"));
     }
@@ -67,6 +76,7 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
     let mut engine = Engine::new(header.geometry.clone(), Default::default());
     let mut span = TimeSpan::default();
     let mut notes = Vec::new();
+    let mut intervals = Vec::new();
     for item in recording.by_ref() {
         let item = item.with_context(|| format!("cannot analyze {}", path.display()))?;
         match item {
@@ -77,6 +87,17 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
             Item::EventsLost => engine.events_lost(),
             Item::Geometry(disks) => engine.refresh_disks(disks),
+            Item::Interval(numbers) => {
+                let (counters, elapsed) = counters_of(&numbers);
+                let report = session::report(
+                    &engine,
+                    counters,
+                    elapsed,
+                    header.unsupported_probes.clone(),
+                );
+                intervals.push(report);
+                engine.reset();
+            }
             // `run`'s syscall matching needs the live /proc; see the note below.
             Item::Process(_) | Item::Open(_) => {}
         }
@@ -96,15 +117,7 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
         ));
     }
     let (counters, elapsed) = match recording.trailer {
-        Some(trailer) => (
-            KernelCounters {
-                dropped: trailer.dropped,
-                syscall_dropped: trailer.syscall_dropped,
-                read_failed: trailer.read_failed,
-                missed: trailer.missed,
-            },
-            Duration::try_from_secs_f64(trailer.duration_s).unwrap_or_default(),
-        ),
+        Some(trailer) => counters_of(&trailer),
         None => {
             notes.push(
                 "no final counters: drops unknown, duration from the event timestamps".into(),
@@ -114,6 +127,7 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
     };
     let report = session::report(&engine, counters, elapsed, header.unsupported_probes);
     Ok(Analysis {
+        intervals,
         report,
         notes,
         truncated: truncated.is_some(),
@@ -148,10 +162,23 @@ pub fn import_text(
         Vec::new(),
     );
     Ok(Analysis {
+        intervals: Vec::new(),
         report,
         notes,
         truncated: false,
     })
+}
+
+/// A trailer's or interval mark's counters and traced time.
+fn counters_of(numbers: &Trailer) -> (KernelCounters, Duration) {
+    let counters = KernelCounters {
+        dropped: numbers.dropped,
+        syscall_dropped: numbers.syscall_dropped,
+        read_failed: numbers.read_failed,
+        missed: numbers.missed,
+    };
+    let elapsed = Duration::try_from_secs_f64(numbers.duration_s).unwrap_or_default();
+    (counters, elapsed)
 }
 
 /// The geometry in a `check --json` snapshot.

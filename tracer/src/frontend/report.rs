@@ -70,6 +70,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
             let report = capture.query(move |engine, counters| {
+                engine.mark_interval(super::record::trailer(counters, elapsed));
                 let report = session::report(engine, counters, elapsed, unsupported);
                 engine.reset();
                 report

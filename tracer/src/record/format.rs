@@ -13,8 +13,10 @@
 //! payload is a run of records, each a tag byte and its fixed bytes:
 //! a `BlockEvent`, a `ProcessEvent`, an `OpenEvent`, the dirty-buffer
 //! totals (u32 count, then count × (u32 dev, `DirtyCounts`)), "events were
-//! lost" (no bytes), or the disks as they changed mid-trace (u32 length, then
-//! JSON `Vec<DiskGeometry>`).
+//! lost" (no bytes), the disks as they changed mid-trace (u32 length, then
+//! JSON `Vec<DiskGeometry>`), or an interval mark (`report --interval`
+//! printed a report here and reset the engine: the [`Trailer`] numbers as
+//! four u64 and one f64).
 //!
 //! Each block stands alone, so a file cut short (full disk, killed recorder)
 //! reads up to its last complete block. The event structs are stored as
@@ -43,6 +45,9 @@ pub const TAG_OPEN: u8 = 3;
 pub const TAG_DIRTY: u8 = 4;
 pub const TAG_LOST: u8 = 5;
 pub const TAG_GEOMETRY: u8 = 6;
+pub const TAG_INTERVAL: u8 = 7;
+/// An interval mark: the trailer's five numbers, little-endian.
+pub const INTERVAL_BYTES: usize = 40;
 
 pub const BLOCK_EVENT_BYTES: usize = std::mem::size_of::<BlockEvent>();
 pub const PROCESS_EVENT_BYTES: usize = std::mem::size_of::<ProcessEvent>();
@@ -101,6 +106,38 @@ pub struct Trailer {
     pub missed: u64,
     /// Seconds the live report covered.
     pub duration_s: f64,
+}
+
+impl Trailer {
+    pub fn to_bytes(&self) -> [u8; INTERVAL_BYTES] {
+        let mut bytes = [0u8; INTERVAL_BYTES];
+        let numbers = [
+            self.dropped,
+            self.syscall_dropped,
+            self.read_failed,
+            self.missed,
+            self.duration_s.to_bits(),
+        ];
+        for (chunk, number) in bytes.chunks_exact_mut(8).zip(numbers) {
+            chunk.copy_from_slice(&number.to_le_bytes());
+        }
+        bytes
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Option<Trailer> {
+        let number = |index: usize| -> Option<u64> {
+            Some(u64::from_le_bytes(
+                bytes.get(index * 8..index * 8 + 8)?.try_into().ok()?,
+            ))
+        };
+        Some(Trailer {
+            dropped: number(0)?,
+            syscall_dropped: number(1)?,
+            read_failed: number(2)?,
+            missed: number(3)?,
+            duration_s: f64::from_bits(number(4)?),
+        })
+    }
 }
 
 /// Why a recording cannot be read (each prints as one line).

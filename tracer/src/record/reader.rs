@@ -13,7 +13,7 @@ use crate::geometry::DiskGeometry;
 use super::format::{
     self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_EVENT_BYTES,
     BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES, PROCESS_EVENT_BYTES,
-    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_LOST, TAG_OPEN, TAG_PROCESS,
+    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_OPEN, TAG_PROCESS,
 };
 
 /// One recorded item.
@@ -27,6 +27,9 @@ pub enum Item {
     EventsLost,
     /// The disks changed (a device came or went): the engine's new geometry.
     Geometry(Vec<DiskGeometry>),
+    /// `report --interval` printed a report here, with these counters and
+    /// duration, then reset the engine.
+    Interval(Trailer),
 }
 
 /// Where a file cut short ends.
@@ -198,6 +201,10 @@ impl<R: Read> Recording<R> {
                 (item, used)
             }
             TAG_LOST => (Some(Item::EventsLost), 0),
+            TAG_INTERVAL => (
+                Trailer::from_bytes(rest).map(Item::Interval),
+                format::INTERVAL_BYTES,
+            ),
             TAG_GEOMETRY => {
                 let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
                 let used = length.saturating_add(4);

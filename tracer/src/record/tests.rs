@@ -72,6 +72,13 @@ fn write_recording(name: &str, events: u64) -> (Vec<u8>, Vec<Item>) {
     dirty.by_size[1] = 5;
     sink.dirty_buffer_totals(&[(7 << 20, dirty)]);
     expected.push(Item::DirtyTotals(vec![(7 << 20, dirty)]));
+    let mark = Trailer {
+        missed: 2,
+        duration_s: 0.25,
+        ..Default::default()
+    };
+    sink.mark_interval(mark);
+    expected.push(Item::Interval(mark));
     sink.events_lost();
     expected.push(Item::EventsLost);
     let disks = header().geometry;

@@ -20,7 +20,8 @@ use crate::sink::{DiskSink, EventSink};
 
 use super::format::{
     self, bytes_of, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_RAW_BYTES,
-    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_LOST, TAG_OPEN, TAG_PROCESS,
+    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_OPEN,
+    TAG_PROCESS,
 };
 
 /// A partial block older than this is shipped anyway, so a killed recorder
@@ -70,6 +71,16 @@ impl<S> RecordingSink<S> {
         if let Some(recorder) = &mut self.recorder {
             recorder.ship();
             let _ = recorder.to_writer.send(Message::Trailer(trailer));
+        }
+    }
+}
+
+impl<S> RecordingSink<S> {
+    /// `report --interval` printed a report here and will reset the engine:
+    /// `analyze` prints one here too.
+    pub fn mark_interval(&mut self, numbers: Trailer) {
+        if let Some(recorder) = &mut self.recorder {
+            recorder.push(TAG_INTERVAL, &numbers.to_bytes());
         }
     }
 }
