@@ -65,6 +65,11 @@ pub enum Command {
         after_help = "Examples:\n  iosplit-trace analyze sdc.iotrace --json\n  iosplit-trace analyze --from blkparse --geometry check.json sdc.blkparse.txt\n  iosplit-trace analyze --from ftrace-blk --geometry check.json trace.txt\n\nThe geometry snapshot comes from `iosplit-trace check --json` on the traced machine."
     )]
     Analyze(AnalyzeArgs),
+    /// Serve the measures and diagnoses to Prometheus on /metrics (and /healthz) until stopped.
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in the README (Prometheus)."
+    )]
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -159,6 +164,13 @@ pub struct AnalyzeArgs {
     /// Geometry of the traced machine for `--from`: its `check --json` output.
     #[arg(long, value_name = "CHECK.json")]
     pub geometry: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address and port to serve /metrics on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = crate::frontend::serve::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
 }
 
 /// Why a `--duration` or `--interval` value was refused (clap prints it).

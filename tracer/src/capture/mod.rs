@@ -42,6 +42,9 @@ static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"
 
 /// Longest the consumer sleeps between drains when the kernel does not wake it.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Longest the last drain waits for records that probes running at detach
+/// were still writing (a probe runs for microseconds).
+const FINAL_SETTLE: Duration = Duration::from_millis(50);
 /// Default size of the block-event rings together: about 115k events, over
 /// 50 ms at 2M events/s (drains come every 10 ms, sooner when a ring is a
 /// quarter full). Each ring counts twice in RSS: the kernel maps its pages
@@ -785,14 +788,23 @@ fn consume<S: EventSink>(
                 Err(mpsc::TryRecvError::Empty) => break,
             };
             // The last drain: everything the probes left, whatever its stamp.
-            drain(
-                &mut events,
-                process_events.as_mut(),
-                &decoder,
-                &mut reorder,
-                u64::MAX,
-                &mut sink,
-            );
+            // Detaching does not wait for a probe already running on another
+            // CPU: its record may still be reserved, and is read once committed.
+            let settle_until = Instant::now() + FINAL_SETTLE;
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+                drain(
+                    &mut events,
+                    process_events.as_mut(),
+                    &decoder,
+                    &mut reorder,
+                    u64::MAX,
+                    &mut sink,
+                );
+                if !events.iter().any(ring::BatchRing::pending) || Instant::now() >= settle_until {
+                    break;
+                }
+            }
             note_losses(dropped_now(&counters), &mut sink);
             sink.drained(Instant::now());
             if let Some(job) = last_job {

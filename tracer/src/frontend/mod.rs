@@ -13,6 +13,7 @@ pub mod record;
 pub mod report;
 pub mod run;
 pub mod selection;
+pub mod serve;
 pub mod session;
 #[cfg(test)]
 pub mod test_reports;
@@ -37,6 +38,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Record(args)) => record::run(&cli.selection, &args),
         Some(Command::Analyze(args)) => analyze::run(&args),
+        Some(Command::Serve(args)) => serve::run(&cli.selection, &args),
         Some(Command::Generate { what }) => {
             let mut page = Vec::new();
             // Writing into memory fails only if clap cannot render the page.
