@@ -90,6 +90,11 @@ impl Recorder {
     fn push(&mut self, tag: u8, bytes: &[u8]) {
         self.buffer.push(tag);
         self.buffer.extend_from_slice(bytes);
+        self.ship_if_full();
+    }
+
+    #[inline(always)]
+    fn ship_if_full(&mut self) {
         if self.buffer.len() >= BLOCK_RAW_BYTES {
             self.ship();
         }
@@ -158,6 +163,7 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
                 recorder.buffer.extend_from_slice(&dev.to_le_bytes());
                 recorder.buffer.extend_from_slice(bytes_of(counts));
             }
+            recorder.ship_if_full();
         }
         self.inner.dirty_buffer_totals(totals);
     }
@@ -192,6 +198,7 @@ impl<S: DiskSink> DiskSink for RecordingSink<S> {
                     .buffer
                     .extend_from_slice(&(json.len() as u32).to_le_bytes());
                 recorder.buffer.extend_from_slice(&json);
+                recorder.ship_if_full();
             }
         }
         self.inner.refresh_disks(disks);
