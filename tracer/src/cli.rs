@@ -55,6 +55,16 @@ pub enum Command {
         after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
     )]
     Check(CheckArgs),
+    /// Trace for a while and write a recording for `analyze` (no report).
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace record -o sdc.iotrace -d sdc --duration 60\n  iosplit-trace analyze sdc.iotrace"
+    )]
+    Record(RecordArgs),
+    /// Report on a recording, or on blkparse / ftrace `blk` text, as the live run would.
+    #[command(
+        after_help = "Examples:\n  iosplit-trace analyze sdc.iotrace --json\n  iosplit-trace analyze --from blkparse --geometry check.json sdc.blkparse.txt\n  iosplit-trace analyze --from ftrace-blk --geometry check.json trace.txt\n\nThe geometry snapshot comes from `iosplit-trace check --json` on the traced machine."
+    )]
+    Analyze(AnalyzeArgs),
     /// Serve the measures and diagnoses to Prometheus on /metrics (and /healthz) until stopped.
     #[command(
         after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in the README (Prometheus)."
@@ -95,6 +105,9 @@ pub struct ReportArgs {
     /// Print one JSON document (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Also write every event to a recording FILE, for `analyze` later.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -105,6 +118,9 @@ pub struct RunArgs {
     /// Write the report to FILE instead of stdout.
     #[arg(long, short = 'o', value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Also write every event to a recording FILE, for `analyze` later.
+    #[arg(long, value_name = "FILE")]
+    pub record: Option<PathBuf>,
     /// The command and its arguments, after `--`.
     #[arg(
         trailing_var_arg = true,
@@ -122,6 +138,32 @@ pub struct CheckArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct RecordArgs {
+    /// The recording to write.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: PathBuf,
+    /// Stop after this many seconds (default: until Ctrl-C).
+    #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
+    pub duration: Option<f64>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct AnalyzeArgs {
+    /// A recording (`record`, `--record`), or text with `--from`.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Read another tool's text instead of a recording.
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub from: Option<crate::record::import::TextFormat>,
+    /// Geometry of the traced machine for `--from`: its `check --json` output.
+    #[arg(long, value_name = "CHECK.json")]
+    pub geometry: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

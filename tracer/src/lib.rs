@@ -6,6 +6,7 @@
 //! - [`geometry`]: partition placement and queue limits from sysfs and ioctls.
 //! - [`frontend`]: the TUI, reports, `run`, `check` and JSON output.
 //! - [`model`]: the report types every frontend shares.
+//! - [`record`]: recordings (`record`, `analyze`) and blkparse/ftrace import.
 //! - [`sink`]: the trait capture feeds events into (the engine implements it).
 
 pub mod blk;
@@ -16,5 +17,6 @@ pub mod error;
 pub mod frontend;
 pub mod geometry;
 pub mod model;
+pub mod record;
 pub mod sink;
 pub mod status;

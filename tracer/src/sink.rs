@@ -9,6 +9,9 @@ use std::time::Instant;
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
 
+use crate::engine::Engine;
+use crate::geometry::DiskGeometry;
+
 /// Receives every event in kernel order, on the consumer thread.
 pub trait EventSink: Send + 'static {
     fn block_event(&mut self, event: &BlockEvent);
@@ -22,4 +25,16 @@ pub trait EventSink: Send + 'static {
     fn events_lost(&mut self) {}
     /// Called after each drain, with the consumer's clock.
     fn drained(&mut self, _now: Instant) {}
+}
+
+/// A sink whose engine's disks change during a trace (devices come and go);
+/// a recording in front of it keeps each change in order with the events.
+pub trait DiskSink: EventSink {
+    fn refresh_disks(&mut self, disks: Vec<DiskGeometry>);
+}
+
+impl DiskSink for Engine {
+    fn refresh_disks(&mut self, disks: Vec<DiskGeometry>) {
+        Engine::refresh_disks(self, disks)
+    }
 }

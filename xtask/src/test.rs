@@ -34,8 +34,9 @@ pub fn test(extra: &[String]) -> Result<()> {
     fuzz(&root)
 }
 
-/// The cargo-fuzz targets in fuzz/, each a parser of kernel-supplied bytes.
-const FUZZ_TARGETS: &[&str] = &["btf", "format"];
+/// The cargo-fuzz targets in fuzz/: parsers of kernel-supplied bytes, the
+/// recording reader and the two trace-text importers.
+const FUZZ_TARGETS: &[&str] = &["btf", "format", "recording", "blkparse", "ftrace_blk"];
 /// How long `cargo xtask test` fuzzes each target: enough to replay the
 /// corpus and explore near it; longer runs are `cargo +nightly fuzz run`.
 const FUZZ_SECONDS: u32 = 20;

@@ -1,12 +1,15 @@
-//! What users run, one module per command: `report`, `run`, `check`, and the
+//! What users run, one module per command: `report`, `run`, `check`,
+//! `record`, `analyze`, and the
 //! live TUI (`tui`, fed through `live::LiveSource` by `session`). They share
 //! `selection` (the `-d` devices), `session` (geometry, runtime, report
 //! assembly), `text` (the human report) and `output` (the one writer every
 //! format goes through). Each is a thin adapter over capture and the engine.
 
+pub mod analyze;
 pub mod check;
 pub mod live;
 pub mod output;
+pub mod record;
 pub mod report;
 pub mod run;
 pub mod selection;
@@ -33,6 +36,8 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Report(args)) => report::run(&cli.selection, &args),
         Some(Command::Run(args)) => run::run(&cli.selection, &args),
         Some(Command::Check(args)) => check::run(&args),
+        Some(Command::Record(args)) => record::run(&cli.selection, &args),
+        Some(Command::Analyze(args)) => analyze::run(&args),
         Some(Command::Serve(args)) => serve::run(&cli.selection, &args),
         Some(Command::Generate { what }) => {
             let mut page = Vec::new();

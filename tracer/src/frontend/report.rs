@@ -10,6 +10,7 @@ use crate::capture::{Capture, CaptureConfig, ProbeFlavor};
 use crate::cli::{DeviceSelection, ReportArgs};
 use crate::engine::Engine;
 use crate::error::{Context, Result};
+use crate::record::{RecordingSink, Writer};
 
 use super::output::{Document, Format, Output};
 use super::{selection, session};
@@ -20,12 +21,20 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         accept_noop: true,
         ..selection::capture_config(&devices)
     };
-    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
+    let disks = session::read_geometry(&devices)?;
+    let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
+    let engine = RecordingSink::new(
+        Engine::new(disks.clone(), Default::default()),
+        writer.as_mut(),
+    );
     let mut out = Output::stdout();
     // One document per interval is a stream: JSON Lines.
     let format = Format::from_flags(args.json, args.interval.is_some());
     let capture = Capture::start(&config, engine)?;
     selection::announce(&devices, &capture);
+    if let Some(writer) = &writer {
+        writer.header(super::record::header("report", &disks, &capture, None));
+    }
     let unsupported = capture.unsupported();
     let runtime = session::runtime()?;
     let started = Instant::now();
@@ -69,6 +78,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
             let report = capture.query(move |engine, counters| {
+                engine.mark_interval(super::record::trailer(counters, elapsed));
                 let report = session::report(engine, counters, elapsed, unsupported);
                 engine.reset();
                 report
@@ -83,14 +93,27 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     if capture.flavor == ProbeFlavor::Noop {
         let seconds = started.elapsed().as_secs_f64();
         capture.finish(|_, _| ())?;
+        if let Some(path) = &args.record {
+            // Nothing was captured: leave no recording that looks like an idle disk.
+            drop(writer);
+            let _ = std::fs::remove_file(path);
+            return Err(crate::error::Error::usage(
+                "IOSPLIT_PROBES=noop captures nothing, so --record has nothing to keep: drop one of them",
+            ));
+        }
         out.print(&FloorRun::new(seconds), format)?;
         return Ok(ExitCode::SUCCESS);
     }
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
-    let report = capture
-        .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
+    let report = capture.finish(move |engine, counters| {
+        engine.finish_recording(super::record::trailer(counters, elapsed));
+        session::report(engine, counters, elapsed, unsupported)
+    })?;
     out.print(&report, format)?;
+    if let Some(writer) = writer {
+        writer.close()?;
+    }
     Ok(ExitCode::SUCCESS)
 }
 

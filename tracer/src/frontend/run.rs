@@ -21,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{sysfs, DevId};
 use crate::model::{Report, RunReport, RunTarget};
+use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
 
 use super::output::{Format, Output};
@@ -138,17 +139,23 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     // Created now, so a bad -o path fails before the command runs.
     let mut out = Output::to(args.output.as_deref())?;
     let disks = session::read_geometry(&[])?;
+    let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
     let sink = RunSink {
-        engine: Engine::new(disks, Default::default()),
+        engine: Engine::new(disks.clone(), Default::default()),
         recorder: RunRecorder::new(ProcFdResolver),
         own_pid: std::process::id(),
     };
+    let sink = RecordingSink::new(sink, writer.as_mut());
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
         ..CaptureConfig::default()
     };
     let mut capture = Capture::start(&config, sink)?;
+    if let Some(writer) = &writer {
+        let header = super::record::header("run", &disks, &capture, Some(args.command.clone()));
+        writer.header(header);
+    }
     let started = Instant::now();
     output::status(format_args!(
         "tracing `{}` and the I/O it causes",
@@ -188,6 +195,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let unsupported = capture.unsupported();
     let elapsed = started.elapsed();
     let report = capture.finish(move |sink, counters| {
+        sink.finish_recording(super::record::trailer(counters, elapsed));
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
@@ -211,6 +219,9 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         // A closed pipe is no failure: CMD's status still stands.
         Err(err) if err.is_broken_pipe() => {}
         printed => printed?,
+    }
+    if let Some(writer) = writer {
+        writer.close()?;
     }
     Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
 }

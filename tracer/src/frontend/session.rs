@@ -148,13 +148,13 @@ impl LiveSession {
 }
 
 /// Hands the engine the disks present now, if they changed.
-pub fn refresh_geometry(
-    capture: &Capture<Engine>,
+pub fn refresh_geometry<S: crate::sink::DiskSink>(
+    capture: &Capture<S>,
     watch: &mut GeometryWatch,
     now: bool,
 ) -> Result<()> {
     match watch.changed(now) {
-        Some(disks) => capture.query(move |engine, _| engine.refresh_disks(disks)),
+        Some(disks) => capture.query(move |sink, _| sink.refresh_disks(disks)),
         None => Ok(()),
     }
 }

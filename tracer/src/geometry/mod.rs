@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// A block device number.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -50,9 +50,20 @@ impl Serialize for DevId {
     }
 }
 
+/// Read back from its "major:minor" form (recordings, `check --json` snapshots).
+impl<'de> Deserialize<'de> for DevId {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        let parsed = text
+            .split_once(':')
+            .and_then(|(major, minor)| Some(DevId::new(major.parse().ok()?, minor.parse().ok()?)));
+        parsed.ok_or_else(|| serde::de::Error::custom(format!("`{text}` is not major:minor")))
+    }
+}
+
 /// One whole disk and its queue limits. Sizes in bytes unless named `_sectors`
 /// (512-byte units) or `_kb`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct DiskGeometry {
     pub name: String,
     pub dev: Option<DevId>,
@@ -89,7 +100,7 @@ pub struct DiskGeometry {
     pub partitions: Vec<PartitionGeometry>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PartitionGeometry {
     pub name: String,
     pub dev: Option<DevId>,

@@ -1,0 +1,216 @@
+//! `iosplit-trace analyze FILE`: replays a recording into a fresh engine
+//! built with the recorded geometry and prints the report the live run
+//! printed; or imports blkparse / ftrace `blk` text (`--from`) into the same
+//! engine. What a source lacks is said on stderr, one line each.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::capture::KernelCounters;
+use crate::cli::AnalyzeArgs;
+use crate::engine::Engine;
+use crate::error::{Context, Error, Result, EXIT_FAILURE};
+use crate::geometry::DiskGeometry;
+use crate::model::Report;
+use crate::record::import::{self, TextFormat};
+use crate::record::{Item, Recording, Trailer};
+
+use super::output::{self, Format, Output};
+use super::session;
+
+/// A report and what the reader should know about its source.
+pub struct Analysis {
+    /// `report --interval`'s reports before the last, at their marks.
+    pub intervals: Vec<Report>,
+    /// The last (or only) report.
+    pub report: Report,
+    pub notes: Vec<String>,
+    /// The recording ends inside a block (full disk, killed recorder).
+    pub truncated: bool,
+}
+
+pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
+    let analysis = match args.from {
+        None => {
+            if args.geometry.is_some() {
+                return Err(Error::usage(
+                    "--geometry goes with --from: a recording carries its own geometry",
+                ));
+            }
+            let recording = Recording::open(&args.file)
+                .with_context(|| format!("cannot analyze {}", args.file.display()))?;
+            replay(recording, &args.file)?
+        }
+        Some(format) => {
+            let geometry = match &args.geometry {
+                Some(path) => read_check_geometry(path)?,
+                None => Vec::new(),
+            };
+            import_text(&args.file, format, geometry)?
+        }
+    };
+    let mut out = Output::stdout();
+    // Several reports (from `report --interval`) are a stream, as they were live.
+    let format = Format::from_flags(args.json, !analysis.intervals.is_empty());
+    for report in &analysis.intervals {
+        out.print(report, format)?;
+    }
+    out.print(&analysis.report, format)?;
+    for note in &analysis.notes {
+        output::status(format_args!("note: {note}"));
+    }
+    // The report stands, but a script should notice the missing tail.
+    Ok(match analysis.truncated {
+        true => ExitCode::from(EXIT_FAILURE),
+        false => ExitCode::SUCCESS,
+    })
+}
+
+/// Feeds every item to a fresh engine; the report as the live run made it.
+pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analysis> {
+    let header = recording.header.clone();
+    let mut engine = Engine::new(header.geometry.clone(), Default::default());
+    let mut span = TimeSpan::default();
+    let mut notes = Vec::new();
+    let mut intervals = Vec::new();
+    for item in recording.by_ref() {
+        let item = item.with_context(|| format!("cannot analyze {}", path.display()))?;
+        match item {
+            Item::Block(event) => {
+                span.see(event.ts_ns);
+                engine.ingest(&event);
+            }
+            Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
+            Item::EventsLost => engine.events_lost(),
+            Item::Geometry(disks) => engine.refresh_disks(disks),
+            Item::Interval(numbers) => {
+                let (counters, elapsed) = counters_of(&numbers);
+                let report = session::report(
+                    &engine,
+                    counters,
+                    elapsed,
+                    header.unsupported_probes.clone(),
+                );
+                intervals.push(report);
+                engine.reset();
+            }
+            // `run`'s syscall matching needs the live /proc; see the note below.
+            Item::Process(_) | Item::Open(_) => {}
+        }
+    }
+    if header.run_command.is_some() {
+        notes.push(
+            "a `run` recording replays its block events; the run section (syscalls matched to commands) is not rebuilt".into(),
+        );
+    }
+    let truncated = recording.truncated;
+    if let Some(cut) = truncated {
+        notes.push(format!(
+            "{} ends inside a block: read up to its last complete block ({} blocks, {} bytes)",
+            path.display(),
+            cut.complete_blocks,
+            cut.complete_bytes
+        ));
+    }
+    let (counters, elapsed) = match recording.trailer {
+        Some(trailer) => counters_of(&trailer),
+        None => {
+            notes.push(
+                "no final counters: drops unknown, duration from the event timestamps".into(),
+            );
+            (KernelCounters::default(), span.duration())
+        }
+    };
+    let report = session::report(&engine, counters, elapsed, header.unsupported_probes);
+    Ok(Analysis {
+        intervals,
+        report,
+        notes,
+        truncated: truncated.is_some(),
+    })
+}
+
+/// Imports another tool's text and runs it through the engine.
+pub fn import_text(
+    path: &Path,
+    format: TextFormat,
+    geometry: Vec<DiskGeometry>,
+) -> Result<Analysis> {
+    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let text = String::from_utf8_lossy(&bytes);
+    let mut notes = Vec::new();
+    if geometry.is_empty() {
+        notes.push("no --geometry: devices are unnamed and geometry diagnoses are off".into());
+    }
+    let imported = import::import(&text, format, &geometry)
+        .with_context(|| format!("cannot import {}", path.display()))?;
+    let mut engine = Engine::new(geometry, Default::default());
+    let mut span = TimeSpan::default();
+    for event in &imported.events {
+        span.see(event.ts_ns);
+        engine.ingest(event);
+    }
+    notes.extend(imported.notes);
+    let report = session::report(
+        &engine,
+        KernelCounters::default(),
+        span.duration(),
+        Vec::new(),
+    );
+    Ok(Analysis {
+        intervals: Vec::new(),
+        report,
+        notes,
+        truncated: false,
+    })
+}
+
+/// A trailer's or interval mark's counters and traced time.
+fn counters_of(numbers: &Trailer) -> (KernelCounters, Duration) {
+    let counters = KernelCounters {
+        dropped: numbers.dropped,
+        syscall_dropped: numbers.syscall_dropped,
+        read_failed: numbers.read_failed,
+        missed: numbers.missed,
+    };
+    let elapsed = Duration::try_from_secs_f64(numbers.duration_s).unwrap_or_default();
+    (counters, elapsed)
+}
+
+/// The geometry in a `check --json` snapshot.
+pub fn read_check_geometry(path: &Path) -> Result<Vec<DiskGeometry>> {
+    #[derive(Deserialize)]
+    struct Snapshot {
+        devices: Vec<Device>,
+    }
+    #[derive(Deserialize)]
+    struct Device {
+        geometry: DiskGeometry,
+    }
+    let text = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let snapshot: Snapshot = serde_json::from_slice(&text)
+        .with_context(|| format!("{} is not a `check --json` snapshot", path.display()))?;
+    Ok(snapshot.devices.into_iter().map(|d| d.geometry).collect())
+}
+
+/// First and last event timestamps.
+#[derive(Default)]
+struct TimeSpan {
+    first: Option<u64>,
+    last: u64,
+}
+
+impl TimeSpan {
+    fn see(&mut self, ts_ns: u64) {
+        self.first.get_or_insert(ts_ns);
+        self.last = self.last.max(ts_ns);
+    }
+
+    fn duration(&self) -> Duration {
+        Duration::from_nanos(self.last.saturating_sub(self.first.unwrap_or(self.last)))
+    }
+}
