@@ -164,6 +164,12 @@ pub struct AnalyzeArgs {
     /// Geometry of the traced machine for `--from`: its `check --json` output.
     #[arg(long, value_name = "CHECK.json")]
     pub geometry: Option<PathBuf>,
+    /// Also write one self-contained HTML page with plots and the diagnoses.
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
+    /// Also write a Chrome trace-event timeline (ui.perfetto.dev opens it).
+    #[arg(long, value_name = "OUT.json")]
+    pub perfetto: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

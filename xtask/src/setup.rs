@@ -31,6 +31,7 @@ pub const PACKAGES: &[&str] = &[
     "curl",
     "systemd",
     "libcap2-bin", // setcap, for the non-root test
+    "chromium",    // tests/html.rs: renders `analyze --html` headless
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

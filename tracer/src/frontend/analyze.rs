@@ -19,7 +19,9 @@ use crate::model::Report;
 use crate::record::import::{self, TextFormat};
 use crate::record::{Item, Recording, Trailer};
 
+use super::html;
 use super::output::{self, Format, Output};
+use super::perfetto;
 use super::session;
 
 /// A report and what the reader should know about its source.
@@ -33,8 +35,61 @@ pub struct Analysis {
     pub truncated: bool,
 }
 
+/// What `--html` and `--perfetto` build from the same pass over the events.
+pub struct Views {
+    pub html: Option<html::Collector>,
+    pub perfetto: Option<perfetto::Matcher>,
+}
+
+impl Views {
+    fn new(args: &AnalyzeArgs, geometry: &[DiskGeometry]) -> Views {
+        Views {
+            html: args.html.as_ref().map(|_| html::Collector::default()),
+            perfetto: args
+                .perfetto
+                .as_ref()
+                .map(|_| perfetto::Matcher::new(geometry.to_vec())),
+        }
+    }
+
+    fn see(&mut self, event: &tracer_common::BlockEvent) {
+        if let Some(collector) = &mut self.html {
+            collector.see(event);
+        }
+        if let Some(matcher) = &mut self.perfetto {
+            matcher.see(event);
+        }
+    }
+
+    /// Writes the files asked for.
+    fn write(self, args: &AnalyzeArgs, report: &Report, geometry: &[DiskGeometry]) -> Result<()> {
+        if let (Some(collector), Some(path)) = (self.html, &args.html) {
+            let sectors = |dev: u32| {
+                let id = crate::geometry::DevId::from_kernel(dev);
+                geometry
+                    .iter()
+                    .find(|disk| disk.dev == Some(id))
+                    .map(|disk| disk.size_sectors)
+                    .filter(|sectors| *sectors > 0)
+            };
+            let series = collector.finish(&sectors);
+            let page =
+                html::render::page(report, &series, geometry, &args.file.display().to_string());
+            std::fs::write(path, page)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        if let (Some(matcher), Some(path)) = (self.perfetto, &args.perfetto) {
+            let text = serde_json::to_vec(&matcher.finish())
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            std::fs::write(path, text)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
 pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
-    let analysis = match args.from {
+    let (analysis, views, geometry) = match args.from {
         None => {
             if args.geometry.is_some() {
                 return Err(Error::usage(
@@ -43,16 +98,24 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
             }
             let recording = Recording::open(&args.file)
                 .with_context(|| format!("cannot analyze {}", args.file.display()))?;
-            replay(recording, &args.file)?
+            let geometry = recording.header.geometry.clone();
+            let mut views = Views::new(args, &geometry);
+            (replay(recording, &args.file, &mut views)?, views, geometry)
         }
         Some(format) => {
             let geometry = match &args.geometry {
                 Some(path) => read_check_geometry(path)?,
                 None => Vec::new(),
             };
-            import_text(&args.file, format, geometry)?
+            let mut views = Views::new(args, &geometry);
+            (
+                import_text(&args.file, format, geometry.clone(), &mut views)?,
+                views,
+                geometry,
+            )
         }
     };
+    views.write(args, &analysis.report, &geometry)?;
     let mut out = Output::stdout();
     // Several reports (from `report --interval`) are a stream, as they were live.
     let format = Format::from_flags(args.json, !analysis.intervals.is_empty());
@@ -71,7 +134,11 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
 }
 
 /// Feeds every item to a fresh engine; the report as the live run made it.
-pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analysis> {
+pub fn replay<R: Read>(
+    mut recording: Recording<R>,
+    path: &Path,
+    views: &mut Views,
+) -> Result<Analysis> {
     let header = recording.header.clone();
     let mut engine = Engine::new(header.geometry.clone(), Default::default());
     let mut span = TimeSpan::default();
@@ -83,6 +150,7 @@ pub fn replay<R: Read>(mut recording: Recording<R>, path: &Path) -> Result<Analy
             Item::Block(event) => {
                 span.see(event.ts_ns);
                 engine.ingest(&event);
+                views.see(&event);
             }
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
             Item::EventsLost => engine.events_lost(),
@@ -139,6 +207,7 @@ pub fn import_text(
     path: &Path,
     format: TextFormat,
     geometry: Vec<DiskGeometry>,
+    views: &mut Views,
 ) -> Result<Analysis> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let text = String::from_utf8_lossy(&bytes);
@@ -153,6 +222,7 @@ pub fn import_text(
     for event in &imported.events {
         span.see(event.ts_ns);
         engine.ingest(event);
+        views.see(event);
     }
     notes.extend(imported.notes);
     let report = session::report(

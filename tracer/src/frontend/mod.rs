@@ -7,8 +7,10 @@
 
 pub mod analyze;
 pub mod check;
+pub mod html;
 pub mod live;
 pub mod output;
+pub mod perfetto;
 pub mod record;
 pub mod report;
 pub mod run;

@@ -1,0 +1,454 @@
+//! The HTML page: plotters draws each plot as inline SVG; the report's
+//! numbers and diagnoses are plain HTML. No script, no network.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use plotters::prelude::*;
+
+use crate::geometry::{DevId, DiskGeometry};
+use crate::model::{Distribution, Report};
+
+use super::series::{Series, LATENCY_ROWS, OFFSET_ROWS, TIME_BINS};
+
+const WIDTH: u32 = 860;
+const HEIGHT: u32 = 300;
+const USER_COLOR: RGBColor = RGBColor(31, 119, 180);
+const COMMAND_COLOR: RGBColor = RGBColor(214, 39, 40);
+
+/// The whole page.
+pub fn page(report: &Report, series: &Series, geometry: &[DiskGeometry], source: &str) -> String {
+    let mut html = String::with_capacity(256 * 1024);
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <title>iosplit-trace: {}</title><style>{}</style></head><body>\
+         <h1>iosplit-trace report</h1><p class=\"meta\">{} · {:.2} s traced · {} user I/Os · {} commands</p>",
+        escape(source),
+        STYLE,
+        escape(source),
+        report.duration_s,
+        report.events[tracer_common::EventKind::Queue],
+        report.events[tracer_common::EventKind::Issue],
+    );
+    diagnoses(&mut html, report);
+    section(&mut html, "User I/O and command sizes", &sizes_svg(report));
+    section(
+        &mut html,
+        "User I/Os/s versus commands/s",
+        &rates_svg(series),
+    );
+    section(
+        &mut html,
+        "Command latency over time (issue → complete)",
+        &latency_svg(series),
+    );
+    html.push_str("<section><h2>Offsets over time</h2>");
+    let _ = write!(
+        html,
+        "<p>{} of {} commands start or end off the 4 KiB grid.</p>",
+        series.misaligned_4k_commands, series.commands
+    );
+    for grid in &series.offsets {
+        let disk = geometry
+            .iter()
+            .find(|disk| disk.dev == Some(DevId::from_kernel(grid.dev)));
+        html.push_str(&offset_svg(series, grid, disk));
+    }
+    if series.offsets.is_empty() {
+        html.push_str("<p>No device commands were recorded.</p>");
+    }
+    html.push_str("</section>");
+    section(&mut html, "Split causes", &split_causes(report));
+    html.push_str("</body></html>\n");
+    html
+}
+
+const STYLE: &str = "body{font-family:sans-serif;max-width:900px;margin:1em auto;color:#222}\
+h2{border-bottom:1px solid #ccc}.meta{color:#555}.diag{border-left:4px solid #d62728;padding:.3em .8em;margin:.8em 0;background:#fafafa}\
+.diag.info{border-color:#1f77b4}.diag.warning{border-color:#ff7f0e}pre{background:#f3f3f3;padding:.5em;overflow:auto;font-size:12px}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}";
+
+fn section(html: &mut String, title: &str, body: &str) {
+    let _ = write!(html, "<section><h2>{}</h2>{body}</section>", escape(title));
+}
+
+fn diagnoses(html: &mut String, report: &Report) {
+    html.push_str("<section><h2>Diagnoses</h2>");
+    if report.diagnoses.is_empty() {
+        html.push_str("<p>No findings.</p>");
+    }
+    for diagnosis in &report.diagnoses {
+        let severity = serde_json::to_value(diagnosis.severity)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        let evidence = serde_json::to_string_pretty(&diagnosis.evidence).unwrap_or_default();
+        let _ = write!(
+            html,
+            "<div class=\"diag {severity}\"><h3>{} on {} ({severity})</h3><p>{}</p><p><b>Fix:</b> {}</p>",
+            escape(diagnosis.code),
+            escape(&diagnosis.device),
+            escape(&diagnosis.explanation),
+            escape(&diagnosis.fix),
+        );
+        if let Some(what_if) = diagnosis.evidence.what_if() {
+            let what_if = serde_json::to_string_pretty(what_if).unwrap_or_default();
+            let _ = write!(
+                html,
+                "<p><b>What if:</b></p><pre>{}</pre>",
+                escape(&what_if)
+            );
+        }
+        let _ = write!(
+            html,
+            "<details><summary>Evidence</summary><pre>{}</pre></details></div>",
+            escape(&evidence)
+        );
+    }
+    html.push_str("</section>");
+}
+
+/// Log2 bucket counts summed over every device and op.
+fn merged_buckets(
+    report: &Report,
+    pick: fn(&crate::model::OpMeasures) -> &Distribution,
+) -> BTreeMap<u64, u64> {
+    let mut buckets = BTreeMap::new();
+    for device in &report.devices {
+        for measures in device.measures.ops.values() {
+            for bucket in &pick(measures).buckets {
+                *buckets.entry(bucket.low).or_insert(0) += bucket.count;
+            }
+        }
+    }
+    buckets
+}
+
+fn sizes_svg(report: &Report) -> String {
+    let user = merged_buckets(report, |m| &m.user_io_size);
+    let commands = merged_buckets(report, |m| &m.command_size);
+    let lows: Vec<u64> = user
+        .keys()
+        .chain(commands.keys())
+        .copied()
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if lows.is_empty() {
+        return "<p>No sizes were recorded.</p>".into();
+    }
+    let max = user
+        .values()
+        .chain(commands.values())
+        .copied()
+        .max()
+        .unwrap_or(1);
+    svg(|root| {
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..lows.len() as f64, 0u64..max + max / 10 + 1)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(lows.len())
+            .x_label_formatter(&|x| {
+                lows.get(*x as usize)
+                    .map(|low| bytes(*low))
+                    .unwrap_or_default()
+            })
+            .x_desc("size (bytes, log2 bucket start)")
+            .y_desc("count")
+            .draw()?;
+        for (series, color, offset, label) in [
+            (&user, USER_COLOR, 0.1, "user I/Os"),
+            (&commands, COMMAND_COLOR, 0.5, "commands"),
+        ] {
+            chart
+                .draw_series(lows.iter().enumerate().map(|(i, low)| {
+                    let count = series.get(low).copied().unwrap_or(0);
+                    Rectangle::new(
+                        [(i as f64 + offset, 0), (i as f64 + offset + 0.4, count)],
+                        color.filled(),
+                    )
+                }))?
+                .label(label)
+                .legend(move |(x, y)| {
+                    Rectangle::new([(x, y - 5), (x + 10, y + 5)], color.filled())
+                });
+        }
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        Ok(())
+    })
+}
+
+fn rates_svg(series: &Series) -> String {
+    let seconds = |bin: usize| bin as f64 * series.bin_ns as f64 / 1e9;
+    let user: Vec<(f64, f64)> = series
+        .user_ios_per_bin
+        .iter()
+        .enumerate()
+        .map(|(b, c)| (seconds(b), series.per_second(*c)))
+        .collect();
+    let commands: Vec<(f64, f64)> = series
+        .commands_per_bin
+        .iter()
+        .enumerate()
+        .map(|(b, c)| (seconds(b), series.per_second(*c)))
+        .collect();
+    let max = user
+        .iter()
+        .chain(&commands)
+        .map(|p| p.1)
+        .fold(1.0, f64::max);
+    svg(|root| {
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..seconds(TIME_BINS), 0.0..max * 1.1)?;
+        chart
+            .configure_mesh()
+            .x_desc("seconds")
+            .y_desc("per second")
+            .draw()?;
+        chart
+            .draw_series(LineSeries::new(user, USER_COLOR.stroke_width(2)))?
+            .label("user I/Os/s")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], USER_COLOR));
+        chart
+            .draw_series(LineSeries::new(commands, COMMAND_COLOR.stroke_width(2)))?
+            .label("commands/s")
+            .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 15, y)], COMMAND_COLOR));
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE)
+            .draw()?;
+        Ok(())
+    })
+}
+
+/// White to dark red on a log scale of `count` over `max`.
+fn heat(count: u64, max: u64) -> RGBColor {
+    let level = ((count as f64).ln_1p() / (max as f64).ln_1p().max(1e-9)).clamp(0.0, 1.0);
+    let fade = |full: f64| (255.0 - (255.0 - full) * level) as u8;
+    RGBColor(fade(140.0), fade(20.0), fade(20.0))
+}
+
+fn latency_svg(series: &Series) -> String {
+    let max = series.latency.iter().flatten().copied().max().unwrap_or(0);
+    if max == 0 {
+        return "<p>No issue → complete pairs were recorded (bio-based device, or no commands).</p>".into();
+    }
+    let seconds = |bin: usize| bin as f64 * series.bin_ns as f64 / 1e9;
+    svg(|root| {
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(70)
+            .build_cartesian_2d(0.0..seconds(TIME_BINS), 0..LATENCY_ROWS)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("seconds")
+            .y_desc("latency")
+            .y_label_formatter(&|row| micros(1u64 << row))
+            .draw()?;
+        chart.draw_series(series.latency.iter().enumerate().flat_map(|(bin, rows)| {
+            rows.iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(move |(row, count)| {
+                    Rectangle::new(
+                        [(seconds(bin), row), (seconds(bin + 1), row + 1)],
+                        heat(*count, max).filled(),
+                    )
+                })
+        }))?;
+        Ok(())
+    })
+}
+
+fn offset_svg(
+    series: &Series,
+    grid: &super::series::OffsetGrid,
+    disk: Option<&DiskGeometry>,
+) -> String {
+    let max = grid.cells.iter().flatten().copied().max().unwrap_or(1);
+    let seconds = |bin: usize| bin as f64 * series.bin_ns as f64 / 1e9;
+    let row_sectors = grid.sectors as f64 / OFFSET_ROWS as f64;
+    let name = disk.map(|d| d.name.clone()).unwrap_or_else(|| {
+        let dev = DevId::from_kernel(grid.dev);
+        format!("{}:{}", dev.major, dev.minor)
+    });
+    let mut html = String::new();
+    let physical = disk.map(|d| d.physical_block_size).unwrap_or(0);
+    let _ = write!(
+        html,
+        "<h3>{}</h3><p>Physical block {} · each row {} · dashed lines: partition starts.</p>",
+        escape(&name),
+        bytes(u64::from(physical)),
+        bytes((row_sectors * 512.0) as u64)
+    );
+    html.push_str(&svg(|root| {
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(80)
+            .build_cartesian_2d(0.0..seconds(TIME_BINS), 0.0..grid.sectors as f64)?;
+        chart
+            .configure_mesh()
+            .disable_mesh()
+            .x_desc("seconds")
+            .y_desc("offset")
+            .y_label_formatter(&|sector| bytes((*sector * 512.0) as u64))
+            .draw()?;
+        chart.draw_series(grid.cells.iter().enumerate().flat_map(|(bin, rows)| {
+            rows.iter()
+                .enumerate()
+                .filter(|(_, c)| **c > 0)
+                .map(move |(row, count)| {
+                    Rectangle::new(
+                        [
+                            (seconds(bin), row as f64 * row_sectors),
+                            (seconds(bin + 1), (row + 1) as f64 * row_sectors),
+                        ],
+                        heat(*count, max).filled(),
+                    )
+                })
+        }))?;
+        for part in disk.map(|d| d.partitions.as_slice()).unwrap_or(&[]) {
+            let y = part.start as f64;
+            chart
+                .draw_series(DashedLineSeries::new(
+                    [(0.0, y), (seconds(TIME_BINS), y)],
+                    6,
+                    4,
+                    USER_COLOR.stroke_width(1),
+                ))?
+                .label(part.name.clone());
+        }
+        Ok(())
+    }));
+    html
+}
+
+fn split_causes(report: &Report) -> String {
+    let mut causes: BTreeMap<&str, u64> = BTreeMap::new();
+    for device in &report.devices {
+        for measures in device.measures.ops.values() {
+            for (cause, count) in &measures.split_causes {
+                *causes.entry(cause).or_insert(0) += count;
+            }
+        }
+    }
+    if causes.is_empty() {
+        return "<p>No splits.</p>".into();
+    }
+    let mut html = String::from("<table><tr><th>cause</th><th>splits</th></tr>");
+    for (cause, count) in &causes {
+        let _ = write!(html, "<tr><td>{}</td><td>{count}</td></tr>", escape(cause));
+    }
+    html.push_str("</table>");
+    let names: Vec<&str> = causes.keys().copied().collect();
+    let max = causes.values().copied().max().unwrap_or(1);
+    html.push_str(&svg(|root| {
+        let mut chart = ChartBuilder::on(&root)
+            .margin(10)
+            .x_label_area_size(35)
+            .y_label_area_size(60)
+            .build_cartesian_2d(0.0..names.len() as f64, 0u64..max + max / 10 + 1)?;
+        chart
+            .configure_mesh()
+            .disable_x_mesh()
+            .x_labels(names.len() + 1)
+            .x_label_formatter(&|x| {
+                names
+                    .get(*x as usize)
+                    .map(|n| n.to_string())
+                    .unwrap_or_default()
+            })
+            .y_desc("splits")
+            .draw()?;
+        chart.draw_series(causes.values().enumerate().map(|(i, count)| {
+            Rectangle::new(
+                [(i as f64 + 0.2, 0), (i as f64 + 0.8, *count)],
+                COMMAND_COLOR.filled(),
+            )
+        }))?;
+        Ok(())
+    }));
+    html
+}
+
+type DrawResult = Result<(), Box<dyn std::error::Error>>;
+
+/// One plot as an SVG string; a drawing error becomes a line of text.
+fn svg(draw: impl FnOnce(DrawingArea<SVGBackend, plotters::coord::Shift>) -> DrawResult) -> String {
+    let mut out = String::new();
+    let outcome = {
+        let root = SVGBackend::with_string(&mut out, (WIDTH, HEIGHT)).into_drawing_area();
+        let filled = root.fill(&WHITE).map_err(|e| e.to_string());
+        filled
+            .map_err(Into::into)
+            .and_then(|()| draw(root.clone()))
+            .and_then(|()| root.present().map_err(Into::into))
+    };
+    match outcome {
+        Ok(()) => out,
+        Err(error) => format!("<p>plot failed: {}</p>", escape(&error.to_string())),
+    }
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+fn bytes(value: u64) -> String {
+    match value {
+        v if v >= 1 << 30 && v % (1 << 30) == 0 => format!("{} GiB", v >> 30),
+        v if v >= 1 << 30 => format!("{:.1} GiB", v as f64 / (1u64 << 30) as f64),
+        v if v >= 1 << 20 => format!("{:.1} MiB", v as f64 / (1u64 << 20) as f64),
+        v if v >= 1 << 10 => format!("{} KiB", v >> 10),
+        v => format!("{v} B"),
+    }
+}
+
+fn micros(us: u64) -> String {
+    match us {
+        us if us >= 1_000_000 => format!("{} s", us / 1_000_000),
+        us if us >= 1000 => format!("{} ms", us / 1000),
+        us => format!("{us} µs"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_markup() {
+        assert_eq!(
+            escape("<a href=\"x\">&</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&lt;/a&gt;"
+        );
+    }
+
+    #[test]
+    fn units() {
+        assert_eq!(bytes(4096), "4 KiB");
+        assert_eq!(bytes(512), "512 B");
+        assert_eq!(bytes(1 << 30), "1 GiB");
+        assert_eq!(micros(2048), "2 ms");
+    }
+}

@@ -1,0 +1,229 @@
+//! Time series for the HTML report, built by replaying a recording's block
+//! events beside the engine. Pure: events in, grids out.
+
+use std::collections::HashMap;
+
+use tracer_common::{BlockEvent, EventKind};
+
+/// Columns of every time plot.
+pub const TIME_BINS: usize = 60;
+/// Rows of the offset heatmap (sector ranges across the disk).
+pub const OFFSET_ROWS: usize = 48;
+/// Log2 latency rows: `[2^i, 2^(i+1))` microseconds, the last open-ended.
+pub const LATENCY_ROWS: usize = 24;
+/// Issued commands remembered for latency matching; beyond it the oldest are forgotten.
+const MAX_IN_FLIGHT: usize = 1 << 16;
+
+/// One user I/O or command: when, where, how big.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Point {
+    ts_ns: u64,
+    dev: u32,
+    sector: u64,
+    nr_sector: u32,
+}
+
+/// Collects the points while the recording is replayed.
+#[derive(Default)]
+pub struct Collector {
+    user_ios: Vec<Point>,
+    commands: Vec<Point>,
+    /// (issue time, issue→complete microseconds).
+    latencies: Vec<(u64, u64)>,
+    in_flight: HashMap<(u32, u64), u64>,
+}
+
+impl Collector {
+    pub fn see(&mut self, event: &BlockEvent) {
+        let point = Point {
+            ts_ns: event.ts_ns,
+            dev: event.dev,
+            sector: event.sector,
+            nr_sector: event.nr_sector,
+        };
+        match event.kind {
+            k if k == EventKind::Queue as u8 => self.user_ios.push(point),
+            k if k == EventKind::Issue as u8 => {
+                self.commands.push(point);
+                if self.in_flight.len() >= MAX_IN_FLIGHT {
+                    self.in_flight.clear();
+                }
+                self.in_flight
+                    .insert((event.dev, event.sector), event.ts_ns);
+            }
+            k if k == EventKind::Complete as u8 => {
+                if let Some(issued) = self.in_flight.remove(&(event.dev, event.sector)) {
+                    let us = event.ts_ns.saturating_sub(issued) / 1000;
+                    self.latencies.push((issued, us));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The grids, over the span of the events seen. `disk_sectors` gives a
+    /// disk's size (kernel dev_t → sectors) for the offset heatmap's scale.
+    pub fn finish(&self, disk_sectors: &dyn Fn(u32) -> Option<u64>) -> Series {
+        let all = self.user_ios.iter().chain(&self.commands);
+        let start_ns = all.clone().map(|p| p.ts_ns).min().unwrap_or(0);
+        let end_ns = all.map(|p| p.ts_ns).max().unwrap_or(0);
+        // At least 1 µs per bin so a single instant still has a width.
+        let bin_ns = (end_ns - start_ns).div_ceil(TIME_BINS as u64).max(1000);
+        let bin = |ts: u64| (((ts.saturating_sub(start_ns)) / bin_ns) as usize).min(TIME_BINS - 1);
+
+        let mut user_ios_per_bin = vec![0u64; TIME_BINS];
+        for point in &self.user_ios {
+            user_ios_per_bin[bin(point.ts_ns)] += 1;
+        }
+        let mut commands_per_bin = vec![0u64; TIME_BINS];
+        let mut offsets: Vec<OffsetGrid> = Vec::new();
+        let mut misaligned_4k = 0;
+        for point in &self.commands {
+            commands_per_bin[bin(point.ts_ns)] += 1;
+            if point.sector % 8 != 0 || point.nr_sector % 8 != 0 {
+                misaligned_4k += 1;
+            }
+            let grid = match offsets.iter_mut().position(|g| g.dev == point.dev) {
+                Some(at) => &mut offsets[at],
+                None => {
+                    let max_seen = self
+                        .commands
+                        .iter()
+                        .filter(|p| p.dev == point.dev)
+                        .map(|p| p.sector + u64::from(p.nr_sector))
+                        .max()
+                        .unwrap_or(1);
+                    offsets.push(OffsetGrid {
+                        dev: point.dev,
+                        sectors: disk_sectors(point.dev).unwrap_or(max_seen).max(1),
+                        cells: vec![[0; OFFSET_ROWS]; TIME_BINS],
+                    });
+                    let last = offsets.len() - 1;
+                    &mut offsets[last]
+                }
+            };
+            let row = ((u128::from(point.sector) * OFFSET_ROWS as u128 / u128::from(grid.sectors))
+                as usize)
+                .min(OFFSET_ROWS - 1);
+            grid.cells[bin(point.ts_ns)][row] += 1;
+        }
+        let mut latency = vec![[0u64; LATENCY_ROWS]; TIME_BINS];
+        for &(issued, us) in &self.latencies {
+            latency[bin(issued)][latency_row(us)] += 1;
+        }
+        Series {
+            start_ns,
+            bin_ns,
+            user_ios_per_bin,
+            commands_per_bin,
+            latency,
+            offsets,
+            commands: self.commands.len() as u64,
+            misaligned_4k_commands: misaligned_4k,
+        }
+    }
+}
+
+/// The log2 row of a latency in microseconds.
+pub fn latency_row(us: u64) -> usize {
+    (u64::BITS - us.max(1).leading_zeros() - 1).min(LATENCY_ROWS as u32 - 1) as usize
+}
+
+/// Commands per (time bin, sector row) on one disk.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OffsetGrid {
+    /// Kernel dev_t.
+    pub dev: u32,
+    /// The sector range the rows cover: `[0, sectors)`.
+    pub sectors: u64,
+    pub cells: Vec<[u64; OFFSET_ROWS]>,
+}
+
+/// What the time plots draw.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Timestamp of the first event; bins count from it.
+    pub start_ns: u64,
+    pub bin_ns: u64,
+    pub user_ios_per_bin: Vec<u64>,
+    pub commands_per_bin: Vec<u64>,
+    /// Per time bin, commands per log2-microsecond row (by issue time).
+    pub latency: Vec<[u64; LATENCY_ROWS]>,
+    pub offsets: Vec<OffsetGrid>,
+    pub commands: u64,
+    /// Commands whose start or length is not a multiple of 4 KiB.
+    pub misaligned_4k_commands: u64,
+}
+
+impl Series {
+    /// A bin's count as a rate per second.
+    pub fn per_second(&self, count: u64) -> f64 {
+        count as f64 * 1e9 / self.bin_ns as f64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
+        BlockEvent {
+            ts_ns,
+            sector,
+            aux_sector: 0,
+            dev: (7 << 20) | 1,
+            aux_dev: 0,
+            nr_sector,
+            tgid: 1,
+            rwbs: [0; tracer_common::RWBS_BYTES],
+            kind: kind as u8,
+            _pad: [0; 3],
+            error: 0,
+        }
+    }
+
+    #[test]
+    fn bins_rates_latency_and_offsets() {
+        let mut collector = Collector::default();
+        // One 1 MiB write at t=0 split into two commands; the last event at 60 ms.
+        collector.see(&event(EventKind::Queue, 0, 0, 2048));
+        collector.see(&event(EventKind::Issue, 1_000_000, 0, 1024));
+        collector.see(&event(EventKind::Issue, 1_000_000, 1024, 1024));
+        collector.see(&event(EventKind::Complete, 1_100_000, 0, 1024));
+        collector.see(&event(EventKind::Complete, 5_000_000, 1024, 1024));
+        collector.see(&event(EventKind::Issue, 60_000_000, 2047, 1));
+        let series = collector.finish(&|_| Some(4096));
+        assert_eq!(series.bin_ns, 1_000_000);
+        assert_eq!(series.user_ios_per_bin.iter().sum::<u64>(), 1);
+        assert_eq!(series.user_ios_per_bin[0], 1);
+        assert_eq!(series.commands_per_bin[1], 2);
+        assert_eq!(series.commands_per_bin[TIME_BINS - 1], 1);
+        assert_eq!(series.per_second(2), 2000.0);
+        // 100 µs → row 6 ([64,128)), 4000 µs → row 11 ([2048,4096)).
+        assert_eq!(series.latency[1][6], 1);
+        assert_eq!(series.latency[1][11], 1);
+        assert_eq!(series.latency.iter().flatten().sum::<u64>(), 2);
+        let grid = &series.offsets[0];
+        assert_eq!(grid.sectors, 4096);
+        assert_eq!(grid.cells[1][0], 1);
+        assert_eq!(grid.cells[1][12], 1);
+        assert_eq!(grid.cells[TIME_BINS - 1][23], 1);
+        assert_eq!(series.misaligned_4k_commands, 1);
+    }
+
+    #[test]
+    fn latency_rows_are_log2_and_capped() {
+        assert_eq!(latency_row(0), 0);
+        assert_eq!(latency_row(1), 0);
+        assert_eq!(latency_row(2), 1);
+        assert_eq!(latency_row(1023), 9);
+        assert_eq!(latency_row(u64::MAX), LATENCY_ROWS - 1);
+    }
+
+    #[test]
+    fn no_events_gives_empty_grids() {
+        let series = Collector::default().finish(&|_| None);
+        assert_eq!(series.user_ios_per_bin, vec![0; TIME_BINS]);
+        assert!(series.offsets.is_empty());
+    }
+}
