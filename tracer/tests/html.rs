@@ -254,7 +254,9 @@ fn html_report_renders_in_a_headless_browser() {
     let share = non_white as f64 / (frame.width * frame.height) as f64;
     assert!(share > 0.02, "only {share:.3} of the screenshot is drawn");
     if let Ok(keep) = std::env::var("IOSPLIT_KEEP_SCREENSHOT") {
-        std::fs::copy(&screenshot, keep).unwrap();
+        // For a person to look at: the screenshot, and the page beside it.
+        std::fs::copy(&screenshot, &keep).unwrap();
+        std::fs::copy(&page, format!("{keep}.html")).unwrap();
     }
 
     // The timeline: every flow start has its end, each user I/O reaches its 8 commands.

@@ -149,13 +149,13 @@ fn sizes_svg(report: &Report) -> String {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..lows.len() as f64, 0u64..max + max / 10 + 1)?;
+            .build_cartesian_2d(-0.5..lows.len() as f64 - 0.5, 0u64..max + max / 10 + 1)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(lows.len())
             .x_label_formatter(&|x| {
-                lows.get(*x as usize)
+                at_whole(*x, &lows)
                     .map(|low| bytes(*low))
                     .unwrap_or_default()
             })
@@ -163,8 +163,8 @@ fn sizes_svg(report: &Report) -> String {
             .y_desc("count")
             .draw()?;
         for (series, color, offset, label) in [
-            (&user, USER_COLOR, 0.1, "user I/Os"),
-            (&commands, COMMAND_COLOR, 0.5, "commands"),
+            (&user, USER_COLOR, -0.4, "user I/Os"),
+            (&commands, COMMAND_COLOR, 0.0, "commands"),
         ] {
             chart
                 .draw_series(lows.iter().enumerate().map(|(i, low)| {
@@ -334,6 +334,14 @@ fn offset_svg(
                     USER_COLOR.stroke_width(1),
                 ))?
                 .label(part.name.clone());
+            chart.draw_series(std::iter::once(Text::new(
+                format!("{} starts", part.name),
+                (
+                    seconds(0) + series.bin_ns as f64 / 1e9,
+                    y + grid.sectors as f64 / 60.0,
+                ),
+                ("sans-serif", 12).into_font().color(&USER_COLOR),
+            )))?;
         }
         Ok(())
     }));
@@ -364,14 +372,13 @@ fn split_causes(report: &Report) -> String {
             .margin(10)
             .x_label_area_size(35)
             .y_label_area_size(60)
-            .build_cartesian_2d(0.0..names.len() as f64, 0u64..max + max / 10 + 1)?;
+            .build_cartesian_2d(-0.5..names.len() as f64 - 0.5, 0u64..max + max / 10 + 1)?;
         chart
             .configure_mesh()
             .disable_x_mesh()
             .x_labels(names.len() + 1)
             .x_label_formatter(&|x| {
-                names
-                    .get(*x as usize)
+                at_whole(*x, &names)
                     .map(|n| n.to_string())
                     .unwrap_or_default()
             })
@@ -379,13 +386,22 @@ fn split_causes(report: &Report) -> String {
             .draw()?;
         chart.draw_series(causes.values().enumerate().map(|(i, count)| {
             Rectangle::new(
-                [(i as f64 + 0.2, 0), (i as f64 + 0.8, *count)],
+                [(i as f64 - 0.3, 0), (i as f64 + 0.3, *count)],
                 COMMAND_COLOR.filled(),
             )
         }))?;
         Ok(())
     }));
     html
+}
+
+/// The item an axis tick stands for: only whole ticks, at bar centres, get a label.
+fn at_whole<T>(x: f64, items: &[T]) -> Option<&T> {
+    let index = x.round();
+    if (x - index).abs() > 1e-6 || index < 0.0 {
+        return None;
+    }
+    items.get(index as usize)
 }
 
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
