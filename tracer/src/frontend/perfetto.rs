@@ -88,7 +88,8 @@ impl Matcher {
     }
 
     pub fn see(&mut self, event: &BlockEvent) {
-        let end = event.sector + u64::from(event.nr_sector);
+        // Imported or corrupt input may hold any numbers: nothing here may overflow.
+        let end = event.sector.saturating_add(u64::from(event.nr_sector));
         let rwbs = rwbs(event);
         match event.kind {
             k if k == EventKind::Queue as u8 => {
@@ -147,7 +148,8 @@ impl Matcher {
             }
             k if k == EventKind::Complete as u8 => {
                 if let Some(command) = self.commands.remove(&(event.dev, event.sector)) {
-                    self.slices[command.slice].end_ns = event.ts_ns;
+                    let slice = &mut self.slices[command.slice];
+                    slice.end_ns = slice.start_ns.max(event.ts_ns);
                     for io in command.ios {
                         self.flows.push((io, command.slice));
                     }
@@ -158,7 +160,8 @@ impl Matcher {
                         return true;
                     }
                     io.done += io.end.min(end) - io.sector.max(event.sector);
-                    slices[io.slice].end_ns = event.ts_ns;
+                    let slice = &mut slices[io.slice];
+                    slice.end_ns = slice.end_ns.max(event.ts_ns);
                     io.done < io.end - io.sector
                 });
             }
@@ -199,7 +202,7 @@ impl Matcher {
                 }
             };
             // Zero-length slices still take their instant.
-            track_lanes[lane] = slice.end_ns.max(slice.start_ns + 1);
+            track_lanes[lane] = slice.end_ns.max(slice.start_ns.saturating_add(1));
             tid_of[i] = slice.track * 1000 + lane + 1;
         }
         for (track, track_lanes) in lanes.iter().enumerate() {
@@ -213,7 +216,7 @@ impl Matcher {
             events.push(json!({
                 "ph": "X", "name": slice.name, "cat": "block",
                 "pid": pid_of(self.tracks[slice.track].0), "tid": tid_of[i],
-                "ts": us(slice.start_ns), "dur": us(slice.end_ns - slice.start_ns),
+                "ts": us(slice.start_ns), "dur": us(slice.end_ns.saturating_sub(slice.start_ns)),
                 "args": slice.args,
             }));
         }
@@ -308,6 +311,20 @@ mod tests {
         }
         assert_eq!(starts.len(), ends.len());
         assert_eq!(of_phase(&trace, "i").len(), 2);
+    }
+
+    #[test]
+    fn out_of_order_and_extreme_numbers_do_not_panic() {
+        let mut matcher = Matcher::new(Vec::new());
+        matcher.see(&event(EventKind::Queue, 5000, u64::MAX - 1, 8));
+        matcher.see(&event(EventKind::Issue, 5000, u64::MAX - 1, 8));
+        // Completed "before" it was issued (microsecond timestamps from an import).
+        matcher.see(&event(EventKind::Complete, 4000, u64::MAX - 1, 8));
+        matcher.see(&event(EventKind::Complete, 1, 0, u32::MAX));
+        let trace = matcher.finish();
+        let slices = of_phase(&trace, "X");
+        assert_eq!(slices.len(), 2);
+        assert!(slices.iter().all(|s| s["dur"] == 0.0));
     }
 
     #[test]

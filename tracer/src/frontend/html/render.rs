@@ -453,6 +453,24 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_empty_trace_still_makes_a_page() {
+        let engine = crate::engine::Engine::new(Vec::new(), Default::default());
+        let report = crate::frontend::session::report(
+            &engine,
+            Default::default(),
+            std::time::Duration::ZERO,
+            Vec::new(),
+        );
+        let series = super::super::Collector::default().finish(&|_| None);
+        let html = page(&report, &series, &[], "empty <file>");
+        assert!(html.contains("No sizes were recorded"));
+        assert!(html.contains("No device commands were recorded"));
+        assert!(html.contains("empty &lt;file&gt;"));
+        assert!(!html.contains("plot failed"));
+        assert!(html.ends_with("</html>\n"));
+    }
+
+    #[test]
     fn escapes_markup() {
         assert_eq!(
             escape("<a href=\"x\">&</a>"),

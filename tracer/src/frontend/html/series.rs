@@ -90,7 +90,7 @@ impl Collector {
                         .commands
                         .iter()
                         .filter(|p| p.dev == point.dev)
-                        .map(|p| p.sector + u64::from(p.nr_sector))
+                        .map(|p| p.sector.saturating_add(u64::from(p.nr_sector)))
                         .max()
                         .unwrap_or(1);
                     offsets.push(OffsetGrid {
@@ -218,6 +218,16 @@ mod tests {
         assert_eq!(latency_row(2), 1);
         assert_eq!(latency_row(1023), 9);
         assert_eq!(latency_row(u64::MAX), LATENCY_ROWS - 1);
+    }
+
+    #[test]
+    fn extreme_sectors_stay_in_the_grid() {
+        let mut collector = Collector::default();
+        collector.see(&event(EventKind::Issue, 10, u64::MAX, u32::MAX));
+        collector.see(&event(EventKind::Complete, 5, u64::MAX, u32::MAX));
+        let series = collector.finish(&|_| None);
+        assert_eq!(series.offsets[0].cells[0][OFFSET_ROWS - 1], 1);
+        assert_eq!(series.latency[0][0], 1);
     }
 
     #[test]
