@@ -108,6 +108,10 @@ pub struct ReportArgs {
     /// Also write every event to a recording FILE, for `analyze` later.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
+    /// At the end, also write the HTML page `analyze --html` makes (from a
+    /// temporary recording unless --record names one).
+    #[arg(long, value_name = "OUT.html")]
+    pub html: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

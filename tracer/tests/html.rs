@@ -5,6 +5,8 @@
 // Tests may unwrap: a failure is the test failing.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -281,4 +283,65 @@ fn html_report_renders_in_a_headless_browser() {
             .as_str()
             .unwrap_or("")
             .starts_with("loop9p1 user I/Os")));
+}
+
+/// `report --html` on a real traced workload: the page is written at the end,
+/// holds the disk's offset heatmap, and the temporary recording is gone.
+#[test]
+fn report_html_renders_a_live_trace() {
+    if !common::privileged("report_html_renders_a_live_trace") {
+        return;
+    }
+    let dir = Scratch::new("live");
+    let page = dir.0.join("live.html");
+    let mut disk = common::LoopDisk::new(
+        "html",
+        64,
+        &[common::PartitionSpec {
+            start: 63,
+            size: 65536,
+        }],
+    );
+    disk.set_queue("max_sectors_kb", "64");
+    let before = temporary_recordings();
+    let tracer =
+        common::Tracer::start(&["report", "-d", &disk.name, "--html", page.to_str().unwrap()]);
+    common::dd(&[
+        "if=/dev/zero",
+        &format!("of={}", disk.partition(1)),
+        "bs=1M",
+        "count=8",
+        "oflag=direct",
+    ]);
+    let report = tracer.stop();
+    assert!(report.contains("split"), "{report}");
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        html.contains(&format!("<h3>{}</h3>", disk.name)),
+        "no offset heatmap for {}",
+        disk.name
+    );
+    assert!(
+        html.contains("<td>max_sectors</td>"),
+        "1 MiB writes split at 64 KiB"
+    );
+    // Five plot backgrounds, then bars and heatmap cells.
+    let rects = html.matches("<rect").count();
+    assert!(rects > 10, "{rects} rectangles");
+    assert_eq!(
+        temporary_recordings(),
+        before,
+        "the temporary recording is removed"
+    );
+}
+
+fn temporary_recordings() -> usize {
+    std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter(|entry| {
+            let name = entry.as_ref().unwrap().file_name();
+            let name = name.to_string_lossy();
+            name.starts_with("iosplit-trace-") && name.ends_with(".iotrace")
+        })
+        .count()
 }

@@ -133,6 +133,24 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     })
 }
 
+/// `report --html`: the page `analyze RECORDING --html OUT` writes.
+pub fn write_html(recording: &Path, out: &Path) -> Result<()> {
+    let args = AnalyzeArgs {
+        file: recording.to_path_buf(),
+        json: false,
+        from: None,
+        geometry: None,
+        html: Some(out.to_path_buf()),
+        perfetto: None,
+    };
+    let opened = Recording::open(recording)
+        .with_context(|| format!("cannot render {}", recording.display()))?;
+    let geometry = opened.header.geometry.clone();
+    let mut views = Views::new(&args, &geometry);
+    let analysis = replay(opened, recording, &mut views)?;
+    views.write(&args, &analysis.report, &geometry)
+}
+
 /// Feeds every item to a fresh engine; the report as the live run made it.
 pub fn replay<R: Read>(
     mut recording: Recording<R>,

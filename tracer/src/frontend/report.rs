@@ -22,7 +22,12 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         ..selection::capture_config(&devices)
     };
     let disks = session::read_geometry(&devices)?;
-    let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
+    // --html renders from a recording: the one asked for, or a temporary one.
+    let temporary = TemporaryRecording((args.html.is_some() && args.record.is_none()).then(|| {
+        std::env::temp_dir().join(format!("iosplit-trace-{}.iotrace", std::process::id()))
+    }));
+    let record_path = args.record.as_ref().or(temporary.0.as_ref());
+    let mut writer = record_path.map(|p| Writer::create(p)).transpose()?;
     let engine = RecordingSink::new(
         Engine::new(disks.clone(), Default::default()),
         writer.as_mut(),
@@ -93,12 +98,12 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     if capture.flavor == ProbeFlavor::Noop {
         let seconds = started.elapsed().as_secs_f64();
         capture.finish(|_, _| ())?;
-        if let Some(path) = &args.record {
+        if let Some(path) = record_path {
             // Nothing was captured: leave no recording that looks like an idle disk.
             drop(writer);
             let _ = std::fs::remove_file(path);
             return Err(crate::error::Error::usage(
-                "IOSPLIT_PROBES=noop captures nothing, so --record has nothing to keep: drop one of them",
+                "IOSPLIT_PROBES=noop captures nothing, so --record or --html has nothing to keep: drop one of them",
             ));
         }
         out.print(&FloorRun::new(seconds), format)?;
@@ -114,7 +119,21 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     if let Some(writer) = writer {
         writer.close()?;
     }
+    if let (Some(html), Some(recording)) = (&args.html, record_path) {
+        super::analyze::write_html(recording, html)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--html` without `--record`: the recording it renders from, removed however `report` ends.
+struct TemporaryRecording(Option<std::path::PathBuf>);
+
+impl Drop for TemporaryRecording {
+    fn drop(&mut self) {
+        if let Some(path) = &self.0 {
+            let _ = std::fs::remove_file(path);
+        }
+    }
 }
 
 /// What `report` prints under `IOSPLIT_PROBES=noop`: that nothing was
