@@ -21,8 +21,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{
-    count_actions, count_actions_between, dd, disk_holding, privileged, scattered_direct_writes,
-    BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tracer,
+    count_actions, count_actions_between, dd, device_named, disk_holding, ops_total, privileged,
+    scattered_direct_writes, BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tracer,
 };
 
 /// The blk tracer's actions and the report's `events` keys that count them.
@@ -209,20 +209,8 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     eprintln!("blk tracer: {theirs:?}\niosplit-trace: {events}");
 
     // The engine's totals for the disk agree with the oracle too.
-    let device = report["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == disk.name.as_str())
-        .expect("the disk is in the report");
-    let total = |key: &str| -> u64 {
-        device["measures"]["ops"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|op| op[key].as_u64().unwrap())
-            .sum()
-    };
+    let device = device_named(report, &disk.name);
+    let total = |key: &str| ops_total(&device["measures"], key);
     let engine = [
         ("Q", total("user_ios")),
         ("X", total("splits")),
@@ -326,20 +314,8 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
     );
 
     // The engine: every requeue counted, and a requeued command once.
-    let device = report["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|d| d["name"] == disk)
-        .expect("the disk is in the report");
-    let total = |key: &str| -> u64 {
-        device["measures"]["ops"]
-            .as_object()
-            .unwrap()
-            .values()
-            .map(|op| op[key].as_u64().unwrap())
-            .sum()
-    };
+    let device = device_named(report, disk);
+    let total = |key: &str| ops_total(&device["measures"], key);
     assert_eq!(total("requeues"), ours("requeue"), "{device}");
     // Other I/O on the shared disk can be requeued at the edges of the trace
     // (issued before the attach, or re-issued after the detach): each such

@@ -3,10 +3,11 @@
 use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
+use crate::frontend::test_reports::misaligned_start_evidence;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
-    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, MisalignedStartEvidence, Op, OpMeasures,
-    PartitionPlace, Severity, SubpageBlockSizeEvidence,
+    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, Op, OpMeasures, PartitionPlace,
+    Severity, SubpageBlockSizeEvidence,
 };
 
 const LOOP0: DevId = DevId::new(7, 0);
@@ -640,6 +641,14 @@ fn assert_commands_are_issues_minus_requeues(engine: &Engine) {
     );
 }
 
+/// After a requeue case: nothing left in flight, commands counted as issues
+/// minus requeues; loop0's write measures.
+fn settled_loop0_writes(engine: &Engine) -> OpMeasures {
+    assert_clean(engine);
+    assert_commands_are_issues_minus_requeues(engine);
+    disk_op(engine, "loop0", Op::Write)
+}
+
 #[test]
 fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
     let mut engine = engine();
@@ -658,9 +667,7 @@ fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
             complete(4 * MS, LOOP0, 2032, 16),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.commands, write.requeues), (1, 2, 1));
     assert_eq!(write.commands_per_io.max, 2);
     assert!((write.amplification - 2.0).abs() < 1e-9);
@@ -689,9 +696,7 @@ fn a_command_requeued_twice_is_still_one_command() {
             complete(8 * MS, LOOP0, 0, 8),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.commands, write.requeues), (1, 2));
     assert_eq!(write.requeue_delay_us.count, 2);
     assert_near(write.requeue_delay_us.max, 3000);
@@ -724,9 +729,7 @@ fn partial_completions_around_a_requeue_finish_the_command() {
         "the last bio is still out"
     );
     engine.ingest(&complete(6 * MS, LOOP0, 16, 8));
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.commands, write.requeues), (3, 1, 1));
     assert_eq!(write.commands_per_io.max, 1);
     assert_near(write.issue_to_complete_us.max, 2000);
@@ -748,9 +751,7 @@ fn a_requeued_merged_request_carries_all_its_bios_once() {
             complete(4 * MS, LOOP0, 64, 16),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.merges), (2, 1));
     assert_eq!((write.commands, write.requeues), (1, 1));
     assert_eq!(write.commands_per_io.max, 1);
@@ -1113,14 +1114,14 @@ fn too_few_splits_raise_nothing() {
         .all(|diagnosis| diagnosis.code != code::SPLIT_AMPLIFICATION));
 }
 
-#[test]
-fn max_sectors_splits_suggest_raising_max_sectors_kb() {
-    let mut engine = engine();
-    for index in 0..20u64 {
+/// `count` 512-sector writes straight to loop0 from sector 0, each split at
+/// max_sectors (128 KiB) into two 256-sector commands.
+fn max_sectors_splits(engine: &mut Engine, count: u64) {
+    for index in 0..count {
         let base = index * 512;
         let ts = MS * (index + 1);
         feed(
-            &mut engine,
+            engine,
             &[
                 queue(ts, LOOP0, base, 512),
                 split(ts, LOOP0, base, base + 256),
@@ -1131,6 +1132,12 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
             ],
         );
     }
+}
+
+#[test]
+fn max_sectors_splits_suggest_raising_max_sectors_kb() {
+    let mut engine = engine();
+    max_sectors_splits(&mut engine, 20);
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
@@ -1409,20 +1416,10 @@ fn audit_findings_get_live_evidence() {
         ["loop0p2", "loop0p1"]
             .iter()
             .map(|name| {
-                let evidence = MisalignedStartEvidence {
-                    partition: PartitionPlace {
-                        partition_start: 10241,
-                        partition_size: 20001,
-                    },
-                    granularity: 4096,
-                    offset_bytes: 512,
-                    alignment_offset: 3584,
-                    physical_block_size: 4096,
-                    minimum_io_size: 4096,
-                    proposed: None,
-                    live: LiveEvidence::default(),
-                    what_if: None,
-                };
+                let evidence = misaligned_start_evidence(PartitionPlace {
+                    partition_start: 10241,
+                    partition_size: 20001,
+                });
                 Diagnosis::new(
                     name.to_string(),
                     Severity::Warning,
@@ -1769,21 +1766,7 @@ fn a_split_that_merges_absorb_is_info() {
     // mkfs-like: a few large writes split at max_sectors (128 KiB) among
     // many small ones merged 32 to a command: fewer commands than user I/Os.
     let mut engine = engine();
-    for index in 0..30u64 {
-        let base = index * 512;
-        let ts = MS * (index + 1);
-        feed(
-            &mut engine,
-            &[
-                queue(ts, LOOP0, base, 512),
-                split(ts, LOOP0, base, base + 256),
-                issue(ts, LOOP0, base, 256),
-                issue(ts, LOOP0, base + 256, 256),
-                complete(ts, LOOP0, base, 256),
-                complete(ts, LOOP0, base + 256, 256),
-            ],
-        );
-    }
+    max_sectors_splits(&mut engine, 30);
     let small_base = 30 * 512;
     for command in 0..7u64 {
         let ts = MS * (100 + command);

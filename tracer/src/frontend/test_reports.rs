@@ -153,21 +153,27 @@ pub fn seed_diagnosis() -> Diagnosis {
     )
 }
 
+/// A partition 512 bytes past a 4 KiB physical block (alignment offset 3584),
+/// as the audit finds it: no proposal, no live evidence.
+pub fn misaligned_start_evidence(partition: PartitionPlace) -> MisalignedStartEvidence {
+    MisalignedStartEvidence {
+        partition,
+        granularity: 4096,
+        offset_bytes: 512,
+        alignment_offset: 3584,
+        physical_block_size: 4096,
+        minimum_io_size: 4096,
+        proposed: None,
+        live: LiveEvidence::default(),
+        what_if: None,
+    }
+}
+
 fn misaligned_diagnosis() -> Diagnosis {
     Diagnosis::new(
         "loop0p2".to_string(),
         Severity::Warning,
-        Evidence::MisalignedStart(MisalignedStartEvidence {
-            partition: SEED_PARTITION,
-            granularity: 4096,
-            offset_bytes: 512,
-            alignment_offset: 3584,
-            physical_block_size: 4096,
-            minimum_io_size: 4096,
-            proposed: None,
-            live: LiveEvidence::default(),
-            what_if: None,
-        }),
+        Evidence::MisalignedStart(misaligned_start_evidence(SEED_PARTITION)),
         "loop0p2 starts at sector 4,097, which is not a multiple of the \
             4 KiB physical block: every command straddles physical blocks."
             .to_string(),
