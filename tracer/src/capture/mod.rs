@@ -30,6 +30,7 @@ use aya::{
 use tracer_common::{
     counter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
     KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawTpEvent,
+    RawTpQueueEvent,
 };
 
 use crate::error::{Error, Result};
@@ -311,7 +312,15 @@ impl Decoding {
                 }
                 // SAFETY: the raw-tracepoint probes write whole `RawTpEvent`s (checked length).
                 let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
-                decoder.decode(&event)
+                let mut decoded = decoder.decode(&event)?;
+                if item.len() >= std::mem::size_of::<RawTpQueueEvent>() {
+                    // SAFETY: a record this long is a whole `RawTpQueueEvent` (checked length).
+                    let queued = unsafe {
+                        std::ptr::read_unaligned(item.as_ptr().cast::<RawTpQueueEvent>())
+                    };
+                    decoded.owner = queued.owner;
+                }
+                Some(decoded)
             }
         }
     }
@@ -334,7 +343,12 @@ fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
         .and_then(|btf| layout::resolve(&btf))
         .map_err(|err| crate::error::one_line(&err));
     match resolved {
-        Ok(layout) => Ok((ProbeFlavor::Raw, Some(layout))),
+        Ok(mut layout) => {
+            // Unreadable kallsyms only leaves direct I/O's file unknown.
+            let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+            layout::enable_direct_io(&mut layout.kernel.owner, &kallsyms);
+            Ok((ProbeFlavor::Raw, Some(layout)))
+        }
         Err(why) if requested == "raw" => Err(Error::failure(format!(
             "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
         ))),

@@ -835,6 +835,14 @@ fn garbage(rng: &mut Rng, ts: &mut u64) -> BlockEvent {
         kind: rng.below(EventKind::COUNT as u64 + 3) as u8,
         _pad: [0; 3],
         error: rng.next() as i32,
+        // Many owners, so attribution's tables fill and fold.
+        owner: tracer_common::Owner {
+            comm: [b'a' + rng.below(26) as u8; tracer_common::COMM_BYTES],
+            cgroup: rng.below(600),
+            ino: rng.below(600),
+            file_dev: rng.below(3) as u32,
+            flags: rng.next() as u32,
+        },
     }
 }
 
