@@ -41,6 +41,7 @@
 //! `diagnose::diagnose` (needs traffic) or `audit::audit_disk` (geometry
 //! alone), with its code in `model::code`.
 
+pub mod attribution;
 pub mod audit;
 mod chain;
 mod devices;
@@ -58,6 +59,8 @@ use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
 use tracer_common::{BlockEvent, DirtyCounts, EventKind};
+
+use attribution::AttributionTables;
 
 use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, EventCounts, Measures};
@@ -117,6 +120,8 @@ pub struct Engine {
     /// Bumped by `reset`, so chains from before it do not feed new histograms.
     epoch: u32,
     next_command: u64,
+    /// Who caused the I/O: per process, cgroup and file, and device.
+    attribution: AttributionTables,
 }
 
 impl Engine {
@@ -139,6 +144,7 @@ impl Engine {
             now_ns: 0,
             epoch: 0,
             next_command: 1,
+            attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
         };
         engine.set_disks(disks);
         engine
@@ -171,6 +177,7 @@ impl Engine {
             device.last_issue = [LastIssue::default(); OP_COUNT];
         }
         self.dirty.clear();
+        self.attribution.clear();
         self.events = EventCounts::default();
         self.correlation = CorrelationStats::default();
         self.epoch = self.epoch.wrapping_add(1);

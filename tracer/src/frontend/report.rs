@@ -55,20 +55,29 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         if interval.is_some() {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
-            let report = capture.query(move |engine, counters| {
+            let mut report = capture.query(move |engine, counters| {
                 let report = session::report(engine, counters, elapsed, unsupported);
                 engine.reset();
                 report
             })?;
             interval_start = Instant::now();
+            name_owners(&mut report);
             // A closed pipe ends the loop here; dropping the capture detaches the probes.
             out.print(&report, format)?;
         }
     }
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
-    let report = capture
+    let mut report = capture
         .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
+    name_owners(&mut report);
     out.print(&report, format)?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Cgroup and file paths for the attribution's ids (off the consumer thread).
+fn name_owners(report: &mut crate::model::Report) {
+    if let Some(attribution) = report.attribution.as_mut() {
+        crate::geometry::owners::resolve(attribution);
+    }
 }

@@ -57,6 +57,7 @@ pub fn report(
         diagnoses: engine.diagnoses(),
         devices: engine.devices(),
         run: None,
+        attribution: Some(engine.attribution(crate::engine::attribution::TOP_OWNERS)),
         unsupported_probes,
     }
 }

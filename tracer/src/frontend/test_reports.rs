@@ -258,6 +258,7 @@ fn base(duration_s: f64) -> Report {
         diagnoses: Vec::new(),
         devices: Vec::new(),
         run: None,
+        attribution: None,
         unsupported_probes: Vec::new(),
     }
 }

@@ -120,6 +120,7 @@ impl DiskGeometry {
 
 pub mod error;
 pub mod ioctl;
+pub mod owners;
 pub mod resolve;
 pub mod sysfs;
 
