@@ -90,6 +90,27 @@ pub struct ReportArgs {
     /// Print one JSON document (schema in the README) instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Add a section by who caused the I/O: process, cgroup or file (repeatable).
+    #[arg(long = "by", value_enum, value_name = "VIEW")]
+    pub by: Vec<ByView>,
+}
+
+/// `report --by`: the attribution views the text report adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ByView {
+    Process,
+    Cgroup,
+    File,
+}
+
+impl ByView {
+    pub fn view(self) -> crate::model::OwnerView {
+        match self {
+            ByView::Process => crate::model::OwnerView::Process,
+            ByView::Cgroup => crate::model::OwnerView::Cgroup,
+            ByView::File => crate::model::OwnerView::File,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]

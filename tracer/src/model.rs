@@ -268,6 +268,18 @@ pub struct Attribution {
     pub files: Vec<OwnerEntry>,
     /// Distinct (owner, device) entries summed into `other` entries, per view.
     pub folded: FoldedOwners,
+    /// The views the text report shows (`report --by`); JSON has them all.
+    #[serde(skip)]
+    pub text_views: Vec<OwnerView>,
+}
+
+/// One way of grouping I/O by who caused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerView {
+    Process,
+    Cgroup,
+    File,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

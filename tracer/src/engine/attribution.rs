@@ -407,6 +407,7 @@ impl AttributionTables {
                 cgroups: folded_cgroups,
                 files: folded_files,
             },
+            text_views: Vec::new(),
         }
     }
 }

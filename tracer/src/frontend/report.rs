@@ -61,7 +61,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
                 report
             })?;
             interval_start = Instant::now();
-            name_owners(&mut report);
+            name_owners(&mut report, &args.by);
             // A closed pipe ends the loop here; dropping the capture detaches the probes.
             out.print(&report, format)?;
         }
@@ -70,14 +70,20 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let elapsed = interval_start.elapsed();
     let mut report = capture
         .finish(move |engine, counters| session::report(engine, counters, elapsed, unsupported))?;
-    name_owners(&mut report);
+    name_owners(&mut report, &args.by);
     out.print(&report, format)?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Cgroup and file paths for the attribution's ids (off the consumer thread).
-fn name_owners(report: &mut crate::model::Report) {
+/// The text shows the `--by` views, in the order given.
+fn name_owners(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
     if let Some(attribution) = report.attribution.as_mut() {
         crate::geometry::owners::resolve(attribution);
+        for view in by {
+            if !attribution.text_views.contains(&view.view()) {
+                attribution.text_views.push(view.view());
+            }
+        }
     }
 }
