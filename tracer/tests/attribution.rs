@@ -1,0 +1,279 @@
+//! Attribution on real loop disks (root): cgroups (v1 blkio, as this
+//! machine mounts it), processes for direct and buffered writers, and a
+//! file written with O_DIRECT on ext4 found by path. Run under
+//! `flock /tmp/iosplit-root.lock`; every guard undoes what it did, also on panic.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+use common::{privileged, sh, LoopDisk, PartitionSpec, Tracer};
+use serde_json::Value;
+
+/// The tests share kernel state (tracer, loop devices): one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const BLKIO: &str = "/sys/fs/cgroup/blkio";
+
+/// A cgroup v1 blkio group, removed on drop (its writers have exited by then).
+struct Cgroup {
+    path: PathBuf,
+}
+
+impl Cgroup {
+    fn new(name: &str) -> Cgroup {
+        let path = Path::new(BLKIO).join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir(&path).unwrap_or_else(|err| panic!("mkdir {path:?}: {err}"));
+        Cgroup { path }
+    }
+
+    /// As `/proc/PID/cgroup` and the report spell it.
+    fn name(&self) -> String {
+        format!("/{}", self.path.file_name().unwrap().to_string_lossy())
+    }
+}
+
+impl Drop for Cgroup {
+    fn drop(&mut self) {
+        // Anything still inside goes back to the root first.
+        if let Ok(procs) = std::fs::read_to_string(self.path.join("cgroup.procs")) {
+            for pid in procs.lines() {
+                let _ = std::fs::write(Path::new(BLKIO).join("cgroup.procs"), pid);
+            }
+        }
+        let _ = std::fs::remove_dir(&self.path);
+    }
+}
+
+/// An ext4 filesystem mounted on a fresh directory, unmounted on drop.
+struct Mounted {
+    point: PathBuf,
+}
+
+impl Mounted {
+    fn ext4(device: &str) -> Mounted {
+        sh("mkfs.ext4", &["-q", "-F", device]);
+        let point = std::env::temp_dir().join(format!("iosplit-attr-{}", std::process::id()));
+        std::fs::create_dir_all(&point).unwrap();
+        let mounted = Mounted { point };
+        sh("mount", &[device, mounted.point.to_str().unwrap()]);
+        mounted
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.point).status();
+        let _ = std::fs::remove_dir(&self.point);
+    }
+}
+
+/// Runs `dd ARGS` inside `cgroup` (if any); returns dd's pid.
+fn dd_in(cgroup: Option<&Cgroup>, args: &[&str]) -> u32 {
+    let join = match cgroup {
+        Some(cgroup) => format!("echo $$ > {}/cgroup.procs && ", cgroup.path.display()),
+        None => String::new(),
+    };
+    let script = format!("{join}exec dd {} status=none", args.join(" "));
+    let child = Command::new("sh").args(["-c", &script]).spawn().unwrap();
+    let pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "dd {args:?} failed");
+    pid
+}
+
+fn report(out: &str) -> Value {
+    serde_json::from_str(out).unwrap_or_else(|err| panic!("not JSON ({err}): {out}"))
+}
+
+fn entries<'a>(report: &'a Value, view: &str) -> &'a Vec<Value> {
+    report["attribution"][view]
+        .as_array()
+        .unwrap_or_else(|| panic!("no attribution.{view}: {report}"))
+}
+
+fn number(entry: &Value, key: &str) -> u64 {
+    entry["measures"][key].as_u64().unwrap()
+}
+
+fn two_partitions(tag: &str) -> LoopDisk {
+    LoopDisk::new(
+        tag,
+        64,
+        &[
+            PartitionSpec {
+                start: 2048,
+                size: 40960,
+            },
+            PartitionSpec {
+                start: 43008,
+                size: 40960,
+            },
+        ],
+    )
+}
+
+#[test]
+fn each_cgroups_commands_land_on_its_own_partition() {
+    if !privileged("each_cgroups_commands_land_on_its_own_partition") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let disk = two_partitions("attr-cg");
+    let (a, b) = (Cgroup::new("iosplit-attr-a"), Cgroup::new("iosplit-attr-b"));
+    let tracer = Tracer::start(&["-d", &disk.name, "report", "--json"]);
+    let p1 = disk.partition(1);
+    let p2 = disk.partition(2);
+    dd_in(
+        Some(&a),
+        &[
+            "if=/dev/zero",
+            &format!("of={p1}"),
+            "bs=64k",
+            "count=64",
+            "oflag=direct",
+        ],
+    );
+    dd_in(
+        Some(&b),
+        &[
+            "if=/dev/zero",
+            &format!("of={p2}"),
+            "bs=64k",
+            "count=32",
+            "oflag=direct",
+        ],
+    );
+    let report = report(&tracer.stop());
+    let cgroups = entries(&report, "cgroups");
+    let on = |cgroup: &Cgroup| -> Vec<&Value> {
+        cgroups
+            .iter()
+            .filter(|entry| entry["cgroup"].as_str() == Some(&cgroup.name()))
+            .collect()
+    };
+    for (cgroup, partition, writes) in [(&a, &p1, 64), (&b, &p2, 32)] {
+        let found = on(cgroup);
+        let device = partition.trim_start_matches("/dev/");
+        assert_eq!(
+            found.len(),
+            1,
+            "{} on one device only: {cgroups:#?}",
+            cgroup.name()
+        );
+        assert_eq!(found[0]["device"], device, "{cgroups:#?}");
+        assert!(number(found[0], "user_ios") >= writes, "{:#?}", found[0]);
+        assert!(number(found[0], "commands") >= writes, "{:#?}", found[0]);
+        assert_eq!(number(found[0], "bytes"), writes * 65536, "{:#?}", found[0]);
+        assert!(found[0]["cgroup_id"].as_u64().unwrap() > 1);
+    }
+}
+
+#[test]
+fn direct_and_buffered_writers_are_named_by_pid_and_comm() {
+    if !privileged("direct_and_buffered_writers_are_named_by_pid_and_comm") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let disk = two_partitions("attr-proc");
+    let tracer = Tracer::start(&["-d", &disk.name, "report", "--json", "--by", "process"]);
+    let p1 = disk.partition(1);
+    let p2 = disk.partition(2);
+    let direct = dd_in(
+        None,
+        &[
+            "if=/dev/zero",
+            &format!("of={p1}"),
+            "bs=64k",
+            "count=16",
+            "oflag=direct",
+        ],
+    );
+    // fsync writes the dirty pages back from the writer's own context.
+    let buffered = dd_in(
+        None,
+        &[
+            "if=/dev/zero",
+            &format!("of={p2}"),
+            "bs=4k",
+            "count=256",
+            "conv=fsync",
+        ],
+    );
+    let report = report(&tracer.stop());
+    let processes = entries(&report, "processes");
+    let find = |pid: u32| -> Vec<&Value> {
+        processes
+            .iter()
+            .filter(|entry| entry["pid"].as_u64() == Some(u64::from(pid)))
+            .collect()
+    };
+    let direct_entries = find(direct);
+    assert_eq!(direct_entries.len(), 1, "{processes:#?}");
+    assert_eq!(direct_entries[0]["comm"], "dd");
+    assert_eq!(direct_entries[0]["owner"], "known");
+    assert_eq!(direct_entries[0]["device"], p1.trim_start_matches("/dev/"));
+    assert_eq!(number(direct_entries[0], "bytes"), 16 * 65536);
+    // fsync's cache flush is a zero-length bio on the whole disk: its own entry.
+    let buffered_entries: Vec<&Value> = find(buffered)
+        .into_iter()
+        .filter(|entry| entry["device"] == p2.trim_start_matches("/dev/"))
+        .collect();
+    assert_eq!(buffered_entries.len(), 1, "{processes:#?}");
+    assert_eq!(buffered_entries[0]["comm"], "dd");
+    // Whatever background writeback took first is a kernel thread's, never dd's.
+    let on_p2: u64 = processes
+        .iter()
+        .filter(|entry| entry["device"] == p2.trim_start_matches("/dev/"))
+        .map(|entry| number(entry, "bytes"))
+        .sum();
+    assert!(number(buffered_entries[0], "bytes") > 0);
+    assert!(on_p2 >= 256 * 4096, "{processes:#?}");
+    // Neither writer shows on the other's partition.
+    assert!(find(direct)
+        .iter()
+        .all(|e| e["device"] != p2.trim_start_matches("/dev/")));
+}
+
+#[test]
+fn an_o_direct_file_on_ext4_is_found_by_path() {
+    if !privileged("an_o_direct_file_on_ext4_is_found_by_path") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let disk = two_partitions("attr-file");
+    let p1 = disk.partition(1);
+    let mounted = Mounted::ext4(&p1);
+    let file = mounted.point.join("direct.bin");
+    let tracer = Tracer::start(&["-d", &disk.name, "report", "--json"]);
+    dd_in(
+        None,
+        &[
+            "if=/dev/zero",
+            &format!("of={}", file.display()),
+            "bs=64k",
+            "count=32",
+            "oflag=direct",
+        ],
+    );
+    let report = report(&tracer.stop());
+    let files = entries(&report, "files");
+    let found: Vec<&Value> = files
+        .iter()
+        .filter(|entry| entry["path"].as_str() == Some(file.to_str().unwrap()))
+        .collect();
+    assert_eq!(found.len(), 1, "{files:#?}");
+    assert_eq!(found[0]["direct"], true);
+    assert_eq!(found[0]["device"], p1.trim_start_matches("/dev/"));
+    assert_eq!(number(found[0], "bytes"), 32 * 65536);
+    let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
+    assert_eq!(found[0]["inode"].as_u64(), Some(ino));
+}
