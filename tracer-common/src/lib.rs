@@ -342,6 +342,10 @@ pub struct OwnerLayout {
     pub iocb_filp: u32,
     pub file_inode: u32,
     pub direct_enabled: u32,
+    /// `request.bio`: the first bio of a request, to drop the request events
+    /// of a filtered-out owner's bios.
+    pub rq_bio: u32,
+    pub _pad: u32,
     /// Address of `iomap_dio_bio_end_io` (from `/proc/kallsyms`).
     pub iomap_dio_end_io: u64,
 }
@@ -372,6 +376,8 @@ impl OwnerLayout {
         iocb_filp: 0,
         file_inode: 0,
         direct_enabled: 0,
+        rq_bio: 0,
+        _pad: 0,
         iomap_dio_end_io: 0,
     };
 }
@@ -652,6 +658,14 @@ impl DirtyCounts {
     }
 }
 
+/// Bits of the `FILTER_OWNERS` global: which owner filters are on. A bio is
+/// traced when it passes every filter that is on (any value of each).
+pub mod owner_filter {
+    pub const PID: u32 = 1;
+    pub const CGROUP: u32 = 1 << 1;
+    pub const COMM: u32 = 1 << 2;
+}
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
@@ -679,6 +693,14 @@ pub mod names {
     pub const PIDS: &str = "PIDS";
     pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
+    /// Owner filters (`-p`, `--cgroup`, `--comm`; raw probes only): which
+    /// kinds are on ([`super::owner_filter`] bits), and the values of each.
+    pub const FILTER_OWNERS: &str = "FILTER_OWNERS";
+    pub const OWNER_PIDS: &str = "OWNER_PIDS";
+    pub const OWNER_CGROUPS: &str = "OWNER_CGROUPS";
+    pub const OWNER_COMMS: &str = "OWNER_COMMS";
+    /// Bios of filtered-out owners, so their requests are dropped too.
+    pub const FILTERED_BIOS: &str = "FILTERED_BIOS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
     pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
     /// The classic probes' [`ClassicFields`](super::ClassicFields): one global for every kind.
@@ -713,10 +735,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 96);
         assert_eq!(core::mem::size_of::<Owner>(), 40);
         assert_eq!(core::mem::size_of::<RawTpQueueEvent>(), 112);
-        assert_eq!(core::mem::size_of::<OwnerLayout>(), 104);
+        assert_eq!(core::mem::size_of::<OwnerLayout>(), 112);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 152);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 160);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

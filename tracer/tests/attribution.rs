@@ -3,6 +3,8 @@
 //! file written with O_DIRECT on ext4 found by path. Run under
 //! `flock /tmp/iosplit-root.lock`; every guard undoes what it did, also on panic.
 
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -84,7 +86,7 @@ fn dd_in(cgroup: Option<&Cgroup>, args: &[&str]) -> u32 {
     pid
 }
 
-fn report(out: &str) -> Value {
+fn parse(out: &str) -> Value {
     serde_json::from_str(out).unwrap_or_else(|err| panic!("not JSON ({err}): {out}"))
 }
 
@@ -148,7 +150,7 @@ fn each_cgroups_commands_land_on_its_own_partition() {
             "oflag=direct",
         ],
     );
-    let report = report(&tracer.stop());
+    let report = parse(&tracer.stop());
     let cgroups = entries(&report, "cgroups");
     let on = |cgroup: &Cgroup| -> Vec<&Value> {
         cgroups
@@ -206,7 +208,7 @@ fn direct_and_buffered_writers_are_named_by_pid_and_comm() {
             "conv=fsync",
         ],
     );
-    let report = report(&tracer.stop());
+    let report = parse(&tracer.stop());
     let processes = entries(&report, "processes");
     let find = |pid: u32| -> Vec<&Value> {
         processes
@@ -264,7 +266,7 @@ fn an_o_direct_file_on_ext4_is_found_by_path() {
             "oflag=direct",
         ],
     );
-    let report = report(&tracer.stop());
+    let report = parse(&tracer.stop());
     let files = entries(&report, "files");
     let found: Vec<&Value> = files
         .iter()
@@ -276,4 +278,107 @@ fn an_o_direct_file_on_ext4_is_found_by_path() {
     assert_eq!(number(found[0], "bytes"), 32 * 65536);
     let ino = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&file).unwrap());
     assert_eq!(found[0]["inode"].as_u64(), Some(ino));
+}
+
+/// The measures of partition `name` in the report's devices.
+fn partition_ops<'a>(report: &'a Value, name: &str) -> &'a Value {
+    report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|disk| disk["partitions"].as_array().unwrap())
+        .find(|part| part["name"] == name)
+        .map(|part| &part["measures"]["ops"])
+        .unwrap_or_else(|| panic!("no partition {name}: {report}"))
+}
+
+#[test]
+fn filtered_out_owners_appear_nowhere() {
+    if !privileged("filtered_out_owners_appear_nowhere") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let disk = two_partitions("attr-filter");
+    let (p1, p2) = (disk.partition(1), disk.partition(2));
+    let (name1, name2) = (
+        p1.trim_start_matches("/dev/").to_string(),
+        p2.trim_start_matches("/dev/").to_string(),
+    );
+    let (a, b) = (
+        Cgroup::new("iosplit-attr-fa"),
+        Cgroup::new("iosplit-attr-fb"),
+    );
+    let write = |cgroup: &Cgroup, partition: &str| {
+        dd_in(
+            Some(cgroup),
+            &[
+                "if=/dev/zero",
+                &format!("of={partition}"),
+                "bs=64k",
+                "count=16",
+                "oflag=direct",
+            ],
+        )
+    };
+
+    // By cgroup: only A's writes to p1 are seen.
+    let tracer = Tracer::start(&["-d", &disk.name, "--cgroup", &a.name(), "report", "--json"]);
+    write(&a, &p1);
+    write(&b, &p2);
+    let report = parse(&tracer.stop());
+    assert!(
+        partition_ops(&report, &name1)["write"]["user_ios"]
+            .as_u64()
+            .unwrap()
+            >= 16
+    );
+    assert_eq!(
+        partition_ops(&report, &name2),
+        &Value::Object(Default::default()),
+        "{report}"
+    );
+    assert!(entries(&report, "cgroups")
+        .iter()
+        .all(|e| e["cgroup"] != b.name()));
+    assert!(entries(&report, "processes")
+        .iter()
+        .all(|e| e["device"] != name2));
+
+    // By name: a copy of dd under another name is traced, dd itself is not.
+    let renamed = std::env::temp_dir().join(format!("iosplit-ddx-{}", std::process::id() % 1000));
+    let _copy = common::ScratchFile(renamed.clone());
+    std::fs::copy("/bin/dd", &renamed).unwrap();
+    let comm = renamed.file_name().unwrap().to_str().unwrap().to_string();
+    let tracer = Tracer::start(&["-d", &disk.name, "--comm", &comm, "report", "--json"]);
+    let status = Command::new(&renamed)
+        .args([
+            "if=/dev/zero",
+            &format!("of={p2}"),
+            "bs=64k",
+            "count=8",
+            "oflag=direct",
+            "status=none",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    write(&a, &p1);
+    let report = parse(&tracer.stop());
+    assert_eq!(
+        partition_ops(&report, &name1),
+        &Value::Object(Default::default()),
+        "{report}"
+    );
+    assert_eq!(
+        partition_ops(&report, &name2)["write"]["user_ios"].as_u64(),
+        Some(8),
+        "{report}"
+    );
+    let processes = entries(&report, "processes");
+    assert!(
+        processes.iter().all(|e| e["comm"] == comm.as_str()),
+        "{processes:#?}"
+    );
 }

@@ -18,18 +18,35 @@ use aya_ebpf::{
         bpf_get_current_comm, bpf_get_current_pid_tgid, bpf_get_current_task, bpf_ktime_get_ns,
         bpf_probe_read_kernel, bpf_probe_read_kernel_buf,
     },
-    macros::raw_tracepoint,
+    macros::{map, raw_tracepoint},
+    maps::{HashMap, LruHashMap},
     programs::RawTracePointContext,
     Global,
 };
 use tracer_common::{
-    counter, owner_flags, EventKind, KernelLayout, Owner, OwnerLayout, RawTpEvent, RawTpQueueEvent,
+    counter, owner_filter, owner_flags, EventKind, KernelLayout, Owner, OwnerLayout, RawTpEvent,
+    RawTpQueueEvent, COMM_BYTES,
 };
 
 use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
+
+/// Which owner filters are on (`owner_filter` bits); 0: every owner.
+#[unsafe(no_mangle)]
+static FILTER_OWNERS: Global<u32> = Global::new(0);
+
+#[map(name = "OWNER_PIDS")]
+static OWNER_PIDS: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
+#[map(name = "OWNER_CGROUPS")]
+static OWNER_CGROUPS: HashMap<u64, u8> = HashMap::with_max_entries(256, 0);
+#[map(name = "OWNER_COMMS")]
+static OWNER_COMMS: HashMap<[u8; COMM_BYTES], u8> = HashMap::with_max_entries(256, 0);
+/// Bios a filter turned away, so the requests they head are dropped too
+/// (requests are issued and completed outside the submitter's context).
+#[map(name = "FILTERED_BIOS")]
+static FILTERED_BIOS: LruHashMap<u64, u8> = LruHashMap::with_max_entries(65536, 0);
 
 #[inline(always)]
 fn read<T>(address: u64) -> Result<T, i32> {
@@ -120,15 +137,7 @@ fn owner_of(layout: &OwnerLayout, bio: u64) -> Owner {
         }
     }
     if layout.cgroup_enabled != 0 {
-        let id = read::<u64>(bio + u64::from(layout.bio_blkg))
-            .and_then(|blkg| nonzero(blkg))
-            .and_then(|blkg| read::<u64>(blkg + u64::from(layout.blkg_blkcg)))
-            .and_then(|blkcg| nonzero(blkcg))
-            .and_then(|blkcg| read::<u64>(blkcg + u64::from(layout.blkcg_cgroup)))
-            .and_then(|cgroup| nonzero(cgroup))
-            .and_then(|cgroup| read::<u64>(cgroup + u64::from(layout.cgroup_kn)))
-            .and_then(|kn| nonzero(kn))
-            .and_then(|kn| read::<u64>(kn + u64::from(layout.kn_id)));
+        let id = blkcg_id(layout, bio);
         if let Ok(id) = id {
             owner.cgroup = id;
             owner.flags |= owner_flags::CGROUP;
@@ -224,6 +233,65 @@ fn inode_into(layout: &OwnerLayout, inode: u64, owner: &mut Owner) -> bool {
     }
 }
 
+/// Whether a bio submitted now passes the owner filters: the current task's
+/// tgid and comm (bio events run in the submitter's context) and the bio's
+/// blkcg. Reads only what the filters that are on need.
+#[inline(always)]
+fn owner_wanted(layout: &OwnerLayout, bio: u64, filters: u32) -> bool {
+    if filters & owner_filter::PID != 0 {
+        let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+        // SAFETY: a lookup in a map of plain integers; the value is not kept.
+        if unsafe { OWNER_PIDS.get(&tgid) }.is_none() {
+            return false;
+        }
+    }
+    if filters & owner_filter::COMM != 0 {
+        let Ok(comm) = bpf_get_current_comm() else {
+            return false;
+        };
+        // SAFETY: as above.
+        if unsafe { OWNER_COMMS.get(&comm) }.is_none() {
+            return false;
+        }
+    }
+    if filters & owner_filter::CGROUP != 0 {
+        let Ok(id) = blkcg_id(layout, bio) else {
+            return false;
+        };
+        // SAFETY: as above.
+        if unsafe { OWNER_CGROUPS.get(&id) }.is_none() {
+            return false;
+        }
+    }
+    true
+}
+
+/// `bio->bi_blkg->blkcg->css.cgroup->kn->id`.
+#[inline(always)]
+fn blkcg_id(layout: &OwnerLayout, bio: u64) -> Result<u64, i32> {
+    let blkg = nonzero(read::<u64>(bio + u64::from(layout.bio_blkg))?)?;
+    let blkcg = nonzero(read::<u64>(blkg + u64::from(layout.blkg_blkcg))?)?;
+    let cgroup = nonzero(read::<u64>(blkcg + u64::from(layout.blkcg_cgroup))?)?;
+    let kn = nonzero(read::<u64>(cgroup + u64::from(layout.cgroup_kn))?)?;
+    read::<u64>(kn + u64::from(layout.kn_id))
+}
+
+/// Turns a bio away: remembered so the requests it heads are dropped too.
+#[inline(always)]
+fn filter_out(bio: u64) {
+    let _ = FILTERED_BIOS.insert(&bio, &1, 0);
+}
+
+/// Whether a request (or a completed bio) belongs to a turned-away bio.
+#[inline(always)]
+fn filtered_request(layout: &OwnerLayout, rq: u64) -> bool {
+    match read::<u64>(rq + u64::from(layout.rq_bio)) {
+        // SAFETY: a lookup in a map of plain integers; the value is not kept.
+        Ok(bio) => bio != 0 && unsafe { FILTERED_BIOS.get(&bio) }.is_some(),
+        Err(_) => false,
+    }
+}
+
 /// `block_bio_queue`: the event with its owner, in one larger record.
 #[inline(always)]
 fn queue_event(bio: u64) -> u32 {
@@ -236,6 +304,11 @@ fn queue_event(bio: u64) -> u32 {
         }
     };
     if !device_wanted(dev) {
+        return 0;
+    }
+    let filters = FILTER_OWNERS.load();
+    if filters != 0 && !owner_wanted(&layout.owner, bio, filters) {
+        filter_out(bio);
         return 0;
     }
     let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
@@ -289,6 +362,20 @@ fn bio_event(kind: EventKind, bio: u64, arg: u64, arg2: u32, also: Option<u32>) 
     if !device_wanted(dev) && !also.is_some_and(|other| other != 0 && device_wanted(other)) {
         return 0;
     }
+    let filters = FILTER_OWNERS.load();
+    if filters != 0 {
+        if kind == EventKind::BioComplete {
+            // SAFETY: a lookup in a map of plain integers; the value is not kept.
+            if unsafe { FILTERED_BIOS.get(&bio) }.is_some() {
+                let _ = FILTERED_BIOS.remove(&bio);
+                return 0;
+            }
+        } else if !owner_wanted(&layout.owner, bio, filters) {
+            // Remap, split and merges run in the submitter's context.
+            filter_out(bio);
+            return 0;
+        }
+    }
     emit(kind, bio + u64::from(layout.bio_window), dev, arg, arg2)
 }
 
@@ -303,6 +390,9 @@ fn rq_event(kind: EventKind, rq: u64, arg: u64, arg2: u32) -> u32 {
         }
     };
     if !device_wanted(dev) {
+        return 0;
+    }
+    if FILTER_OWNERS.load() != 0 && filtered_request(&layout.owner, rq) {
         return 0;
     }
     emit(kind, rq + u64::from(layout.rq_window), dev, arg, arg2)

@@ -267,6 +267,7 @@ pub fn owner_layout(btf: &Btf) -> OwnerLayout {
             .map(|member| member.offset)
     };
     let mut layout = OwnerLayout::ABSENT;
+    layout.rq_bio = at("request", &["bio"], 8).unwrap_or(0);
     if let Some(mm) = at("task_struct", &["mm"], 8) {
         layout.task_mm = mm;
         layout.process_enabled = 1;

@@ -74,6 +74,37 @@ pub struct CaptureConfig {
     pub ring_bytes: u32,
     /// Follow a process tree (`run`): forks and write-family syscalls.
     pub process_tree: bool,
+    /// Owner filters (`-p`, `--cgroup`, `--comm`), applied in the kernel.
+    pub owners: OwnerFilter,
+}
+
+/// Whose I/O to trace; empty lists filter nothing. A bio is traced when it
+/// passes every list that is not empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerFilter {
+    pub pids: Vec<u32>,
+    /// Kernfs ids of blkcg cgroups (their directories' inode numbers).
+    pub cgroups: Vec<u64>,
+    /// Task names, NUL-padded as the kernel keeps them.
+    pub comms: Vec<[u8; tracer_common::COMM_BYTES]>,
+}
+
+impl OwnerFilter {
+    /// The `FILTER_OWNERS` bits for the lists that are not empty.
+    pub fn bits(&self) -> u32 {
+        use tracer_common::owner_filter;
+        let mut bits = 0;
+        if !self.pids.is_empty() {
+            bits |= owner_filter::PID;
+        }
+        if !self.cgroups.is_empty() {
+            bits |= owner_filter::CGROUP;
+        }
+        if !self.comms.is_empty() {
+            bits |= owner_filter::COMM;
+        }
+        bits
+    }
 }
 
 /// Counters the probes keep in the kernel.
@@ -381,6 +412,16 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .unwrap_or(FieldOffsets::ABSENT)
     });
     let (flavor, object_layout) = choose_flavor()?;
+    let filter_owners = config.owners.bits();
+    if filter_owners != 0 {
+        let owner = object_layout.map_or(tracer_common::OwnerLayout::ABSENT, |l| l.kernel.owner);
+        let cgroups = config.owners.cgroups.is_empty() || owner.cgroup_enabled != 0;
+        if owner.rq_bio == 0 || !cgroups {
+            return Err(Error::usage(
+                "-p/--pid, --cgroup and --comm filter in the kernel with the raw-tracepoint probes, which this kernel's BTF does not support here; trace without them and read the attribution sections instead",
+            ));
+        }
+    }
     let decoding = match object_layout {
         Some(object_layout) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
         None => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
@@ -413,6 +454,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     loader
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
+        .override_global(names::FILTER_OWNERS, &filter_owners, true)
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
@@ -541,6 +583,7 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
             .insert(dev.to_kernel(), 1, 0)
             .map_err(|e| map_error(&e))?;
     }
+    fill_owner_filter(ebpf, &config.owners)?;
     if let Some(pids) = &config.pids {
         let map = ebpf
             .map_mut(names::PIDS)
@@ -549,6 +592,37 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
         for pid in pids {
             table.insert(pid, 1, 0).map_err(|e| map_error(&e))?;
         }
+    }
+    Ok(())
+}
+
+/// The owner filters' values, into their kernel maps.
+fn fill_owner_filter(ebpf: &mut Ebpf, owners: &OwnerFilter) -> Result<()> {
+    let map_error = |what: &dyn std::fmt::Display| {
+        Error::failure(format!("cannot set the owner filter: {what}"))
+    };
+    let missing = |name: &str| map_error(&format!("{name} map missing"));
+    let map = ebpf
+        .map_mut(names::OWNER_PIDS)
+        .ok_or_else(|| missing(names::OWNER_PIDS))?;
+    let mut pids: HashMap<_, u32, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for pid in &owners.pids {
+        pids.insert(pid, 1, 0).map_err(|e| map_error(&e))?;
+    }
+    let map = ebpf
+        .map_mut(names::OWNER_CGROUPS)
+        .ok_or_else(|| missing(names::OWNER_CGROUPS))?;
+    let mut cgroups: HashMap<_, u64, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for id in &owners.cgroups {
+        cgroups.insert(id, 1, 0).map_err(|e| map_error(&e))?;
+    }
+    let map = ebpf
+        .map_mut(names::OWNER_COMMS)
+        .ok_or_else(|| missing(names::OWNER_COMMS))?;
+    let mut comms: HashMap<_, [u8; tracer_common::COMM_BYTES], u8> =
+        HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for comm in &owners.comms {
+        comms.insert(comm, 1, 0).map_err(|e| map_error(&e))?;
     }
     Ok(())
 }

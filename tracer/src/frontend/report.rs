@@ -14,7 +14,8 @@ use super::{selection, session};
 
 pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
-    let config = selection::capture_config(&devices);
+    let mut config = selection::capture_config(&devices);
+    config.owners = selection::owner_filter(selection)?;
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let mut out = Output::stdout();
     // One document per interval is a stream: JSON Lines.

@@ -143,6 +143,11 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         recorder: RunRecorder::new(ProcFdResolver),
         own_pid: std::process::id(),
     };
+    if selection.filters_owners() {
+        return Err(Error::usage(
+            "run traces its own command; -p/--pid, --cgroup and --comm apply to report and the live view",
+        ));
+    }
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,

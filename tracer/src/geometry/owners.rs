@@ -120,6 +120,40 @@ pub fn cgroup_paths(root: &Path, wanted: &[u64]) -> Vec<(u64, String)> {
     found
 }
 
+/// The id of cgroup `path` in the hierarchy that holds blkcgs: a path as
+/// `/proc/PID/cgroup` spells it (from that hierarchy's root), or a
+/// directory under its mount.
+pub fn cgroup_id(mounts: &[Mount], path: &str) -> Result<u64, String> {
+    let hierarchy = blkcg_hierarchy(mounts)
+        .ok_or_else(|| "--cgroup: no cgroup v1 blkio or v2 hierarchy is mounted".to_string())?;
+    let root = &hierarchy.mount_point;
+    let given = Path::new(path);
+    let directory = if given.starts_with(root) {
+        given.to_path_buf()
+    } else {
+        root.join(path.trim_start_matches('/'))
+    };
+    match std::fs::metadata(&directory) {
+        Ok(meta) if meta.is_dir() => Ok(meta.ino()),
+        _ => Err(format!(
+            "--cgroup {path}: no such cgroup in {} (give it as /proc/PID/cgroup shows it)",
+            root.display()
+        )),
+    }
+}
+
+/// A task name as the kernel keeps it: at most 15 bytes, NUL-padded (longer
+/// names are cut there, as the kernel cuts them).
+pub fn comm_key(name: &str) -> Result<[u8; tracer_common::COMM_BYTES], String> {
+    if name.is_empty() || name.contains('\0') {
+        return Err("--comm needs a task name, as `ps -o comm` shows it".to_string());
+    }
+    let mut key = [0; tracer_common::COMM_BYTES];
+    let length = name.len().min(tracer_common::COMM_BYTES - 1);
+    key[..length].copy_from_slice(&name.as_bytes()[..length]);
+    Ok(key)
+}
+
 /// `FILEID_INO32_GEN` (include/linux/exportfs.h): a 32-bit inode number and
 /// a generation; ext4 skips the generation check when it is 0.
 const FILEID_INO32_GEN: i32 = 1;
@@ -263,6 +297,33 @@ garbage line
         expected.sort();
         std::fs::remove_dir_all(&root).unwrap();
         assert_eq!(found, expected);
+    }
+
+    #[test]
+    fn cgroup_paths_resolve_in_the_blkcg_hierarchy_and_names_cut_like_comm() {
+        let root = std::env::temp_dir().join(format!("iosplit-cgid-{}", std::process::id()));
+        std::fs::create_dir_all(root.join("svc")).unwrap();
+        let mounts = vec![Mount {
+            dev: DevId::new(0, 35),
+            root: "/".into(),
+            mount_point: root.clone(),
+            fs_type: "cgroup".into(),
+            super_options: "rw,blkio".into(),
+        }];
+        let ino = std::fs::metadata(root.join("svc")).unwrap().ino();
+        let by_name = cgroup_id(&mounts, "/svc");
+        let by_mount = cgroup_id(&mounts, root.join("svc").to_str().unwrap());
+        let missing = cgroup_id(&mounts, "/nope");
+        std::fs::remove_dir_all(&root).unwrap();
+        assert_eq!(by_name, Ok(ino));
+        assert_eq!(by_mount, Ok(ino));
+        assert!(missing.unwrap_err().contains("no such cgroup"));
+        assert!(cgroup_id(&[], "/svc").is_err());
+        assert_eq!(&comm_key("dd").unwrap()[..3], b"dd\0");
+        let long = comm_key("a-very-long-task-name").unwrap();
+        assert_eq!(&long[..15], b"a-very-long-tas");
+        assert_eq!(long[15], 0);
+        assert!(comm_key("").is_err());
     }
 
     #[test]
