@@ -310,6 +310,9 @@ impl ProbeFlavor {
 
 /// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
+/// `IOSPLIT_OWNERS=off` stops the queue probe reading owners (for measuring
+/// their cost): every owner is then "unknown" but the tgid.
+pub const OWNERS_ENV: &str = "IOSPLIT_OWNERS";
 
 /// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
@@ -378,6 +381,13 @@ fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
             // Unreadable kallsyms only leaves direct I/O's file unknown.
             let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
             layout::enable_direct_io(&mut layout.kernel.owner, &kallsyms);
+            if std::env::var(OWNERS_ENV).is_ok_and(|value| value == "off") {
+                let owner = &mut layout.kernel.owner;
+                owner.process_enabled = 0;
+                owner.cgroup_enabled = 0;
+                owner.file_enabled = 0;
+                owner.direct_enabled = 0;
+            }
             Ok((ProbeFlavor::Raw, Some(layout)))
         }
         Err(why) if requested == "raw" => Err(Error::failure(format!(
