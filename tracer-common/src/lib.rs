@@ -451,7 +451,8 @@ impl BlockEvent {
 }
 
 /// What a [`ProcessEvent`] records: a write-family syscall of a traced
-/// process, or a fork that grew the traced process tree.
+/// process, a fork that grew the traced process tree, or a change to a
+/// traced process's fd table (dup family, close).
 #[repr(u8)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ProcessEventKind {
@@ -466,10 +467,18 @@ pub enum ProcessEventKind {
     Openat = 8,
     Openat2 = 9,
     Open = 10,
+    /// `fd` duplicated to `result`; likewise `Dup2`, `Dup3` and `Fcntl`
+    /// (only `F_DUPFD` and `F_DUPFD_CLOEXEC` are emitted).
+    Dup = 11,
+    Dup2 = 12,
+    Dup3 = 13,
+    Fcntl = 14,
+    /// `fd` closed (even a failed close releases it, unless it was not open).
+    Close = 15,
 }
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 11;
+    pub const COUNT: usize = 16;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -482,9 +491,14 @@ impl ProcessEventKind {
         ProcessEventKind::Openat,
         ProcessEventKind::Openat2,
         ProcessEventKind::Open,
+        ProcessEventKind::Dup,
+        ProcessEventKind::Dup2,
+        ProcessEventKind::Dup3,
+        ProcessEventKind::Fcntl,
+        ProcessEventKind::Close,
     ];
     /// The syscalls traced, in program order (`Fork` is not one).
-    pub const SYSCALLS: [ProcessEventKind; 10] = [
+    pub const SYSCALLS: [ProcessEventKind; 15] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
         ProcessEventKind::Writev,
@@ -495,6 +509,11 @@ impl ProcessEventKind {
         ProcessEventKind::Openat,
         ProcessEventKind::Openat2,
         ProcessEventKind::Open,
+        ProcessEventKind::Dup,
+        ProcessEventKind::Dup2,
+        ProcessEventKind::Dup3,
+        ProcessEventKind::Fcntl,
+        ProcessEventKind::Close,
     ];
 
     pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
@@ -519,6 +538,11 @@ impl ProcessEventKind {
             ProcessEventKind::Openat => "openat",
             ProcessEventKind::Openat2 => "openat2",
             ProcessEventKind::Open => "open",
+            ProcessEventKind::Dup => "dup",
+            ProcessEventKind::Dup2 => "dup2",
+            ProcessEventKind::Dup3 => "dup3",
+            ProcessEventKind::Fcntl => "fcntl",
+            ProcessEventKind::Close => "close",
         }
     }
 
@@ -536,6 +560,11 @@ impl ProcessEventKind {
             ProcessEventKind::Openat => "enter_openat",
             ProcessEventKind::Openat2 => "enter_openat2",
             ProcessEventKind::Open => "enter_open",
+            ProcessEventKind::Dup => "enter_dup",
+            ProcessEventKind::Dup2 => "enter_dup2",
+            ProcessEventKind::Dup3 => "enter_dup3",
+            ProcessEventKind::Fcntl => "enter_fcntl",
+            ProcessEventKind::Close => "enter_close",
         }
     }
 
@@ -550,6 +579,17 @@ impl ProcessEventKind {
             ProcessEventKind::Openat | ProcessEventKind::Openat2 | ProcessEventKind::Open
         )
     }
+
+    /// Makes `result` a copy of `fd` (the dup family, `fcntl(F_DUPFD*)`).
+    pub const fn is_dup(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::Dup
+                | ProcessEventKind::Dup2
+                | ProcessEventKind::Dup3
+                | ProcessEventKind::Fcntl
+        )
+    }
 }
 
 /// Marks an unknown file offset in [`ProcessEvent::offset`].
@@ -560,6 +600,7 @@ pub const UNKNOWN_OFFSET: u64 = u64::MAX;
 /// Syscalls: `tgid` made the call on file descriptor `fd` at `offset`
 /// (or [`UNKNOWN_OFFSET`]) and got `result` (bytes written, or -errno).
 /// Fork: `tgid` is the new child, `fd` its parent.
+/// Dup family: `fd` is the source and `result` the new fd (or -errno).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessEvent {
@@ -615,6 +656,13 @@ pub struct ProcessOffsets {
     pub openat_filename: u16,
     /// `filename` in `sys_enter_open` (absent on some architectures).
     pub open_filename: u16,
+    /// `fildes` in `sys_enter_dup`.
+    pub dup_fildes: u16,
+    /// `oldfd` in `sys_enter_dup3` (and `sys_enter_dup2`, where it exists).
+    pub dup3_oldfd: u16,
+    /// `cmd` in `sys_enter_fcntl` (its `fd` is at [`Self::fd`]).
+    pub fcntl_cmd: u16,
+    pub _pad: u16,
 }
 
 impl ProcessOffsets {
@@ -627,6 +675,10 @@ impl ProcessOffsets {
         enabled: 0,
         openat_filename: NO_FIELD,
         open_filename: NO_FIELD,
+        dup_fildes: NO_FIELD,
+        dup3_oldfd: NO_FIELD,
+        fcntl_cmd: NO_FIELD,
+        _pad: 0,
     };
 }
 
@@ -740,7 +792,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 160);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
-        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 16);
+        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 24);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }

@@ -15,6 +15,9 @@
 //! Everything is gated on the BPF target so the workspace still checks on the host.
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// Atomic counters: the BPF target's core has no `fetch_add`.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 #[cfg(target_arch = "bpf")]
 mod probes;

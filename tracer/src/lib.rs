@@ -17,3 +17,4 @@ pub mod frontend;
 pub mod geometry;
 pub mod model;
 pub mod sink;
+pub mod status;

@@ -28,6 +28,9 @@ pub struct Report {
     pub events: EventCounts,
     pub correlation: CorrelationStats,
     pub diagnoses: Vec<Diagnosis>,
+    /// `run` only: findings on devices the command did not write (static
+    /// geometry findings elsewhere on the disks it touched); empty otherwise.
+    pub other_findings: Vec<Diagnosis>,
     pub devices: Vec<DeviceReport>,
     /// Present for `run`: the command and what its writes became.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -195,6 +198,24 @@ pub struct OpMeasures {
 }
 
 impl OpMeasures {
+    /// Adds `other`'s counters (not its distributions) into `self`, and
+    /// recomputes the amplification: one op's totals over disks or partitions.
+    pub fn add_counts(&mut self, other: &OpMeasures) {
+        self.user_ios += other.user_ios;
+        self.fragments += other.fragments;
+        self.commands += other.commands;
+        self.bytes += other.bytes;
+        self.splits += other.splits;
+        self.merges += other.merges;
+        self.requeues += other.requeues;
+        self.misaligned_pbs_commands += other.misaligned_pbs_commands;
+        self.misaligned_4k_commands += other.misaligned_4k_commands;
+        for (cause, count) in &other.split_causes {
+            *self.split_causes.entry(cause.clone()).or_insert(0) += count;
+        }
+        self.amplification = ratio(self.commands, self.user_ios);
+    }
+
     /// Share of commands not aligned to the physical block size, 0..=1.
     pub fn misaligned_pbs_share(&self) -> f64 {
         ratio(self.misaligned_pbs_commands, self.commands)
@@ -248,6 +269,8 @@ pub struct DeviceReport {
     pub geometry: DiskGeometry,
     pub measures: Measures,
     pub partitions: Vec<PartitionReport>,
+    /// Removed (or its media gone) during the trace; measures are from before.
+    pub gone: bool,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -256,6 +279,8 @@ pub struct PartitionReport {
     pub dev: String,
     pub geometry: PartitionGeometry,
     pub measures: Measures,
+    /// Removed during the trace (or with its disk); measures are from before.
+    pub gone: bool,
 }
 
 /// Who caused the I/O (`attribution` in JSON): per owner and device, the

@@ -18,6 +18,8 @@ pub trait EventSink: Send + 'static {
     fn open_event(&mut self, _event: &OpenEvent) {}
     /// Before each query: the kernel's running dirty-buffer totals per device.
     fn dirty_buffer_totals(&mut self, _totals: &[(u32, DirtyCounts)]) {}
+    /// The kernel dropped block events since the last drain (a ring was full).
+    fn events_lost(&mut self) {}
     /// Called after each drain, with the consumer's clock.
     fn drained(&mut self, _now: Instant) {}
 }

@@ -341,10 +341,17 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
             .sum()
     };
     assert_eq!(total("requeues"), ours("requeue"), "{device}");
-    assert_eq!(
-        total("commands"),
-        ours("issue") - ours("requeue"),
-        "commands must be issues minus re-issues of requeued commands"
+    // Other I/O on the shared disk can be requeued at the edges of the trace
+    // (issued before the attach, or re-issued after the detach): each such
+    // command moves issue − requeue by one. The exact equality is checked
+    // below when nothing touched the disk at the edges.
+    let reissued = ours("issue") - ours("requeue");
+    let edge_slack =
+        count(&around, "R") - count(&inside, "R") + count(&around, "D") - count(&inside, "D");
+    assert!(
+        total("commands").abs_diff(reissued) <= edge_slack,
+        "commands must be issues minus re-issues of requeued commands: {} vs {reissued} (edge issues and requeues {edge_slack})",
+        total("commands")
     );
     let delays: u64 = device["measures"]["ops"]
         .as_object()

@@ -117,3 +117,199 @@ fn run_exits_with_the_commands_status() {
         .status;
     assert_eq!(status.code(), Some(7));
 }
+
+fn run_json(command: &[&str]) -> serde_json::Value {
+    let out = Command::new(binary())
+        .args(["run", "--json", "--"])
+        .args(command)
+        .output()
+        .expect("iosplit-trace runs");
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+fn devices_of(findings: &serde_json::Value) -> Vec<(String, String)> {
+    findings
+        .as_array()
+        .expect("a list of findings")
+        .iter()
+        .map(|d| {
+            (
+                d["device"].as_str().unwrap().to_string(),
+                d["code"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn run_speaks_only_of_the_devices_the_command_wrote() {
+    if !privileged("run_speaks_only_of_the_devices_the_command_wrote") {
+        return;
+    }
+    // p1 has an odd size (a static finding); the command only writes p2.
+    let disk = LoopDisk::new(
+        "run-scope",
+        160,
+        &[
+            PartitionSpec {
+                start: 2048,
+                size: 131073,
+            },
+            PartitionSpec {
+                start: 135168,
+                size: 131072,
+            },
+        ],
+    );
+    let odd = format!("{}p1", disk.name);
+    let written = format!("{}p2", disk.name);
+    // Like mkfs on the Debian guest: the whole disk is opened, a partition written.
+    let script = format!(
+        "exec 3<{}; mkfs.ext4 -q -F -b 4096 -E lazy_itable_init=0,lazy_journal_init=0 {}",
+        disk.device(),
+        disk.partition(2)
+    );
+    let report = run_json(&["sh", "-c", &script]);
+    let diagnoses = devices_of(&report["diagnoses"]);
+    assert!(
+        diagnoses.iter().all(|(device, _)| *device == written),
+        "diagnoses on devices mkfs did not write: {diagnoses:?}"
+    );
+    let others = devices_of(&report["other_findings"]);
+    assert!(
+        others.contains(&(odd.clone(), "subpage_block_size".to_string())),
+        "the odd-sized {odd} belongs under other_findings: {others:?}"
+    );
+    let targets: Vec<&str> = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["device"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        targets,
+        vec![written.as_str()],
+        "only the written partition is a target, not the disk that was only opened"
+    );
+    let target = &report["run"]["targets"][0];
+    assert!(target["write_syscalls"].as_u64().unwrap() > 0, "{target}");
+
+    // The text report keeps them apart under their own heading.
+    let out = Command::new(binary())
+        .args(["run", "--", "sh", "-c", &script])
+        .output()
+        .expect("iosplit-trace runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let heading = text
+        .find("Other findings")
+        .unwrap_or_else(|| panic!("no Other findings heading:\n{text}"));
+    let odd_finding = text
+        .find(&format!("subpage_block_size on {odd}"))
+        .unwrap_or_else(|| panic!("{odd}'s finding not printed:\n{text}"));
+    assert!(
+        odd_finding > heading,
+        "{odd}'s finding is not under Other findings:\n{text}"
+    );
+}
+
+/// The target `device` in a run report, or a panic naming what was seen.
+fn target_named<'a>(report: &'a serde_json::Value, device: &str) -> &'a serde_json::Value {
+    report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["device"] == device)
+        .unwrap_or_else(|| panic!("no target {device}: {}", report["run"]))
+}
+
+#[test]
+fn dd_writes_through_the_fd_it_dup2s_its_output_to_are_all_counted() {
+    if !privileged("dd_writes_through_the_fd_it_dup2s_its_output_to_are_all_counted") {
+        return;
+    }
+    let disk = LoopDisk::new(
+        "run-dd",
+        16,
+        &[PartitionSpec {
+            start: 2048,
+            size: 16384,
+        }],
+    );
+    let partition = disk.partition(1);
+    let name = format!("{}p1", disk.name);
+    let of = format!("of={partition}");
+    // dd opens of= as fd 3, dup2s it onto fd 1 and closes fd 3, then exits
+    // before /proc could be asked: repeated so a race shows.
+    for round in 1..=5 {
+        let report = run_json(&[
+            "dd",
+            "if=/dev/zero",
+            &of,
+            "bs=64k",
+            "count=32",
+            "oflag=direct",
+            "status=none",
+        ]);
+        assert_eq!(report["events"]["dropped"], 0, "round {round}: {report}");
+        let target = target_named(&report, &name);
+        assert_eq!(target["write_syscalls"], 32, "round {round}: {target}");
+        assert_eq!(
+            target["write_syscall_bytes"],
+            32 * 65536,
+            "round {round}: {target}"
+        );
+        assert!(
+            target["commands"].as_u64().unwrap() >= 32,
+            "round {round}: {target}"
+        );
+        let summary = target["summary"].as_str().unwrap();
+        assert!(summary.contains("dd issued 32 writes"), "{summary}");
+    }
+}
+
+#[test]
+fn shell_redirections_pipes_and_reused_fd_numbers_are_followed() {
+    if !privileged("shell_redirections_pipes_and_reused_fd_numbers_are_followed") {
+        return;
+    }
+    let disk = LoopDisk::new(
+        "run-sh",
+        16,
+        &[PartitionSpec {
+            start: 2048,
+            size: 16384,
+        }],
+    );
+    let partition = disk.partition(1);
+    let name = format!("{}p1", disk.name);
+    // dash saves fd 1 with fcntl(F_DUPFD), dup2s the file onto it and
+    // restores it; `exec 7>` keeps a dup2ed fd across forks. In the
+    // pipeline, the left side's fd 1 is a pipe (made by pipe(), not traced)
+    // while the partition is opened there as the reused fd 3: the 512-byte
+    // writes into the pipe must not count as the partition's.
+    let script = format!(
+        "dd if=/dev/zero bs=64k count=4 oflag=direct status=none > {partition}; \
+         exec 7> {partition}; \
+         dd if=/dev/zero bs=64k count=4 oflag=direct status=none >&7; \
+         exec 7>&-; \
+         {{ dd if=/dev/zero bs=64k count=4 oflag=direct status=none > {partition}; \
+            dd if=/dev/zero bs=512 count=3 status=none; }} | cat > /dev/null"
+    );
+    let report = run_json(&["sh", "-c", &script]);
+    assert_eq!(report["events"]["dropped"], 0, "{report}");
+    let target = target_named(&report, &name);
+    assert_eq!(target["write_syscalls"], 12, "{target}");
+    assert_eq!(target["write_syscall_bytes"], 12 * 65536, "{target}");
+    assert_eq!(
+        report["run"]["targets"].as_array().unwrap().len(),
+        1,
+        "{}",
+        report["run"]
+    );
+}

@@ -5,82 +5,9 @@
 
 mod common;
 
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use common::{binary, dd, privileged, LoopDisk, PartitionSpec};
-
-/// A tmux session, killed on drop.
-struct Tmux {
-    session: String,
-}
-
-impl Tmux {
-    fn start(session: &str, command: &str) -> Tmux {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", session])
-            .status();
-        let status = Command::new("tmux")
-            .args([
-                "new-session",
-                "-d",
-                "-s",
-                session,
-                "-x",
-                "120",
-                "-y",
-                "40",
-                command,
-            ])
-            .status()
-            .expect("tmux runs");
-        assert!(status.success(), "tmux new-session failed");
-        Tmux {
-            session: session.to_string(),
-        }
-    }
-
-    fn screen(&self) -> String {
-        let out = Command::new("tmux")
-            .args(["capture-pane", "-p", "-t", &self.session])
-            .output()
-            .expect("capture-pane runs");
-        String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-
-    fn keys(&self, keys: &[&str]) {
-        let status = Command::new("tmux")
-            .args(["send-keys", "-t", &self.session])
-            .args(keys)
-            .status()
-            .expect("send-keys runs");
-        assert!(status.success());
-    }
-
-    /// Waits until the screen shows every needle; panics with the screen otherwise.
-    fn wait_for(&self, needles: &[&str], within: Duration) -> String {
-        let deadline = Instant::now() + within;
-        loop {
-            let screen = self.screen();
-            if needles.iter().all(|n| screen.contains(n)) {
-                return screen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "screen never showed {needles:?}:\n{screen}"
-            );
-            std::thread::sleep(Duration::from_millis(200));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = Command::new("tmux")
-            .args(["kill-session", "-t", &self.session])
-            .status();
-    }
-}
+use common::{binary, dd, privileged, LoopDisk, PartitionSpec, Tmux};
 
 #[test]
 fn live_view_shows_the_odd_partition_and_restores_the_terminal() {

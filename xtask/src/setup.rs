@@ -15,6 +15,7 @@ pub const PACKAGES: &[&str] = &[
     "bpftrace",
     "tmux",
     "sysstat",
+    "bpftool", // the SIGKILL fault test: no program or link of ours is left attached
     // cargo xtask vm-test: the guest machine, its initramfs and module tooling.
     "qemu-system-x86",
     "busybox-static",

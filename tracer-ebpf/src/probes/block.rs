@@ -102,8 +102,17 @@ fn classic_fields(kind: EventKind) -> FieldOffsets {
 #[inline(always)]
 pub fn bump(index: u32) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
-        // SAFETY: per-CPU slot, only this CPU writes it while the program runs.
-        unsafe { *slot += 1 };
+        // Atomic even though the slot is this CPU's: a probe in interrupt
+        // context (a completion) can run between the load and the store of a
+        // task-context probe's plain increment, and one count would be lost.
+        // SAFETY: an aligned u64 in the per-CPU map, valid while the program runs.
+        // (`AtomicU64::fetch_add` is not offered on the BPF target; the
+        // intrinsic with an unused result is BPF's `lock +=`.)
+        unsafe {
+            core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
+                slot, 1,
+            )
+        };
     }
 }
 

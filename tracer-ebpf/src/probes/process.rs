@@ -1,6 +1,7 @@
-//! The traced process tree (`run`): forks that grow it, its opens (so each fd
-//! is known to be a block device or not), and its write-family syscalls with
-//! fd, offset and result, as `ProcessEvent`s and `OpenEvent`s.
+//! The traced process tree (`run`): forks that grow it, its opens, dups and
+//! closes (so each fd is known to be a block device or not, even after the
+//! process is gone), and its write-family syscalls with fd, offset and
+//! result, as `ProcessEvent`s and `OpenEvent`s.
 //!
 //! Attached only by `run`. An entry probe stashes the arguments per thread;
 //! the exit probe emits one record with the result.
@@ -66,6 +67,18 @@ fn emit(event: ProcessEvent) {
 
 #[inline(always)]
 fn enter(ctx: &TracePointContext, kind: ProcessEventKind, pos_offset: u16) -> u32 {
+    enter_with_fd_at(ctx, kind, PROCESS_FIELDS.load().fd, pos_offset)
+}
+
+/// Stashes the call of a tracked process: its fd (read at `fd_offset`) and,
+/// when `pos_offset` names one, its file offset.
+#[inline(always)]
+fn enter_with_fd_at(
+    ctx: &TracePointContext,
+    kind: ProcessEventKind,
+    fd_offset: u16,
+    pos_offset: u16,
+) -> u32 {
     let fields = PROCESS_FIELDS.load();
     if fields.enabled == 0 {
         return 0;
@@ -74,7 +87,7 @@ fn enter(ctx: &TracePointContext, kind: ProcessEventKind, pos_offset: u16) -> u3
     if !tracked((pid_tgid >> 32) as u32) {
         return 0;
     }
-    let Some(fd) = read_u64(ctx, fields.fd) else {
+    let Some(fd) = read_u64(ctx, fd_offset) else {
         return 0;
     };
     let offset = read_u64(ctx, pos_offset).unwrap_or(UNKNOWN_OFFSET);
@@ -114,6 +127,38 @@ enter_probe!(enter_fdatasync, ProcessEventKind::Fdatasync);
 enter_probe!(enter_openat, ProcessEventKind::Openat, openat_filename);
 enter_probe!(enter_openat2, ProcessEventKind::Openat2, openat_filename);
 enter_probe!(enter_open, ProcessEventKind::Open, open_filename);
+// dd opens its output as fd 3, then dup2s it onto fd 1 and closes fd 3.
+enter_probe!(enter_close, ProcessEventKind::Close);
+
+/// `dup`, `dup2` and `dup3` name their source fd otherwise than `fd`.
+macro_rules! dup_probe {
+    ($program:ident, $kind:expr, $oldfd:ident) => {
+        #[tracepoint]
+        pub fn $program(ctx: TracePointContext) -> u32 {
+            enter_with_fd_at(&ctx, $kind, PROCESS_FIELDS.load().$oldfd, NO_FIELD)
+        }
+    };
+}
+
+dup_probe!(enter_dup, ProcessEventKind::Dup, dup_fildes);
+dup_probe!(enter_dup2, ProcessEventKind::Dup2, dup3_oldfd);
+dup_probe!(enter_dup3, ProcessEventKind::Dup3, dup3_oldfd);
+
+/// `F_DUPFD` and `F_DUPFD_CLOEXEC` (`F_LINUX_SPECIFIC_BASE + 6`) from <fcntl.h>.
+const F_DUPFD: u64 = 0;
+const F_DUPFD_CLOEXEC: u64 = 1030;
+
+/// Only fcntl's duplications change which file an fd is; the rest are not stashed.
+#[tracepoint]
+pub fn enter_fcntl(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    match read_u64(&ctx, fields.fcntl_cmd).map(|cmd| cmd & 0xffff_ffff) {
+        Some(F_DUPFD | F_DUPFD_CLOEXEC) => {
+            enter_with_fd_at(&ctx, ProcessEventKind::Fcntl, fields.fd, NO_FIELD)
+        }
+        _ => 0,
+    }
+}
 
 /// Attached to every `sys_exit_*` of the family.
 #[tracepoint]

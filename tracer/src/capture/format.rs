@@ -256,10 +256,11 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
         FormatError::OffsetDiffers { name }.within(format!("syscalls/{event}"))
     };
     let mut offsets = ProcessOffsets::ABSENT;
-    // The probes read one fd offset and one ret offset for the whole family.
+    // The probes read one fd offset and one ret offset for the whole family
+    // (the dup family names its fd otherwise; opens and dups are read below).
     for kind in ProcessEventKind::SYSCALLS
         .iter()
-        .filter(|k| k.is_write() || !k.is_open())
+        .filter(|k| !k.is_open() && (!k.is_dup() || **k == ProcessEventKind::Fcntl))
     {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
@@ -288,6 +289,23 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
     }
     offsets.pwritev_pos = pwritev_pos;
     offsets.child_pid = offset("sched", "sched_process_fork", "child_pid", 4)?;
+    offsets.fcntl_cmd = offset("syscalls", "sys_enter_fcntl", "cmd", 8)?;
+    offsets.dup_fildes = offset("syscalls", "sys_enter_dup", "fildes", 8)?;
+    offsets.dup3_oldfd = offset("syscalls", "sys_enter_dup3", "oldfd", 8)?;
+    for exit in ["sys_exit_dup", "sys_exit_dup3"] {
+        if offset("syscalls", exit, "ret", 8)? != offsets.ret {
+            return Err(differs(exit, "ret"));
+        }
+    }
+    // `dup2` does not exist on every architecture (arm64 has only dup3).
+    if let Ok(oldfd) = offset("syscalls", "sys_enter_dup2", "oldfd", 8) {
+        if oldfd != offsets.dup3_oldfd {
+            return Err(differs("sys_enter_dup2", "oldfd"));
+        }
+        if offset("syscalls", "sys_exit_dup2", "ret", 8)? != offsets.ret {
+            return Err(differs("sys_exit_dup2", "ret"));
+        }
+    }
     Ok(offsets)
 }
 
@@ -394,6 +412,10 @@ mod tests {
         assert_eq!(
             offsets.child_pid, 20,
             "child_pid follows __data_loc comm fields"
+        );
+        assert_eq!(
+            (offsets.dup_fildes, offsets.dup3_oldfd, offsets.fcntl_cmd),
+            (16, 16, 24)
         );
         let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         // The cause chain names the tracepoint, the file and the OS error.

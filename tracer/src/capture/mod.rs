@@ -48,16 +48,24 @@ pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
 /// quarter full). Each ring counts twice in RSS: the kernel maps its pages
 /// twice so records can wrap around.
 pub const DEFAULT_RING_BYTES: u32 = 8 << 20;
+/// Smallest default ring per CPU, however many CPUs share the total.
+const DEFAULT_RING_FLOOR: u32 = 1 << 20;
+/// Sets the block-event rings' total size in KiB (a hidden knob: small rings
+/// force drops, to test that they are counted).
+pub const RING_KB_ENV: &str = "IOSPLIT_RING_KB";
+/// Largest `IOSPLIT_RING_KB`: 1 GiB.
+const MAX_RING_KB: u32 = 1 << 20;
 /// The process-tree ring (forks, syscalls, opens: a low rate).
 const PROCESS_RING_BYTES: u32 = 1 << 20;
 /// Smallest ring the kernel accepts, for rings no CPU writes to.
 const PAGE_BYTES: u32 = crate::blk::PAGE_BYTES as u32;
 
 /// Each ring's size: `total` shared by the rings that CPUs write to (CPU n
-/// writes to ring n % RINGS), powers of two; the others get one page.
-fn ring_sizes(total: u32, cpus: usize) -> [u32; names::RINGS] {
+/// writes to ring n % RINGS), powers of two, at least `floor`; the others get
+/// one page.
+fn ring_sizes(total: u32, cpus: usize, floor: u32) -> [u32; names::RINGS] {
     let used = cpus.clamp(1, names::RINGS);
-    let share = (total / used as u32).max(1 << 20);
+    let share = (total / used as u32).max(floor).max(PAGE_BYTES);
     // Round down to a power of two (the kernel's requirement).
     let share = 1u32 << (31 - share.leading_zeros());
     std::array::from_fn(|index| if index < used { share } else { PAGE_BYTES })
@@ -360,6 +368,23 @@ impl Decoding {
     }
 }
 
+/// `IOSPLIT_RING_KB` in bytes, if set; anything but 4..=1048576 KiB is refused.
+fn ring_bytes_from_env() -> Result<Option<u32>> {
+    let Ok(value) = std::env::var(RING_KB_ENV) else {
+        return Ok(None);
+    };
+    parse_ring_kb(&value).map(Some).ok_or_else(|| {
+        Error::usage(format!(
+            "{RING_KB_ENV}={value} is not a ring size; give KiB from 4 to {MAX_RING_KB}, or unset it"
+        ))
+    })
+}
+
+fn parse_ring_kb(value: &str) -> Option<u32> {
+    let kb: u32 = value.trim().parse().ok()?;
+    (4..=MAX_RING_KB).contains(&kb).then_some(kb << 10)
+}
+
 /// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
 fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
     let requested = std::env::var(PROBES_ENV).unwrap_or_default();
@@ -394,7 +419,7 @@ fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
             "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
         ))),
         Err(why) => {
-            eprintln!("iosplit-trace: note: using classic tracepoints ({why})");
+            crate::status::status(format_args!("note: using classic tracepoints ({why})"));
             Ok((ProbeFlavor::Classic, None))
         }
     }
@@ -438,12 +463,16 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     };
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
-    let ring_bytes = if config.ring_bytes == 0 {
-        DEFAULT_RING_BYTES
-    } else {
-        config.ring_bytes
+    let (ring_bytes, floor) = match (config.ring_bytes, ring_bytes_from_env()?) {
+        (0, None) => (DEFAULT_RING_BYTES, DEFAULT_RING_FLOOR),
+        // Asked for explicitly (tests force overflows this way): as small as a page.
+        (0, Some(bytes)) | (bytes, _) => (bytes, PAGE_BYTES),
     };
-    let ring_sizes = ring_sizes(ring_bytes, aya::util::nr_cpus().unwrap_or(names::RINGS));
+    let ring_sizes = ring_sizes(
+        ring_bytes,
+        aya::util::nr_cpus().unwrap_or(names::RINGS),
+        floor,
+    );
     let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
     let process_offsets = if config.process_tree {
         format::read_process_offsets(events_dir).map_err(|err| crate::error::one_line(&err))
@@ -486,7 +515,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             ProbeFlavor::Raw => attach_raw(&mut ebpf, kind),
         };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
-            eprintln!("iosplit-trace: warning: {why}; continuing without it");
+            crate::status::status(format_args!("warning: {why}; continuing without it"));
         }
         probes.push(ProbeReport { kind, status });
     }
@@ -503,7 +532,9 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     };
     if let Some(why) = &process_probes {
         if config.process_tree {
-            eprintln!("iosplit-trace: warning: cannot follow the command's syscalls ({why}); block I/O is still traced");
+            crate::status::status(format_args!(
+                "warning: cannot follow the command's syscalls ({why}); block I/O is still traced"
+            ));
         }
     }
     Ok((ebpf, probes, process_probes, decoding, ring_sizes))
@@ -525,7 +556,8 @@ fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), Probe
     Ok(())
 }
 
-/// Fork following plus entry/exit probes for the write-family syscalls.
+/// Fork following plus entry/exit probes for the write-family syscalls and
+/// the ones that change the fd table (open, dup, close).
 fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
     let mut attach_one = |program: &str, category: &str, name: &str, load: bool| {
         let tracepoint: &mut TracePoint = ebpf
@@ -553,8 +585,12 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
         let attached = attach_one(kind.enter_program(), "syscalls", &enter, true);
-        // openat2 and open are optional (older kernels, other architectures).
-        if attached.is_err() && matches!(kind, ProcessEventKind::Openat2 | ProcessEventKind::Open) {
+        // openat2, open and dup2 are optional (older kernels, other architectures).
+        let optional = matches!(
+            kind,
+            ProcessEventKind::Openat2 | ProcessEventKind::Open | ProcessEventKind::Dup2
+        );
+        if attached.is_err() && optional {
             continue;
         }
         attached?;
@@ -711,18 +747,20 @@ fn parse_recursion_misses(fdinfo: &str) -> Option<u64> {
 }
 
 fn read_counters(counters: &PerCpuArray<MapData, u64>) -> KernelCounters {
-    let sum = |index: u32| {
-        counters
-            .get(&index, 0)
-            .map(|values| values.iter().sum())
-            .unwrap_or(0)
-    };
     KernelCounters {
-        dropped: sum(counter::DROPPED),
-        syscall_dropped: sum(counter::PROCESS_DROPPED),
-        read_failed: sum(counter::READ_FAILED),
+        dropped: counter_total(counters, counter::DROPPED),
+        syscall_dropped: counter_total(counters, counter::PROCESS_DROPPED),
+        read_failed: counter_total(counters, counter::READ_FAILED),
         missed: 0,
     }
+}
+
+/// One counter summed over the CPUs.
+fn counter_total(counters: &PerCpuArray<MapData, u64>, index: u32) -> u64 {
+    counters
+        .get(&index, 0)
+        .map(|per_cpu| per_cpu.iter().sum())
+        .unwrap_or(0)
 }
 
 /// Edge-triggered wait on the rings (mio registers every source with
@@ -795,11 +833,27 @@ fn consume<S: EventSink>(
     // Owned here so that finishing can detach every probe (by dropping the
     // programs) while the rings and counters, taken out above, live on.
     let mut programs = Some(ebpf);
+    // Block events the kernel dropped so far (one map read per drain): the
+    // sink hears of each new loss, so chains in flight count as incomplete.
+    let dropped_now = |counters: &Option<PerCpuArray<MapData, u64>>| {
+        counters
+            .as_ref()
+            .map_or(0, |map| counter_total(map, counter::DROPPED))
+    };
+    let mut dropped_seen = 0;
+    let mut note_losses = |dropped: u64, sink: &mut S| {
+        if dropped > dropped_seen {
+            dropped_seen = dropped;
+            sink.events_lost();
+        }
+    };
     loop {
         match &mut waiter {
             Some(waiter) => waiter.wait(DRAIN_INTERVAL),
             None => std::thread::sleep(DRAIN_INTERVAL),
         }
+        // Read before the cutoff: a drop counted now hit a chain queued before it.
+        let dropped = dropped_now(&counters);
         let cutoff = reorder::monotonic_ns();
         drain(
             &mut events,
@@ -809,6 +863,7 @@ fn consume<S: EventSink>(
             cutoff,
             &mut sink,
         );
+        note_losses(dropped, &mut sink);
         if let Some(logger) = logger.as_mut() {
             logger.flush();
         }
@@ -836,6 +891,7 @@ fn consume<S: EventSink>(
                 u64::MAX,
                 &mut sink,
             );
+            note_losses(dropped_now(&counters), &mut sink);
             sink.drained(Instant::now());
             if let Some(job) = last_job {
                 report_dirty(&mut sink);
@@ -883,7 +939,10 @@ fn drain<S: EventSink>(
 
 #[cfg(test)]
 mod tests {
-    use super::{parse_recursion_misses, ring_sizes, Waiter, PAGE_BYTES, PROBES_OBJECT};
+    use super::{
+        parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter, DEFAULT_RING_FLOOR, PAGE_BYTES,
+        PROBES_OBJECT,
+    };
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
@@ -1000,17 +1059,41 @@ mod tests {
 
     #[test]
     fn the_rings_share_the_total_among_the_cpus_that_write_them() {
-        assert_eq!(ring_sizes(16 << 20, 2)[..3], [8 << 20, 8 << 20, PAGE_BYTES]);
-        assert_eq!(ring_sizes(16 << 20, 1)[0], 16 << 20);
+        let floor = DEFAULT_RING_FLOOR;
+        assert_eq!(
+            ring_sizes(16 << 20, 2, floor)[..3],
+            [8 << 20, 8 << 20, PAGE_BYTES]
+        );
+        assert_eq!(ring_sizes(16 << 20, 1, floor)[0], 16 << 20);
         // Three CPUs: powers of two only, so 4 MiB each.
         assert_eq!(
-            ring_sizes(16 << 20, 3)[..4],
+            ring_sizes(16 << 20, 3, floor)[..4],
             [4 << 20, 4 << 20, 4 << 20, PAGE_BYTES]
         );
         // 64 CPUs share 8 rings; never below 1 MiB.
-        assert!(ring_sizes(4 << 20, 64)
+        assert!(ring_sizes(4 << 20, 64, floor)
             .iter()
             .all(|&bytes| bytes == 1 << 20));
+    }
+
+    #[test]
+    fn a_small_ring_setting_goes_down_to_a_page_per_ring() {
+        assert_eq!(
+            ring_sizes(8 << 10, 2, PAGE_BYTES)[..3],
+            [PAGE_BYTES, PAGE_BYTES, PAGE_BYTES]
+        );
+        // 6 KiB over two CPUs: 3 KiB each, rounded up to the kernel's page.
+        assert_eq!(ring_sizes(6 << 10, 2, PAGE_BYTES)[0], PAGE_BYTES);
+        assert_eq!(ring_sizes(64 << 10, 2, PAGE_BYTES)[0], 32 << 10);
+    }
+
+    #[test]
+    fn ring_kb_accepts_kib_from_a_page_to_a_gib() {
+        assert_eq!(parse_ring_kb("8"), Some(8 << 10));
+        assert_eq!(parse_ring_kb(" 1048576 "), Some(1 << 30));
+        for bad in ["", "0", "3", "1048577", "-8", "8k", "99999999999"] {
+            assert_eq!(parse_ring_kb(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

@@ -44,7 +44,8 @@ pub fn require_privileges() -> Result<()> {
 const TRACEFS: &str = "/sys/kernel/tracing";
 const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
-/// The tracefs `events` directory, mounting tracefs if needed (says so on stderr).
+/// The tracefs `events` directory: at its usual places, else mounted there
+/// (says so on stderr), else wherever tracefs is already mounted.
 pub fn tracefs_events() -> Result<PathBuf> {
     for root in [TRACEFS, DEBUGFS_TRACING] {
         let events = Path::new(root).join("events");
@@ -52,16 +53,74 @@ pub fn tracefs_events() -> Result<PathBuf> {
             return Ok(events);
         }
     }
-    mount_tracefs()?;
-    eprintln!("iosplit-trace: mounted tracefs at {TRACEFS}");
-    let events = Path::new(TRACEFS).join("events");
-    if events.is_dir() {
-        Ok(events)
-    } else {
-        Err(Error::failure(format!(
-            "tracefs is mounted at {TRACEFS} but has no events: this kernel lacks tracepoints (CONFIG_TRACEPOINTS)"
-        )))
+    let mounted = match mount_tracefs() {
+        Ok(()) => {
+            crate::status::status(format_args!("mounted tracefs at {TRACEFS}"));
+            let events = Path::new(TRACEFS).join("events");
+            if events.is_dir() {
+                return Ok(events);
+            }
+            return Err(Error::failure(format!(
+                "tracefs is mounted at {TRACEFS} but has no events: this kernel lacks tracepoints (CONFIG_TRACEPOINTS)"
+            )));
+        }
+        Err(err) => err,
+    };
+    // Mounted elsewhere (another namespace's layout, or a custom path) is usable.
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    match tracefs_elsewhere(&mounts)
+        .into_iter()
+        .find(|events| events.is_dir())
+    {
+        Some(events) => Ok(events),
+        None => Err(mounted),
     }
+}
+
+/// Candidate `events` directories from a `/proc/self/mounts` text: every
+/// tracefs mount, then `tracing/` under every debugfs mount.
+fn tracefs_elsewhere(mounts: &str) -> Vec<PathBuf> {
+    let mut tracefs = Vec::new();
+    let mut debugfs = Vec::new();
+    for line in mounts.lines() {
+        let mut fields = line.split(' ');
+        let (Some(_), Some(target), Some(fstype)) = (fields.next(), fields.next(), fields.next())
+        else {
+            continue;
+        };
+        let target = PathBuf::from(unescape_mount_path(target));
+        match fstype {
+            "tracefs" => tracefs.push(target.join("events")),
+            "debugfs" => debugfs.push(target.join("tracing").join("events")),
+            _ => {}
+        }
+    }
+    tracefs.extend(debugfs);
+    tracefs
+}
+
+/// `/proc/self/mounts` writes space, tab, newline and backslash as octal escapes.
+fn unescape_mount_path(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let code = rest
+            .get(at + 1..at + 4)
+            .and_then(|oct| u8::from_str_radix(oct, 8).ok());
+        match code {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[at + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
 }
 
 fn mount_tracefs() -> Result<()> {
@@ -82,7 +141,7 @@ fn mount_tracefs() -> Result<()> {
     } else {
         let err = std::io::Error::last_os_error();
         Err(Error::failure(format!(
-            "tracefs is not mounted and mounting it failed ({err}): run `mount -t tracefs nodev {TRACEFS}` as root"
+            "tracefs is not mounted and mounting it at {TRACEFS} failed ({err}): run `mount -t tracefs nodev {TRACEFS}` as root"
         )))
     }
 }
@@ -90,6 +149,29 @@ fn mount_tracefs() -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn tracefs_is_found_wherever_it_is_mounted() {
+        let mounts = "sysfs /sys sysfs rw 0 0\n\
+                      debugfs /dbg debugfs rw 0 0\n\
+                      nodev /mnt/my\\040trace tracefs rw 0 0\n\
+                      broken\n";
+        assert_eq!(
+            tracefs_elsewhere(mounts),
+            [
+                PathBuf::from("/mnt/my trace/events"),
+                PathBuf::from("/dbg/tracing/events")
+            ]
+        );
+        assert!(tracefs_elsewhere("proc /proc proc rw 0 0\n").is_empty());
+    }
+
+    #[test]
+    fn mount_paths_are_unescaped() {
+        assert_eq!(unescape_mount_path("/a\\011b\\134c"), "/a\tb\\c");
+        assert_eq!(unescape_mount_path("/odd\\9"), "/odd\\9");
+        assert_eq!(unescape_mount_path("/plain"), "/plain");
+    }
 
     #[test]
     fn root_caps_are_enough() {

@@ -159,6 +159,9 @@ pub(super) struct Command {
     /// Its fragments in sector order.
     pub(super) head: u32,
     pub(super) tail: u32,
+    /// In flight when events were lost: the completion it gets may be another
+    /// command's, so its latency is not recorded.
+    pub(super) lost: bool,
 }
 
 impl Default for Command {
@@ -173,6 +176,7 @@ impl Default for Command {
             epoch: 0,
             head: NIL,
             tail: NIL,
+            lost: false,
         }
     }
 }

@@ -8,6 +8,7 @@ use super::handlers::op_of;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
 use super::table::SlotRef;
+use super::what_if::LastQueued;
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
@@ -79,6 +80,8 @@ pub(crate) struct PartState {
     pub name: String,
     pub geometry: PartitionGeometry,
     pub stats: DeviceStats,
+    /// Missing from sysfs at the last refresh.
+    pub gone: bool,
 }
 
 pub(crate) struct DeviceState {
@@ -91,8 +94,12 @@ pub(crate) struct DeviceState {
     /// Traffic to the disk itself, not through a partition.
     pub whole: DeviceStats,
     pub parts: Vec<PartState>,
+    /// Missing from sysfs (or without media) at the last refresh.
+    pub gone: bool,
     pub(super) seen_issue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
+    /// Per op: the last user I/O, which the next may continue (what-if streams).
+    pub(super) last_queued: [LastQueued; OP_COUNT],
     /// Requeued commands without a range (flushes, passthrough), per op:
     /// the next such issue is their re-issue, not a new command.
     pub(super) requeued_empty: [u32; OP_COUNT],
@@ -111,8 +118,10 @@ impl DeviceState {
             limits: SplitLimits::default(),
             whole: DeviceStats::default(),
             parts: Vec::new(),
+            gone: false,
             seen_issue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
+            last_queued: [LastQueued::default(); OP_COUNT],
             requeued_empty: [0; OP_COUNT],
         }
     }
@@ -209,6 +218,7 @@ impl Engine {
                     name: String::new(),
                     geometry: PartitionGeometry::default(),
                     stats: DeviceStats::default(),
+                    gone: false,
                 });
                 device.parts.len() - 1
             }
@@ -279,6 +289,7 @@ impl Engine {
                 ..PartitionGeometry::default()
             },
             stats: DeviceStats::default(),
+            gone: false,
         });
         let part = (device.parts.len() - 1) as u32;
         self.dev_index.insert(dev, DevSlot { disk, part });

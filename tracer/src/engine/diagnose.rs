@@ -8,6 +8,7 @@ use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
 use super::split::SplitCause;
 use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
+use super::what_if;
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
@@ -119,6 +120,7 @@ pub(super) fn diagnose_with(
 ) -> Vec<Diagnosis> {
     let mut found = Vec::new();
     for device in devices {
+        let first_of_device = found.len();
         let mut audited = if device.known {
             audit(&device.geometry)
         } else {
@@ -145,6 +147,24 @@ pub(super) fn diagnose_with(
             found.extend(requeued_commands(traffic));
         }
         found.extend(audited);
+        for diagnosis in &mut found[first_of_device..] {
+            if let Some(traffic) = observed.iter().find(|t| t.name == diagnosis.device) {
+                let most_requeued = Op::ALL
+                    .iter()
+                    .filter_map(|&op| traffic.op(op))
+                    .max_by_key(|stats| stats.requeues);
+                what_if::attach(
+                    diagnosis,
+                    &traffic.device.geometry,
+                    &traffic.device.limits,
+                    what_if::Traffic {
+                        total: &traffic.total,
+                        writes: traffic.op(Op::Write),
+                        most_requeued,
+                    },
+                );
+            }
+        }
     }
     found
 }
@@ -384,6 +404,7 @@ fn split_amplification(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         virt_boundary_mask: geometry.virt_boundary_mask,
         discard_granularity: geometry.discard_granularity,
         partition: partition_place(traffic.partition),
+        proposed_max_sectors_kb: None,
         what_if: None,
     };
 
@@ -449,11 +470,11 @@ fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> (String, String,
             let hw_kb = geometry.max_hw_sectors_kb;
             let detail = format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.");
             if hw_kb > max_kb {
-                let wanted_kb = p90_bytes(&traffic.total.user_io_sectors) / 1024;
-                let suggested = wanted_kb
-                    .max(u64::from(max_kb) * 2)
-                    .next_power_of_two()
-                    .min(u64::from(hw_kb));
+                let suggested = what_if::suggested_max_sectors_kb(
+                    max_kb,
+                    hw_kb,
+                    p90_bytes(&traffic.total.user_io_sectors),
+                );
                 (
                     detail,
                     format!(
@@ -675,7 +696,7 @@ const WARNING_REQUEUE_SHARE: f64 = 0.1;
 const VIRTIO_DESCRIPTORS_PER_TAG: u64 = 2;
 /// Descriptors a virtio-blk command takes beyond its data segments (the
 /// request header and the status byte).
-const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
+pub(super) const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
 
 fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     // Judged on the operation requeued most, so a busy disk's other traffic

@@ -154,6 +154,7 @@ impl Engine {
             self.correlation.evicted += 1;
             return;
         };
+        self.record_stream(target, event.sector, sectors, io_index);
         let fragment = Fragment {
             io: self.user_ios.slot_ref(io_index),
             start: event.sector,
@@ -295,6 +296,7 @@ impl Engine {
                 epoch: self.epoch,
                 head: NIL,
                 tail: NIL,
+                lost: false,
             };
             command_index =
                 self.commands
@@ -357,6 +359,7 @@ impl Engine {
             epoch: self.epoch,
             head: NIL,
             tail: NIL,
+            lost: false,
         };
         let _ = self
             .commands
@@ -429,7 +432,7 @@ impl Engine {
             }
         }
         if done_end >= command.end {
-            if command.epoch == self.epoch {
+            if command.epoch == self.epoch && !command.lost {
                 let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
                 self.stats_mut(command.target)
                     .issue_to_complete_us

@@ -35,6 +35,7 @@
 //! - `diagnose` and `audit`: live diagnoses and the static geometry audit.
 //! - `split`: why the kernel split a bio.
 //! - `run_match`: `run`'s write syscalls matched to the commands that carried them.
+//! - `what_if`: what a diagnosis' fix would buy, replayed from the observed streams.
 //!
 //! A new kernel event gets an `on_*` handler in `handlers` and one arm in
 //! [`Engine::ingest`]. A new diagnosis is a function called from
@@ -46,6 +47,7 @@ pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
+mod faults;
 mod handlers;
 mod reports;
 pub mod run_match;
@@ -54,6 +56,7 @@ pub mod stats;
 mod table;
 #[cfg(test)]
 mod tests;
+pub mod what_if;
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
@@ -175,6 +178,7 @@ impl Engine {
                 part.stats.clear();
             }
             device.last_issue = [LastIssue::default(); OP_COUNT];
+            device.last_queued = Default::default();
         }
         self.dirty.clear();
         self.attribution.clear();
@@ -236,5 +240,9 @@ impl crate::sink::EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn events_lost(&mut self) {
+        Engine::events_lost(self)
     }
 }

@@ -25,6 +25,7 @@ impl Engine {
                             dev: DevId::from_kernel(part.dev).to_string(),
                             geometry: part.geometry.clone(),
                             measures: stats::measures(&per_op),
+                            gone: part.gone,
                         }
                     })
                     .collect();
@@ -36,6 +37,7 @@ impl Engine {
                     geometry: device.geometry.clone(),
                     measures: stats::measures(&disk_total),
                     partitions,
+                    gone: device.gone,
                 }
             })
             .collect()

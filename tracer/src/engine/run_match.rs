@@ -12,8 +12,9 @@ use tracer_common::{
     BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
 };
 
-use super::stats::new_histogram as histogram;
+use super::stats::{self, new_histogram as histogram, OpStats, OP_COUNT};
 use crate::geometry::DevId;
+use crate::model::{Measures, Op, OpMeasures};
 
 /// A block device a file descriptor pointed at.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -167,6 +168,22 @@ impl<R: FdResolver> RunRecorder<R> {
             }
             return;
         }
+        if kind == ProcessEventKind::Close {
+            // Even a failed close releases the fd; its number may come back as
+            // anything (a pipe, another device), so it is resolved afresh.
+            self.fds.remove(&(event.tgid, event.fd));
+            return;
+        }
+        if kind.is_dup() {
+            // The new fd is the same open file as the source, whatever it
+            // was before: dd reaches its output through fd 1 this way, and
+            // may be gone before /proc could be asked what fd 1 is.
+            if event.result >= 0 {
+                let target = self.target_of(event.tgid, event.fd);
+                self.fds.insert((event.tgid, event.result as u32), target);
+            }
+            return;
+        }
         if event.result < 0 {
             self.failed_syscalls += 1;
             return;
@@ -287,6 +304,67 @@ impl<R: FdResolver> RunRecorder<R> {
             let _ = result.writes_per_command.record(count);
         }
         result
+    }
+}
+
+impl super::Engine {
+    /// Writes the tracked processes queued on `device` itself (a partition's
+    /// own, or a whole disk's not through a partition), as measures.
+    pub fn tracked_writes_on(&self, device: &str) -> Option<OpMeasures> {
+        let stats = self.devices.iter().find_map(|disk| {
+            if disk.name == device {
+                return Some(&disk.whole);
+            }
+            disk.parts
+                .iter()
+                .find(|part| part.name == device)
+                .map(|part| &part.stats)
+        })?;
+        stats
+            .get(true, Op::Write)
+            .filter(|writes| writes.user_ios > 0)
+            .map(OpStats::to_model)
+    }
+
+    /// Other tasks' traffic on `devices` (a named disk with its partitions,
+    /// or a named partition alone), summed per op.
+    pub fn other_traffic_on(&self, devices: &[String]) -> Measures {
+        let named = |name: &str| devices.iter().any(|device| device == name);
+        let mut per_op: [Option<OpStats>; OP_COUNT] = Default::default();
+        for disk in &self.devices {
+            let whole_disk = named(&disk.name);
+            if whole_disk {
+                disk.whole.collect_into(&[false], &mut per_op);
+            }
+            for part in disk
+                .parts
+                .iter()
+                .filter(|part| whole_disk || named(&part.name))
+            {
+                part.stats.collect_into(&[false], &mut per_op);
+            }
+        }
+        stats::measures(&per_op)
+    }
+
+    /// Disks (their own traffic) and partitions the tracked processes wrote.
+    pub fn devices_written_by_tracked(&self) -> Vec<String> {
+        let mut written = Vec::new();
+        for disk in &self.devices {
+            if self.tracked_writes_on(&disk.name).is_some() {
+                written.push(disk.name.clone());
+            }
+            for part in &disk.parts {
+                if part
+                    .stats
+                    .get(true, Op::Write)
+                    .is_some_and(|w| w.user_ios > 0)
+                {
+                    written.push(part.name.clone());
+                }
+            }
+        }
+        written
     }
 }
 
@@ -447,6 +525,111 @@ mod tests {
         assert_eq!(recorder.processes, 1);
     }
 
+    /// A process that has exited: /proc knows none of its fds any more.
+    struct Exited {
+        fd_lookups: u32,
+    }
+
+    impl FdResolver for Exited {
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
+            (path == "/dev/loop0p2").then(loop0p2)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<FdTarget> {
+            self.fd_lookups += 1;
+            None
+        }
+    }
+
+    fn fd_call(kind: ProcessEventKind, fd: u32, result: i64) -> ProcessEvent {
+        ProcessEvent {
+            tgid: 42,
+            fd,
+            result,
+            kind: kind as u8,
+            ..ProcessEvent::ZERO
+        }
+    }
+
+    fn plain_write(fd: u32) -> ProcessEvent {
+        ProcessEvent {
+            offset: UNKNOWN_OFFSET,
+            kind: ProcessEventKind::Write as u8,
+            ..write(fd, 0, 65536)
+        }
+    }
+
+    #[test]
+    fn dd_writes_through_the_fd_it_dup2ed_its_output_to() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        // What coreutils dd does with of=: open as 3, dup2 onto 1, close 3.
+        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        for _ in 0..32 {
+            recorder.process_event(&plain_write(1));
+        }
+        // fd 3 is closed: a write there is not the device's.
+        recorder.process_event(&plain_write(3));
+        assert_eq!(recorder.targets().len(), 1);
+        let calls = &recorder.targets()[0];
+        assert_eq!(calls.target, loop0p2());
+        assert_eq!((calls.write_syscalls, calls.write_bytes), (32, 32 * 65536));
+        assert_eq!(
+            recorder.resolver.fd_lookups, 1,
+            "only the closed fd 3 was looked up, not fd 1"
+        );
+    }
+
+    #[test]
+    fn a_closed_fd_number_reused_for_another_file_is_not_the_device() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
+        recorder.process_event(&write(5, 0, 4096));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        recorder.open_event(&open(42, 5, "/tmp/log"));
+        recorder.process_event(&write(5, 0, 4096));
+        // Closed again and reused by something not opened (a pipe): asked afresh.
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        recorder.process_event(&write(5, 0, 4096));
+        assert_eq!(recorder.targets()[0].write_syscalls, 1);
+        assert_eq!(recorder.resolver.fd_lookups, 1);
+        // dup2 onto an fd that was the device makes it the new file instead.
+        recorder.open_event(&open(42, 6, "/dev/loop0p2"));
+        recorder.open_event(&open(42, 7, "/tmp/log"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 7, 6));
+        recorder.process_event(&write(6, 0, 4096));
+        assert_eq!(recorder.targets()[0].write_syscalls, 1);
+    }
+
+    #[test]
+    fn dup_dup3_and_fcntl_dupfd_copy_the_target_and_forks_inherit_it() {
+        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup, 3, 7));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup3, 7, 8));
+        recorder.process_event(&fd_call(ProcessEventKind::Fcntl, 8, 10));
+        // A failed dup (EBADF) maps nothing and is not a failed write.
+        recorder.process_event(&fd_call(ProcessEventKind::Dup, 30, -9));
+        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        recorder.process_event(&ProcessEvent {
+            tgid: 43,
+            fd: 42,
+            kind: ProcessEventKind::Fork as u8,
+            ..ProcessEvent::ZERO
+        });
+        for fd in [7, 8, 10] {
+            recorder.process_event(&write(fd, 0, 512));
+        }
+        recorder.process_event(&ProcessEvent {
+            tgid: 43,
+            ..write(10, 512, 512)
+        });
+        assert_eq!(recorder.targets()[0].write_syscalls, 4);
+        assert_eq!(recorder.failed_syscalls, 0);
+        assert_eq!(recorder.resolver.fd_lookups, 0);
+    }
+
     #[test]
     fn a_requeued_command_is_matched_once() {
         let mut recorder = RunRecorder::new(OnePartition);
@@ -462,6 +645,66 @@ mod tests {
         let matched = recorder.match_writes(0);
         assert_eq!(matched.commands_per_write.max(), 2);
         assert_eq!(matched.writes_per_command.len(), 2);
+    }
+
+    #[test]
+    fn background_is_other_tasks_traffic_on_the_devices_named() {
+        use crate::engine::{Engine, EngineLimits};
+        use crate::geometry::{DiskGeometry, PartitionGeometry};
+        let part = DevId::new(259, 1);
+        let disk = DiskGeometry {
+            name: "loop0".into(),
+            dev: Some(DevId::new(7, 0)),
+            request_based: true,
+            partitions: vec![PartitionGeometry {
+                name: "loop0p2".into(),
+                dev: Some(part),
+                start: 1000,
+                size: 1000,
+                ..PartitionGeometry::default()
+            }],
+            ..DiskGeometry::default()
+        };
+        let mut engine = Engine::new(vec![disk], EngineLimits::default());
+        engine.track_processes([42]);
+        // Through the partition: one write by the command (42), two by others.
+        for (n, tgid) in [(0u64, 42u32), (8, 7), (16, 7)] {
+            let remap = BlockEvent {
+                kind: EventKind::Remap as u8,
+                dev: DevId::new(7, 0).to_kernel(),
+                sector: 1000 + n,
+                nr_sector: 8,
+                aux_dev: part.to_kernel(),
+                aux_sector: n,
+                tgid,
+                rwbs: *b"W\0\0\0\0\0\0\0",
+                ..BlockEvent::ZERO
+            };
+            engine.ingest(&remap);
+            engine.ingest(&BlockEvent {
+                kind: EventKind::Queue as u8,
+                ..remap
+            });
+        }
+        // Straight to the disk by another task.
+        engine.ingest(&BlockEvent {
+            kind: EventKind::Queue as u8,
+            dev: DevId::new(7, 0).to_kernel(),
+            sector: 0,
+            nr_sector: 8,
+            tgid: 7,
+            rwbs: *b"W\0\0\0\0\0\0\0",
+            ..BlockEvent::ZERO
+        });
+        let on_part = engine.other_traffic_on(&["loop0p2".to_string()]);
+        assert_eq!(on_part.op(Op::Write).map(|w| w.user_ios), Some(2));
+        let on_disk = engine.other_traffic_on(&["loop0".to_string()]);
+        assert_eq!(on_disk.op(Op::Write).map(|w| w.user_ios), Some(3));
+        assert_eq!(
+            engine.devices_written_by_tracked(),
+            vec!["loop0p2".to_string()]
+        );
+        assert_eq!(engine.tracked_writes_on("loop0").map(|w| w.user_ios), None);
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 
 use super::split::SplitCause;
+use super::what_if::StreamSizes;
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
 
@@ -55,6 +56,8 @@ pub struct OpStats {
     pub commands_per_io: Histogram<u64>,
     pub queue_to_complete_us: Histogram<u64>,
     pub issue_to_complete_us: Histogram<u64>,
+    /// Sizes of mergeable runs of user I/Os, replayed by `what_if`.
+    pub streams: StreamSizes,
     /// Commands the driver gave back to be issued again (block_rq_requeue).
     pub requeues: u64,
     /// From a requeue to the command's next issue.
@@ -80,6 +83,7 @@ impl Default for OpStats {
             commands_per_io: new_histogram(),
             queue_to_complete_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
+            streams: StreamSizes::default(),
             requeues: 0,
             requeue_delay_us: new_histogram(),
         }
@@ -108,6 +112,7 @@ impl OpStats {
         let _ = self.commands_per_io.add(&other.commands_per_io);
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
+        self.streams.absorb(&other.streams);
         self.requeues += other.requeues;
         let _ = self.requeue_delay_us.add(&other.requeue_delay_us);
     }

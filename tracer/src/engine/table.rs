@@ -191,6 +191,14 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
         }
     }
 
+    /// Every live entry, in slot order.
+    pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
+        self.slots
+            .iter_mut()
+            .filter(|slot| slot.live)
+            .map(|slot| &mut slot.value)
+    }
+
     /// The oldest entry on the age list, with its birth time.
     pub fn oldest(&self) -> Option<(u32, u64)> {
         if self.age_head == NIL {

@@ -95,10 +95,12 @@ fn device_report(disk: DiskGeometry) -> DeviceReport {
                 dev: dev_text(part.dev),
                 geometry: part.clone(),
                 measures: Measures::default(),
+                gone: false,
             })
             .collect(),
         measures: Measures::default(),
         geometry: disk,
+        gone: false,
     }
 }
 

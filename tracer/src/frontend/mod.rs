@@ -56,7 +56,7 @@ fn live(selection: &cli::DeviceSelection) -> Result<ExitCode> {
     config.owners = selection::owner_filter(selection)?;
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;
-    let mut live = session::LiveSession::new(capture);
+    let mut live = session::LiveSession::new(capture, &devices);
     let report = tui::run_tui(&mut live)?;
     drop(live);
     Output::stdout().print(&report, Format::Text)?;

@@ -6,7 +6,6 @@
 //! [`OutputError`]. `main` ends quietly with success when the reader closed
 //! the pipe (`| head`), and prints one line for anything else (`-o /dev/full`).
 
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::Path;
@@ -139,11 +138,7 @@ impl Output {
     }
 }
 
-/// One status line for people on stderr. Never fails: if stderr is gone
-/// (closed, or a pipe nobody reads), the command's real output still matters.
-pub fn status(line: fmt::Arguments) {
-    let _ = writeln!(io::stderr().lock(), "iosplit-trace: {line}");
-}
+pub use crate::status::status;
 
 #[cfg(test)]
 mod tests {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use crate::capture::Capture;
 use crate::cli::{DeviceSelection, ReportArgs};
 use crate::engine::Engine;
-use crate::error::Result;
+use crate::error::{Context, Result};
 
 use super::output::{Format, Output};
 use super::{selection, session};
@@ -30,30 +30,35 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         .map(|secs| started + Duration::from_secs_f64(secs));
     let interval = args.interval.map(Duration::from_secs_f64);
     let mut interval_start = started;
+    let mut geometry = session::GeometryWatch::new(&devices);
+    // One listener for the whole trace: a Ctrl-C that arrives between waits
+    // is kept for the next one.
+    let mut interrupt = {
+        let _runtime = runtime.enter();
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+    }
+    .context("cannot listen for Ctrl-C")?;
     loop {
         let now = Instant::now();
         let until_deadline = deadline.map(|d| d.saturating_duration_since(now));
         let until_tick = interval.map(|i| (interval_start + i).saturating_duration_since(now));
-        let wait = match (until_deadline, until_tick) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        // Wake at least once per refresh to see devices come and go.
+        let wait = [until_deadline, until_tick]
+            .into_iter()
+            .flatten()
+            .fold(session::GEOMETRY_REFRESH, Duration::min);
         let interrupted = runtime.block_on(async {
             tokio::select! {
-                _ = async {
-                    match wait {
-                        Some(wait) => tokio::time::sleep(wait).await,
-                        None => std::future::pending().await,
-                    }
-                } => false,
-                _ = tokio::signal::ctrl_c() => true,
+                _ = tokio::time::sleep(wait) => false,
+                _ = interrupt.recv() => true,
             }
         });
         let finished = interrupted || deadline.is_some_and(|d| Instant::now() >= d);
         if finished {
             break;
         }
-        if interval.is_some() {
+        session::refresh_geometry(&capture, &mut geometry, false)?;
+        if interval.is_some_and(|i| interval_start.elapsed() >= i) {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
             let mut report = capture.query(move |engine, counters| {
@@ -67,6 +72,8 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
             out.print(&report, format)?;
         }
     }
+    // Devices that went in the last moments are seen too.
+    session::refresh_geometry(&capture, &mut geometry, true)?;
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
     let mut report = capture

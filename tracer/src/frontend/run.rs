@@ -202,7 +202,13 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             .filter(|origin| !origin.tracked.ops.is_empty())
             .map(|origin| origin.device)
             .collect();
-        keep_touched_devices(&mut report, &run, &tracked_devices, &named);
+        let mut written: BTreeSet<String> = sink
+            .engine
+            .devices_written_by_tracked()
+            .into_iter()
+            .collect();
+        written.extend(run.targets.iter().map(|t| t.device.clone()));
+        keep_touched_devices(&mut report, &run, &tracked_devices, &named, &written);
         report.run = Some(run);
         report
     })?;
@@ -248,20 +254,23 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
 
 fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport {
     let recorder = &sink.recorder;
-    let origins = sink.engine.origins();
     let program = command
         .first()
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
         .unwrap_or_default();
-    let mut background = crate::model::Measures::default();
     let mut targets = Vec::new();
     for (index, calls) in recorder.targets().iter().enumerate() {
         let matched = recorder.match_writes(index);
-        let tracked = origins.iter().find(|o| o.device == calls.target.device);
-        let write_op = tracked.and_then(|o| o.tracked.op(crate::model::Op::Write));
-        let bios = write_op.map_or(0, |m| m.user_ios);
-        let commands = write_op.map_or(0, |m| m.commands);
-        let bio_size = write_op.map(|m| m.user_io_size.clone()).unwrap_or_default();
+        // The device's own writes: a disk's bios through its partitions are
+        // the partitions' (mkfs opens the whole disk, then writes a partition).
+        let writes = sink.engine.tracked_writes_on(&calls.target.device);
+        let bios = writes.as_ref().map_or(0, |m| m.user_ios);
+        if calls.write_syscalls == 0 && bios == 0 {
+            // Opened, never written: not a target.
+            continue;
+        }
+        let commands = writes.as_ref().map_or(0, |m| m.commands);
+        let bio_size = writes.map(|m| m.user_io_size).unwrap_or_default();
         let write_size = distribution(&calls.write_size, 1);
         let summary = format!(
             "{program} issued {} writes of {} to {}; they reached the block layer as {} bios of {}; the device received {} commands",
@@ -286,14 +295,9 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
             summary,
         });
     }
-    for origin in &origins {
-        for (op, measures) in &origin.other.ops {
-            background
-                .ops
-                .entry(*op)
-                .or_insert_with(|| measures.clone());
-        }
-    }
+    let mut touched = sink.engine.devices_written_by_tracked();
+    touched.extend(targets.iter().map(|t: &RunTarget| t.device.clone()));
+    let background = sink.engine.other_traffic_on(&touched);
     RunReport {
         command: command.to_vec(),
         exit_status: Some(exit_status),
@@ -303,12 +307,15 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
     }
 }
 
-/// Keeps the devices the command touched (or that were named with -d).
+/// Keeps the devices the command touched (or that were named with -d). Its
+/// diagnoses are the findings on devices it wrote; the rest on those disks
+/// become `other_findings`.
 fn keep_touched_devices(
     report: &mut Report,
     run: &RunReport,
     tracked_devices: &[String],
     named: &[DevId],
+    written: &BTreeSet<String>,
 ) {
     let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
     touched.extend(tracked_devices.iter().map(String::as_str));
@@ -328,7 +335,10 @@ fn keep_touched_devices(
             std::iter::once(d.name.clone()).chain(d.partitions.iter().map(|p| p.name.clone()))
         })
         .collect();
-    report
-        .diagnoses
-        .retain(|diagnosis| kept.contains(&diagnosis.device));
+    let (on_written, elsewhere): (Vec<_>, Vec<_>) = std::mem::take(&mut report.diagnoses)
+        .into_iter()
+        .filter(|diagnosis| kept.contains(&diagnosis.device))
+        .partition(|diagnosis| written.contains(&diagnosis.device));
+    report.diagnoses = on_written;
+    report.other_findings = elsewhere;
 }

@@ -1,12 +1,14 @@
 //! Glue shared by the tracing frontends: geometry, the runtime, and turning
 //! the engine's state into a [`Report`].
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
 use crate::error::{Context, Result};
 use crate::geometry::error::GeometryError;
+use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe, NoBlockSize};
 use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::{sysfs, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
@@ -26,6 +28,70 @@ pub fn read_geometry(
     }
     let names: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
     sysfs::read_disks(Some(&names))
+}
+
+/// How often the frontends look at sysfs for disks and partitions that came
+/// or went while tracing.
+pub const GEOMETRY_REFRESH: Duration = Duration::from_secs(1);
+
+/// Disks and partitions coming and going during a trace. A cheap sysfs read
+/// (no device opened) is compared with the last one; only a change reads the
+/// full geometry (which opens partitions for their block size).
+pub struct GeometryWatch {
+    disk_names: Option<Vec<String>>,
+    last: Vec<DiskGeometry>,
+    due: Instant,
+}
+
+impl GeometryWatch {
+    /// Watches the disks of `devices`, or every disk when none was named.
+    pub fn new(devices: &[ResolvedDevice]) -> GeometryWatch {
+        let disk_names = match devices.is_empty() {
+            true => None,
+            false => Some(devices.iter().map(|d| d.disk_name.clone()).collect()),
+        };
+        let mut watch = GeometryWatch {
+            disk_names,
+            last: Vec::new(),
+            due: Instant::now() + GEOMETRY_REFRESH,
+        };
+        watch.last = watch.read(&NoBlockSize);
+        watch
+    }
+
+    /// The present disks (with media) in scope; a missing one is left out.
+    fn read(&self, probe: &dyn BlockSizeProbe) -> Vec<DiskGeometry> {
+        let sysfs_root = Path::new("/sys");
+        let mut disks = match &self.disk_names {
+            None => sysfs::read_disks_in(sysfs_root, None, probe).unwrap_or_default(),
+            // One by one: a named disk that vanished must not hide the others.
+            Some(names) => names
+                .iter()
+                .filter_map(|name| {
+                    sysfs::read_disks_in(sysfs_root, Some(std::slice::from_ref(name)), probe).ok()
+                })
+                .flatten()
+                .collect(),
+        };
+        // A detached loop device or an empty drive has no media: it is gone.
+        disks.retain(|disk| disk.size_sectors > 0);
+        disks
+    }
+
+    /// Fresh geometry of the present disks when something changed since the
+    /// last look; looks at most once per [`GEOMETRY_REFRESH`] unless `now`.
+    pub fn changed(&mut self, now: bool) -> Option<Vec<DiskGeometry>> {
+        if !now && Instant::now() < self.due {
+            return None;
+        }
+        self.due = Instant::now() + GEOMETRY_REFRESH;
+        let seen = self.read(&NoBlockSize);
+        if seen == self.last {
+            return None;
+        }
+        self.last = seen;
+        Some(self.read(&DevNodeProbe::default()))
+    }
 }
 
 /// A single-threaded tokio runtime: signals, timers and the child process.
@@ -55,6 +121,7 @@ pub fn report(
         events,
         correlation: engine.correlation(),
         diagnoses: engine.diagnoses(),
+        other_findings: Vec::new(),
         devices: engine.devices(),
         run: None,
         attribution: Some(engine.attribution(crate::engine::attribution::TOP_OWNERS)),
@@ -67,20 +134,35 @@ pub struct LiveSession {
     capture: Capture<Engine>,
     unsupported: Vec<String>,
     counting_since: Instant,
+    geometry: GeometryWatch,
 }
 
 impl LiveSession {
-    pub fn new(capture: Capture<Engine>) -> LiveSession {
+    pub fn new(capture: Capture<Engine>, devices: &[ResolvedDevice]) -> LiveSession {
         LiveSession {
             unsupported: capture.unsupported(),
             counting_since: capture.started,
             capture,
+            geometry: GeometryWatch::new(devices),
         }
+    }
+}
+
+/// Hands the engine the disks present now, if they changed.
+pub fn refresh_geometry(
+    capture: &Capture<Engine>,
+    watch: &mut GeometryWatch,
+    now: bool,
+) -> Result<()> {
+    match watch.changed(now) {
+        Some(disks) => capture.query(move |engine, _| engine.refresh_disks(disks)),
+        None => Ok(()),
     }
 }
 
 impl LiveSource for LiveSession {
     fn snapshot(&mut self) -> Result<Report> {
+        refresh_geometry(&self.capture, &mut self.geometry, false)?;
         let elapsed = self.counting_since.elapsed();
         let unsupported = self.unsupported.clone();
         self.capture

@@ -110,14 +110,7 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     let mut user_buckets = BTreeMap::new();
     let mut command_buckets = BTreeMap::new();
     for part in parts {
-        total.user_ios += part.user_ios;
-        total.fragments += part.fragments;
-        total.commands += part.commands;
-        total.bytes += part.bytes;
-        total.splits += part.splits;
-        total.merges += part.merges;
-        total.misaligned_pbs_commands += part.misaligned_pbs_commands;
-        total.misaligned_4k_commands += part.misaligned_4k_commands;
+        total.add_counts(part);
         for bucket in &part.user_io_size.buckets {
             *user_buckets.entry(bucket.low).or_insert(0) += bucket.count;
         }
@@ -127,7 +120,6 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     }
     let user: Vec<_> = user_buckets.into_iter().collect();
     let command: Vec<_> = command_buckets.into_iter().collect();
-    total.amplification = crate::model::ratio(total.commands, total.user_ios);
     total.user_io_size = distribution(&user);
     total.command_size = distribution(&command);
     total.queue_to_complete_us = parts[0].queue_to_complete_us.clone();
@@ -208,6 +200,7 @@ fn split_diagnosis() -> Diagnosis {
             virt_boundary_mask: 0,
             discard_granularity: 0,
             partition: None,
+            proposed_max_sectors_kb: None,
             what_if: None,
         }),
         "Writes of 1 MiB were split into 8 commands each because the \
@@ -256,6 +249,7 @@ fn base(duration_s: f64) -> Report {
         events: EventCounts::default(),
         correlation: CorrelationStats::default(),
         diagnoses: Vec::new(),
+        other_findings: Vec::new(),
         devices: Vec::new(),
         run: None,
         attribution: None,
@@ -284,20 +278,24 @@ pub fn seed_report() -> Report {
                 dev: "259:1".to_string(),
                 geometry: partition("loop0p1", 1, 2048, 2048, 4096),
                 measures: measures(clean),
+                gone: false,
             },
             PartitionReport {
                 name: "loop0p2".to_string(),
                 dev: "259:2".to_string(),
                 geometry: partition("loop0p2", 2, 4097, 65537, 512),
                 measures: measures(seed),
+                gone: false,
             },
             PartitionReport {
                 name: "loop0p3".to_string(),
                 dev: "259:3".to_string(),
                 geometry: partition("loop0p3", 3, 71680, 2048, 4096),
                 measures: Measures::default(),
+                gone: false,
             },
         ],
+        gone: false,
     };
     let loop1 = DeviceReport {
         name: "loop1".to_string(),
@@ -305,6 +303,7 @@ pub fn seed_report() -> Report {
         geometry: disk_geometry("loop1", 1, 262144),
         measures: measures(split),
         partitions: Vec::new(),
+        gone: false,
     };
     let mut report = base(12.34);
     report.events = EventCounts {

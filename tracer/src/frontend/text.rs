@@ -61,14 +61,25 @@ pub fn render_report(report: &Report, width: u16) -> String {
         out.blank();
         diagnoses(&mut out, &report.diagnoses);
     }
+    if !report.other_findings.is_empty() {
+        out.blank();
+        out.line(&format!(
+            "Other findings ({}, on devices the command did not write)",
+            report.other_findings.len()
+        ));
+        for diagnosis in by_severity(&report.other_findings) {
+            diagnosis_block(&mut out, diagnosis);
+        }
+    }
     for device in &report.devices {
         out.blank();
         let diagnosed = codes_for(&report.diagnoses, &device.name);
         out.line(&format!(
-            "{}{} ({}): {}",
+            "{}{} ({}): {}{}",
             marker(&diagnosed),
             device.name,
             device.dev,
+            gone_note(device.gone),
             disk_summary(&device.geometry)
         ));
         diagnosed_line(&mut out, "  ", &diagnosed);
@@ -77,10 +88,11 @@ pub fn render_report(report: &Report, width: u16) -> String {
             out.blank();
             let diagnosed = codes_for(&report.diagnoses, &partition.name);
             out.line(&format!(
-                "  {}{} ({}): {}",
+                "  {}{} ({}): {}{}",
                 marker(&diagnosed),
                 partition.name,
                 partition.dev,
+                gone_note(partition.gone),
                 partition_summary(&partition.geometry)
             ));
             diagnosed_line(&mut out, "    ", &diagnosed);
@@ -221,12 +233,20 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             units::bytes(target.write_syscall_size.mean),
             units::thousands(target.fsync_calls),
         ));
+        // Writes without an offset (plain write()) cannot be matched to commands.
+        let per_command = if target.writes_per_command.count > 0 {
+            format!(
+                " (avg writes per command {})",
+                units::ratio(target.writes_per_command.mean)
+            )
+        } else {
+            String::new()
+        };
         out.line(&format!(
-            "    bios {} (avg {}) -> commands {} (avg writes per command {})",
+            "    bios {} (avg {}) -> commands {}{per_command}",
             units::thousands(target.bios),
             units::bytes(target.bio_size.mean),
             units::thousands(target.commands),
-            units::ratio(target.writes_per_command.mean),
         ));
         if target.commands_per_write.count > 0 {
             out.line(&format!(
@@ -271,12 +291,42 @@ pub fn evidence_line(diagnosis: &Diagnosis) -> String {
         .evidence
         .to_map()
         .iter()
+        // Told in its own sentence.
+        .filter(|(key, _)| key.as_str() != WHAT_IF)
         .map(|(key, value)| match value {
             serde_json::Value::String(text) => format!("{key}={text}"),
             other => format!("{key}={other}"),
         })
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+/// The evidence key of a fix's predicted effect.
+const WHAT_IF: &str = "what_if";
+
+/// "the fix would take these I/Os from 1,000 commands to ~130 (7.7x fewer)",
+/// from `evidence.what_if`.
+pub fn what_if_sentence(diagnosis: &Diagnosis) -> Option<String> {
+    let what_if = diagnosis.evidence.what_if()?;
+    let (now, after) = (what_if.commands_now, what_if.commands_after_fix);
+    let change = if after == 0 || after == now {
+        String::new()
+    } else if after < now {
+        format!(" ({}x fewer)", units::ratio(now as f64 / after as f64))
+    } else {
+        format!(" ({}x more)", units::ratio(after as f64 / now as f64))
+    };
+    let mut sentence = format!(
+        "the fix would take these I/Os from {} commands to ~{}{change}",
+        units::thousands(now),
+        units::thousands(after)
+    );
+    if let (Some(time_now), Some(time_after)) = (what_if.time_now_ms, what_if.time_after_fix_ms) {
+        sentence.push_str(&format!(
+            ", and their device time from {time_now:.0} ms to ~{time_after:.0} ms"
+        ));
+    }
+    Some(sentence)
 }
 
 /// Side-by-side log2 histograms of user I/O size and command size, each bar
@@ -503,6 +553,9 @@ fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
         out.wrapped("    evidence: ", "      ", &evidence);
     }
     out.wrapped("    ", "    ", &diagnosis.explanation);
+    if let Some(what_if) = what_if_sentence(diagnosis) {
+        out.wrapped("    what if: ", "      ", &what_if);
+    }
     for (index, fix) in diagnosis
         .fix
         .lines()
@@ -540,6 +593,14 @@ fn diagnosed_line(out: &mut Out, indent: &str, diagnosed: &[&Diagnosis]) {
         &format!("{indent}  "),
         &codes.join(", "),
     );
+}
+
+/// Said first for a device removed while traced: its measures end there.
+fn gone_note(gone: bool) -> &'static str {
+    match gone {
+        true => "gone (removed while traced), ",
+        false => "",
+    }
 }
 
 fn disk_summary(geometry: &DiskGeometry) -> String {
@@ -845,12 +906,58 @@ mod tests {
     }
 
     #[test]
+    fn what_if_and_other_findings_are_told_apart() {
+        let mut report = seed_report();
+        let mut other = report.diagnoses[0].clone();
+        other.device = "loop0p1".into();
+        report.diagnoses[0]
+            .evidence
+            .set_what_if(crate::model::WhatIf {
+                commands_now: 1000,
+                commands_after_fix: 130,
+                time_now_ms: None,
+                time_after_fix_ms: None,
+            });
+        report.other_findings = vec![other];
+        let text = render_report(&report, 120);
+        assert!(
+            text.contains(
+                "what if: the fix would take these I/Os from 1,000 commands to ~130 (7.69x fewer)"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("what_if="), "{text}");
+        let heading = text
+            .find("Other findings (1, on devices the command did not write)")
+            .unwrap_or_else(|| panic!("{text}"));
+        let moved = text
+            .find(&format!("{} on loop0p1", report.diagnoses[0].code))
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(moved > heading, "{text}");
+        assert_fits(&text, 120);
+    }
+
+    #[test]
     fn seed_report_fits_80_and_120_columns() {
         let report = seed_report();
         for width in [80u16, 120] {
             let text = render_report(&report, width);
             assert_fits(&text, usize::from(width));
         }
+    }
+
+    #[test]
+    fn a_removed_device_is_called_gone() {
+        let mut report = seed_report();
+        report.devices[1].gone = true;
+        report.devices[0].partitions[2].gone = true;
+        let text = render_report(&report, 100);
+        assert!(
+            text.contains("loop1 (7:1): gone (removed while traced), disk"),
+            "{text}"
+        );
+        assert!(text.contains("loop0p3 (259:3): gone (removed while traced), partition 3"));
+        assert!(!text.contains("loop0 (7:0): gone"));
     }
 
     #[test]

@@ -278,6 +278,9 @@ pub struct SplitAmplificationEvidence {
     pub discard_granularity: u32,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
+    /// The `max_sectors_kb` the fix raises to, which `what_if` assumed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposed_max_sectors_kb: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
 }

@@ -321,9 +321,14 @@ impl Tracer {
 
     /// As [`Tracer::start`], with extra environment variables.
     pub fn start_with(args: &[&str], env: &[(&str, &str)]) -> Tracer {
-        let mut child = Command::new(binary())
-            .args(args)
-            .envs(env.iter().copied())
+        let mut command = Command::new(binary());
+        command.args(args).envs(env.iter().copied());
+        Tracer::start_command(command)
+    }
+
+    /// Starts a prepared command that runs the binary (e.g. under `unshare`).
+    pub fn start_command(mut command: Command) -> Tracer {
+        let mut child = command
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -373,6 +378,50 @@ impl Tracer {
     }
 }
 
+impl Tracer {
+    /// The tracer's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// Kills the tracer with SIGKILL (no chance to clean up) and reaps it.
+    pub fn kill(mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Our events as the blk tracer's actions (A remap, Q queue, X split, M/F
+/// merges, D issue, C completions), from a report's `events`.
+pub fn blk_actions_of(events: &serde_json::Value) -> Vec<(&'static str, u64)> {
+    let ours = |key: &str| {
+        events[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("events.{key} missing: {events}"))
+    };
+    vec![
+        ("A", ours("remap")),
+        ("Q", ours("queue")),
+        ("X", ours("split")),
+        ("M", ours("backmerge") + ours("rq_merge")),
+        ("F", ours("frontmerge")),
+        ("D", ours("issue")),
+        ("C", ours("complete") + ours("bio_complete")),
+    ]
+    .into_iter()
+    // Requeues, where the probes report them.
+    .chain(
+        events
+            .get("requeue")
+            .and_then(|n| n.as_u64())
+            .map(|n| ("R", n)),
+    )
+    .collect()
+}
+
 impl Drop for Tracer {
     fn drop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -385,6 +434,120 @@ impl Drop for Tracer {
 /// `dd` with these arguments, panicking on failure.
 pub fn dd(args: &[&str]) {
     sh("dd", &[args, &["status=none"]].concat());
+}
+
+/// A tmux session, killed on drop.
+pub struct Tmux {
+    session: String,
+}
+
+impl Tmux {
+    pub fn start(session: &str, command: &str) -> Tmux {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", session])
+            .status();
+        let status = Command::new("tmux")
+            .args([
+                "new-session",
+                "-d",
+                "-s",
+                session,
+                "-x",
+                "120",
+                "-y",
+                "40",
+                command,
+            ])
+            .status()
+            .expect("tmux runs");
+        assert!(status.success(), "tmux new-session failed");
+        Tmux {
+            session: session.to_string(),
+        }
+    }
+
+    pub fn screen(&self) -> String {
+        let out = Command::new("tmux")
+            .args(["capture-pane", "-p", "-t", &self.session])
+            .output()
+            .expect("capture-pane runs");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    pub fn keys(&self, keys: &[&str]) {
+        let status = Command::new("tmux")
+            .args(["send-keys", "-t", &self.session])
+            .args(keys)
+            .status()
+            .expect("send-keys runs");
+        assert!(status.success());
+    }
+
+    /// Waits until the screen shows every needle; panics with the screen otherwise.
+    pub fn wait_for(&self, needles: &[&str], within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let screen = self.screen();
+            if needles.iter().all(|n| screen.contains(n)) {
+                return screen;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "screen never showed {needles:?}:\n{screen}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+impl Tmux {
+    /// Processes started by the pane's shell (the binary under test).
+    pub fn pane_children(&self) -> Vec<u32> {
+        let out = Command::new("tmux")
+            .args(["display-message", "-p", "-t", &self.session, "#{pane_pid}"])
+            .output()
+            .expect("display-message runs");
+        let pane = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        children_of(&pane)
+    }
+
+    /// Kills the session as a closed terminal would: the pane's pty goes away.
+    pub fn hang_up(&self) {
+        let _ = Command::new("tmux")
+            .args(["kill-session", "-t", &self.session])
+            .status();
+    }
+}
+
+/// Process ids whose parent is `parent`, from /proc.
+pub fn children_of(parent: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                // "pid (comm) state ppid …": comm may hold spaces, so split after ')'.
+                .and_then(|stat| {
+                    Some(stat.rsplit_once(')')?.1.split_whitespace().nth(1)? == parent)
+                })
+                .unwrap_or(false)
+        })
+        .collect()
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        // A binary left running (a failed test) must not outlive the session.
+        let children = self.pane_children();
+        self.hang_up();
+        for pid in children {
+            // SAFETY: signalling a process this test started in its pane.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+        }
+    }
 }
 
 /// `count` direct writes of 1 MiB to a new file at `path`, each gathered

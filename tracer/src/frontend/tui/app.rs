@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use crate::model::{ratio, Bucket, Diagnosis, Distribution, Measures, Report, Severity};
+use crate::model::{
+    ratio, Bucket, Diagnosis, Distribution, Measures, OpMeasures, Report, Severity,
+};
 
 use crate::frontend::text::by_severity;
 
@@ -65,19 +67,21 @@ pub struct Totals {
 impl Totals {
     pub fn of(measures: &Measures) -> Totals {
         let mut totals = Totals::default();
+        let mut counts = OpMeasures::default();
         for op in measures.ops.values() {
-            totals.user_ios += op.user_ios;
-            totals.commands += op.commands;
-            totals.bytes += op.bytes;
-            totals.splits += op.splits;
-            totals.merges += op.merges;
-            totals.misaligned_pbs_commands += op.misaligned_pbs_commands;
+            counts.add_counts(op);
             totals.command_bytes += op.command_size.mean * op.command_size.count as f64;
             if op.queue_to_complete_us.count > 0 {
                 let p99 = op.queue_to_complete_us.p99;
                 totals.p99_us = Some(totals.p99_us.map_or(p99, |worst| worst.max(p99)));
             }
         }
+        totals.user_ios = counts.user_ios;
+        totals.commands = counts.commands;
+        totals.bytes = counts.bytes;
+        totals.splits = counts.splits;
+        totals.merges = counts.merges;
+        totals.misaligned_pbs_commands = counts.misaligned_pbs_commands;
         totals
     }
 

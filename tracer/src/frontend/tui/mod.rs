@@ -94,7 +94,11 @@ impl Inputs for TerminalInputs {
                 return Ok(Input::Tick);
             }
             let wait = (self.next_tick - now).min(SIGNAL_CHECK);
-            if !event::poll(wait)? {
+            if terminal_hung_up(wait) {
+                return Ok(Input::Stop);
+            }
+            // Keys crossterm already read are buffered on its side: ask it too.
+            if !event::poll(Duration::ZERO)? {
                 continue;
             }
             match event::read()? {
@@ -106,6 +110,22 @@ impl Inputs for TerminalInputs {
             }
         }
     }
+}
+
+/// Waits up to `wait` for input on the terminal (stdin); true when it hung
+/// up. A closed terminal (tmux session killed, ssh gone) reads EOF forever and
+/// crossterm spins on it; no SIGHUP comes when the tracer is not the session
+/// leader, so without this the tracer kept its probes attached for good.
+fn terminal_hung_up(wait: Duration) -> bool {
+    let mut stdin = libc::pollfd {
+        fd: libc::STDIN_FILENO,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let millis = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    // SAFETY: one valid pollfd for the duration of the call.
+    let ready = unsafe { libc::poll(&mut stdin, 1, millis) };
+    ready > 0 && stdin.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0
 }
 
 /// Terminal key event → the keys the app knows.

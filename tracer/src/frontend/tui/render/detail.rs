@@ -8,7 +8,7 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::severity_style;
-use crate::frontend::text::{evidence_line, severity_label, size_histogram};
+use crate::frontend::text::{evidence_line, severity_label, size_histogram, what_if_sentence};
 use crate::frontend::tui::app::{App, Detail};
 use crate::frontend::units;
 
@@ -93,6 +93,12 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
                 Span::raw(fix.trim().to_string()),
             ]));
         }
+        if let Some(what_if) = what_if_sentence(diagnosis) {
+            lines.push(Line::from(vec![
+                Span::styled("what if: ", bold),
+                Span::raw(what_if),
+            ]));
+        }
         let evidence = evidence_line(diagnosis);
         if !evidence.is_empty() {
             lines.push(Line::from(evidence));
@@ -100,4 +106,44 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
         lines.push(Line::from(diagnosis.explanation.clone()));
     }
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::testing::screen;
+    use crate::frontend::test_reports::seed_report;
+    use crate::frontend::tui::app::{App, Key};
+    use crate::model::WhatIf;
+
+    #[test]
+    fn detail_pane_says_what_the_fix_buys() {
+        let mut report = seed_report();
+        let subpage = report
+            .diagnoses
+            .iter_mut()
+            .find(|d| d.device == "loop0p2" && d.code == "subpage_block_size")
+            .expect("the seed report diagnoses loop0p2");
+        subpage.evidence.set_what_if(WhatIf {
+            commands_now: 129,
+            commands_after_fix: 17,
+            time_now_ms: None,
+            time_after_fix_ms: None,
+        });
+        let mut app = App::new();
+        app.on_snapshot(report, Duration::from_secs(4));
+        app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
+        app.on_key(Key::Enter);
+        let text = screen(&app, 160, 50).join(" ");
+        let squeezed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            squeezed.contains("what if: the fix would take these I/Os from 129 commands to ~17"),
+            "{text}"
+        );
+        assert!(
+            !squeezed.contains("what_if="),
+            "told once, not in the evidence line: {text}"
+        );
+    }
 }

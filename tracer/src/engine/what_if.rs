@@ -1,0 +1,701 @@
+//! What a fix would buy: the observed user I/Os replayed through the
+//! kernel's split and merge rules under the fixed geometry or limits.
+//!
+//! The engine keeps, per (device, origin, op), the sizes of **streams**: runs
+//! of user I/Os where each one starts where the previous one (same device
+//! and op) ended while that one was still in flight, so the block layer could
+//! merge them into one request. A lone bio is a stream of its own. The kernel
+//! then cuts a stream into commands only where a limit says so:
+//! `max_sectors`, or `max_segments` (one segment per bio below a page, one
+//! per page above: bios never share a segment, and pages of user buffers are
+//! taken as not physically contiguous). Replaying the same streams under other
+//! limits, or with other bio sizes, gives the commands the fix would leave.
+//! Timing is left as observed: a stream the device did not merge for lack of
+//! time is not merged in the replay either.
+//!
+//! Kept per stream: one histogram value (1% resolution, fixed memory), so
+//! nothing is allocated per event.
+
+use hdrhistogram::Histogram;
+
+use super::chain::Target;
+use super::diagnose::VIRTIO_HEADER_DESCRIPTORS;
+use super::split::{SplitCause, SplitLimits};
+use super::stats::{new_histogram, op_index, OpStats};
+use super::table::SlotRef;
+use super::Engine;
+use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
+use crate::geometry::DiskGeometry;
+use crate::model::{Diagnosis, Evidence, RequeueCause, WhatIf};
+
+/// Sectors in a page: the segment a page-sized or larger bio is counted in.
+const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
+/// `BLK_MAX_SEGMENTS`: the kernel's default when a driver sets none.
+const DEFAULT_MAX_SEGMENTS: u64 = 128;
+
+/// The last user I/O queued on a disk for one op: where the next one must
+/// start, and whether it is still in flight, to continue its stream.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct LastQueued {
+    pub(super) end: u64,
+    pub(super) part: u32,
+    pub(super) tracked: bool,
+    pub(super) io: SlotRef,
+}
+
+impl Default for LastQueued {
+    fn default() -> Self {
+        LastQueued {
+            end: 0,
+            part: 0,
+            tracked: false,
+            io: SlotRef::NONE,
+        }
+    }
+}
+
+impl Engine {
+    /// A user I/O just queued (at `user_ios[io_index]`): it continues the
+    /// stream of the last one on this disk and op when it starts where that
+    /// one ended, on the same partition and origin, while it is in flight.
+    pub(super) fn record_stream(
+        &mut self,
+        target: Target,
+        start: u64,
+        sectors: u64,
+        io_index: u32,
+    ) {
+        let io = self.user_ios.slot_ref(io_index);
+        let last = self.devices[target.disk as usize].last_queued[op_index(target.op)];
+        let continues = last.end == start
+            && last.part == target.part
+            && last.tracked == target.tracked
+            && self.user_ios.resolve(last.io).is_some();
+        self.devices[target.disk as usize].last_queued[op_index(target.op)] = LastQueued {
+            end: start.saturating_add(sectors),
+            part: target.part,
+            tracked: target.tracked,
+            io,
+        };
+        self.stats_mut(target).streams.record(continues, sectors);
+    }
+}
+
+/// Sectors per segment a stream can have: 1 to 7 for sub-page bios (one
+/// segment each), 8 for page-sized or larger ones (one segment per page).
+const DENSITIES: usize = PAGE_SECTORS as usize;
+
+/// Sizes of the streams seen, in sectors, by segment density (sectors per
+/// segment, to the nearest whole sector: exact for streams of one bio size).
+#[derive(Default)]
+pub struct StreamSizes {
+    /// `[density - 1]`: stream sizes; allocated on the first stream of that density.
+    by_density: [Option<Box<Histogram<u64>>>; DENSITIES],
+    open_sectors: u64,
+    open_segments: u64,
+}
+
+/// Sectors per segment, rounded to the nearest of 1..=8.
+fn density(sectors: u64, segments: u64) -> u64 {
+    let segments = segments.max(1);
+    (sectors.saturating_mul(2).saturating_add(segments) / (2 * segments)).clamp(1, PAGE_SECTORS)
+}
+
+/// Segments a bio of `sectors` takes: one below a page, one per page above.
+fn segments_of(sectors: u64) -> u64 {
+    sectors.div_ceil(PAGE_SECTORS).max(1)
+}
+
+impl StreamSizes {
+    /// One user I/O of `sectors`: it extends the open stream, or starts one.
+    pub fn record(&mut self, continues: bool, sectors: u64) {
+        if !(continues && self.open_sectors > 0) {
+            self.close();
+        }
+        self.open_sectors = self.open_sectors.saturating_add(sectors);
+        self.open_segments = self.open_segments.saturating_add(segments_of(sectors));
+    }
+
+    fn close(&mut self) {
+        if self.open_sectors > 0 {
+            self.add_stream(self.open_sectors, self.open_segments, 1);
+        }
+        self.open_sectors = 0;
+        self.open_segments = 0;
+    }
+
+    fn add_stream(&mut self, sectors: u64, segments: u64, count: u64) {
+        let density = density(sectors, segments);
+        self.by_density[density as usize - 1]
+            .get_or_insert_with(|| Box::new(new_histogram()))
+            .saturating_record_n(sectors, count);
+    }
+
+    /// Adds `other`'s streams (its open one counts as closed here).
+    pub fn absorb(&mut self, other: &StreamSizes) {
+        for (mine, theirs) in self.by_density.iter_mut().zip(&other.by_density) {
+            if let Some(theirs) = theirs {
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = mine
+                    .get_or_insert_with(|| Box::new(new_histogram()))
+                    .add(theirs.as_ref());
+            }
+        }
+        if other.open_sectors > 0 {
+            self.add_stream(other.open_sectors, other.open_segments, 1);
+        }
+    }
+
+    pub fn streams(&self) -> u64 {
+        let closed: u64 = self.by_density.iter().flatten().map(|h| h.len()).sum();
+        closed + u64::from(self.open_sectors > 0)
+    }
+
+    /// Calls `each(sectors, sectors per segment, count)` for every stream size seen.
+    fn for_each(&self, mut each: impl FnMut(u64, u64, u64)) {
+        for (index, histogram) in self.by_density.iter().enumerate() {
+            let Some(histogram) = histogram else { continue };
+            for step in histogram.iter_recorded() {
+                // The low end of the bucket: exact sizes (powers of two) come back unchanged.
+                let sectors = histogram.lowest_equivalent(step.value_iterated_to());
+                each(sectors, index as u64 + 1, step.count_at_value());
+            }
+        }
+        if self.open_sectors > 0 {
+            each(
+                self.open_sectors,
+                density(self.open_sectors, self.open_segments),
+                1,
+            );
+        }
+    }
+}
+
+/// Sectors one request can carry of segments of `segment_sectors` under `limits`.
+pub fn command_cap(limits: &SplitLimits, segment_sectors: u64) -> u64 {
+    let max_segments = match limits.max_segments {
+        0 => DEFAULT_MAX_SEGMENTS,
+        known => known,
+    };
+    let largest_segment = match limits.max_segment_bytes / SECTOR_BYTES {
+        0 => PAGE_SECTORS,
+        known => known.min(PAGE_SECTORS),
+    };
+    let by_segments = max_segments.saturating_mul(segment_sectors.clamp(1, largest_segment));
+    match limits.max_sectors {
+        0 => by_segments,
+        max_sectors => max_sectors.min(by_segments),
+    }
+    .max(1)
+}
+
+/// How the replay writes the streams' bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Bios {
+    /// As observed.
+    Same,
+    /// Through page-sized buffers: one 4 KiB bio per page (a 4096-byte block size).
+    PageSized,
+}
+
+/// Commands the streams become under `limits`.
+pub fn replay(streams: &StreamSizes, bios: Bios, limits: &SplitLimits) -> u64 {
+    let mut commands = 0u64;
+    streams.for_each(|sectors, density, count| {
+        let (sectors, density) = match bios {
+            Bios::Same => (sectors, density),
+            Bios::PageSized => (sectors.div_ceil(PAGE_SECTORS) * PAGE_SECTORS, PAGE_SECTORS),
+        };
+        let cap = command_cap(limits, density);
+        commands = commands.saturating_add(sectors.div_ceil(cap).saturating_mul(count));
+    });
+    commands
+}
+
+/// The observed commands moved by what the model says the fix changes:
+/// traffic the fix does not touch (other writers, physically contiguous
+/// buffers the model counts page by page) cancels out of the difference.
+fn prediction(commands_now: u64, model_now: u64, model_after_fix: u64) -> Option<WhatIf> {
+    if commands_now == 0 || model_after_fix == 0 {
+        return None;
+    }
+    let commands_after_fix = (commands_now.saturating_add(model_after_fix))
+        .saturating_sub(model_now)
+        .max(1);
+    Some(WhatIf {
+        commands_now,
+        commands_after_fix,
+        time_now_ms: None,
+        time_after_fix_ms: None,
+    })
+}
+
+/// `subpage_block_size` fixed: the same bytes written through 4096-byte
+/// buffers, one page-sized bio each, merged under the device's limits.
+pub fn page_sized_buffers(
+    streams: &StreamSizes,
+    commands_now: u64,
+    limits: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands_now,
+        replay(streams, Bios::Same, limits),
+        replay(streams, Bios::PageSized, limits),
+    )
+}
+
+/// A queue setting changed (`max_sectors_kb` raised, merging allowed): the
+/// same streams of the same bios under `fixed` instead of `now`.
+pub fn with_limits(
+    streams: &StreamSizes,
+    commands_now: u64,
+    now: &SplitLimits,
+    fixed: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands_now,
+        replay(streams, Bios::Same, now),
+        replay(streams, Bios::Same, fixed),
+    )
+}
+
+/// `nomerges` switched off: each command today is one bio (or split piece);
+/// the streams merged under `limits` instead.
+pub fn merging_allowed(
+    streams: &StreamSizes,
+    commands_now: u64,
+    limits: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands_now,
+        commands_now,
+        replay(streams, Bios::Same, limits),
+    )
+}
+
+/// `requeued_commands` fixed: the device takes each command once (today it
+/// took `commands + requeues` issues), and the streams are cut under `fixed`
+/// (e.g. I/O small enough that two commands fit a virtio ring).
+pub fn without_requeues(
+    streams: &StreamSizes,
+    commands: u64,
+    requeues: u64,
+    now: &SplitLimits,
+    fixed: &SplitLimits,
+) -> Option<WhatIf> {
+    prediction(
+        commands.saturating_add(requeues),
+        replay(streams, Bios::Same, now).saturating_add(requeues),
+        replay(streams, Bios::Same, fixed),
+    )
+}
+
+/// A fix that removes the splits of one alignment cause: each such split
+/// cut one extra command off a piece that would otherwise have stayed whole.
+pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
+    prediction(
+        commands_now,
+        commands_now,
+        commands_now.saturating_sub(splits),
+    )
+}
+
+/// What a diagnosis' device saw, for [`attach`].
+pub(super) struct Traffic<'a> {
+    /// Data operations, all origins.
+    pub(super) total: &'a OpStats,
+    pub(super) writes: Option<&'a OpStats>,
+    /// The operation with the most requeues.
+    pub(super) most_requeued: Option<&'a OpStats>,
+}
+
+/// Sets `evidence.what_if` where the diagnosis' fix can be replayed.
+pub(super) fn attach(
+    diagnosis: &mut Diagnosis,
+    geometry: &DiskGeometry,
+    limits: &SplitLimits,
+    traffic: Traffic<'_>,
+) {
+    let total = traffic.total;
+    let predicted = match &mut diagnosis.evidence {
+        Evidence::SubpageBlockSize(_) => traffic
+            .writes
+            .and_then(|writes| page_sized_buffers(&writes.streams, writes.commands, limits)),
+        Evidence::SplitAmplification(evidence) => match total.dominant_cause() {
+            Some(SplitCause::MaxSectors)
+                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
+            {
+                let suggested = suggested_max_sectors_kb(
+                    geometry.max_sectors_kb,
+                    geometry.max_hw_sectors_kb,
+                    p90_bytes(&total.user_io_sectors),
+                );
+                evidence.proposed_max_sectors_kb = Some(suggested);
+                let raised = SplitLimits {
+                    max_sectors: suggested * 1024 / SECTOR_BYTES,
+                    ..*limits
+                };
+                with_limits(&total.streams, total.commands, limits, &raised)
+            }
+            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
+                without_splits(total.commands, total.split_causes[cause.index()])
+            }
+            _ => None,
+        },
+        Evidence::MergeBlocked(_) if geometry.nomerges != 0 => {
+            merging_allowed(&total.streams, total.commands, limits)
+        }
+        Evidence::RequeuedCommands(evidence) => traffic.most_requeued.and_then(|stats| {
+            // The fix for a ring filler: I/O of at most half the ring's pages.
+            let fixed = match evidence.cause {
+                Some(RequeueCause::VirtioRingFull) => {
+                    let half_ring_pages = u64::from(evidence.hw_queue_tags)
+                        .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
+                        .max(1);
+                    SplitLimits {
+                        max_sectors: half_ring_pages * PAGE_SECTORS,
+                        ..*limits
+                    }
+                }
+                None => *limits,
+            };
+            without_requeues(
+                &stats.streams,
+                stats.commands,
+                stats.requeues,
+                limits,
+                &fixed,
+            )
+        }),
+        _ => None,
+    };
+    if let Some(predicted) = predicted {
+        diagnosis.evidence.set_what_if(predicted);
+    }
+}
+
+/// The 90th percentile of a histogram of sectors, in bytes (low end of its bucket).
+fn p90_bytes(sectors: &Histogram<u64>) -> u64 {
+    if sectors.is_empty() {
+        return 0;
+    }
+    sectors.lowest_equivalent(sectors.value_at_quantile(0.9)) * SECTOR_BYTES
+}
+
+/// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
+/// percentile user I/O, at least twice the current cap, a power of two, at
+/// most the hardware's limit.
+pub fn suggested_max_sectors_kb(max_kb: u32, hw_kb: u32, user_io_p90_bytes: u64) -> u64 {
+    (user_io_p90_bytes / 1024)
+        .max(u64::from(max_kb) * 2)
+        .next_power_of_two()
+        .min(u64::from(hw_kb))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loop's limits on this machine: 1280 KiB, 128 segments of up to 64 KiB.
+    fn loop_limits() -> SplitLimits {
+        SplitLimits {
+            max_sectors: 2560,
+            max_segments: 128,
+            max_segment_bytes: 65536,
+            ..SplitLimits::default()
+        }
+    }
+
+    fn one_stream_of(bios: u64, sectors: u64) -> StreamSizes {
+        let mut streams = StreamSizes::default();
+        for n in 0..bios {
+            streams.record(n > 0, sectors);
+        }
+        streams
+    }
+
+    #[test]
+    fn seed_case_8_mib_of_512_byte_bios() {
+        // ENVIRONMENT.md: 16385 bios → 129 commands now, 17 with 4 KiB blocks.
+        let streams = one_stream_of(16384, 1);
+        let limits = loop_limits();
+        assert_eq!(
+            replay(&streams, Bios::Same, &limits),
+            128,
+            "the model sees today's 64 KiB cap"
+        );
+        // The one command the model does not see stays: 129 - (128 - 16).
+        let what_if = page_sized_buffers(&streams, 129, &limits).unwrap();
+        assert_eq!(
+            (what_if.commands_now, what_if.commands_after_fix),
+            (129, 17)
+        );
+    }
+
+    #[test]
+    fn a_stream_rounds_up_to_whole_page_bios() {
+        // 9 sectors of 512-byte bios become two 4 KiB bios, one command.
+        let streams = one_stream_of(9, 1);
+        assert_eq!(replay(&streams, Bios::PageSized, &loop_limits()), 1);
+    }
+
+    #[test]
+    fn direct_1_mib_writes_under_a_raised_max_sectors() {
+        // 16 lone 1 MiB bios, max_sectors_kb 64: 16 commands each.
+        let mut streams = StreamSizes::default();
+        for _ in 0..16 {
+            streams.record(false, 2048);
+        }
+        assert_eq!(streams.streams(), 16);
+        let limits = SplitLimits {
+            max_sectors: 128,
+            ..loop_limits()
+        };
+        assert_eq!(replay(&streams, Bios::Same, &limits), 256);
+        // Raised to 1024 KiB, 128 one-page segments cap a command at 512 KiB.
+        let raised = SplitLimits {
+            max_sectors: 2048,
+            ..limits
+        };
+        let what_if = with_limits(&streams, 256, &limits, &raised).unwrap();
+        assert_eq!(what_if.commands_after_fix, 32);
+        // Where segments allow it, one command per bio.
+        let wide = SplitLimits {
+            max_segments: 256,
+            ..raised
+        };
+        assert_eq!(
+            with_limits(&streams, 256, &limits, &wide)
+                .unwrap()
+                .commands_after_fix,
+            16
+        );
+    }
+
+    #[test]
+    fn absorbing_keeps_every_stream_and_the_open_one() {
+        let mut left = one_stream_of(4, 8);
+        let right = one_stream_of(2, 8);
+        left.absorb(&right);
+        assert_eq!(left.streams(), 2);
+        // Streams of 32 and 16 sectors at 8 sectors a command: 4 + 2.
+        let tiny = SplitLimits {
+            max_sectors: 8,
+            ..loop_limits()
+        };
+        assert_eq!(replay(&left, Bios::Same, &tiny), 6);
+    }
+
+    #[test]
+    fn each_stream_keeps_its_own_segment_density() {
+        // Lone 512-byte bios beside 1 MiB direct writes (vda: 254 segments,
+        // 4 MiB commands): the small ones must not make the large ones look
+        // like 512-byte segments.
+        let mut streams = StreamSizes::default();
+        for _ in 0..100 {
+            streams.record(false, 1);
+        }
+        for _ in 0..32 {
+            streams.record(false, 2048);
+        }
+        let vda = SplitLimits {
+            max_sectors: 8192,
+            max_segments: 254,
+            max_segment_bytes: u64::from(u32::MAX),
+            ..SplitLimits::default()
+        };
+        // 254 pages then 2: two commands per 1 MiB write, one per lone bio.
+        assert_eq!(replay(&streams, Bios::Same, &vda), 100 + 64);
+        // A stream of 4 KiB bios then 512-byte ones counts one segment each.
+        let mut mixed = StreamSizes::default();
+        for n in 0..128 {
+            mixed.record(n > 0, if n < 64 { 8 } else { 1 });
+        }
+        let one_command = SplitLimits {
+            max_sectors: 2560,
+            max_segments: 128,
+            ..SplitLimits::default()
+        };
+        assert_eq!(replay(&mixed, Bios::Same, &one_command), 1);
+    }
+
+    #[test]
+    fn unknown_limits_fall_back_to_the_kernel_defaults() {
+        let cap = command_cap(&SplitLimits::default(), 1);
+        assert_eq!(cap, DEFAULT_MAX_SEGMENTS);
+        assert_eq!(
+            command_cap(&SplitLimits::default(), 2048),
+            DEFAULT_MAX_SEGMENTS * 8
+        );
+    }
+
+    #[test]
+    fn no_traffic_or_no_commands_predicts_nothing() {
+        let empty = StreamSizes::default();
+        assert_eq!(page_sized_buffers(&empty, 10, &loop_limits()), None);
+        assert_eq!(
+            page_sized_buffers(&one_stream_of(8, 1), 0, &loop_limits()),
+            None
+        );
+        assert_eq!(without_splits(10, 4).unwrap().commands_after_fix, 6);
+        // A fix the model sees cost nothing leaves the observed count.
+        let lone = one_stream_of(1, 8);
+        let same = with_limits(&lone, 3, &loop_limits(), &loop_limits()).unwrap();
+        assert_eq!(same.commands_after_fix, 3);
+        // vda: 32 direct 1 MiB writes, 2 commands each, every tail requeued
+        // once; in I/O of at most 504 KiB, 3 commands each and no re-issue.
+        let mut direct = StreamSizes::default();
+        for _ in 0..32 {
+            direct.record(false, 2048);
+        }
+        let vda = SplitLimits {
+            max_sectors: 8192,
+            max_segments: 254,
+            ..SplitLimits::default()
+        };
+        let small = SplitLimits {
+            max_sectors: 1008,
+            ..vda
+        };
+        let requeue = without_requeues(&direct, 64, 32, &vda, &small).unwrap();
+        assert_eq!((requeue.commands_now, requeue.commands_after_fix), (96, 96));
+        // nomerges=2: 16,384 one-bio commands, 128 once merging is back.
+        let seed = one_stream_of(16384, 1);
+        let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();
+        assert_eq!(merged.commands_after_fix, 128);
+    }
+
+    #[test]
+    fn suggestion_is_a_power_of_two_within_the_hardware_limit() {
+        assert_eq!(suggested_max_sectors_kb(64, 1280, 1 << 20), 1024);
+        assert_eq!(suggested_max_sectors_kb(64, 100, 1 << 20), 100);
+        assert_eq!(suggested_max_sectors_kb(512, 4096, 4096), 1024);
+    }
+}
+
+#[cfg(test)]
+mod engine_tests {
+    use tracer_common::{BlockEvent, EventKind};
+
+    use super::super::{Engine, EngineLimits};
+    use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+    use crate::model::{code, Evidence};
+
+    const DISK: DevId = DevId::new(7, 0);
+    const ODD: DevId = DevId::new(259, 1);
+
+    fn disk() -> DiskGeometry {
+        DiskGeometry {
+            name: "loop0".into(),
+            dev: Some(DISK),
+            size_sectors: 40960,
+            logical_block_size: 512,
+            physical_block_size: 512,
+            max_sectors_kb: 1280,
+            max_hw_sectors_kb: 1280,
+            max_segments: 128,
+            max_segment_size: 65536,
+            request_based: true,
+            partitions: vec![PartitionGeometry {
+                name: "loop0p2".into(),
+                dev: Some(ODD),
+                number: 2,
+                start: 10240,
+                size: 20001,
+                ..PartitionGeometry::default()
+            }],
+            ..DiskGeometry::default()
+        }
+    }
+
+    fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
+        BlockEvent {
+            ts_ns,
+            sector,
+            dev: DISK.to_kernel(),
+            nr_sector,
+            tgid: 1,
+            rwbs: *b"W\0\0\0\0\0\0\0",
+            kind: kind as u8,
+            ..BlockEvent::ZERO
+        }
+    }
+
+    #[test]
+    fn direct_writes_split_by_max_sectors_predict_the_raised_cap() {
+        let mut disk = disk();
+        disk.max_sectors_kb = 64;
+        disk.partitions.clear();
+        let mut engine = Engine::new(vec![disk], EngineLimits::default());
+        let mut ts = 1000;
+        // 16 lone 1 MiB direct writes, each cut into 16 commands of 64 KiB.
+        for write in 0..16u64 {
+            let start = write * 2048;
+            engine.ingest(&event(EventKind::Queue, ts, start, 2048));
+            for piece in 1..16u64 {
+                let split = BlockEvent {
+                    aux_sector: start + piece * 128,
+                    ..event(EventKind::Split, ts, start + (piece - 1) * 128, 0)
+                };
+                engine.ingest(&split);
+            }
+            for piece in 0..16u64 {
+                engine.ingest(&event(EventKind::Issue, ts + 1, start + piece * 128, 128));
+            }
+            for piece in 0..16u64 {
+                engine.ingest(&event(
+                    EventKind::Complete,
+                    ts + 2,
+                    start + piece * 128,
+                    128,
+                ));
+            }
+            ts += 100;
+        }
+        let diagnoses = engine.diagnoses();
+        let split = diagnoses
+            .iter()
+            .find(|d| d.code == code::SPLIT_AMPLIFICATION)
+            .unwrap_or_else(|| panic!("no split_amplification: {diagnoses:?}"));
+        let Evidence::SplitAmplification(evidence) = &split.evidence else {
+            panic!("{split:?}");
+        };
+        assert_eq!(evidence.proposed_max_sectors_kb, Some(1024));
+        let what_if = split.evidence.what_if().expect("evidence.what_if");
+        // 1 MiB bios of one segment per page: 128 segments cap a command at 512 KiB.
+        assert_eq!(
+            (what_if.commands_now, what_if.commands_after_fix),
+            (256, 32)
+        );
+    }
+
+    #[test]
+    fn buffered_writes_on_the_odd_partition_predict_page_sized_commands() {
+        let mut engine = Engine::new(vec![disk()], EngineLimits::default());
+        // 2048 bios of 512 B written back in one go, merged 128 to a command.
+        let start = 10240;
+        for n in 0..2048u64 {
+            let remap = BlockEvent {
+                aux_dev: ODD.to_kernel(),
+                aux_sector: n,
+                ..event(EventKind::Remap, 1000 + n, start + n, 1)
+            };
+            engine.ingest(&remap);
+            engine.ingest(&event(EventKind::Queue, 1000 + n, start + n, 1));
+        }
+        for command in 0..16u64 {
+            let sector = start + command * 128;
+            engine.ingest(&event(EventKind::Issue, 10_000 + command, sector, 128));
+            engine.ingest(&event(EventKind::Complete, 20_000 + command, sector, 128));
+        }
+        let diagnoses = engine.diagnoses();
+        let subpage = diagnoses
+            .iter()
+            .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p2")
+            .unwrap_or_else(|| panic!("no subpage_block_size: {diagnoses:?}"));
+        let what_if = subpage.evidence.what_if().expect("evidence.what_if");
+        assert_eq!(what_if.commands_now, 16, "{what_if:?}");
+        // 1 MiB in 4 KiB bios, 128 segments a command: two 512 KiB commands.
+        assert_eq!(what_if.commands_after_fix, 2, "{what_if:?}");
+    }
+}
