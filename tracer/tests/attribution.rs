@@ -382,3 +382,27 @@ fn filtered_out_owners_appear_nowhere() {
         "{processes:#?}"
     );
 }
+
+#[test]
+fn bad_owner_filters_are_one_line_and_status_2() {
+    let run = |args: &[&str]| {
+        let out = Command::new(common::binary()).args(args).output().unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
+        assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        stderr
+    };
+    let stderr = run(&[
+        "report",
+        "--cgroup",
+        "/no-such-cgroup-iosplit",
+        "--duration",
+        "1",
+    ]);
+    assert!(stderr.contains("no such cgroup"), "{stderr}");
+    let stderr = run(&["report", "--comm", "", "--duration", "1"]);
+    assert!(stderr.contains("--comm needs a task name"), "{stderr}");
+    let stderr = run(&["run", "-p", "1", "--", "true"]);
+    assert!(stderr.contains("run traces its own command"), "{stderr}");
+}

@@ -192,7 +192,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
     let elapsed = started.elapsed();
-    let report = capture.finish(move |sink, counters| {
+    let mut report = capture.finish(move |sink, counters| {
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
@@ -212,6 +212,10 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         report.run = Some(run);
         report
     })?;
+    // Cgroup and file paths, off the consumer thread.
+    if let Some(attribution) = report.attribution.as_mut() {
+        crate::geometry::owners::resolve(attribution);
+    }
     match out.print(&report, Format::from_flags(args.json, false)) {
         // A closed pipe is no failure: CMD's status still stands.
         Err(err) if err.is_broken_pipe() => {}
