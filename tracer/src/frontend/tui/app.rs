@@ -170,8 +170,9 @@ impl Totals {
 pub struct Row {
     pub name: String,
     pub is_partition: bool,
-    /// A process, cgroup or file on a device (no alignment counts).
-    pub is_owner: bool,
+    /// A process, cgroup or file on a device (no alignment counts): its
+    /// index in the view's list of the report's attribution.
+    pub owner: Option<usize>,
     /// Most severe diagnosis on this device, if any.
     pub severity: Option<Severity>,
     pub user_ios_per_s: f64,
@@ -188,6 +189,8 @@ pub struct Detail<'a> {
     pub splits: u64,
     pub split_causes: BTreeMap<String, u64>,
     pub diagnoses: Vec<&'a Diagnosis>,
+    /// Owner rows: queue->issue against issue->complete, and which dominates.
+    pub times: Vec<String>,
 }
 
 /// Counters at one instant, to compute rates from the next.
@@ -248,7 +251,7 @@ impl App {
 
     /// The rows of the current view, rates against the previous sample.
     fn rows_of(&self, report: &Report, elapsed: Duration) -> (Vec<Row>, HashMap<String, Totals>) {
-        let mut entries: Vec<(String, Totals, bool, bool)> = Vec::new();
+        let mut entries: Vec<(String, Totals, bool, Option<usize>)> = Vec::new();
         let owners = |list: fn(&crate::model::Attribution) -> &Vec<OwnerEntry>| {
             report
                 .attribution
@@ -256,9 +259,10 @@ impl App {
                 .map_or(Vec::new(), |attribution| {
                     list(attribution)
                         .iter()
-                        .map(|entry| {
+                        .enumerate()
+                        .map(|(index, entry)| {
                             let name = format!("{} ({})", owner_label(entry), entry.device);
-                            (name, Totals::of_owner(&entry.measures), false, true)
+                            (name, Totals::of_owner(&entry.measures), false, Some(index))
                         })
                         .collect()
                 })
@@ -270,10 +274,10 @@ impl App {
                         device.name.clone(),
                         Totals::of(&device.measures),
                         false,
-                        false,
+                        None,
                     ));
                     for part in &device.partitions {
-                        entries.push((part.name.clone(), Totals::of(&part.measures), true, false));
+                        entries.push((part.name.clone(), Totals::of(&part.measures), true, None));
                     }
                 }
             }
@@ -283,19 +287,20 @@ impl App {
         }
         let mut rows = Vec::new();
         let mut totals_by_name = HashMap::new();
-        for (name, totals, is_partition, is_owner) in entries {
+        for (name, totals, is_partition, owner) in entries {
             let before = self.previous.totals.get(&name);
             let before_user = before.map_or(0, |t| t.user_ios);
             let before_commands = before.map_or(0, |t| t.commands);
             rows.push(Row {
-                severity: (!is_owner)
+                severity: owner
+                    .is_none()
                     .then(|| most_severe(&report.diagnoses, &name))
                     .flatten(),
                 user_ios_per_s: per_second(totals.user_ios, before_user, elapsed),
                 commands_per_s: per_second(totals.commands, before_commands, elapsed),
                 name: name.clone(),
                 is_partition,
-                is_owner,
+                owner,
                 totals: totals.clone(),
             });
             totals_by_name.insert(name, totals);
@@ -378,6 +383,9 @@ impl App {
     pub fn detail(&self) -> Option<Detail<'_>> {
         let report = self.report.as_ref()?;
         let row = self.selected_row()?;
+        if let Some(index) = row.owner {
+            return self.owner_detail(report, row, index);
+        }
         let measures = report.devices.iter().find_map(|device| {
             if device.name == row.name {
                 Some(&device.measures)
@@ -405,6 +413,58 @@ impl App {
                 .into_iter()
                 .filter(|diagnosis| diagnosis.device == row.name)
                 .collect(),
+            times: Vec::new(),
+        })
+    }
+
+    /// An owner row's detail: its timing; sizes and diagnoses are per device.
+    fn owner_detail<'a>(
+        &'a self,
+        report: &'a Report,
+        row: &'a Row,
+        index: usize,
+    ) -> Option<Detail<'a>> {
+        let attribution = report.attribution.as_ref()?;
+        let list = match self.view {
+            TableView::Devices => return None,
+            TableView::Processes => &attribution.processes,
+            TableView::Cgroups => &attribution.cgroups,
+            TableView::Files => &attribution.files,
+        };
+        let measures = &list.get(index)?.measures;
+        let p99 = |dist: &Distribution| {
+            if dist.count == 0 {
+                "-".to_string()
+            } else {
+                crate::frontend::units::micros(dist.p99)
+            }
+        };
+        let verdict = match measures.dominant {
+            Some(crate::model::Dominant::Queue) => "queue time dominates",
+            Some(crate::model::Dominant::Device) => "device time dominates",
+            None => "too few commands to compare queue and device time",
+        };
+        let times = vec![
+            format!("queue->issue p99     {}", p99(&measures.queue_to_issue_us)),
+            format!(
+                "issue->complete p99  {}",
+                p99(&measures.issue_to_complete_us)
+            ),
+            format!(
+                "queue->complete p99  {}",
+                p99(&measures.queue_to_complete_us)
+            ),
+            verdict.to_string(),
+            "(sizes and diagnoses are per device: v to the devices)".to_string(),
+        ];
+        Some(Detail {
+            name: &row.name,
+            user_io_size: Distribution::default(),
+            command_size: Distribution::default(),
+            splits: measures.splits,
+            split_causes: BTreeMap::new(),
+            diagnoses: Vec::new(),
+            times,
         })
     }
 }
@@ -500,7 +560,7 @@ mod tests {
         let mut app = App::new();
         app.on_snapshot(attributed(10), secs(1));
         let devices = app.rows.len();
-        assert!(app.rows.iter().all(|row| !row.is_owner));
+        assert!(app.rows.iter().all(|row| row.owner.is_none()));
         assert_eq!(app.on_key(Key::Char('v')), Action::NextView);
         assert_eq!(app.view, TableView::Processes);
         let names: Vec<&str> = app.rows.iter().map(|row| row.name.as_str()).collect();
@@ -508,12 +568,21 @@ mod tests {
         assert!(app
             .rows
             .iter()
-            .all(|row| row.is_owner && row.severity.is_none()));
+            .all(|row| row.owner.is_some() && row.severity.is_none()));
         assert_eq!(app.rows[0].totals.amplification(), 2.0);
         // No spike: the switch took the baseline.
         assert_eq!(app.rows[0].user_ios_per_s, 0.0);
         app.on_snapshot(attributed(30), secs(3));
         assert_eq!(app.rows[0].user_ios_per_s, 10.0);
+        // Enter: the owner's timing, not a device's histograms.
+        app.on_key(Key::Enter);
+        let detail = app.detail().unwrap();
+        assert_eq!(detail.name, "dd 77 (loop0p1)");
+        assert!(detail
+            .times
+            .iter()
+            .any(|line| line.contains("queue->issue")));
+        assert!(detail.diagnoses.is_empty());
         app.on_key(Key::Char('v'));
         assert_eq!(app.view, TableView::Cgroups);
         assert!(app.rows.is_empty());

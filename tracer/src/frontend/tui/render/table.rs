@@ -129,7 +129,7 @@ fn table_row(row: &AppRow, shown: &[usize]) -> Row<'static> {
         right(per_user_io(units::percent(totals.split_share()))),
         right(per_user_io(units::percent(totals.merge_share()))),
         // Alignment is counted per device only.
-        right(if row.is_owner {
+        right(if row.owner.is_some() {
             NONE.to_string()
         } else {
             per_command(units::percent(totals.misaligned_share()))
