@@ -187,9 +187,15 @@ pub struct OpMeasures {
     pub commands_per_io: Distribution,
     /// Microseconds from block_bio_queue to the completion of the last fragment.
     pub queue_to_complete_us: Distribution,
+    /// Microseconds from block_bio_queue to the first command carrying the
+    /// user I/O (Q2D: scheduler, plugging, throttling).
+    pub queue_to_issue_us: Distribution,
     /// Microseconds from block_rq_issue to block_rq_complete, per command;
     /// from its last issue for a requeued command.
     pub issue_to_complete_us: Distribution,
+    /// The larger of the mean queue→issue and issue→complete; absent without both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dominant: Option<Dominant>,
     /// Times the driver gave a command back to be issued again
     /// (block_rq_requeue); a requeued command still counts once in `commands`.
     pub requeues: u64,

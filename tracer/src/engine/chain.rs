@@ -270,6 +270,7 @@ impl Engine {
             if let Some(command) = self.commands.get_mut(command_index) {
                 command.tail = index;
             }
+            let mut first_issue = None;
             if let Some(io) = self
                 .user_ios
                 .resolve(io_ref)
@@ -283,6 +284,7 @@ impl Engine {
                         self.attribution.each(io.owners, |stats| {
                             stats.queue_to_issue_us.saturating_record(waited_us)
                         });
+                        first_issue = Some((io.target, waited_us));
                     }
                 }
                 target.get_or_insert(io.target);
@@ -298,6 +300,11 @@ impl Engine {
                 ends.queued_ns = ends.queued_ns.min(queued_ns);
                 ends.bios += 1;
                 ends.last_io = io_ref;
+            }
+            if let Some((io_target, waited_us)) = first_issue {
+                self.stats_mut(io_target)
+                    .queue_to_issue_us
+                    .saturating_record(waited_us);
             }
         }
         (target, ends)
@@ -324,6 +331,11 @@ impl Engine {
                 stats.queue_to_issue_us.saturating_record(waited_us);
             }
         });
+        if first {
+            self.stats_mut(target)
+                .queue_to_issue_us
+                .saturating_record(waited_us);
+        }
         self.count_command(target, start, sectors, None);
     }
 

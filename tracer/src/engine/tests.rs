@@ -2119,6 +2119,17 @@ fn attribution_follows_each_owner_to_its_partition_with_queue_and_device_time() 
     assert_eq!(cgroup(6).device, "loop0p2");
     assert_eq!(report.files.len(), 3);
     assert_eq!(report.folded.processes, 0);
+    // The devices get the same queue->issue, and the verdict.
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!(
+        p1.queue_to_issue_us.count, 3,
+        "A's two bios and the kworker's"
+    );
+    assert_eq!(p1.queue_to_issue_us.max, 2000);
+    assert_eq!(p1.dominant, Some(Dominant::Queue));
+    let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
+    assert_eq!(p2.queue_to_issue_us.count, 1);
+    assert_eq!(p2.dominant, Some(Dominant::Device));
 }
 
 // ----- devices coming and going, and losses ---------------------------------

@@ -703,6 +703,7 @@ fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
         ));
         for (label, dist) in [
             ("queue->complete", &m.queue_to_complete_us),
+            ("queue->issue", &m.queue_to_issue_us),
             ("issue->complete", &m.issue_to_complete_us),
         ] {
             let cell = |us: u64| {
@@ -719,6 +720,15 @@ fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
                 cell(dist.p99),
                 cell(dist.max)
             ));
+        }
+        match m.dominant {
+            Some(Dominant::Queue) => out.line(&format!(
+                "{inner}queue time dominates (mean queue->issue above issue->complete)"
+            )),
+            Some(Dominant::Device) => out.line(&format!(
+                "{inner}device time dominates (mean issue->complete above queue->issue)"
+            )),
+            None => {}
         }
     }
     if !m.split_causes.is_empty() {
