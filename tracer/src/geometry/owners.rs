@@ -237,10 +237,27 @@ pub fn resolve_with(attribution: &mut Attribution, mounts: &[Mount]) {
         let mount = mounts
             .iter()
             .find(|mount| mount.root == "/" && mount.dev.to_string() == dev);
-        if let Some(mount) = mount {
-            entry.path = path_by_handle(&mount.mount_point, ino);
-        }
+        entry.path = match mount {
+            Some(mount) => path_by_handle(&mount.mount_point, ino),
+            None => block_device_cache(Path::new("/sys"), dev, ino),
+        };
     }
+}
+
+/// A block device's own page cache (a filesystem's metadata and journal, or
+/// buffered writes to `/dev/…`): its inode lives on the unmounted bdev
+/// pseudo-filesystem (an anonymous `0:N`) and is numbered by the device's
+/// kernel `dev_t`. Named `/dev/NAME` when sysfs knows that device.
+pub fn block_device_cache(sysfs: &Path, dev: &str, ino: u64) -> Option<String> {
+    if !dev.starts_with("0:") {
+        return None;
+    }
+    let device = DevId::from_kernel(u32::try_from(ino).ok()?);
+    let uevent = std::fs::read_to_string(sysfs.join(format!("dev/block/{device}/uevent"))).ok()?;
+    let name = uevent
+        .lines()
+        .find_map(|line| line.strip_prefix("DEVNAME="))?;
+    Some(format!("/dev/{name}"))
 }
 
 #[cfg(test)]
@@ -324,6 +341,21 @@ garbage line
         assert_eq!(&long[..15], b"a-very-long-tas");
         assert_eq!(long[15], 0);
         assert!(comm_key("").is_err());
+    }
+
+    #[test]
+    fn a_block_devices_own_cache_is_named_by_its_device() {
+        let sysfs = std::env::temp_dir().join(format!("iosplit-bdev-{}", std::process::id()));
+        let dir = sysfs.join("dev/block/7:1");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("uevent"), "MAJOR=7\nMINOR=1\nDEVNAME=loop1\n").unwrap();
+        let found = block_device_cache(&sysfs, "0:3", (7 << 20) | 1);
+        let on_a_filesystem = block_device_cache(&sysfs, "259:0", (7 << 20) | 1);
+        let unknown = block_device_cache(&sysfs, "0:3", (8 << 20) | 9);
+        std::fs::remove_dir_all(&sysfs).unwrap();
+        assert_eq!(found.as_deref(), Some("/dev/loop1"));
+        assert_eq!(on_a_filesystem, None);
+        assert_eq!(unknown, None);
     }
 
     #[test]
