@@ -318,6 +318,10 @@ impl ProbeFlavor {
 
 /// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
+/// Bios turned away by the owner filters that are remembered at once, so
+/// the requests they head are dropped too (least recently used go first).
+const FILTERED_BIOS_MAX: u32 = 65536;
+
 /// `IOSPLIT_OWNERS=off` stops the queue probe reading owners (for measuring
 /// their cost): every owner is then "unknown" but the tgid.
 pub const OWNERS_ENV: &str = "IOSPLIT_OWNERS";
@@ -494,6 +498,15 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
         .override_global(names::FILTER_OWNERS, &filter_owners, true)
+        // The LRU map preallocates: without owner filters it is never used.
+        .map_max_entries(
+            names::FILTERED_BIOS,
+            if filter_owners == 0 {
+                1
+            } else {
+                FILTERED_BIOS_MAX
+            },
+        )
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
@@ -1017,6 +1030,10 @@ mod tests {
             names::COUNTERS,
             names::DEVICES,
             names::PIDS,
+            names::OWNER_PIDS,
+            names::OWNER_CGROUPS,
+            names::OWNER_COMMS,
+            names::FILTERED_BIOS,
         ] {
             size_of(map);
         }
@@ -1024,6 +1041,7 @@ mod tests {
             (names::CLASSIC_FIELDS, std::mem::size_of::<ClassicFields>()),
             (names::KERNEL_LAYOUT, std::mem::size_of::<KernelLayout>()),
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
+            (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
             (names::FILTER_PIDS, 1),
             (names::WAKEUP_BYTES, 8),
