@@ -71,6 +71,11 @@ pub enum Command {
         after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
     )]
     Check(CheckArgs),
+    /// Serve the measures and diagnoses to Prometheus on /metrics (and /healthz) until stopped.
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in the README (Prometheus)."
+    )]
+    Serve(ServeArgs),
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -154,6 +159,13 @@ pub struct CheckArgs {
     /// Print one JSON document instead of text.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address and port to serve /metrics on.
+    #[arg(long, value_name = "ADDR:PORT", default_value = crate::frontend::serve::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
 }
 
 /// Why a `--duration` or `--interval` value was refused (clap prints it).

@@ -1,8 +1,9 @@
-//! Developer and CI tasks: `cargo xtask setup | run | test | bench | vm-test`.
+//! Developer and CI tasks: `cargo xtask setup | run | test | bench | vm-test | dist | install`.
 //!
 //! Every task sets up what it needs first, so each one works on a fresh machine.
 
 mod bench;
+mod dist;
 mod setup;
 mod test;
 mod util;
@@ -41,6 +42,14 @@ enum Task {
     Bench(bench::BenchArgs),
     /// Boot other kernels and disk geometries in qemu and run the scenarios.
     VmTest(vm::VmArgs),
+    /// Build the release tarball: static binary, man page, completions, systemd unit, examples.
+    Dist,
+    /// Build the same tree and install it under a prefix.
+    Install {
+        /// Where to install (bin/, share/, lib/systemd/system/ go under it).
+        #[arg(long, default_value = "/usr/local")]
+        prefix: std::path::PathBuf,
+    },
 }
 
 fn main() -> ExitCode {
@@ -61,6 +70,8 @@ fn main() -> ExitCode {
         }
         Task::Bench(args) => setup::setup().and_then(|()| bench::bench(&args)),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
+        Task::Dist => setup::setup().and_then(|()| dist::dist()),
+        Task::Install { prefix } => setup::setup().and_then(|()| dist::install(&prefix)),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

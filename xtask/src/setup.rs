@@ -25,6 +25,12 @@ pub const PACKAGES: &[&str] = &[
     "file",    // checks the guest binary is static
     "gcc",     // builds the static guest-io helper
     "libc6-dev",
+    // tests/serve.rs: a real Prometheus scrapes `serve`, queried with curl;
+    // systemd-analyze verifies the dist unit.
+    "prometheus",
+    "curl",
+    "systemd",
+    "libcap2-bin", // setcap, for the non-root test
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

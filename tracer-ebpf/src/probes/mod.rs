@@ -5,8 +5,10 @@
 //! from BTF, `raw_block`) and a classic one producing `ClassicRecord`s
 //! (offsets from the format files, `block`); `sched/sched_process_fork` to
 //! follow a process tree, and `syscalls/sys_{enter,exit}_*` to produce
-//! `ProcessEvent`s for it (`process`).
+//! `ProcessEvent`s for it (`process`); and, for the floor measurement, a
+//! raw-tracepoint program per row that returns at once (`noop`).
 
 pub mod block;
+pub mod noop;
 pub mod process;
 pub mod raw_block;

@@ -43,6 +43,9 @@ static PROBES_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"
 
 /// Longest the consumer sleeps between drains when the kernel does not wake it.
 pub const DRAIN_INTERVAL: Duration = Duration::from_millis(10);
+/// Longest the last drain waits for records that probes running at detach
+/// were still writing (a probe runs for microseconds).
+const FINAL_SETTLE: Duration = Duration::from_millis(50);
 /// Default size of the block-event rings together: about 115k events, over
 /// 50 ms at 2M events/s (drains come every 10 ms, sooner when a ring is a
 /// quarter full). Each ring counts twice in RSS: the kernel maps its pages
@@ -84,6 +87,9 @@ pub struct CaptureConfig {
     pub process_tree: bool,
     /// Owner filters (`-p`, `--cgroup`, `--comm`), applied in the kernel.
     pub owners: OwnerFilter,
+    /// Accept `IOSPLIT_PROBES=noop` (only `report`, which then says it
+    /// measured the floor instead of printing measures).
+    pub accept_noop: bool,
 }
 
 /// Whose I/O to trace; empty lists filter nothing. A bio is traced when it
@@ -305,6 +311,9 @@ pub enum ProbeFlavor {
     Raw,
     /// Classic tracepoints reading the formatted record with format-file offsets.
     Classic,
+    /// The floor: the raw tracepoints with programs that return at once.
+    /// Nothing is captured; only the tracepoints' dispatch is paid.
+    Noop,
 }
 
 impl ProbeFlavor {
@@ -312,11 +321,13 @@ impl ProbeFlavor {
         match self {
             ProbeFlavor::Raw => "raw tracepoints",
             ProbeFlavor::Classic => "classic tracepoints",
+            ProbeFlavor::Noop => "noop raw tracepoints, capturing nothing",
         }
     }
 }
 
-/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF allows.
+/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF
+/// allows; `noop` (the floor) attaches programs that return at once.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
 /// Bios turned away by the owner filters that are remembered at once, so
 /// the requests they head are dropped too (least recently used go first).
@@ -330,6 +341,8 @@ pub const OWNERS_ENV: &str = "IOSPLIT_OWNERS";
 enum Decoding {
     Classic(decode::ClassicDecoder),
     RawTp(decode::RawTpDecoder),
+    /// The noop programs write nothing.
+    Nothing,
 }
 
 impl Decoding {
@@ -337,6 +350,7 @@ impl Decoding {
         match self {
             Decoding::Classic(_) => ProbeFlavor::Classic,
             Decoding::RawTp(_) => ProbeFlavor::Raw,
+            Decoding::Nothing => ProbeFlavor::Noop,
         }
     }
 
@@ -368,6 +382,7 @@ impl Decoding {
                 }
                 Some(decoded)
             }
+            Decoding::Nothing => None,
         }
     }
 }
@@ -390,14 +405,20 @@ fn parse_ring_kb(value: &str) -> Option<u32> {
 }
 
 /// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
-fn choose_flavor() -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
+fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
     let requested = std::env::var(PROBES_ENV).unwrap_or_default();
     match requested.as_str() {
         "classic" => return Ok((ProbeFlavor::Classic, None)),
+        "noop" if accept_noop => return Ok((ProbeFlavor::Noop, None)),
+        "noop" => {
+            return Err(Error::usage(format!(
+                "{PROBES_ENV}=noop captures nothing (it measures the tracepoints' floor); only `report` accepts it"
+            )))
+        }
         "" | "raw" => {}
         other => {
             return Err(Error::usage(format!(
-                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic, or unset it"
+                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic (or noop with report), or unset it"
             )))
         }
     }
@@ -450,7 +471,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .clone()
             .unwrap_or(FieldOffsets::ABSENT)
     });
-    let (flavor, object_layout) = choose_flavor()?;
+    let (flavor, object_layout) = choose_flavor(config.accept_noop)?;
     let filter_owners = config.owners.bits();
     if filter_owners != 0 {
         let owner = object_layout.map_or(tracer_common::OwnerLayout::ABSENT, |l| l.kernel.owner);
@@ -461,9 +482,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             ));
         }
     }
-    let decoding = match object_layout {
-        Some(object_layout) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
-        None => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
+    let decoding = match (flavor, object_layout) {
+        (ProbeFlavor::Noop, _) => Decoding::Nothing,
+        (_, Some(object_layout)) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
+        (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let filter_devices: u8 = u8::from(!config.devices.is_empty());
     let filter_pids: u8 = u8::from(config.pids.is_some());
@@ -489,7 +511,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     // Only one flavor runs: the classic programs stay inert under raw.
     let classic_fields: ClassicFields = match flavor {
         ProbeFlavor::Classic => resolved,
-        ProbeFlavor::Raw => [FieldOffsets::ABSENT; EventKind::COUNT],
+        ProbeFlavor::Raw | ProbeFlavor::Noop => [FieldOffsets::ABSENT; EventKind::COUNT],
     };
     loader.override_global(names::CLASSIC_FIELDS, &classic_fields, true);
     let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
@@ -525,7 +547,8 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     for (kind, offsets) in offsets {
         let status = match flavor {
             ProbeFlavor::Classic => offsets.and_then(|_| attach(&mut ebpf, kind)),
-            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind),
+            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind, kind.raw_program()),
+            ProbeFlavor::Noop => attach_raw(&mut ebpf, kind, &noop_program(kind)),
         };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
             crate::status::status(format_args!("warning: {why}; continuing without it"));
@@ -553,12 +576,21 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     Ok((ebpf, probes, process_probes, decoding, ring_sizes))
 }
 
-fn attach_raw(ebpf: &mut Ebpf, kind: EventKind) -> std::result::Result<(), ProbeStatus> {
+/// The floor's program for `kind`, as `probes/noop.rs` names it.
+fn noop_program(kind: EventKind) -> String {
+    format!("noop_{}", kind.raw_program())
+}
+
+fn attach_raw(
+    ebpf: &mut Ebpf,
+    kind: EventKind,
+    program: &str,
+) -> std::result::Result<(), ProbeStatus> {
     let broken = |what: &str, err: &dyn std::fmt::Display| {
         ProbeStatus::Broken(format!("{} (raw): {what} failed: {err}", kind.tracepoint()))
     };
     let program: &mut RawTracePoint = ebpf
-        .program_mut(kind.raw_program())
+        .program_mut(program)
         .ok_or_else(|| broken("finding the program", &"not in the object"))?
         .try_into()
         .map_err(|err| broken("program type", &err))?;
@@ -896,14 +928,23 @@ fn consume<S: EventSink>(
                 Err(mpsc::TryRecvError::Empty) => break,
             };
             // The last drain: everything the probes left, whatever its stamp.
-            drain(
-                &mut events,
-                process_events.as_mut(),
-                &decoder,
-                &mut reorder,
-                u64::MAX,
-                &mut sink,
-            );
+            // Detaching does not wait for a probe already running on another
+            // CPU: its record may still be reserved, and is read once committed.
+            let settle_until = Instant::now() + FINAL_SETTLE;
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+                drain(
+                    &mut events,
+                    process_events.as_mut(),
+                    &decoder,
+                    &mut reorder,
+                    u64::MAX,
+                    &mut sink,
+                );
+                if !events.iter().any(ring::BatchRing::pending) || Instant::now() >= settle_until {
+                    break;
+                }
+            }
             note_losses(dropped_now(&counters), &mut sink);
             sink.drained(Instant::now());
             if let Some(job) = last_job {

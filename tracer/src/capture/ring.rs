@@ -107,6 +107,11 @@ impl BatchRing {
         unsafe { &*(self.producer.address as *const AtomicUsize) }
     }
 
+    /// A record reserved but not yet committed (or not yet read) remains.
+    pub fn pending(&self) -> bool {
+        self.producer_position().load(Ordering::Acquire) != self.position
+    }
+
     /// Hands every committed record to `each`, in ring order, then releases
     /// their space at once. Stops at a record still being written.
     pub fn drain(&mut self, mut each: impl FnMut(&[u8])) -> usize {

@@ -36,7 +36,8 @@ pub fn require_privileges() -> Result<()> {
         None => Ok(()),
         Some(why) => Err(Error::failure(format!(
             "tracing needs root ({why}): run it with sudo, or grant the binary \
-             `setcap cap_bpf,cap_perfmon,cap_sys_admin+ep`; `iosplit-trace check` works without"
+             `setcap cap_bpf,cap_perfmon,cap_dac_read_search+ep` (tracefs must then be mounted already, \
+             it is mode 0700); `iosplit-trace check` works without"
         ))),
     }
 }
@@ -51,6 +52,17 @@ pub fn tracefs_events() -> Result<PathBuf> {
         let events = Path::new(root).join("events");
         if events.is_dir() {
             return Ok(events);
+        }
+    }
+    // Mounted but unreadable (tracefs is mode 0700): mounting again cannot help.
+    for root in [TRACEFS, DEBUGFS_TRACING] {
+        if let Err(err) = std::fs::metadata(Path::new(root).join("events")) {
+            if err.kind() == std::io::ErrorKind::PermissionDenied {
+                return Err(Error::failure(format!(
+                    "tracefs at {root} is not readable by this process ({err}): run as root, \
+                     or grant the binary cap_dac_read_search with cap_bpf and cap_perfmon"
+                )));
+            }
         }
     }
     let mounted = match mount_tracefs() {

@@ -517,6 +517,37 @@ impl Engine {
         true
     }
 
+    /// A new in-flight command issued now, evicting the oldest when the table is full.
+    pub(super) fn insert_command(
+        &mut self,
+        dev: u32,
+        start: u64,
+        end: u64,
+        requeued_ns: Option<u64>,
+        target: Target,
+    ) -> Option<u32> {
+        while self.commands.is_full() {
+            let Some((oldest, _)) = self.commands.oldest() else {
+                break;
+            };
+            self.expire_command(oldest, DropReason::Evicted);
+        }
+        let command = Command {
+            start,
+            end,
+            issue_ns: self.now_ns,
+            requeued_ns,
+            target,
+            owners: OwnerSlots::NONE,
+            epoch: self.epoch,
+            head: NIL,
+            tail: NIL,
+            lost: false,
+        };
+        self.commands
+            .insert(command, Some((dev, start)), self.now_ns, true)
+    }
+
     pub(super) fn io_of_fragment(&self, index: u32) -> Option<&UserIo> {
         let fragment = self.fragments.get(index)?;
         let io_index = self.user_ios.resolve(fragment.io)?;

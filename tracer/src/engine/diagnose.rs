@@ -753,6 +753,7 @@ fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         cause: ring_filler.then_some(RequeueCause::VirtioRingFull),
         partition: partition_place(traffic.partition),
         what_if: None,
+        workaround_what_if: None,
     };
     let what = format!(
         "{} times on {} ({:.1}% of its {} {} commands) the driver handed an issued command back (block_rq_requeue) and the block layer issued it again later: p50 {} µs, p99 {} µs after the requeue.",
@@ -772,10 +773,10 @@ fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
                 " {disk} is a virtio disk whose device does not offer indirect descriptors (feature bit 28 is clear), so a command takes one virtqueue descriptor per data segment plus {VIRTIO_HEADER_DESCRIPTORS}. Its ring has about {ring} descriptors (without indirect descriptors virtio-blk gives the block layer half as many tags: {tags}), and a command may carry max_segments = {max_segments} segments, {} descriptors. The largest command here, {command_max} bytes, needed up to {largest_command_segments} segments (one per 4 KiB page, as direct I/O from user memory gets): more than half the ring, so a command issued beside it found no room and was requeued until it completed.",
                 max_segments + VIRTIO_HEADER_DESCRIPTORS,
             ),
+            // Not a larger queue-size: qemu sizes seg_max to the ring
+            // (queue-size - 2), so bigger commands fill a bigger ring too.
             format!(
-                "on the host, offer indirect descriptors (VIRTIO_RING_F_INDIRECT_DESC; qemu's virtio-blk-pci does by default, indirect_desc=on) or a ring of at least {} descriptors (qemu queue-size={}); in the guest, submit direct I/O of at most {} KiB ({half_ring_pages} pages), so that two commands fit the ring at once",
-                2 * (max_segments + VIRTIO_HEADER_DESCRIPTORS),
-                (2 * (max_segments + VIRTIO_HEADER_DESCRIPTORS)).next_power_of_two(),
+                "on the host, offer indirect descriptors (VIRTIO_RING_F_INDIRECT_DESC): qemu -device virtio-blk-pci,...,indirect_desc=on (qemu's default: drop indirect_desc=off), then check in the guest that character 29 (bit 28) of /sys/block/{disk}/device/features is 1; in the guest alone, submit direct I/O of at most {} KiB ({half_ring_pages} pages), so that two commands fit the ring at once",
                 half_ring_pages * PAGE_BYTES / 1024,
             ),
         )

@@ -3,7 +3,7 @@
 use tracer_common::{BlockEvent, EventKind};
 
 use super::attribution::OwnerSlots;
-use super::chain::{Command, DropReason, Fragment, FragmentState, Remap, Target, UserIo};
+use super::chain::{Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
 use super::split::split_cause;
 use super::stats::op_index;
@@ -280,27 +280,7 @@ impl Engine {
                 self.count_command(fallback, start, sectors, None);
                 return;
             }
-            while self.commands.is_full() {
-                let Some((oldest, _)) = self.commands.oldest() else {
-                    break;
-                };
-                self.expire_command(oldest, DropReason::Evicted);
-            }
-            let command = Command {
-                start,
-                end,
-                issue_ns: self.now_ns,
-                requeued_ns: None,
-                target: Target::default(),
-                owners: OwnerSlots::NONE,
-                epoch: self.epoch,
-                head: NIL,
-                tail: NIL,
-                lost: false,
-            };
-            command_index =
-                self.commands
-                    .insert(command, Some((event.dev, start)), self.now_ns, true);
+            command_index = self.insert_command(event.dev, start, end, None, Target::default());
             match command_index {
                 Some(index) => {
                     (target, ends) = self.gather_fragments(index, event.dev, start, end, serial);
@@ -343,27 +323,7 @@ impl Engine {
         self.correlation.unmatched_events += 1;
         let target = self.fallback_target(event);
         self.stats_mut(target).requeues += 1;
-        while self.commands.is_full() {
-            let Some((oldest, _)) = self.commands.oldest() else {
-                break;
-            };
-            self.expire_command(oldest, DropReason::Evicted);
-        }
-        let command = Command {
-            start,
-            end,
-            issue_ns: self.now_ns,
-            requeued_ns: Some(self.now_ns),
-            target,
-            owners: OwnerSlots::NONE,
-            epoch: self.epoch,
-            head: NIL,
-            tail: NIL,
-            lost: false,
-        };
-        let _ = self
-            .commands
-            .insert(command, Some((event.dev, start)), self.now_ns, true);
+        let _ = self.insert_command(event.dev, start, end, Some(self.now_ns), target);
     }
 
     /// An issue of a requeued command: no new command; issue→complete now

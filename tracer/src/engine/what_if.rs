@@ -290,6 +290,13 @@ pub fn without_requeues(
     )
 }
 
+/// `requeued_commands` fixed where the requeues come from (indirect
+/// descriptors on the host, a shallower queue): the same commands, each issued once.
+pub fn issued_once(commands: u64, requeues: u64) -> Option<WhatIf> {
+    let issues = commands.saturating_add(requeues);
+    prediction(issues, issues, commands)
+}
+
 /// A fix that removes the splits of one alignment cause: each such split
 /// cut one extra command off a piece that would otherwise have stayed whole.
 pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
@@ -346,26 +353,24 @@ pub(super) fn attach(
             merging_allowed(&total.streams, total.commands, limits)
         }
         Evidence::RequeuedCommands(evidence) => traffic.most_requeued.and_then(|stats| {
-            // The fix for a ring filler: I/O of at most half the ring's pages.
-            let fixed = match evidence.cause {
-                Some(RequeueCause::VirtioRingFull) => {
-                    let half_ring_pages = u64::from(evidence.hw_queue_tags)
-                        .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
-                        .max(1);
-                    SplitLimits {
-                        max_sectors: half_ring_pages * PAGE_SECTORS,
-                        ..*limits
-                    }
-                }
-                None => *limits,
-            };
-            without_requeues(
-                &stats.streams,
-                stats.commands,
-                stats.requeues,
-                limits,
-                &fixed,
-            )
+            // A ring filler's guest-side workaround: I/O of at most half the ring's pages.
+            if evidence.cause == Some(RequeueCause::VirtioRingFull) {
+                let half_ring_pages = u64::from(evidence.hw_queue_tags)
+                    .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
+                    .max(1);
+                let smaller_io = SplitLimits {
+                    max_sectors: half_ring_pages * PAGE_SECTORS,
+                    ..*limits
+                };
+                evidence.workaround_what_if = without_requeues(
+                    &stats.streams,
+                    stats.commands,
+                    stats.requeues,
+                    limits,
+                    &smaller_io,
+                );
+            }
+            issued_once(stats.commands, stats.requeues)
         }),
         _ => None,
     };
@@ -559,6 +564,10 @@ mod tests {
         };
         let requeue = without_requeues(&direct, 64, 32, &vda, &small).unwrap();
         assert_eq!((requeue.commands_now, requeue.commands_after_fix), (96, 96));
+        // With indirect descriptors the same 64 commands are each issued once.
+        let host = issued_once(64, 32).unwrap();
+        assert_eq!((host.commands_now, host.commands_after_fix), (96, 64));
+        assert_eq!(issued_once(0, 0), None);
         // nomerges=2: 16,384 one-bio commands, 128 once merging is back.
         let seed = one_stream_of(16384, 1);
         let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();

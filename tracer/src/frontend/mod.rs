@@ -10,6 +10,7 @@ pub mod output;
 pub mod report;
 pub mod run;
 pub mod selection;
+pub mod serve;
 pub mod session;
 #[cfg(test)]
 pub mod test_reports;
@@ -32,6 +33,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Report(args)) => report::run(&cli.selection, &args),
         Some(Command::Run(args)) => run::run(&cli.selection, &args),
         Some(Command::Check(args)) => check::run(&args),
+        Some(Command::Serve(args)) => serve::run(&cli.selection, &args),
         Some(Command::Generate { what }) => {
             let mut page = Vec::new();
             // Writing into memory fails only if clap cannot render the page.

@@ -355,8 +355,12 @@ pub struct RequeuedCommandsEvidence {
     pub cause: Option<RequeueCause>,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
+    /// The host-side fix: the same commands, each issued once.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    /// The guest-side workaround the fix also names (smaller direct I/O).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub workaround_what_if: Option<WhatIf>,
 }
 
 #[cfg(test)]
@@ -445,6 +449,7 @@ mod tests {
             cause: Some(RequeueCause::VirtioRingFull),
             partition: None,
             what_if: None,
+            workaround_what_if: None,
         });
         assert_eq!(requeued.cause(), Some("virtio_ring_full"));
         assert_eq!(requeued.to_map()["cause"], "virtio_ring_full");

@@ -1,5 +1,9 @@
 //! `cargo xtask bench`: iosplit-trace's overhead against a baseline from the
-//! same run and against bpftrace, on a blk-mq loop disk and on bio-based zram.
+//! same run, against the floor (the same raw tracepoints with programs that
+//! return at once, `IOSPLIT_PROBES=noop`: what any tracepoint-based tracer
+//! pays on this host) and against bpftrace, on a blk-mq loop disk and on
+//! bio-based zram. The targets compare within the run, per workload, since
+//! per-event costs differ severalfold between hosts.
 //!
 //! Configurations run in turn (A B C D, A B C D, …) so that drift and other
 //! load on the machine hit them alike; the table reports medians over the
@@ -192,7 +196,16 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         None
     };
     let targets = summary::targets(&rows, soak.as_ref());
-    let table = summary::markdown(&rows, &targets, soak.as_ref());
+    let kernel = output(Command::new("uname").arg("-r"))
+        .map(|k| k.trim().to_string())
+        .unwrap_or_default();
+    let cpu_model = cpu_model().unwrap_or_else(|| "unknown CPU".into());
+    // Per-event costs depend on the host: every table names it.
+    let table = format!(
+        "Host: {cpu_model}, {} CPUs, Linux {kernel}\n\n{}",
+        cpu_count(),
+        summary::markdown(&rows, &targets, soak.as_ref())
+    );
     let load_end = load_average();
     notes.push(MEASUREMENT_NOTE.into());
 
@@ -217,9 +230,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         schema_version: 1,
         started_unix,
         elapsed_s: started.elapsed().as_secs_f64(),
-        kernel: output(Command::new("uname").arg("-r"))
-            .map(|k| k.trim().to_string())
-            .unwrap_or_default(),
+        kernel,
+        cpu_model,
         cpus: cpu_count(),
         load_average_start: load_start,
         load_average_end: load_end,
@@ -241,7 +253,8 @@ const MEASUREMENT_NOTE: &str = "consumer µs/ev = tracer process utime+stime fro
 (wait4) / events; BPF µs/ev = run_time_ns of the tracer's BPF programs (kernel.bpf_stats_enabled=1, \
 /proc/PID/fdinfo) / events handled, which leaves out the tracepoint's own record assembly; \
 fio CPU Δ and machine CPU Δ = CPU per I/O above the baseline's (machine: all CPUs busy time \
-from /proc/stat minus the tracer process), which includes that remainder and any other load";
+from /proc/stat minus the tracer process), which includes that remainder and any other load; floor events = runs of its noop programs \
+(every device's tracepoint hits: they return before filtering), so its per-event columns are per hit";
 
 /// Runs the plan, one device at a time.
 struct Bench<'a> {
@@ -449,6 +462,19 @@ fn or_all<T: Clone>(chosen: &[T], all: &[T]) -> Vec<T> {
     }
 }
 
+/// The first `model name` of /proc/cpuinfo.
+fn cpu_model() -> Option<String> {
+    let cpuinfo = fs::read_to_string("/proc/cpuinfo").ok()?;
+    model_name(&cpuinfo)
+}
+
+fn model_name(cpuinfo: &str) -> Option<String> {
+    cpuinfo.lines().find_map(|line| {
+        let (key, value) = line.split_once(':')?;
+        (key.trim() == "model name").then(|| value.trim().to_string())
+    })
+}
+
 fn cpu_count() -> usize {
     std::thread::available_parallelism().map_or(0, |n| n.get())
 }
@@ -460,6 +486,8 @@ struct BenchDocument {
     started_unix: u64,
     elapsed_s: f64,
     kernel: String,
+    /// `model name` in /proc/cpuinfo.
+    cpu_model: String,
     cpus: usize,
     load_average_start: [f64; 3],
     load_average_end: [f64; 3],
@@ -490,4 +518,17 @@ fn write_outputs(root: &Path, document: &BenchDocument, table: &str) -> Result<(
     }
     eprintln!("xtask bench: results in {}", stamped.display());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::model_name;
+
+    #[test]
+    fn cpu_model_is_the_first_model_name() {
+        let cpuinfo = "processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\n\n\
+                       processor\t: 1\nmodel name\t: AMD EPYC 7B13\n";
+        assert_eq!(model_name(cpuinfo).as_deref(), Some("AMD EPYC 7B13"));
+        assert_eq!(model_name("processor\t: 0\n"), None);
+    }
 }

@@ -1,5 +1,7 @@
-//! The configurations compared: no tracer, iosplit-trace, and bpftrace with
-//! in-kernel counting or with one printf per event on the same tracepoints.
+//! The configurations compared: no tracer, the floor (iosplit-trace's raw
+//! tracepoints with programs that return at once), iosplit-trace, and
+//! bpftrace with in-kernel counting or with one printf per event on the same
+//! tracepoints.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -8,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
+use tracer_common::EventKind;
 
 use super::devices::TestDevice;
 use super::system::{
@@ -19,6 +22,8 @@ use crate::util::Result;
 #[serde(rename_all = "kebab-case")]
 pub enum Config {
     Baseline,
+    /// `IOSPLIT_PROBES=noop`: the tracepoints' dispatch alone, nothing captured.
+    Floor,
     IosplitTrace,
     /// iosplit-trace forced onto its fallback probes (`--classic`).
     IosplitClassic,
@@ -27,8 +32,9 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 5] = [
+    pub const ALL: [Config; 6] = [
         Config::Baseline,
+        Config::Floor,
         Config::IosplitTrace,
         Config::IosplitClassic,
         Config::BpftraceCount,
@@ -38,6 +44,7 @@ impl Config {
     pub fn title(self) -> &'static str {
         match self {
             Config::Baseline => "baseline (no tracer)",
+            Config::Floor => "floor: noop probes (events = hits)",
             Config::IosplitTrace => "iosplit-trace report",
             Config::IosplitClassic => "iosplit-trace, classic tracepoints",
             Config::BpftraceCount => "bpftrace count()",
@@ -48,11 +55,19 @@ impl Config {
     pub fn uses_bpftrace(self) -> bool {
         matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
     }
+
+    fn runs_iosplit(self) -> bool {
+        matches!(
+            self,
+            Config::Floor | Config::IosplitTrace | Config::IosplitClassic
+        )
+    }
 }
 
-/// The tracepoints iosplit-trace attaches, with the fields a printf line
-/// carries for each (the streaming equivalent of its 56-byte event).
-const TRACEPOINTS: [(&str, &str, &str); 10] = [
+/// The tracepoints iosplit-trace attaches (the probe table's rows, in its
+/// order; a test holds them together), with the fields a printf line carries
+/// for each (the streaming equivalent of its 56-byte event).
+const TRACEPOINTS: [(&str, &str, &str); EventKind::COUNT] = [
     ("block_bio_remap", "A", "args->nr_sector, args->old_sector"),
     ("block_bio_queue", "Q", "args->nr_sector, 0"),
     ("block_split", "X", "0, args->new_sector"),
@@ -63,6 +78,7 @@ const TRACEPOINTS: [(&str, &str, &str); 10] = [
     ("block_rq_complete", "C", "args->nr_sector, args->error"),
     ("block_bio_complete", "B", "args->nr_sector, args->error"),
     ("block_dirty_buffer", "d", "args->size, 0"),
+    ("block_rq_requeue", "R", "args->nr_sector, 0"),
 ];
 
 /// Printed from BEGIN, which bpftrace runs after every probe is attached.
@@ -165,11 +181,12 @@ impl RunningTracer {
         let stderr = scratch.join("tracer.err");
         let mut cmd = match config {
             Config::Baseline => return Ok(None),
-            Config::IosplitTrace | Config::IosplitClassic => {
+            Config::Floor | Config::IosplitTrace | Config::IosplitClassic => {
                 let mut cmd = Command::new(iosplit_binary);
                 cmd.args(["report", "--json", "-d", &device.disk]);
                 let flavor = match config {
                     Config::IosplitClassic => "classic",
+                    Config::Floor => "noop",
                     _ => "raw",
                 };
                 cmd.env("IOSPLIT_PROBES", flavor);
@@ -194,9 +211,9 @@ impl RunningTracer {
             .stderr(open(&stderr)?);
         let started = Instant::now();
         let mut process = Process::spawn(&mut cmd)?;
-        let (marker_file, marker) = match config {
-            Config::IosplitTrace | Config::IosplitClassic => (&stderr, IOSPLIT_ATTACHED),
-            _ => (&stdout, BPFTRACE_ATTACHED),
+        let (marker_file, marker) = match config.runs_iosplit() {
+            true => (&stderr, IOSPLIT_ATTACHED),
+            false => (&stdout, BPFTRACE_ATTACHED),
         };
         loop {
             if contains(marker_file, marker) {
@@ -245,18 +262,25 @@ impl RunningTracer {
         let (status, usage) = self.process.interrupt_and_wait(STOP_TIMEOUT)?;
         let stdout = fs::read_to_string(&self.stdout).unwrap_or_default();
         let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
+        if self.config.runs_iosplit() && !status.success() {
+            return Err(format!(
+                "{} failed with {status}: {}",
+                self.process.name(),
+                tail(&self.stderr)
+            ));
+        }
         let counted = match self.config {
             Config::Baseline => Counted::default(),
-            Config::IosplitTrace | Config::IosplitClassic => {
-                if !status.success() {
-                    return Err(format!(
-                        "{} failed with {status}: {}",
-                        self.process.name(),
-                        tail(&self.stderr)
-                    ));
+            Config::Floor => {
+                parse_floor_report(&stdout)?;
+                // Nothing is captured: the noop programs' runs (tracepoint
+                // hits, every device's) stand in for events.
+                Counted {
+                    events: last.bpf.run_cnt,
+                    ..Counted::default()
                 }
-                parse_iosplit_report(&stdout)?
             }
+            Config::IosplitTrace | Config::IosplitClassic => parse_iosplit_report(&stdout)?,
             Config::BpftraceCount => Counted {
                 events: parse_bpftrace_counts(&stdout),
                 dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
@@ -301,19 +325,24 @@ struct Counted {
     correlation: Option<Value>,
 }
 
-/// The block event kinds in the report's `events` object.
-const EVENT_KEYS: [&str; 10] = [
-    "remap",
-    "queue",
-    "split",
-    "backmerge",
-    "frontmerge",
-    "rq_merge",
-    "issue",
-    "complete",
-    "bio_complete",
-    "dirty_buffer",
-];
+/// What `report` prints under `IOSPLIT_PROBES=noop`: a statement that
+/// nothing was captured, never measures.
+fn parse_floor_report(stdout: &str) -> Result<()> {
+    let start = stdout
+        .find('{')
+        .ok_or("the floor run (IOSPLIT_PROBES=noop) printed no JSON")?;
+    let report: Value = serde_json::from_str(&stdout[start..])
+        .map_err(|err| format!("the floor run's JSON does not parse: {err}"))?;
+    let is_floor = report.get("schema").and_then(Value::as_str) == Some("iosplit-trace/floor")
+        && report.get("captured").and_then(Value::as_bool) == Some(false);
+    match is_floor {
+        true => Ok(()),
+        false => Err(
+            "IOSPLIT_PROBES=noop did not run the floor: is the binary older than the noop flavor?"
+                .into(),
+        ),
+    }
+}
 
 fn parse_iosplit_report(stdout: &str) -> Result<Counted> {
     let start = stdout.find('{').ok_or("iosplit-trace printed no JSON")?;
@@ -324,7 +353,10 @@ fn parse_iosplit_report(stdout: &str) -> Result<Counted> {
         .ok_or("iosplit-trace's report has no `events`")?;
     let count = |key: &str| events.get(key).and_then(Value::as_u64).unwrap_or(0);
     Ok(Counted {
-        events: EVENT_KEYS.iter().map(|key| count(key)).sum(),
+        events: EventKind::ALL
+            .iter()
+            .map(|kind| count(kind.json_key()))
+            .sum(),
         dropped: count("dropped") + count("read_failed") + count("missed"),
         correlation: report.get("correlation").cloned(),
     })
@@ -371,13 +403,39 @@ mod tests {
     fn iosplit_report_events_exclude_the_drop_counters() {
         let stdout = r#"{"schema":"iosplit-trace/report","events":{"remap":5,"queue":5,"split":2,
             "backmerge":0,"frontmerge":0,"rq_merge":0,"issue":7,"complete":7,"bio_complete":0,
-            "dirty_buffer":1,"dropped":3,"syscall_dropped":9,"read_failed":1,"missed":2},
+            "dirty_buffer":1,"requeue":4,"dropped":3,"syscall_dropped":9,"read_failed":1,"missed":2},
             "correlation":{"incomplete":0}}"#;
         let counted = parse_iosplit_report(stdout).unwrap();
-        assert_eq!(counted.events, 5 + 5 + 2 + 7 + 7 + 1);
+        assert_eq!(counted.events, 5 + 5 + 2 + 7 + 7 + 1 + 4);
         assert_eq!(counted.dropped, 3 + 1 + 2);
         assert!(counted.correlation.is_some());
         assert!(parse_iosplit_report("Error: no permission").is_err());
+    }
+
+    #[test]
+    fn floor_report_is_recognised_and_a_real_report_is_not() {
+        let floor = r#"{"schema":"iosplit-trace/floor","probes":"noop","captured":false,
+            "seconds":4.2,"note":"nothing was captured"}"#;
+        assert!(parse_floor_report(floor).is_ok());
+        let report = r#"{"schema":"iosplit-trace/report","events":{"queue":5}}"#;
+        assert!(parse_floor_report(report).is_err());
+        assert!(parse_floor_report("").is_err());
+    }
+
+    #[test]
+    fn tracepoints_are_the_probe_tables_rows() {
+        let names: Vec<&str> = TRACEPOINTS.iter().map(|(name, _, _)| *name).collect();
+        let table: Vec<&str> = EventKind::ALL.iter().map(|k| k.tracepoint()).collect();
+        assert_eq!(names, table);
+        assert!(names.contains(&"block_rq_requeue"));
+        let mut tags: Vec<&str> = TRACEPOINTS.iter().map(|(_, tag, _)| *tag).collect();
+        tags.sort();
+        tags.dedup();
+        assert_eq!(
+            tags.len(),
+            TRACEPOINTS.len(),
+            "printf tags must be distinct"
+        );
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! Medians, ratios against the same run's baseline, the targets, and the
-//! markdown table. Pure: records in, text and numbers out.
+//! Medians, ratios against the same run's baseline and floor, the targets,
+//! and the markdown table. Pure: records in, text and numbers out.
 
 use serde::Serialize;
 
@@ -67,6 +67,9 @@ pub struct Row {
     pub iops_ratio: Option<f64>,
     /// Median over rounds of IOPS / the same round's baseline IOPS.
     pub iops_ratio_paired: Option<f64>,
+    /// Median over rounds of IOPS / the same round's floor IOPS (the floor:
+    /// the same tracepoints with programs that return at once).
+    pub floor_ratio_paired: Option<f64>,
     pub events_per_s: Option<f64>,
     pub drops: Option<u64>,
     /// Tracer process CPU (user + system, attach to exit) per event, µs.
@@ -103,10 +106,11 @@ pub fn rows(records: &[RunRecord]) -> Vec<Row> {
                     .collect()
             };
             let baseline = of(Config::Baseline);
+            let floor = of(Config::Floor);
             for config in Config::ALL {
                 let runs = of(config);
                 if !runs.is_empty() {
-                    rows.push(row(&runs, &baseline));
+                    rows.push(row(&runs, &baseline, &floor));
                 }
             }
         }
@@ -122,7 +126,7 @@ fn median_of<'a>(
 }
 
 /// One configuration's row; `runs` share device, workload and configuration.
-fn row(runs: &[&RunRecord], baseline: &[&RunRecord]) -> Row {
+fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Row {
     let first = runs[0];
     let config = first.config;
     let iops: Vec<f64> = runs.iter().map(|r| r.fio.iops).collect();
@@ -130,10 +134,13 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord]) -> Row {
     let base_iops = median_of(baseline, |r| Some(r.fio.iops));
     // Each run against the baseline run of its own round, which ran minutes
     // apart at most: robust to slow drift in the machine's load.
-    let paired = median_of(runs, |r| {
-        let base = baseline.iter().find(|b| b.round == r.round)?;
-        ratio(r.fio.iops, base.fio.iops)
-    });
+    let paired_with = |reference: &[&RunRecord]| {
+        median_of(runs, |r| {
+            let base = reference.iter().find(|b| b.round == r.round)?;
+            ratio(r.fio.iops, base.fio.iops)
+        })
+    };
+    let paired = paired_with(baseline);
     let tracers: Vec<&TracerOutcome> = runs.iter().filter_map(|r| r.tracer.as_ref()).collect();
     let traced = !tracers.is_empty();
     let per_event =
@@ -153,6 +160,9 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord]) -> Row {
         iops_max: iops.iter().copied().fold(0.0, f64::max),
         iops_ratio: base_iops.and_then(|base| ratio(iops_median, base)),
         iops_ratio_paired: paired,
+        floor_ratio_paired: (config != Config::Baseline)
+            .then(|| paired_with(floor))
+            .flatten(),
         events_per_s: median_of(runs, |r| {
             let t = r.tracer.as_ref()?;
             Some(t.events as f64 / r.fio.runtime_s.max(1e-9))
@@ -202,7 +212,7 @@ pub struct SoakRecord {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Target {
-    pub name: &'static str,
+    pub name: String,
     pub goal: &'static str,
     pub measured: String,
     pub met: Option<bool>,
@@ -217,24 +227,44 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
     let label = |r: &Row| format!("{} {}", r.device.title(), r.workload.key());
     let mut targets = Vec::new();
 
-    // Judged on the paired ratio (each round against its own baseline), which
-    // drift in the machine's other load disturbs least.
-    let worst_ratio = ours
-        .iter()
-        .filter_map(|r| Some((r.iops_ratio_paired.or(r.iops_ratio)?, r)))
-        .min_by(|a, b| a.0.total_cmp(&b.0));
-    targets.push(Target {
-        name: "throughput",
-        goal: "IOPS ≥ 0.95 × baseline on every workload (median of paired ratios)",
-        measured: worst_ratio.map_or("no data".into(), |(ratio, r)| {
-            format!(
-                "worst {ratio:.3} ({}; ratio of medians {})",
-                label(r),
-                r.iops_ratio.map_or("–".into(), |m| format!("{m:.3}"))
-            )
-        }),
-        met: worst_ratio.map(|(ratio, _)| ratio >= 0.95),
-    });
+    // Per workload, from the same run: against bpftrace count() and against
+    // the floor, on paired ratios (each round against its own baseline),
+    // which drift in the machine's other load disturbs least.
+    let paired = |r: &Row| r.iops_ratio_paired.or(r.iops_ratio);
+    let three = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.3}"));
+    for r in &ours {
+        let peer = |config: Config| {
+            rows.iter()
+                .find(|p| p.config == config && p.device == r.device && p.workload == r.workload)
+                .and_then(paired)
+        };
+        let mine = paired(r);
+        let count = peer(Config::BpftraceCount);
+        let floor = peer(Config::Floor);
+        targets.push(Target {
+            name: format!("vs count(): {}", label(r)),
+            goal: "× baseline ≥ bpftrace count()'s",
+            measured: format!(
+                "{} vs {} (gap {})",
+                three(mine),
+                three(count),
+                three(mine.zip(count).map(|(m, c)| m - c))
+            ),
+            met: mine.zip(count).map(|(m, c)| m >= c),
+        });
+        targets.push(Target {
+            name: format!("vs floor: {}", label(r)),
+            goal: "× baseline within 0.05 of the floor's",
+            measured: format!(
+                "{} vs floor {} (gap {}; × floor {})",
+                three(mine),
+                three(floor),
+                three(mine.zip(floor).map(|(m, f)| f - m)),
+                three(r.floor_ratio_paired)
+            ),
+            met: mine.zip(floor).map(|(m, f)| f - m <= 0.05),
+        });
+    }
 
     let drops: Option<u64> = ours
         .iter()
@@ -243,7 +273,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
         .flatten()
         .reduce(|a, b| a + b);
     targets.push(Target {
-        name: "drops",
+        name: "drops".into(),
         goal: "zero dropped events (all runs and the soak)",
         measured: drops.map_or("no data".into(), |d| {
             format!(
@@ -259,7 +289,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
         .filter_map(|r| Some((r.cpu_us_per_event()?, r)))
         .max_by(|a, b| a.0.total_cmp(&b.0));
     targets.push(Target {
-        name: "cpu",
+        name: "cpu".into(),
         goal: "tracer CPU ≤ 1 µs per event (consumer + BPF programs)",
         measured: worst_cpu.map_or("no data".into(), |(cpu, r)| {
             format!("worst {cpu:.3} µs/event ({})", label(r))
@@ -273,7 +303,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
         .chain(soak.map(|s| s.tracer.peak_rss_kib as f64 / 1024.0))
         .reduce(f64::max);
     targets.push(Target {
-        name: "memory",
+        name: "memory".into(),
         goal: "peak RSS ≤ 64 MiB",
         measured: peak_rss.map_or("no data".into(), |mib| format!("max {mib:.1} MiB")),
         met: peak_rss.map(|mib| mib <= 64.0),
@@ -285,7 +315,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
         .chain(soak.map(|s| s.tracer.attach_s * 1000.0))
         .reduce(f64::max);
     targets.push(Target {
-        name: "attach",
+        name: "attach".into(),
         goal: "probes attached within 1 s of start",
         measured: attach.map_or("no data".into(), |ms| format!("max {ms:.0} ms")),
         met: attach.map(|ms| ms <= 1000.0),
@@ -311,13 +341,13 @@ fn cell(value: Option<f64>, format: impl Fn(f64) -> String) -> String {
 pub fn markdown(rows: &[Row], targets: &[Target], soak: Option<&SoakRecord>) -> String {
     let mut text = String::new();
     text.push_str(
-        "| device | workload | configuration | IOPS median (min–max) | × baseline (paired) | events/s | drops \
-         | consumer µs/ev | BPF µs/ev | fio CPU Δ ns/IO | machine CPU Δ ns/IO | peak RSS MiB | attach ms (max) |\n",
+        "| device | workload | configuration | IOPS median (min–max) | × baseline (paired) | × floor (paired) \
+         | events/s | drops | consumer µs/ev | BPF µs/ev | fio CPU Δ ns/IO | machine CPU Δ ns/IO | peak RSS MiB | attach ms (max) |\n",
     );
-    text.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    text.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for row in rows {
         text.push_str(&format!(
-            "| {} | {} | {} | {:.0}k ({:.0}–{:.0}k) | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0}k ({:.0}–{:.0}k) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             row.device.title(),
             row.workload.key(),
             row.config.title(),
@@ -325,6 +355,7 @@ pub fn markdown(rows: &[Row], targets: &[Target], soak: Option<&SoakRecord>) -> 
             row.iops_min / 1e3,
             row.iops_max / 1e3,
             ratios(row),
+            cell(row.floor_ratio_paired, |f| format!("{f:.3}")),
             cell(row.events_per_s, |e| format!("{:.0}k", e / 1e3)),
             row.drops.map_or("–".to_string(), |d| d.to_string()),
             cell(row.consumer_us_per_event, |c| format!("{c:.3}")),
@@ -474,6 +505,12 @@ mod tests {
     fn targets_flag_a_slow_lossy_tracer() {
         let records = vec![
             record(Config::Baseline, 0, 100_000.0, None),
+            record(
+                Config::Floor,
+                0,
+                99_000.0,
+                Some(outcome(4_000_000, 0, 0.0, 0)),
+            ),
             // 0.9 × baseline, 5 drops, 0.8 µs consumer + 0.5 µs BPF per event.
             record(
                 Config::IosplitTrace,
@@ -481,17 +518,34 @@ mod tests {
                 90_000.0,
                 Some(outcome(1_000_000, 5, 0.8, 500_000_000)),
             ),
+            record(
+                Config::BpftraceCount,
+                0,
+                95_000.0,
+                Some(outcome(1_000_000, 0, 0.0, 0)),
+            ),
         ];
         let targets = targets(&rows(&records), None);
-        let met = |name: &str| targets.iter().find(|t| t.name == name).and_then(|t| t.met);
-        assert_eq!(met("throughput"), Some(false));
+        let met = |name: &str| {
+            targets
+                .iter()
+                .find(|t| t.name.starts_with(name))
+                .and_then(|t| t.met)
+        };
+        assert_eq!(met("vs count()"), Some(false));
+        assert_eq!(met("vs floor"), Some(false));
+        let floor = targets
+            .iter()
+            .find(|t| t.name.starts_with("vs floor"))
+            .unwrap();
+        assert!(floor.measured.contains("gap 0.090"), "{}", floor.measured);
         assert_eq!(met("drops"), Some(false));
         assert_eq!(met("cpu"), Some(false));
         assert_eq!(met("memory"), Some(true));
         assert_eq!(met("attach"), Some(true));
         let table = markdown(&rows(&records), &targets, None);
         assert!(table.contains("NOT met"));
-        assert!(table.contains("| 0.900 (0.900) |"));
+        assert!(table.contains("| 0.900 (0.900) | 0.909 |"), "{table}");
     }
 
     #[test]
@@ -499,13 +553,53 @@ mod tests {
         let records = vec![
             record(Config::Baseline, 0, 100_000.0, None),
             record(
+                Config::Floor,
+                0,
+                100_000.0,
+                Some(outcome(4_000_000, 0, 0.0, 0)),
+            ),
+            record(
+                Config::IosplitTrace,
+                0,
+                96_000.0,
+                Some(outcome(1_000_000, 0, 0.1, 100_000_000)),
+            ),
+            record(
+                Config::BpftraceCount,
+                0,
+                96_000.0,
+                Some(outcome(1_000_000, 0, 0.0, 0)),
+            ),
+        ];
+        let rows = rows(&records);
+        assert_eq!(rows[1].config, Config::Floor);
+        assert_eq!(rows[1].floor_ratio_paired, Some(1.0));
+        assert_eq!(rows[0].floor_ratio_paired, None);
+        let targets = targets(&rows, None);
+        assert_eq!(targets.len(), 2 + 4);
+        assert!(targets.iter().all(|t| t.met == Some(true)), "{targets:?}");
+    }
+
+    #[test]
+    fn comparisons_without_a_peer_are_unknown_not_met() {
+        let records = vec![
+            record(Config::Baseline, 0, 100_000.0, None),
+            record(
                 Config::IosplitTrace,
                 0,
                 99_000.0,
-                Some(outcome(1_000_000, 0, 0.1, 100_000_000)),
+                Some(outcome(1_000_000, 0, 0.1, 0)),
             ),
         ];
         let targets = targets(&rows(&records), None);
-        assert!(targets.iter().all(|t| t.met == Some(true)), "{targets:?}");
+        let comparisons: Vec<&Target> = targets
+            .iter()
+            .filter(|t| t.name.starts_with("vs "))
+            .collect();
+        assert_eq!(comparisons.len(), 2);
+        assert!(
+            comparisons.iter().all(|t| t.met.is_none()),
+            "{comparisons:?}"
+        );
     }
 }

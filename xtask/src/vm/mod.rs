@@ -183,29 +183,31 @@ fn run_scenario(
         work: &work,
         timeout: scenario.timeout,
     })?;
+    let mut checks = finished(&outcome, "", scenario.timeout);
+    let mut elapsed = outcome.elapsed;
+    if !scenario.fixed_disks.is_empty() {
+        // The fix is a hypervisor setting: a second boot, the same script.
+        let fixed = qemu::boot(&qemu::Boot {
+            scenario: scenario.name,
+            vmlinuz: &kernel.vmlinuz,
+            initramfs: image,
+            disks: &scenario.fixed_disks,
+            work: &work.join("fixed"),
+            timeout: scenario.timeout,
+        })?;
+        checks.extend(finished(&fixed, "fixed ", scenario.timeout));
+        elapsed += fixed.elapsed;
+        let _ = std::fs::copy(&fixed.console, outcome.results.join("fixed.console.txt"));
+        if let Ok(entries) = std::fs::read_dir(&fixed.results) {
+            for entry in entries.flatten() {
+                let name = format!("fixed.{}", entry.file_name().to_string_lossy());
+                let _ = std::fs::copy(entry.path(), outcome.results.join(name));
+            }
+        }
+    }
     let results = Results {
         dir: &outcome.results,
     };
-    let mut checks = Vec::new();
-    if outcome.timed_out {
-        checks.push(Check::new(
-            "guest finished",
-            format!("within {}s", scenario.timeout.as_secs()),
-            format!(
-                "killed after {:.0}s; see {}",
-                outcome.elapsed.as_secs_f64(),
-                outcome.console.display()
-            ),
-            false,
-        ));
-    } else if results.text("status").is_err() {
-        checks.push(Check::new(
-            "guest finished",
-            "results written",
-            format!("no results; see {}", outcome.console.display()),
-            false,
-        ));
-    }
     checks.extend((scenario.evaluate)(&results, &kernel.line));
     let guest_kernel = results
         .text("kernel")
@@ -217,20 +219,48 @@ fn run_scenario(
         "xtask: vm-test {} on {} took {:.0}s; results in {}",
         scenario.name,
         kernel.line.name,
-        outcome.elapsed.as_secs_f64(),
+        elapsed.as_secs_f64(),
         kept.display()
     );
     Ok(Ran {
         scenario: scenario.name,
         kernel: guest_kernel,
         checks,
-        seconds: outcome.elapsed.as_secs_f64(),
+        seconds: elapsed.as_secs_f64(),
         retried: false,
     })
 }
 
+/// A failed check when a boot was killed or left no results; `boot` prefixes its name.
+fn finished(outcome: &qemu::Outcome, boot: &str, timeout: std::time::Duration) -> Vec<Check> {
+    let results = Results {
+        dir: &outcome.results,
+    };
+    if outcome.timed_out {
+        vec![Check::new(
+            format!("{boot}guest finished"),
+            format!("within {}s", timeout.as_secs()),
+            format!(
+                "killed after {:.0}s; see {}",
+                outcome.elapsed.as_secs_f64(),
+                outcome.console.display()
+            ),
+            false,
+        )]
+    } else if results.text("status").is_err() {
+        vec![Check::new(
+            format!("{boot}guest finished"),
+            "results written",
+            format!("no results; see {}", outcome.console.display()),
+            false,
+        )]
+    } else {
+        Vec::new()
+    }
+}
+
 /// Builds iosplit-trace with a static glibc into `target/vm/cargo`.
-fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
+pub(crate) fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
     let target_dir = cache.join("cargo");
     run(Command::new("cargo")
         .current_dir(workspace_root())
@@ -253,7 +283,7 @@ fn build_static_tracer(cache: &Path) -> Result<PathBuf> {
 }
 
 /// The guest has no libc of its own for the tool: refuse a dynamic binary early.
-fn require_static(binary: &Path) -> Result<()> {
+pub(crate) fn require_static(binary: &Path) -> Result<()> {
     let described = output(Command::new("file").arg("-L").arg(binary))
         .ok_or_else(|| format!("cannot inspect {}", binary.display()))?;
     if described.contains("statically linked") || described.contains("static-pie linked") {

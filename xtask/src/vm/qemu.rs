@@ -19,10 +19,14 @@ const POLL: Duration = Duration::from_millis(200);
 pub enum Bus {
     /// virtio-blk with these logical / physical block sizes in bytes.
     VirtioBlk { logical: u32, physical: u32 },
-    /// virtio-blk (512-byte sectors) with a ring of `queue_size` descriptors
-    /// and no indirect descriptors: a request takes one descriptor per segment
-    /// plus two, so a few large requests fill the ring and the next is requeued.
-    VirtioBlkSmallRing { queue_size: u16 },
+    /// virtio-blk (512-byte sectors) with a ring of `queue_size` descriptors.
+    /// Without indirect descriptors a request takes one descriptor per segment
+    /// plus two, so a few large requests fill the ring and the next is requeued;
+    /// with them (qemu's default) each request takes one.
+    VirtioBlkSmallRing {
+        queue_size: u16,
+        indirect_desc: bool,
+    },
     /// qemu's emulated NVMe controller (virt_boundary_mask 4095).
     Nvme,
 }
@@ -110,9 +114,13 @@ fn device_args(index: usize, image: &Path, disk: &Disk) -> Vec<String> {
             "virtio-blk-pci,drive=drive{index},serial={},logical_block_size={logical},physical_block_size={physical}",
             disk.serial
         ),
-        Bus::VirtioBlkSmallRing { queue_size } => format!(
-            "virtio-blk-pci,drive=drive{index},serial={},queue-size={queue_size},indirect_desc=off",
-            disk.serial
+        Bus::VirtioBlkSmallRing {
+            queue_size,
+            indirect_desc,
+        } => format!(
+            "virtio-blk-pci,drive=drive{index},serial={},queue-size={queue_size},indirect_desc={}",
+            disk.serial,
+            if indirect_desc { "on" } else { "off" }
         ),
         Bus::Nvme => format!("nvme,drive=drive{index},serial={}", disk.serial),
     };

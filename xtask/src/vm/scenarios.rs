@@ -16,6 +16,9 @@ pub struct Scenario {
     pub summary: &'static str,
     pub disks: Vec<Disk>,
     pub timeout: Duration,
+    /// Disks for a second boot after the first (none: one boot). The same
+    /// script runs again; that boot's files come back prefixed `fixed.`.
+    pub fixed_disks: Vec<Disk>,
     /// Judges the results a guest running `Line`'s kernel left.
     pub evaluate: fn(&Results, &Line) -> Vec<Check>,
 }
@@ -31,6 +34,15 @@ const SEED_512E: Bus = Bus::VirtioBlk {
 /// descriptors, virtio-blk allows 8 requests in flight, but one of up to
 /// 14 segments takes 16, so a split 1 MiB write fills the ring at once.
 const REQUEUE_RING: u16 = 16;
+const REQUEUE_DISK: Bus = Bus::VirtioBlkSmallRing {
+    queue_size: REQUEUE_RING,
+    indirect_desc: false,
+};
+/// The same disk with the host-side fix `requeued_commands` names.
+const REQUEUE_DISK_FIXED: Bus = Bus::VirtioBlkSmallRing {
+    queue_size: REQUEUE_RING,
+    indirect_desc: true,
+};
 
 /// The seed report's three layouts on a 256 MiB disk, keeping start and size
 /// residues modulo 8 (seed: 14281785/27647865, 14282752/27646898, 14282752/27660288).
@@ -53,6 +65,7 @@ pub fn all() -> Vec<Scenario> {
                 .collect(),
             timeout: Duration::from_secs(600),
             evaluate: seed_512e,
+            fixed_disks: Vec::new(),
         },
         Scenario {
             name: "scsi-debug-io-opt",
@@ -60,6 +73,7 @@ pub fn all() -> Vec<Scenario> {
             disks: Vec::new(),
             timeout: Duration::from_secs(300),
             evaluate: scsi_debug_io_opt,
+            fixed_disks: Vec::new(),
         },
         Scenario {
             name: "nvme-virt-boundary",
@@ -83,6 +97,7 @@ pub fn all() -> Vec<Scenario> {
             ],
             timeout: Duration::from_secs(300),
             evaluate: nvme_virt_boundary,
+            fixed_disks: Vec::new(),
         },
         Scenario {
             name: "blk-oracle",
@@ -97,14 +112,13 @@ pub fn all() -> Vec<Scenario> {
                 Disk {
                     serial: "requeue",
                     bytes: 64 * MIB,
-                    bus: Bus::VirtioBlkSmallRing {
-                        queue_size: REQUEUE_RING,
-                    },
+                    bus: REQUEUE_DISK,
                     partition: None,
                 },
             ],
             timeout: Duration::from_secs(300),
             evaluate: blk_oracle,
+            fixed_disks: Vec::new(),
         },
         Scenario {
             name: "dm-linear",
@@ -117,6 +131,25 @@ pub fn all() -> Vec<Scenario> {
             }],
             timeout: Duration::from_secs(300),
             evaluate: dm_linear,
+            fixed_disks: Vec::new(),
+        },
+        Scenario {
+            name: "requeue-fix",
+            summary: "requeued_commands on a 16-descriptor ring without indirect descriptors, then rebooted with indirect_desc=on: issues vs what_if",
+            disks: vec![Disk {
+                serial: "requeue",
+                bytes: 64 * MIB,
+                bus: REQUEUE_DISK,
+                partition: None,
+            }],
+            timeout: Duration::from_secs(300),
+            fixed_disks: vec![Disk {
+                serial: "requeue",
+                bytes: 64 * MIB,
+                bus: REQUEUE_DISK_FIXED,
+                partition: None,
+            }],
+            evaluate: requeue_fix,
         },
     ]
 }
@@ -678,6 +711,193 @@ fn requeue_disk(results: &Results) -> Check {
         ),
         indirect == Some('0') && requeues > 0,
     )
+}
+
+/// How far the issues after a fix may be from `what_if.commands_after_fix` (issue #10).
+const WHAT_IF_TOLERANCE: f64 = 0.2;
+
+/// What one boot of requeue-fix left: `prefix` is "" or "fixed.".
+struct RequeueRun {
+    report: Value,
+    /// `virtio.features` bit 28 (VIRTIO_RING_F_INDIRECT_DESC).
+    indirect: Option<char>,
+    max_segments: String,
+    /// blk tracer on the disk: issues carrying data, and requeues.
+    data_issues: u64,
+    requeues: u64,
+    device: String,
+}
+
+fn requeue_run(results: &Results, prefix: &str) -> Result<RequeueRun, String> {
+    const INDIRECT_DESC_BIT: usize = 28;
+    let geometry = results.values(&format!("{prefix}geometry"))?;
+    let trace = results.text(&format!("{prefix}blk.trace"))?;
+    let device = results.value(&format!("{prefix}names"), "requeue")?;
+    let dev_text = results.value(&format!("{prefix}names"), "requeue_dev")?;
+    let dev = dev_text
+        .split_once(':')
+        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
+        .ok_or_else(|| format!("bad device number {dev_text}"))?;
+    let (data_issues, _flushes) = super::oracle::lines_with_data(&trace, dev, "D");
+    let requeues = super::oracle::parse_blk_trace(&trace)
+        .per_device
+        .get(&dev)
+        .and_then(|actions| actions.get("R").copied())
+        .unwrap_or(0);
+    Ok(RequeueRun {
+        report: results.json(&format!("{prefix}report.json"))?,
+        indirect: geometry
+            .get("virtio.features")
+            .and_then(|bits| bits.chars().nth(INDIRECT_DESC_BIT)),
+        max_segments: geometry
+            .get("disk.max_segments")
+            .cloned()
+            .unwrap_or_else(|| "?".into()),
+        data_issues,
+        requeues,
+        device,
+    })
+}
+
+/// `requeued_commands` on `device` in a report, if any.
+fn requeue_diagnosis<'a>(report: &'a Value, device: &str) -> Option<&'a Value> {
+    report
+        .get("diagnoses")?
+        .as_array()?
+        .iter()
+        .find(|diagnosis| {
+            diagnosis.get("code").and_then(Value::as_str) == Some("requeued_commands")
+                && diagnosis
+                    .get("device")
+                    .and_then(Value::as_str)
+                    .is_some_and(|name| name.trim_start_matches("/dev/") == device)
+        })
+}
+
+/// requeued_commands on the ring filler, then the fix it names applied on the
+/// host (a second boot) and the same workload's issues against its `what_if`.
+fn requeue_fix(results: &Results, _line: &Line) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for (what, report, trace) in [
+        ("before: events vs blk", "report.json", "blk.trace"),
+        (
+            "after fix: events vs blk",
+            "fixed.report.json",
+            "fixed.blk.trace",
+        ),
+    ] {
+        checks.push(expect_oracle_agreement(what, results, report, trace));
+    }
+    let what = "before: requeued_commands, cause and fix";
+    let expected =
+        "blk R > 0; cause virtio_ring_full, virtio_indirect_desc false, fix names indirect_desc=on and features bit 28, what_if.commands_now = blk D";
+    let before = match requeue_run(results, "") {
+        Ok(run) => run,
+        Err(why) => {
+            checks.push(Check::missing(what, expected, why));
+            return checks;
+        }
+    };
+    let diagnosis = requeue_diagnosis(&before.report, &before.device);
+    let evidence = diagnosis.and_then(|d| d.get("evidence"));
+    let what_if = |key: &str| {
+        evidence
+            .and_then(|e| e.get("what_if"))
+            .and_then(|w| w.get(key))
+            .and_then(Value::as_u64)
+    };
+    let (now, predicted) = (what_if("commands_now"), what_if("commands_after_fix"));
+    let cause = evidence
+        .and_then(|e| e.get("cause"))
+        .and_then(Value::as_str)
+        .unwrap_or("none");
+    let indirect_evidence = evidence.and_then(|e| e.get("virtio_indirect_desc"));
+    let fix = diagnosis
+        .and_then(|d| d.get("fix"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let names_fix = fix.contains("indirect_desc=on") && fix.contains("bit 28");
+    checks.push(Check::new(
+        what,
+        expected,
+        match diagnosis {
+            None => format!(
+                "no requeued_commands on {} (blk R {}, D {})",
+                before.device, before.requeues, before.data_issues
+            ),
+            Some(_) => format!(
+                "blk R {}, D {}; cause {cause}, virtio_indirect_desc {}, fix {}; what_if {} -> {}",
+                before.requeues,
+                before.data_issues,
+                indirect_evidence.map_or("absent".into(), ToString::to_string),
+                if names_fix { "names both" } else { "does not" },
+                now.map_or("?".into(), |n| n.to_string()),
+                predicted.map_or("?".into(), |n| n.to_string()),
+            ),
+        },
+        before.requeues > 0
+            && before.indirect == Some('0')
+            && cause == "virtio_ring_full"
+            && indirect_evidence == Some(&Value::Bool(false))
+            && names_fix
+            && now == Some(before.data_issues),
+    ));
+    let what = "after fix: guest sees indirect descriptors";
+    let expected = format!("features bit 28 = 1, max_segments {}", before.max_segments);
+    let after = match requeue_run(results, "fixed.") {
+        Ok(run) => run,
+        Err(why) => {
+            checks.push(Check::missing(what, expected, why));
+            return checks;
+        }
+    };
+    checks.push(Check::new(
+        what,
+        expected,
+        format!(
+            "bit 28 = {}, max_segments {}",
+            after.indirect.unwrap_or('?'),
+            after.max_segments
+        ),
+        after.indirect == Some('1') && after.max_segments == before.max_segments,
+    ));
+    let what = "after fix: blk D vs what_if.commands_after_fix";
+    let expected = format!("within {:.0}%", WHAT_IF_TOLERANCE * 100.0);
+    checks.push(match predicted {
+        Some(predicted) if predicted > 0 => {
+            let error = (after.data_issues as f64 - predicted as f64).abs() / predicted as f64;
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "D {} (tool: {} commands + {} requeues), predicted {predicted}: {:.1}% off",
+                    after.data_issues,
+                    super::check::device_entry(&after.report, &after.device)
+                        .and_then(|entry| op_measure(entry, "write", "commands"))
+                        .unwrap_or(0),
+                    event(&after.report, "requeue"),
+                    error * 100.0
+                ),
+                error <= WHAT_IF_TOLERANCE,
+            )
+        }
+        _ => Check::missing(what, expected, "no what_if.commands_after_fix".into()),
+    });
+    let what = "after fix: requeues gone";
+    let expected = "blk R 0, events.requeue 0, no requeued_commands";
+    let still = requeue_diagnosis(&after.report, &after.device).is_some();
+    checks.push(Check::new(
+        what,
+        expected,
+        format!(
+            "blk R {}, events.requeue {}, requeued_commands {}",
+            after.requeues,
+            event(&after.report, "requeue"),
+            if still { "still" } else { "gone" }
+        ),
+        after.requeues == 0 && event(&after.report, "requeue") == 0 && !still,
+    ));
+    checks
 }
 
 fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {

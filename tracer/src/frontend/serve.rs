@@ -1,0 +1,880 @@
+//! `iosplit-trace serve`: the engine's measures and diagnoses as Prometheus
+//! metrics on `/metrics` (OpenMetrics text, `prometheus-client`'s encoder),
+//! and `/healthz`.
+//!
+//! Each scrape asks the engine once (one `Capture::query`); nothing is added
+//! per event. Served counters are cumulative on this side: a scrape adds what
+//! grew since the last one, and SIGHUP (which resets the engine, so
+//! diagnoses describe the traffic since then) is absorbed first, so no served
+//! counter ever goes down. The block devices in sysfs are listed on every
+//! scrape; when the list changes (or every `GEOMETRY_REFRESH`, or on SIGHUP),
+//! geometry is re-read: new devices are picked up, vanished ones stop being
+//! served (their totals are kept in case they come back).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use tracer_common::EventKind;
+
+use crate::capture::{Capture, KernelCounters};
+use crate::cli::{DeviceSelection, ServeArgs};
+use crate::engine::Engine;
+use crate::error::{one_line, Error, Result};
+use crate::geometry::{sysfs, DiskGeometry};
+use crate::model::{
+    CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Measures,
+};
+
+use super::{output, selection, session};
+
+/// Where `serve` listens unless told otherwise (loopback: exposing it is a choice).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9788";
+
+const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Histogram buckets are powers of two, as the engine keeps them: the bucket
+/// `le = 2^k - 1` holds every value below `2^k`. Sizes: 512 B .. 128 MiB.
+const SIZE_BUCKET_BITS: std::ops::RangeInclusive<u32> = 9..=27;
+/// Latencies: 16 µs .. 33.5 s (in seconds on the wire).
+const LATENCY_BUCKET_BITS: std::ops::RangeInclusive<u32> = 4..=25;
+const MICROS_PER_SECOND: f64 = 1e6;
+/// Geometry is also re-read this often, for queue settings changed in place.
+const GEOMETRY_REFRESH: Duration = Duration::from_secs(10);
+
+pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitCode> {
+    let devices = selection::resolve_selection(devices_selected)?;
+    let disks_selected: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
+    // Bind first: a busy or forbidden address fails before the probes load.
+    let listener = std::net::TcpListener::bind(args.listen)
+        .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
+        .map_err(|err| Error::caused(format!("cannot listen on {}", args.listen), err))?;
+    let listening = listener
+        .local_addr()
+        .map_err(|err| Error::caused("cannot read the listening address", err))?;
+    let geometry = current_disks(&disks_selected)?;
+    let config = selection::capture_config(&devices);
+    let capture = Capture::start(&config, Engine::new(geometry.clone(), Default::default()))?;
+    let exporter = Arc::new(Exporter {
+        inner: Mutex::new(Inner {
+            capture,
+            disks_selected,
+            listing: block_listing(),
+            geometry_read: Instant::now(),
+            present: present_names(&geometry),
+            served: Served::default(),
+        }),
+    });
+    let runtime = session::runtime()?;
+    let served = runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::from_std(listener)
+            .map_err(|err| Error::caused(format!("cannot listen on {listening}"), err))?;
+        let mut hangup = unix_signal(tokio::signal::unix::SignalKind::hangup())?;
+        let mut terminate = unix_signal(tokio::signal::unix::SignalKind::terminate())?;
+        if let Ok(inner) = exporter.inner.lock() {
+            selection::announce(&devices, &inner.capture);
+        }
+        output::status(format_args!("serving http://{listening}/metrics"));
+        let app = axum::Router::new()
+            .route("/metrics", get(metrics))
+            .route("/healthz", get(healthz))
+            .with_state(Arc::clone(&exporter));
+        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        });
+        let hangups = async {
+            while hangup.recv().await.is_some() {
+                match exporter.collect(true) {
+                    Ok(()) => output::status(format_args!(
+                        "SIGHUP: devices re-read, diagnoses start afresh"
+                    )),
+                    Err(err) => output::status(format_args!("SIGHUP: {}", one_line(&err))),
+                }
+            }
+            std::future::pending::<()>().await;
+        };
+        tokio::select! {
+            result = server => result.map_err(|err| Error::caused("the HTTP server failed", err)),
+            () = hangups => Ok(()),
+        }
+    });
+    served?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn unix_signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
+    tokio::signal::unix::signal(kind).map_err(|err| Error::caused("cannot watch signals", err))
+}
+
+async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {
+    match exporter.collect(false).and_then(|()| exporter.encode()) {
+        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Err(err) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("{}\n", one_line(&err)),
+        )
+            .into_response(),
+    }
+}
+
+/// Healthy while the event consumer answers.
+async fn healthz(State(exporter): State<Arc<Exporter>>) -> Response {
+    let alive = exporter
+        .inner
+        .lock()
+        .map_err(|_| Error::failure("the exporter's state is poisoned"))
+        .and_then(|inner| inner.capture.query(|_, _| ()));
+    match alive {
+        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Err(err) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("{}\n", one_line(&err)),
+        )
+            .into_response(),
+    }
+}
+
+/// Every attached disk (size > 0), or the selected ones that still exist.
+fn current_disks(selected: &[String]) -> Result<Vec<DiskGeometry>> {
+    let mut disks = sysfs::read_disks(None)?;
+    disks.retain(|disk| {
+        disk.size_sectors > 0 && (selected.is_empty() || selected.contains(&disk.name))
+    });
+    Ok(disks)
+}
+
+fn present_names(disks: &[DiskGeometry]) -> BTreeSet<String> {
+    disks
+        .iter()
+        .flat_map(|disk| {
+            std::iter::once(disk.name.clone()).chain(disk.partitions.iter().map(|p| p.name.clone()))
+        })
+        .collect()
+}
+
+/// The names under /sys/class/block: cheap to list, and it changes whenever
+/// a disk or partition comes or goes.
+fn block_listing() -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/sys/class/block")
+        .map(|entries| {
+            entries
+                .filter_map(|entry| entry.ok())
+                .map(|entry| entry.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+struct Exporter {
+    inner: Mutex<Inner>,
+}
+
+struct Inner {
+    capture: Capture<Engine>,
+    disks_selected: Vec<String>,
+    listing: Vec<String>,
+    geometry_read: Instant,
+    /// Disks and partitions served now.
+    present: BTreeSet<String>,
+    served: Served,
+}
+
+/// What one query takes out of the engine.
+struct Snapshot {
+    devices: Vec<DeviceReport>,
+    diagnoses: Vec<Diagnosis>,
+    events: EventCounts,
+    correlation: CorrelationStats,
+    kernel: KernelCounters,
+}
+
+impl Exporter {
+    /// One engine query: fresh geometry if the devices changed (or `reset`),
+    /// the current measures, and on `reset` the engine's reset right after.
+    fn collect(&self, reset: bool) -> Result<()> {
+        let mut inner = self
+            .inner
+            .lock()
+            .map_err(|_| Error::failure("the exporter's state is poisoned"))?;
+        let listing = block_listing();
+        let stale = inner.geometry_read.elapsed() >= GEOMETRY_REFRESH;
+        let geometry = if reset || stale || listing != inner.listing {
+            match current_disks(&inner.disks_selected) {
+                Ok(disks) => {
+                    inner.present = present_names(&disks);
+                    inner.listing = listing;
+                    inner.geometry_read = Instant::now();
+                    Some(disks)
+                }
+                Err(err) if reset => return Err(err),
+                // A device vanished mid-read (hot-unplug): serve what is
+                // known, and read again at the next scrape.
+                Err(_) => None,
+            }
+        } else {
+            None
+        };
+        let snapshot = inner.capture.query(move |engine, kernel| {
+            if let Some(disks) = geometry {
+                engine.set_disks(disks);
+            }
+            let snapshot = Snapshot {
+                devices: engine.devices(),
+                diagnoses: engine.diagnoses(),
+                events: engine.events(),
+                correlation: engine.correlation(),
+                kernel,
+            };
+            if reset {
+                engine.reset();
+            }
+            snapshot
+        })?;
+        inner.served.absorb(&snapshot);
+        if reset {
+            inner.served.engine_was_reset();
+        }
+        Ok(())
+    }
+
+    fn encode(&self) -> Result<String> {
+        let inner = self
+            .inner
+            .lock()
+            .map_err(|_| Error::failure("the exporter's state is poisoned"))?;
+        let frame = inner.served.frame(&inner.present);
+        drop(inner);
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(frame));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry)
+            .map_err(|err| Error::caused("cannot encode the metrics", err))?;
+        Ok(text)
+    }
+}
+
+type Labels = Vec<(&'static str, String)>;
+
+/// A counter served cumulatively from an engine value that may restart at 0.
+#[derive(Clone, Copy, Debug, Default)]
+struct Total {
+    /// The engine's value at the last scrape.
+    seen: u64,
+    served: u64,
+}
+
+impl Total {
+    fn observe(&mut self, now: u64) {
+        // A value below the last one means the source restarted from zero.
+        let grown = now.checked_sub(self.seen).unwrap_or(now);
+        self.served = self.served.saturating_add(grown);
+        self.seen = now;
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+struct HistogramTotal {
+    /// By the low end of each power-of-two bucket.
+    buckets: BTreeMap<u64, Total>,
+    count: Total,
+    sum_seen: f64,
+    sum_served: f64,
+}
+
+impl HistogramTotal {
+    fn observe(&mut self, distribution: &Distribution) {
+        for bucket in &distribution.buckets {
+            self.buckets
+                .entry(bucket.low)
+                .or_default()
+                .observe(bucket.count);
+        }
+        let restarted = distribution.count < self.count.seen;
+        self.count.observe(distribution.count);
+        let sum = distribution.mean * distribution.count as f64;
+        self.sum_served += if restarted {
+            sum
+        } else {
+            (sum - self.sum_seen).max(0.0)
+        };
+        self.sum_seen = sum;
+    }
+
+    fn restart(&mut self) {
+        self.buckets.values_mut().for_each(|total| total.seen = 0);
+        self.count.seen = 0;
+        self.sum_seen = 0.0;
+    }
+
+    /// Prometheus buckets (per bucket; the encoder accumulates), ending in +Inf.
+    fn ladder(&self, bits: &std::ops::RangeInclusive<u32>, scale: f64) -> Vec<(f64, u64)> {
+        let mut ladder: Vec<(f64, u64)> = bits
+            .clone()
+            .map(|bit| (((1u64 << bit) - 1) as f64 / scale, 0))
+            .collect();
+        ladder.push((f64::INFINITY, 0));
+        for (&low, total) in &self.buckets {
+            // Values in [low, 2 low) fit the first rung 2^k - 1 >= 2 low - 1.
+            let top = low.saturating_mul(2);
+            let rung = bits
+                .clone()
+                .position(|bit| top <= 1u64 << bit)
+                .unwrap_or(ladder.len() - 1);
+            ladder[rung].1 += total.served;
+        }
+        ladder
+    }
+}
+
+/// Per-device, per-op counters: name, help, and the value in the measures.
+type OpCounter = (
+    &'static str,
+    &'static str,
+    fn(&crate::model::OpMeasures) -> u64,
+);
+const OP_COUNTERS: [OpCounter; 5] = [
+    (
+        "iosplit_user_ios",
+        "User I/Os: bios as submitted to the device or partition.",
+        |m| m.user_ios,
+    ),
+    (
+        "iosplit_commands",
+        "Device commands (block_rq_issue; on bio-based devices, bios after splitting).",
+        |m| m.commands,
+    ),
+    ("iosplit_bytes", "Bytes carried by the user I/Os.", |m| {
+        m.bytes
+    }),
+    (
+        "iosplit_merges",
+        "Bios merged into an existing request, plus request merges.",
+        |m| m.merges,
+    ),
+    (
+        "iosplit_requeues",
+        "Commands the driver handed back to be issued again.",
+        |m| m.requeues,
+    ),
+];
+const SPLITS: (&str, &str) = ("iosplit_splits", "Bio splits, by inferred cause.");
+
+type OpHistogram = (
+    &'static str,
+    &'static str,
+    fn(&crate::model::OpMeasures) -> &Distribution,
+);
+const SIZE_HISTOGRAMS: [OpHistogram; 2] = [
+    ("iosplit_user_io_size_bytes", "User I/O size.", |m| {
+        &m.user_io_size
+    }),
+    ("iosplit_command_size_bytes", "Device command size.", |m| {
+        &m.command_size
+    }),
+];
+const LATENCY_HISTOGRAMS: [OpHistogram; 2] = [
+    (
+        "iosplit_queue_to_complete_seconds",
+        "From block_bio_queue to the completion of the user I/O's last fragment.",
+        |m| &m.queue_to_complete_us,
+    ),
+    (
+        "iosplit_issue_to_complete_seconds",
+        "From a command's (last) block_rq_issue to its completion.",
+        |m| &m.issue_to_complete_us,
+    ),
+];
+
+/// Counters that are not per device: name, help.
+const EVENTS: (&str, &str) = (
+    "iosplit_events",
+    "Block tracepoint events received, by kind.",
+);
+const DROPPED: (&str, &str) = (
+    "iosplit_events_dropped",
+    "Events the kernel could not hand over (ring buffer full).",
+);
+const MISSED: (&str, &str) = (
+    "iosplit_probe_missed",
+    "Probe runs the kernel skipped while another BPF program ran on the CPU.",
+);
+const READ_FAILED: (&str, &str) = (
+    "iosplit_read_failed",
+    "Tracepoint records whose fields could not be read.",
+);
+const INCOMPLETE: (&str, &str) = (
+    "iosplit_incomplete_chains",
+    "User I/Os whose chain missed an event.",
+);
+
+/// Everything served, cumulative since `serve` started.
+#[derive(Default)]
+struct Served {
+    /// Engine counters by (metric, labels); the first label is `device`
+    /// where there is one.
+    counters: BTreeMap<(&'static str, Labels), Total>,
+    /// The kernel's own counters (never reset by the engine).
+    kernel: BTreeMap<&'static str, Total>,
+    histograms: BTreeMap<(&'static str, Labels), HistogramTotal>,
+    diagnoses: Vec<Diagnosis>,
+    /// Disk and partition names the engine knows, with their disk and "major:minor".
+    devices: BTreeMap<String, (String, String)>,
+}
+
+impl Served {
+    fn absorb(&mut self, snapshot: &Snapshot) {
+        for disk in &snapshot.devices {
+            self.devices
+                .insert(disk.name.clone(), (disk.name.clone(), disk.dev.clone()));
+            self.absorb_measures(&disk.name, &disk.name, &disk.measures);
+            for part in &disk.partitions {
+                self.devices
+                    .insert(part.name.clone(), (disk.name.clone(), part.dev.clone()));
+                self.absorb_measures(&part.name, &disk.name, &part.measures);
+            }
+        }
+        for kind in EventKind::ALL {
+            self.counters
+                .entry((EVENTS.0, vec![("kind", kind.json_key().to_string())]))
+                .or_default()
+                .observe(snapshot.events[kind]);
+        }
+        self.counters
+            .entry((INCOMPLETE.0, Labels::new()))
+            .or_default()
+            .observe(snapshot.correlation.incomplete);
+        for (name, value) in [
+            (DROPPED.0, snapshot.kernel.dropped),
+            (MISSED.0, snapshot.kernel.missed),
+            (READ_FAILED.0, snapshot.kernel.read_failed),
+        ] {
+            self.kernel.entry(name).or_default().observe(value);
+        }
+        self.diagnoses = snapshot.diagnoses.clone();
+    }
+
+    fn absorb_measures(&mut self, device: &str, disk: &str, measures: &Measures) {
+        for (op, m) in &measures.ops {
+            let labels: Labels = vec![
+                ("device", device.to_string()),
+                ("disk", disk.to_string()),
+                ("op", op.as_str().to_string()),
+            ];
+            for (name, _, value) in OP_COUNTERS {
+                self.counters
+                    .entry((name, labels.clone()))
+                    .or_default()
+                    .observe(value(m));
+            }
+            for (cause, &count) in &m.split_causes {
+                let mut labels = labels.clone();
+                labels.push(("cause", cause.clone()));
+                self.counters
+                    .entry((SPLITS.0, labels))
+                    .or_default()
+                    .observe(count);
+            }
+            for (name, _, distribution) in SIZE_HISTOGRAMS.iter().chain(&LATENCY_HISTOGRAMS) {
+                self.histograms
+                    .entry((name, labels.clone()))
+                    .or_default()
+                    .observe(distribution(m));
+            }
+        }
+    }
+
+    /// The engine's counters restarted from zero (the kernel's did not).
+    fn engine_was_reset(&mut self) {
+        self.counters.values_mut().for_each(|total| total.seen = 0);
+        self.histograms
+            .values_mut()
+            .for_each(HistogramTotal::restart);
+    }
+
+    /// What to encode now: every series of a device still present, and the rest.
+    fn frame(&self, present: &BTreeSet<String>) -> Frame {
+        let live = |labels: &Labels| {
+            labels
+                .iter()
+                .find(|(key, _)| *key == "device")
+                .is_none_or(|(_, device)| present.contains(device))
+        };
+        let mut families = Vec::new();
+        let counters = |name: &'static str| -> Vec<(Labels, Value)> {
+            self.counters
+                .range((name, Labels::new())..)
+                .take_while(|((metric, _), _)| *metric == name)
+                .filter(|((_, labels), _)| live(labels))
+                .map(|((_, labels), total)| (labels.clone(), Value::Counter(total.served)))
+                .collect()
+        };
+        for (name, help, _) in OP_COUNTERS {
+            families.push(Family::new(name, help, MetricType::Counter, counters(name)));
+        }
+        families.push(Family::new(
+            SPLITS.0,
+            SPLITS.1,
+            MetricType::Counter,
+            counters(SPLITS.0),
+        ));
+        for (histograms, bits, scale) in [
+            (&SIZE_HISTOGRAMS, &SIZE_BUCKET_BITS, 1.0),
+            (&LATENCY_HISTOGRAMS, &LATENCY_BUCKET_BITS, MICROS_PER_SECOND),
+        ] {
+            for (name, help, _) in histograms {
+                let samples = self
+                    .histograms
+                    .range((*name, Labels::new())..)
+                    .take_while(|((metric, _), _)| metric == name)
+                    .filter(|((_, labels), _)| live(labels))
+                    .map(|((_, labels), total)| {
+                        (
+                            labels.clone(),
+                            Value::Histogram {
+                                sum: total.sum_served / scale,
+                                count: total.count.served,
+                                buckets: total.ladder(bits, scale),
+                            },
+                        )
+                    })
+                    .collect();
+                families.push(Family::new(name, help, MetricType::Histogram, samples));
+            }
+        }
+        families.push(Family::new(
+            EVENTS.0,
+            EVENTS.1,
+            MetricType::Counter,
+            counters(EVENTS.0),
+        ));
+        families.push(Family::new(
+            INCOMPLETE.0,
+            INCOMPLETE.1,
+            MetricType::Counter,
+            counters(INCOMPLETE.0),
+        ));
+        for (name, help) in [DROPPED, MISSED, READ_FAILED] {
+            let served = self.kernel.get(name).copied().unwrap_or_default().served;
+            families.push(Family::new(
+                name,
+                help,
+                MetricType::Counter,
+                vec![(Labels::new(), Value::Counter(served))],
+            ));
+        }
+        let diagnoses: Vec<&Diagnosis> = self
+            .diagnoses
+            .iter()
+            .filter(|d| present.contains(&d.device))
+            .collect();
+        families.push(Family::new(
+            "iosplit_diagnosis",
+            "1 for every live diagnosis (codes and severities in the README).",
+            MetricType::Gauge,
+            diagnoses
+                .iter()
+                .map(|d| {
+                    let severity = serde_json::to_value(d.severity)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_string))
+                        .unwrap_or_default();
+                    (
+                        vec![
+                            ("code", d.code.to_string()),
+                            ("device", d.device.clone()),
+                            ("severity", severity),
+                        ],
+                        Value::Gauge(1.0),
+                    )
+                })
+                .collect(),
+        ));
+        families.push(Family::new(
+            "iosplit_diagnosis_commands",
+            "Commands of the observed workload now, and replayed under the diagnosis's fix (where known).",
+            MetricType::Gauge,
+            diagnoses
+                .iter()
+                .filter_map(|d| d.evidence.what_if().map(|w| (d, w)))
+                .flat_map(|(d, what_if)| {
+                    [("now", what_if.commands_now), ("after_fix", what_if.commands_after_fix)].map(
+                        |(case, commands)| {
+                            (
+                                vec![
+                                    ("code", d.code.to_string()),
+                                    ("device", d.device.clone()),
+                                    ("case", case.to_string()),
+                                ],
+                                Value::Gauge(commands as f64),
+                            )
+                        },
+                    )
+                })
+                .collect(),
+        ));
+        families.push(Family::new(
+            "iosplit_device",
+            "Disks and partitions served now.",
+            MetricType::Info,
+            self.devices
+                .iter()
+                .filter(|(name, _)| present.contains(*name))
+                .map(|(name, (disk, dev))| {
+                    (
+                        vec![
+                            ("device", name.clone()),
+                            ("disk", disk.clone()),
+                            ("dev", dev.clone()),
+                        ],
+                        Value::Info,
+                    )
+                })
+                .collect(),
+        ));
+        families.push(Family::new(
+            "iosplit_build",
+            "The iosplit-trace build serving these metrics.",
+            MetricType::Info,
+            vec![(
+                vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+                Value::Info,
+            )],
+        ));
+        Frame { families }
+    }
+}
+
+#[derive(Debug)]
+enum Value {
+    Counter(u64),
+    Gauge(f64),
+    Histogram {
+        sum: f64,
+        count: u64,
+        buckets: Vec<(f64, u64)>,
+    },
+    Info,
+}
+
+#[derive(Debug)]
+struct Family {
+    name: &'static str,
+    help: &'static str,
+    kind: MetricType,
+    samples: Vec<(Labels, Value)>,
+}
+
+impl Family {
+    fn new(
+        name: &'static str,
+        help: &'static str,
+        kind: MetricType,
+        samples: Vec<(Labels, Value)>,
+    ) -> Family {
+        Family {
+            name,
+            help,
+            kind,
+            samples,
+        }
+    }
+}
+
+/// One scrape's metrics, handed to `prometheus-client`'s encoder.
+#[derive(Debug)]
+struct Frame {
+    families: Vec<Family>,
+}
+
+impl Collector for Frame {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
+        for family in &self.families {
+            let mut metric =
+                encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
+            for (labels, value) in &family.samples {
+                match value {
+                    Value::Info => metric.encode_info(labels)?,
+                    Value::Counter(count) => metric
+                        .encode_family(labels)?
+                        .encode_counter::<NoLabelSet, u64, u64>(count, None)?,
+                    Value::Gauge(gauge) => metric.encode_family(labels)?.encode_gauge(gauge)?,
+                    Value::Histogram {
+                        sum,
+                        count,
+                        buckets,
+                    } => metric
+                        .encode_family(labels)?
+                        .encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Bucket, Op, OpMeasures};
+
+    fn distribution(buckets: &[(u64, u64)]) -> Distribution {
+        let count = buckets.iter().map(|(_, c)| c).sum();
+        let sum: u64 = buckets.iter().map(|(low, c)| low * c).sum();
+        Distribution {
+            count,
+            mean: if count == 0 {
+                0.0
+            } else {
+                sum as f64 / count as f64
+            },
+            buckets: buckets
+                .iter()
+                .map(|&(low, count)| Bucket { low, count })
+                .collect(),
+            ..Distribution::default()
+        }
+    }
+
+    fn snapshot(device: &str, commands: u64, sizes: &[(u64, u64)]) -> Snapshot {
+        let measures = Measures {
+            ops: [(
+                Op::Write,
+                OpMeasures {
+                    user_ios: commands,
+                    commands,
+                    command_size: distribution(sizes),
+                    split_causes: [("max_sectors".to_string(), commands / 2)].into(),
+                    ..OpMeasures::default()
+                },
+            )]
+            .into(),
+        };
+        Snapshot {
+            devices: vec![DeviceReport {
+                name: device.to_string(),
+                dev: "7:0".to_string(),
+                gone: false,
+                geometry: DiskGeometry::default(),
+                measures,
+                partitions: Vec::new(),
+            }],
+            diagnoses: Vec::new(),
+            events: EventCounts::default(),
+            correlation: CorrelationStats::default(),
+            kernel: KernelCounters {
+                dropped: commands,
+                ..KernelCounters::default()
+            },
+        }
+    }
+
+    fn text(served: &Served, present: &[&str]) -> String {
+        let present = present.iter().map(|s| s.to_string()).collect();
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(served.frame(&present)));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text
+    }
+
+    fn sample(text: &str, prefix: &str) -> Option<f64> {
+        text.lines()
+            .find(|line| line.starts_with(prefix))
+            .and_then(|line| line.rsplit(' ').next())
+            .map(|value| value.parse().unwrap())
+    }
+
+    const COMMANDS: &str = r#"iosplit_commands_total{device="loop0",disk="loop0",op="write"}"#;
+
+    #[test]
+    fn counters_never_go_down_across_engine_resets() {
+        let mut served = Served::default();
+        served.absorb(&snapshot("loop0", 10, &[(4096, 10)]));
+        served.absorb(&snapshot("loop0", 25, &[(4096, 25)]));
+        served.engine_was_reset();
+        served.absorb(&snapshot("loop0", 5, &[(4096, 5)]));
+        let text = text(&served, &["loop0"]);
+        assert_eq!(sample(&text, COMMANDS), Some(30.0), "{text}");
+        assert_eq!(
+            sample(
+                &text,
+                r#"iosplit_splits_total{device="loop0",disk="loop0",op="write",cause="max_sectors"}"#
+            ),
+            Some(14.0),
+            "{text}"
+        );
+        // The kernel's drop counter was not reset: 25 then 5 is a restart too.
+        assert_eq!(sample(&text, "iosplit_events_dropped_total"), Some(30.0));
+        let count = r#"iosplit_command_size_bytes_count{device="loop0",disk="loop0",op="write"}"#;
+        assert_eq!(sample(&text, count), Some(30.0), "{text}");
+    }
+
+    #[test]
+    fn a_value_that_went_down_without_a_reset_counts_as_a_restart() {
+        let mut served = Served::default();
+        served.absorb(&snapshot("loop0", 10, &[]));
+        served.absorb(&snapshot("loop0", 4, &[]));
+        assert_eq!(sample(&text(&served, &["loop0"]), COMMANDS), Some(14.0));
+    }
+
+    #[test]
+    fn vanished_devices_are_not_served_but_keep_their_totals() {
+        let mut served = Served::default();
+        served.absorb(&snapshot("loop0", 10, &[]));
+        let gone = text(&served, &[]);
+        assert_eq!(sample(&gone, COMMANDS), None, "{gone}");
+        assert!(gone.contains("# TYPE iosplit_commands counter"), "{gone}");
+        served.absorb(&snapshot("loop0", 12, &[]));
+        assert_eq!(sample(&text(&served, &["loop0"]), COMMANDS), Some(12.0));
+    }
+
+    #[test]
+    fn histogram_buckets_are_cumulative_powers_of_two() {
+        let mut served = Served::default();
+        // 3 values in [512, 1024), 2 in [4096, 8192), 1 in [2^30, 2^31).
+        served.absorb(&snapshot("loop0", 6, &[(512, 3), (4096, 2), (1 << 30, 1)]));
+        let text = text(&served, &["loop0"]);
+        let bucket = |le: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"iosplit_command_size_bytes_bucket{{le="{le}",device="loop0",disk="loop0",op="write"}}"#
+                ),
+            )
+        };
+        assert_eq!(bucket("511.0"), Some(0.0), "{text}");
+        assert_eq!(bucket("1023.0"), Some(3.0), "{text}");
+        assert_eq!(bucket("4095.0"), Some(3.0));
+        assert_eq!(bucket("8191.0"), Some(5.0));
+        assert_eq!(bucket("134217727.0"), Some(5.0));
+        assert_eq!(bucket("+Inf"), Some(6.0));
+    }
+
+    #[test]
+    fn build_info_and_every_family_are_always_described() {
+        let text = text(&Served::default(), &[]);
+        assert!(text.contains("iosplit_build_info{version=\""), "{text}");
+        for name in [
+            "iosplit_diagnosis",
+            "iosplit_queue_to_complete_seconds",
+            "iosplit_splits",
+        ] {
+            assert!(text.contains(&format!("# TYPE {name} ")), "{name}: {text}");
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}

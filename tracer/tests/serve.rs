@@ -1,0 +1,628 @@
+//! `serve` against a real Prometheus (Debian's `prometheus`), and the
+//! shipped files in dist/.
+//!
+//! Prometheus scrapes `serve` every second while a known workload runs on a
+//! partitioned loop disk that appears after `serve` started; `report` traces
+//! the same disk for the same window. Prometheus's answers through its HTTP
+//! API must equal what `report` counted (commands and split causes per
+//! partition, the diagnosis series) within a few scrapes. SIGHUP must not
+//! make a served counter go down, and a detached disk stops being served.
+//! The Grafana dashboard may reference only metric names `serve` serves, and
+//! the systemd unit must pass `systemd-analyze verify`; the unit's
+//! capability set is enough to serve as an unprivileged user, and so are
+//! file capabilities (`setcap`) for `report` and `serve`.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use common::{binary, dd, privileged, sh, LoopDisk, PartitionSpec, Tracer};
+use serde_json::Value;
+
+/// How long Prometheus may take to show what `report` counted: one 1 s
+/// scrape, plus slack for a loaded machine.
+const SETTLE: Duration = Duration::from_secs(3);
+
+fn dist(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../dist")
+        .join(file)
+}
+
+/// `curl URL`, or None when it fails or takes more than 5 s.
+fn http_get(url: &str) -> Option<String> {
+    let out = Command::new("curl")
+        .args(["-s", "-f", "--max-time", "5", url])
+        .output()
+        .expect("run curl");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `iosplit-trace serve`, with its stderr lines on a channel.
+struct Serve {
+    child: Child,
+    address: String,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl Serve {
+    fn start(command: &mut Command) -> Serve {
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start iosplit-trace serve");
+        let (send, stderr) = mpsc::channel();
+        let reader = BufReader::new(child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            for line in reader.lines().map_while(|line| line.ok()) {
+                eprintln!("{line}");
+                let _ = send.send(line);
+            }
+        });
+        let mut serve = Serve {
+            child,
+            address: String::new(),
+            stderr,
+        };
+        let line = serve.wait_for("serving http://");
+        serve.address = line
+            .split("http://")
+            .nth(1)
+            .unwrap()
+            .trim_end_matches("/metrics")
+            .to_string();
+        serve
+    }
+
+    fn wait_for(&self, text: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.stderr.recv_timeout(left) {
+                Ok(line) if line.contains(text) => return line,
+                Ok(_) => {}
+                Err(err) => panic!("serve never said {text:?}: {err}"),
+            }
+        }
+    }
+
+    fn metrics(&self) -> String {
+        http_get(&format!("http://{}/metrics", self.address)).expect("scrape /metrics")
+    }
+
+    fn hangup(&self) {
+        // SAFETY: signalling our own child process.
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGHUP) };
+        self.wait_for("SIGHUP: devices re-read");
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Debian's Prometheus with its own storage, scraping `target` every second.
+struct Prometheus {
+    child: Child,
+    dir: PathBuf,
+    address: String,
+}
+
+impl Prometheus {
+    fn start(target: &str) -> Prometheus {
+        let dir = PathBuf::from(format!(
+            "/tmp/iosplit-serve-prometheus-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
+        // The example config, pointed at this serve and scraping every second.
+        let config = std::fs::read_to_string(dist("prometheus.yml"))
+            .unwrap()
+            .replace("127.0.0.1:9788", target)
+            .replace("scrape_interval: 15s", "scrape_interval: 1s");
+        assert!(
+            config.contains(target),
+            "dist/prometheus.yml lost its target"
+        );
+        std::fs::write(dir.join("prometheus.yml"), config).unwrap();
+        let address = format!("127.0.0.1:{}", free_port());
+        let log = std::fs::File::create(dir.join("log")).unwrap();
+        let child = Command::new("prometheus")
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address={address}"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start prometheus (apt-get install prometheus; `cargo xtask setup` does)");
+        let prometheus = Prometheus {
+            child,
+            dir,
+            address,
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while http_get(&format!("http://{}/-/ready", prometheus.address)).is_none() {
+            assert!(Instant::now() < deadline, "prometheus did not become ready");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        // Its scrape manager applies new targets every 5 s: wait for the first scrape.
+        while prometheus.query("iosplit_build_info").is_empty() {
+            assert!(Instant::now() < deadline, "prometheus never scraped serve");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        prometheus
+    }
+
+    /// An instant query: each series' labels and value.
+    fn query(&self, query: &str) -> Vec<(BTreeMap<String, String>, f64)> {
+        let out = sh(
+            "curl",
+            &[
+                "-s",
+                "-f",
+                "--max-time",
+                "5",
+                &format!("http://{}/api/v1/query", self.address),
+                "--data-urlencode",
+                &format!("query={query}"),
+            ],
+        );
+        let answer: Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(answer["status"], "success", "{out}");
+        answer["data"]["result"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|series| {
+                let labels = series["metric"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+                    .collect();
+                let value = series["value"][1].as_str().unwrap().parse().unwrap();
+                (labels, value)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The value of one sample line `prefix VALUE` in a scrape, 0 when absent.
+fn scraped(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .find(|line| line.starts_with(prefix) && line[prefix.len()..].starts_with(' '))
+        .map_or(0.0, |line| {
+            line.rsplit(' ').next().unwrap().parse().unwrap()
+        })
+}
+
+/// Sample names a scrape can carry, from its `# TYPE` lines.
+fn served_names(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("# TYPE ") else {
+            continue;
+        };
+        let (name, kind) = rest.split_once(' ').unwrap();
+        let suffixes: &[&str] = match kind {
+            "counter" => &["_total"],
+            "histogram" => &["_bucket", "_sum", "_count"],
+            "info" => &["_info"],
+            _ => &[""],
+        };
+        names.extend(suffixes.iter().map(|s| format!("{name}{s}")));
+    }
+    names
+}
+
+/// Every query in a Grafana dashboard: targets' `expr`, variables' `definition`.
+fn dashboard_exprs(value: &Value, out: &mut Vec<String>) {
+    match value {
+        Value::Object(map) => {
+            for (key, value) in map {
+                match (key.as_str(), value) {
+                    ("expr" | "definition", Value::String(expr)) => out.push(expr.clone()),
+                    _ => dashboard_exprs(value, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|item| dashboard_exprs(item, out)),
+        _ => {}
+    }
+}
+
+/// (code, device, severity) of the report's diagnoses on `disk` and its partitions.
+fn report_diagnoses(report: &Value, disk: &str) -> BTreeSet<(String, String, String)> {
+    report["diagnoses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| d["device"].as_str().unwrap().starts_with(disk))
+        .map(|d| {
+            (
+                d["code"].as_str().unwrap().to_string(),
+                d["device"].as_str().unwrap().to_string(),
+                d["severity"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect()
+}
+
+/// What `report` counted per partition: (series selector, value).
+fn report_counts(report: &Value, disk: &str) -> Vec<(String, f64)> {
+    let mut counts = Vec::new();
+    for device in report["devices"].as_array().unwrap() {
+        if device["name"] != disk {
+            continue;
+        }
+        for part in device["partitions"].as_array().unwrap() {
+            let name = part["name"].as_str().unwrap();
+            for (op, measures) in part["measures"]["ops"].as_object().unwrap() {
+                let labels = format!(r#"device="{name}",disk="{disk}",op="{op}""#);
+                counts.push((
+                    format!("iosplit_commands_total{{{labels}}}"),
+                    measures["commands"].as_f64().unwrap(),
+                ));
+                counts.push((
+                    format!("iosplit_user_ios_total{{{labels}}}"),
+                    measures["user_ios"].as_f64().unwrap(),
+                ));
+                for (cause, count) in measures["split_causes"].as_object().unwrap() {
+                    counts.push((
+                        format!(r#"iosplit_splits_total{{{labels},cause="{cause}"}}"#),
+                        count.as_f64().unwrap(),
+                    ));
+                }
+            }
+        }
+    }
+    counts
+}
+
+#[test]
+fn prometheus_sees_what_report_counted() {
+    if !privileged("prometheus_sees_what_report_counted") {
+        return;
+    }
+    let serve = Serve::start(Command::new(binary()).args(["serve", "--listen", "127.0.0.1:0"]));
+    let prometheus = Prometheus::start(&serve.address);
+    // The disk appears after serve started: it must be picked up.
+    let mut disk = LoopDisk::new(
+        "serve",
+        128,
+        &[
+            // An odd size: 512-byte blocks, one command per few bios.
+            PartitionSpec {
+                start: 2048,
+                size: 100001,
+            },
+            PartitionSpec {
+                start: 104448,
+                size: 65536,
+            },
+        ],
+    );
+    let part1 = format!("{}p1", disk.name);
+    let part2 = format!("{}p2", disk.name);
+    // Direct 1 MiB writes become 64 KiB commands: splits by max_sectors.
+    disk.set_queue("max_sectors_kb", "64");
+    // A queue setting changed in place: SIGHUP re-reads it now.
+    serve.hangup();
+    let info = format!(r#"iosplit_device_info{{device="{part1}","#);
+    assert!(serve.metrics().contains(&info), "{part1} was not picked up");
+
+    let before = serve.metrics();
+    let report = Tracer::start(&["-d", &disk.name, "report", "--json"]);
+    dd(&[
+        "if=/dev/zero",
+        &format!("of={}", disk.partition(1)),
+        "bs=32k",
+        "count=128",
+        "conv=fsync",
+    ]);
+    dd(&[
+        "if=/dev/zero",
+        &format!("of={}", disk.partition(2)),
+        "bs=1M",
+        "count=8",
+        "oflag=direct",
+    ]);
+    let report: Value = serde_json::from_str(&report.stop()).unwrap();
+
+    let expected = report_counts(&report, &disk.name);
+    let commands = |part: &str| {
+        expected
+            .iter()
+            .filter(|(series, _)| {
+                series.starts_with(&format!(r#"iosplit_commands_total{{device="{part}""#))
+            })
+            .map(|(_, value)| value)
+            .sum::<f64>()
+    };
+    assert!(commands(&part1) >= 16.0, "{expected:?}");
+    assert!(commands(&part2) >= 128.0, "{expected:?}");
+    assert!(
+        expected
+            .iter()
+            .any(|(series, value)| series.contains("cause=\"max_sectors\"") && *value > 0.0),
+        "the workload split nothing by max_sectors: {expected:?}"
+    );
+    let diagnoses_expected = report_diagnoses(&report, &disk.name);
+    assert!(!diagnoses_expected.is_empty(), "report diagnosed nothing");
+
+    eprintln!("report counted {expected:?}, diagnosed {diagnoses_expected:?}");
+    // Prometheus, within a few scrapes, must agree with the report.
+    let settle_start = Instant::now();
+    let deadline = settle_start + SETTLE;
+    let (mismatches, diagnoses_seen) = loop {
+        let mut mismatches = Vec::new();
+        for (series, value) in &expected {
+            let seen: f64 = prometheus.query(series).iter().map(|(_, v)| v).sum();
+            let grown = seen - scraped(&before, series);
+            if grown != *value {
+                mismatches.push(format!("{series}: prometheus {grown}, report {value}"));
+            }
+        }
+        let diagnoses_seen: BTreeSet<(String, String, String)> = prometheus
+            .query(&format!(
+                r#"iosplit_diagnosis{{device=~"{}(p[0-9]+)?"}}"#,
+                disk.name
+            ))
+            .into_iter()
+            .map(|(labels, value)| {
+                assert_eq!(value, 1.0);
+                (
+                    labels["code"].clone(),
+                    labels["device"].clone(),
+                    labels["severity"].clone(),
+                )
+            })
+            .collect();
+        let done = mismatches.is_empty() && diagnoses_seen == diagnoses_expected;
+        if done || Instant::now() > deadline {
+            break (mismatches, diagnoses_seen);
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    assert!(mismatches.is_empty(), "{mismatches:#?}");
+    assert_eq!(diagnoses_seen, diagnoses_expected);
+    eprintln!("prometheus agreed after {:?}", settle_start.elapsed());
+
+    // SIGHUP resets the engine; no served counter may go down.
+    let commands_series = format!(
+        r#"iosplit_commands_total{{device="{part1}",disk="{}",op="write"}}"#,
+        disk.name
+    );
+    let served_before = scraped(&serve.metrics(), &commands_series);
+    assert!(served_before > 0.0);
+    serve.hangup();
+    assert_eq!(scraped(&serve.metrics(), &commands_series), served_before);
+
+    // The dashboard may use only what serve serves.
+    let names = served_names(&serve.metrics());
+    let dashboard: Value =
+        serde_json::from_str(&std::fs::read_to_string(dist("grafana-dashboard.json")).unwrap())
+            .expect("dist/grafana-dashboard.json is not JSON");
+    let mut exprs = Vec::new();
+    dashboard_exprs(&dashboard, &mut exprs);
+    assert!(exprs.len() >= 5, "{exprs:?}");
+    for expr in &exprs {
+        let metrics: Vec<&str> = expr
+            .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .filter(|word| word.starts_with("iosplit_"))
+            .collect();
+        assert!(!metrics.is_empty(), "{expr} uses no iosplit metric");
+        for metric in metrics {
+            assert!(names.contains(metric), "{expr}: serve has no {metric}");
+        }
+    }
+
+    // Hot-unplug: the scrape answers, and the disk's series are retired.
+    let name = disk.name.clone();
+    drop(disk);
+    let after = serve.metrics();
+    assert!(
+        !after.contains(&format!(r#"device="{name}p1""#)),
+        "{name}p1 is still served after detaching"
+    );
+    assert!(after.contains("iosplit_build_info"));
+}
+
+#[test]
+fn serves_with_only_the_units_capabilities_as_an_unprivileged_user() {
+    if !privileged("serves_with_only_the_units_capabilities_as_an_unprivileged_user") {
+        return;
+    }
+    let unit = std::fs::read_to_string(dist("iosplit-trace.service")).unwrap();
+    let caps = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("AmbientCapabilities="))
+        .unwrap();
+    let bounding = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("CapabilityBoundingSet="))
+        .unwrap();
+    assert_eq!(caps, bounding);
+    let setpriv_caps: String = caps
+        .split_whitespace()
+        .map(|cap| format!(",+{}", cap.trim_start_matches("CAP_").to_lowercase()))
+        .collect();
+    // nobody cannot reach the build directory: serve a copy.
+    let copy = NobodysCopy::new("unit-caps");
+    let serve = Serve::start(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--no-new-privs",
+            ])
+            .arg(format!("--inh-caps=-all{setpriv_caps}"))
+            .arg(format!("--ambient-caps=-all{setpriv_caps}"))
+            .arg(format!("--bounding-set=-all{setpriv_caps}"))
+            .arg(&copy.binary)
+            .args(["serve", "--listen", "127.0.0.1:0"]),
+    );
+    let text = serve.metrics();
+    drop(serve);
+    assert!(text.contains("iosplit_build_info"), "{text}");
+    assert!(
+        text.contains("iosplit_device_info{"),
+        "no device served: {text}"
+    );
+}
+
+/// A copy of the binary that `nobody` can run, removed on drop.
+struct NobodysCopy {
+    dir: PathBuf,
+    binary: PathBuf,
+}
+
+impl NobodysCopy {
+    fn new(tag: &str) -> NobodysCopy {
+        let dir = PathBuf::from(format!("/tmp/iosplit-serve-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let copy = dir.join("iosplit-trace");
+        std::fs::copy(binary(), &copy).unwrap();
+        sh(
+            "chmod",
+            &["755", dir.to_str().unwrap(), copy.to_str().unwrap()],
+        );
+        NobodysCopy { dir, binary: copy }
+    }
+}
+
+impl Drop for NobodysCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `setpriv` as nobody, with no capabilities of its own (file capabilities
+/// still apply: no --no-new-privs).
+fn as_nobody(binary: &Path) -> Command {
+    let mut command = Command::new("setpriv");
+    command
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .args(["--inh-caps=-all", "--ambient-caps=-all"])
+        .arg(binary);
+    command
+}
+
+#[test]
+fn report_and_serve_run_as_nobody_through_file_capabilities() {
+    if !privileged("report_and_serve_run_as_nobody_through_file_capabilities") {
+        return;
+    }
+    let copy = NobodysCopy::new("setcap");
+    // Without capabilities the error names the missing ones.
+    let refused = as_nobody(&copy.binary)
+        .args(["report", "--duration", "1"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("CAP_BPF and CAP_PERFMON are missing"),
+        "{stderr}"
+    );
+    assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+
+    let path = copy.binary.to_str().unwrap();
+    sh(
+        "setcap",
+        &["cap_bpf,cap_perfmon,cap_dac_read_search+ep", path],
+    );
+    let report = as_nobody(&copy.binary)
+        .args(["report", "--duration", "1", "--json"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&report.stderr);
+    assert!(report.status.success(), "{stderr}");
+    let report: Value = serde_json::from_slice(&report.stdout).unwrap();
+    let unsupported = report["unsupported_probes"].as_array().unwrap();
+    assert!(unsupported.is_empty(), "{unsupported:?}");
+    let serve = Serve::start(as_nobody(&copy.binary).args(["serve", "--listen", "127.0.0.1:0"]));
+    assert!(serve.metrics().contains("iosplit_device_info{"));
+}
+
+#[test]
+fn the_unit_passes_systemd_analyze_verify() {
+    let dir = PathBuf::from(format!("/tmp/iosplit-serve-unit-{}", std::process::id()));
+    std::fs::create_dir_all(dir.join("man/man1")).unwrap();
+    // verify checks that ExecStart exists and the man page is found.
+    let unit = std::fs::read_to_string(dist("iosplit-trace.service"))
+        .unwrap()
+        .replace("/usr/local/bin/iosplit-trace", binary());
+    std::fs::write(dir.join("iosplit-trace.service"), unit).unwrap();
+    let man = sh(binary(), &["generate", "man"]);
+    std::fs::write(dir.join("man/man1/iosplit-trace.1"), man).unwrap();
+    let out = Command::new("systemd-analyze")
+        .args([
+            "verify",
+            dir.join("iosplit-trace.service").to_str().unwrap(),
+        ])
+        .env("MANPATH", dir.join("man"))
+        .output()
+        .expect("run systemd-analyze");
+    let _ = std::fs::remove_dir_all(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success() && stderr.trim().is_empty(), "{stderr}");
+}
+
+#[test]
+fn a_busy_or_invalid_listen_address_is_one_line_and_fails() {
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = busy.local_addr().unwrap().to_string();
+    for (listen, exit, says) in [
+        (address.as_str(), 1, "cannot listen on"),
+        ("not-an-address", 2, "invalid value"),
+    ] {
+        let out = Command::new(binary())
+            .args(["serve", "--listen", listen])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(exit), "{listen}: {stderr}");
+        assert!(stderr.contains(says), "{listen}: {stderr}");
+        if exit == 1 {
+            assert_eq!(stderr.trim_end().lines().count(), 1, "{stderr}");
+        }
+    }
+}
