@@ -69,7 +69,9 @@ pub fn writes(user_sizes: &[(u64, u64)], command_sizes: &[(u64, u64)]) -> OpMeas
         user_io_size,
         command_size,
         queue_to_complete_us: distribution(&[(1024, 50), (2048, 40), (4096, 9), (8192, 1)]),
+        queue_to_issue_us: distribution(&[(128, 90), (1024, 10)]),
         issue_to_complete_us: distribution(&[(256, 60), (512, 39), (4096, 1)]),
+        dominant: Some(crate::model::Dominant::Device),
         ..OpMeasures::default()
     }
 }
@@ -123,7 +125,9 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     total.user_io_size = distribution(&user);
     total.command_size = distribution(&command);
     total.queue_to_complete_us = parts[0].queue_to_complete_us.clone();
+    total.queue_to_issue_us = parts[0].queue_to_issue_us.clone();
     total.issue_to_complete_us = parts[0].issue_to_complete_us.clone();
+    total.dominant = parts[0].dominant;
     total
 }
 
@@ -258,6 +262,7 @@ fn base(duration_s: f64) -> Report {
         other_findings: Vec::new(),
         devices: Vec::new(),
         run: None,
+        attribution: None,
         unsupported_probes: Vec::new(),
     }
 }
