@@ -206,7 +206,7 @@ pub struct ClassicRecord {
     pub record: [u8; CLASSIC_RECORD_BYTES],
 }
 
-/// One block-layer tracepoint hit, decoded, 56 bytes.
+/// One block-layer tracepoint hit, decoded, 96 bytes.
 ///
 /// Field meaning by kind:
 /// - `sector`, `nr_sector`: the bio or request range, disk-absolute.
@@ -231,6 +231,53 @@ pub struct BlockEvent {
     pub kind: u8,
     pub _pad: [u8; 3],
     pub error: i32,
+    /// Who submitted it: filled at `block_bio_queue` only, zero otherwise.
+    pub owner: Owner,
+}
+
+/// Bytes of a task's `comm`.
+pub const COMM_BYTES: usize = 16;
+
+/// Bits of [`Owner::flags`]: what the kernel knew about a bio at submission.
+pub mod owner_flags {
+    /// `comm` was read (the submitting task's name).
+    pub const COMM: u32 = 1;
+    /// The submitter was a kernel thread (no `mm`): a kworker or flusher
+    /// writing back for someone the kernel does not name.
+    pub const KERNEL_THREAD: u32 = 1 << 1;
+    /// `cgroup` is the kernfs id of the bio's blkcg.
+    pub const CGROUP: u32 = 1 << 2;
+    /// `ino`/`file_dev` name the page-cache file of the bio's first page.
+    pub const FILE: u32 = 1 << 3;
+    /// `ino`/`file_dev` name the file of an iomap direct I/O (`bi_private`).
+    pub const FILE_DIRECT: u32 = 1 << 4;
+    /// The bio's first page belongs to no file (anonymous: direct I/O from a
+    /// user buffer the kernel cannot trace back, or swap).
+    pub const ANONYMOUS_PAGE: u32 = 1 << 5;
+}
+
+/// Who a bio belongs to, read once at `block_bio_queue`, 40 bytes.
+/// Each field is meaningful only when its [`owner_flags`] bit is set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Owner {
+    pub comm: [u8; COMM_BYTES],
+    /// Kernfs id (= inode number in the cgroup mount) of the blkcg's cgroup.
+    pub cgroup: u64,
+    pub ino: u64,
+    /// Kernel-internal `dev_t` of the file's filesystem (`i_sb->s_dev`).
+    pub file_dev: u32,
+    pub flags: u32,
+}
+
+impl Owner {
+    pub const UNKNOWN: Owner = Owner {
+        comm: [0; COMM_BYTES],
+        cgroup: 0,
+        ino: 0,
+        file_dev: 0,
+        flags: 0,
+    };
 }
 
 /// Byte offsets into kernel structs, read from BTF at start-up, for the
@@ -254,6 +301,85 @@ pub struct KernelLayout {
     pub bh_size: u32,
     /// Non-zero when `first_minor` directly follows `major` (one read gets both).
     pub disk_ids_adjacent: u32,
+    /// The owner chains read at `block_bio_queue`; see [`OwnerLayout`].
+    pub owner: OwnerLayout,
+}
+
+/// Offsets for [`Owner`], from BTF. A chain whose `*_enabled` is 0 is not
+/// followed (its struct is missing from this kernel's BTF): that part of the
+/// owner stays unknown and the rest of the tracer works.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OwnerLayout {
+    /// `task_struct.mm` (NULL for kernel threads); 0-enabled with `comm`.
+    pub task_mm: u32,
+    pub process_enabled: u32,
+    /// `bio->bi_blkg->blkcg->css.cgroup->kn->id`.
+    pub bio_blkg: u32,
+    pub blkg_blkcg: u32,
+    /// `blkcg.css` plus `cgroup_subsys_state.cgroup`.
+    pub blkcg_cgroup: u32,
+    pub cgroup_kn: u32,
+    pub kn_id: u32,
+    pub cgroup_enabled: u32,
+    /// `bio->bi_io_vec[0].bv_page` (skipped when `bi_vcnt` is 0).
+    pub bio_io_vec: u32,
+    pub bio_vcnt: u32,
+    pub bvec_page: u32,
+    /// `page.compound_head` (bit 0: a tail page, the rest points at the head).
+    pub page_compound_head: u32,
+    pub page_mapping: u32,
+    pub mapping_host: u32,
+    pub inode_ino: u32,
+    pub inode_sb: u32,
+    pub sb_dev: u32,
+    pub file_enabled: u32,
+    /// `bio->bi_end_io == iomap_dio_bio_end_io`: `bi_private` is a `struct
+    /// iomap_dio`, whose `iocb->ki_filp->f_inode` is the file.
+    pub bio_end_io: u32,
+    pub bio_private: u32,
+    pub dio_iocb: u32,
+    pub iocb_filp: u32,
+    pub file_inode: u32,
+    pub direct_enabled: u32,
+    /// `request.bio`: the first bio of a request, to drop the request events
+    /// of a filtered-out owner's bios.
+    pub rq_bio: u32,
+    pub _pad: u32,
+    /// Address of `iomap_dio_bio_end_io` (from `/proc/kallsyms`).
+    pub iomap_dio_end_io: u64,
+}
+
+impl OwnerLayout {
+    pub const ABSENT: OwnerLayout = OwnerLayout {
+        task_mm: 0,
+        process_enabled: 0,
+        bio_blkg: 0,
+        blkg_blkcg: 0,
+        blkcg_cgroup: 0,
+        cgroup_kn: 0,
+        kn_id: 0,
+        cgroup_enabled: 0,
+        bio_io_vec: 0,
+        bio_vcnt: 0,
+        bvec_page: 0,
+        page_compound_head: 0,
+        page_mapping: 0,
+        mapping_host: 0,
+        inode_ino: 0,
+        inode_sb: 0,
+        sb_dev: 0,
+        file_enabled: 0,
+        bio_end_io: 0,
+        bio_private: 0,
+        dio_iocb: 0,
+        iocb_filp: 0,
+        file_inode: 0,
+        direct_enabled: 0,
+        rq_bio: 0,
+        _pad: 0,
+        iomap_dio_end_io: 0,
+    };
 }
 
 impl KernelLayout {
@@ -270,6 +396,7 @@ impl KernelLayout {
         bh_bdev: 0,
         bh_size: 0,
         disk_ids_adjacent: 0,
+        owner: OwnerLayout::ABSENT,
     };
 }
 
@@ -296,6 +423,16 @@ pub struct RawTpEvent {
     pub window: [u8; WINDOW_BYTES],
 }
 
+/// What the raw `block_bio_queue` probe sends, 112 bytes: the event and its
+/// owner. Only queue events carry an owner, so the others stay 72 bytes;
+/// userspace tells them apart by length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RawTpQueueEvent {
+    pub event: RawTpEvent,
+    pub owner: Owner,
+}
+
 impl BlockEvent {
     pub const ZERO: BlockEvent = BlockEvent {
         ts_ns: 0,
@@ -309,6 +446,7 @@ impl BlockEvent {
         kind: 0,
         _pad: [0; 3],
         error: 0,
+        owner: Owner::UNKNOWN,
     };
 }
 
@@ -572,6 +710,14 @@ impl DirtyCounts {
     }
 }
 
+/// Bits of the `FILTER_OWNERS` global: which owner filters are on. A bio is
+/// traced when it passes every filter that is on (any value of each).
+pub mod owner_filter {
+    pub const PID: u32 = 1;
+    pub const CGROUP: u32 = 1 << 1;
+    pub const COMM: u32 = 1 << 2;
+}
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
@@ -599,6 +745,14 @@ pub mod names {
     pub const PIDS: &str = "PIDS";
     pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
+    /// Owner filters (`-p`, `--cgroup`, `--comm`; raw probes only): which
+    /// kinds are on ([`super::owner_filter`] bits), and the values of each.
+    pub const FILTER_OWNERS: &str = "FILTER_OWNERS";
+    pub const OWNER_PIDS: &str = "OWNER_PIDS";
+    pub const OWNER_CGROUPS: &str = "OWNER_CGROUPS";
+    pub const OWNER_COMMS: &str = "OWNER_COMMS";
+    /// Bios of filtered-out owners, so their requests are dropped too.
+    pub const FILTERED_BIOS: &str = "FILTERED_BIOS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
     pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
     /// The classic probes' [`ClassicFields`](super::ClassicFields): one global for every kind.
@@ -619,6 +773,9 @@ mod user {
     unsafe impl aya::Pod for DirtyCounts {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for RawTpEvent {}
+    unsafe impl aya::Pod for RawTpQueueEvent {}
+    unsafe impl aya::Pod for Owner {}
+    unsafe impl aya::Pod for OwnerLayout {}
 }
 
 #[cfg(test)]
@@ -627,10 +784,13 @@ mod tests {
 
     #[test]
     fn wire_sizes_have_no_hidden_padding() {
-        assert_eq!(core::mem::size_of::<BlockEvent>(), 56);
+        assert_eq!(core::mem::size_of::<BlockEvent>(), 96);
+        assert_eq!(core::mem::size_of::<Owner>(), 40);
+        assert_eq!(core::mem::size_of::<RawTpQueueEvent>(), 112);
+        assert_eq!(core::mem::size_of::<OwnerLayout>(), 112);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 48);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 160);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 24);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

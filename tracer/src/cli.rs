@@ -30,6 +30,22 @@ pub struct DeviceSelection {
     /// Device to trace: sdc, sdc2, /dev/sdc2 or 8:34 (repeatable; a partition implies its disk). Default: every disk.
     #[arg(short = 'd', long = "device", value_name = "DEV", global = true)]
     pub devices: Vec<String>,
+    /// Trace only I/O submitted by process PID (repeatable). Filtered in the kernel; writeback by kernel threads is not the process's.
+    #[arg(short = 'p', long = "pid", value_name = "PID", global = true)]
+    pub pids: Vec<u32>,
+    /// Trace only I/O charged to cgroup PATH, as /proc/PID/cgroup shows it in the blkio (v1) or unified (v2) hierarchy (repeatable; not its children). Filtered in the kernel.
+    #[arg(long = "cgroup", value_name = "PATH", global = true)]
+    pub cgroups: Vec<String>,
+    /// Trace only I/O submitted by tasks named NAME, as `ps -o comm` shows them (repeatable). Filtered in the kernel.
+    #[arg(long = "comm", value_name = "NAME", global = true)]
+    pub comms: Vec<String>,
+}
+
+impl DeviceSelection {
+    /// Whether any owner filter (`-p`, `--cgroup`, `--comm`) was given.
+    pub fn filters_owners(&self) -> bool {
+        !self.pids.is_empty() || !self.cgroups.is_empty() || !self.comms.is_empty()
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -112,6 +128,27 @@ pub struct ReportArgs {
     /// temporary recording unless --record names one).
     #[arg(long, value_name = "OUT.html")]
     pub html: Option<PathBuf>,
+    /// Add a section by who caused the I/O: process, cgroup or file (repeatable).
+    #[arg(long = "by", value_enum, value_name = "VIEW")]
+    pub by: Vec<ByView>,
+}
+
+/// `report --by`: the attribution views the text report adds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ByView {
+    Process,
+    Cgroup,
+    File,
+}
+
+impl ByView {
+    pub fn view(self) -> crate::model::OwnerView {
+        match self {
+            ByView::Process => crate::model::OwnerView::Process,
+            ByView::Cgroup => crate::model::OwnerView::Cgroup,
+            ByView::File => crate::model::OwnerView::File,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Args)]
@@ -272,5 +309,36 @@ mod tests {
         };
         assert_eq!(run.command, ["mkfs.ext4", "-F", "/dev/loop0p2"]);
         assert_eq!(cli.selection.devices, ["loop0"]);
+    }
+
+    #[test]
+    fn owner_filters_and_views_repeat_next_to_the_device() {
+        let cli = Cli::try_parse_from([
+            "iosplit-trace",
+            "report",
+            "-p",
+            "12",
+            "--pid",
+            "13",
+            "--comm",
+            "dd",
+            "--cgroup",
+            "/a",
+            "--by",
+            "file",
+            "--by",
+            "process",
+        ])
+        .unwrap();
+        assert_eq!(cli.selection.pids, [12, 13]);
+        assert_eq!(cli.selection.comms, ["dd"]);
+        assert_eq!(cli.selection.cgroups, ["/a"]);
+        assert!(cli.selection.filters_owners());
+        let Some(Command::Report(report)) = cli.command else {
+            panic!("not report")
+        };
+        assert_eq!(report.by, [ByView::File, ByView::Process]);
+        assert!(Cli::try_parse_from(["iosplit-trace", "-p", "x"]).is_err());
+        assert!(Cli::try_parse_from(["iosplit-trace", "report", "--by", "disk"]).is_err());
     }
 }

@@ -35,6 +35,9 @@ pub struct Report {
     /// Present for `run`: the command and what its writes became.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub run: Option<RunReport>,
+    /// Who caused the I/O: per process, cgroup and file, and device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
     /// Probes that could not be attached, with the reason.
     pub unsupported_probes: Vec<String>,
 }
@@ -184,9 +187,15 @@ pub struct OpMeasures {
     pub commands_per_io: Distribution,
     /// Microseconds from block_bio_queue to the completion of the last fragment.
     pub queue_to_complete_us: Distribution,
+    /// Microseconds from block_bio_queue to the first command carrying the
+    /// user I/O (Q2D: scheduler, plugging, throttling).
+    pub queue_to_issue_us: Distribution,
     /// Microseconds from block_rq_issue to block_rq_complete, per command;
     /// from its last issue for a requeued command.
     pub issue_to_complete_us: Distribution,
+    /// The larger of the mean queue→issue and issue→complete; absent without both.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dominant: Option<Dominant>,
     /// Times the driver gave a command back to be issued again
     /// (block_rq_requeue); a requeued command still counts once in `commands`.
     pub requeues: u64,
@@ -278,6 +287,138 @@ pub struct PartitionReport {
     pub measures: Measures,
     /// Removed during the trace (or with its disk); measures are from before.
     pub gone: bool,
+}
+
+/// Who caused the I/O (`attribution` in JSON): per owner and device, the
+/// top owners by commands; the rest of each device is summed into an
+/// `other` entry.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Attribution {
+    pub processes: Vec<OwnerEntry>,
+    pub cgroups: Vec<OwnerEntry>,
+    pub files: Vec<OwnerEntry>,
+    /// Distinct (owner, device) entries summed into `other` entries, per view.
+    pub folded: FoldedOwners,
+    /// The views the text report shows (`report --by`); JSON has them all.
+    #[serde(skip)]
+    pub text_views: Vec<OwnerView>,
+}
+
+/// One way of grouping I/O by who caused it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OwnerView {
+    Process,
+    Cgroup,
+    File,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FoldedOwners {
+    pub processes: u64,
+    pub cgroups: u64,
+    pub files: u64,
+}
+
+/// What is known about an entry's owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum OwnerKnown {
+    /// Named by the fields beside it.
+    Known,
+    /// Submitted by a kernel thread (writeback, a flusher): the kernel does
+    /// not say which process the data came from. See the cgroup and file views.
+    KernelThread,
+    /// The bio's pages belong to no file (direct I/O from a user buffer on a
+    /// path the probes cannot follow, or swap).
+    NoFile,
+    /// The kernel (or this probe flavor) did not tell.
+    Unknown,
+    /// Everything past the top entries (or past the engine's table), summed.
+    Other,
+}
+
+/// One owner on one device (disk or partition).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct OwnerEntry {
+    pub owner: OwnerKnown,
+    /// processes: the submitter's tgid and name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comm: Option<String>,
+    /// cgroups: the path under the blkio (v1) or unified (v2) mount, and its id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cgroup_id: Option<u64>,
+    /// files: the path when it could be found without scanning the
+    /// filesystem, else the inode and the filesystem's device ("major:minor").
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub inode: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dev: Option<String>,
+    /// Found through an iomap direct I/O rather than the page cache.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub direct: bool,
+    /// The disk or partition the I/O was queued to.
+    pub device: String,
+    pub measures: OwnerMeasures,
+}
+
+impl OwnerEntry {
+    pub fn new(owner: OwnerKnown, device: String, measures: OwnerMeasures) -> OwnerEntry {
+        OwnerEntry {
+            owner,
+            pid: None,
+            comm: None,
+            cgroup: None,
+            cgroup_id: None,
+            path: None,
+            inode: None,
+            dev: None,
+            direct: false,
+            device,
+            measures,
+        }
+    }
+}
+
+/// Which part of a user I/O's life was longer, on average.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Dominant {
+    /// queue→issue (Q2D): waiting in the scheduler, plugs, throttling.
+    Queue,
+    /// issue→complete (D2C): the device.
+    Device,
+}
+
+/// The device measures that make sense per owner, all operations together.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct OwnerMeasures {
+    pub user_ios: u64,
+    pub commands: u64,
+    pub bytes: u64,
+    pub splits: u64,
+    pub merges: u64,
+    /// Commands per user I/O (0 when there were none).
+    pub amplification: f64,
+    /// Splits per user I/O and merges per user I/O, 0..=1 for most workloads.
+    pub split_share: f64,
+    pub merge_share: f64,
+    pub commands_per_io: Distribution,
+    /// Microseconds from block_bio_queue to the completion of the last fragment.
+    pub queue_to_complete_us: Distribution,
+    /// Microseconds from block_bio_queue to the first command carrying it (Q2D).
+    pub queue_to_issue_us: Distribution,
+    /// Microseconds from block_rq_issue to completion of the commands it
+    /// started (D2C; a command counts for the owner of its first fragment).
+    pub issue_to_complete_us: Distribution,
+    /// The larger of the mean Q2D and D2C; absent without both.
+    pub dominant: Option<Dominant>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]

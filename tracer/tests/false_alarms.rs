@@ -9,11 +9,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
 use common::{
-    dd, disk_holding, privileged, scattered_direct_writes, sh, LoopDisk, PartitionSpec,
-    ScratchFile, Tracer,
+    dd, device_named, disk_holding, ops_total, privileged, scattered_direct_writes, sh, LoopDisk,
+    PartitionSpec, ScratchFile, Tracer,
 };
 use serde_json::Value;
 
@@ -52,6 +52,24 @@ fn traced(devices: &[&str], workload: impl FnOnce()) -> Value {
     serde_json::from_str(&out).unwrap_or_else(|err| panic!("not JSON ({err}): {out}"))
 }
 
+/// The privileged check, then this case's turn: None when not root.
+fn one_at_a_time(case: &str) -> Option<MutexGuard<'static, ()>> {
+    if !privileged(case) {
+        return None;
+    }
+    Some(
+        ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    )
+}
+
+/// Traces `disk` while `workload` runs, and checks it raised no alarm.
+fn assert_quiet(case: &str, disk: &str, workload: impl FnOnce()) {
+    let report = traced(&[disk], workload);
+    assert_no_alarm(case, &report, disk, &[]);
+}
+
 /// Checks that the workload was seen and raised nothing but `allowed` codes
 /// at warning or above.
 fn assert_no_alarm(case: &str, report: &Value, disk: &str, allowed: &[&str]) {
@@ -60,12 +78,7 @@ fn assert_no_alarm(case: &str, report: &Value, disk: &str, allowed: &[&str]) {
         "{case}: {}",
         report["events"]
     );
-    let device = report["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|device| device["name"] == disk)
-        .unwrap_or_else(|| panic!("{case}: {disk} not in the report"));
+    let device = device_named(report, disk);
     let seen: u64 = std::iter::once(&device["measures"])
         .chain(
             device["partitions"]
@@ -74,8 +87,7 @@ fn assert_no_alarm(case: &str, report: &Value, disk: &str, allowed: &[&str]) {
                 .iter()
                 .map(|part| &part["measures"]),
         )
-        .flat_map(|measures| measures["ops"].as_object().unwrap().values())
-        .map(|op| op["commands"].as_u64().unwrap())
+        .map(|measures| ops_total(measures, "commands"))
         .sum();
     assert!(seen > 0, "{case}: no command seen on {disk}");
     let alarms: Vec<String> = report["diagnoses"]
@@ -148,92 +160,69 @@ fn write_tree(root: &Path) {
 
 #[test]
 fn mkfs_then_mount_copy_and_sync() {
-    if !privileged("mkfs_then_mount_copy_and_sync") {
+    let Some(_one) = one_at_a_time("mkfs_then_mount_copy_and_sync") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-mkfs");
     let part = disk.partition(1);
     // mkfs alone: the case (discards, zeroing and table writes),
     // lazily and with every table written at once.
-    let report = traced(&[&disk.name], || {
+    assert_quiet("mkfs.ext4", &disk.name, || {
         sh("mkfs.ext4", &["-q", "-F", &part]);
     });
-    assert_no_alarm("mkfs.ext4", &report, &disk.name, &[]);
-    let report = traced(&[&disk.name], || {
+    assert_quiet("mkfs.ext4 without lazy init", &disk.name, || {
         let eager = "lazy_itable_init=0,lazy_journal_init=0";
         sh("mkfs.ext4", &["-q", "-F", "-E", eager, &part]);
     });
-    assert_no_alarm("mkfs.ext4 without lazy init", &report, &disk.name, &[]);
-    let report = traced(&[&disk.name], || {
+    assert_quiet("copy a tree and sync", &disk.name, || {
         let mount = Mount::new(&part, "mkfs");
         write_tree(&mount.0);
         sh("sync", &[]);
     });
-    assert_no_alarm("copy a tree and sync", &report, &disk.name, &[]);
+}
+
+/// 64 MiB of direct 4 KiB `rw` ("randwrite", "randread") at QD32 on `part`.
+fn fio_4k_qd32(part: &str, rw: &str) {
+    sh(
+        "fio",
+        &[
+            &format!("--name={rw}"),
+            &format!("--filename={part}"),
+            &format!("--rw={rw}"),
+            "--bs=4k",
+            "--direct=1",
+            "--ioengine=io_uring",
+            "--iodepth=32",
+            "--size=128M",
+            "--io_size=64M",
+            "--output=/dev/null",
+        ],
+    );
 }
 
 #[test]
 fn fio_4k_random_writes() {
-    if !privileged("fio_4k_random_writes") {
+    let Some(_one) = one_at_a_time("fio_4k_random_writes") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-fio");
     let part = disk.partition(1);
-    let report = traced(&[&disk.name], || {
-        sh(
-            "fio",
-            &[
-                "--name=randwrite",
-                &format!("--filename={part}"),
-                "--rw=randwrite",
-                "--bs=4k",
-                "--direct=1",
-                "--ioengine=io_uring",
-                "--iodepth=32",
-                "--size=128M",
-                "--io_size=64M",
-                "--output=/dev/null",
-            ],
-        );
+    assert_quiet("fio 4k randwrite QD32", &disk.name, || {
+        fio_4k_qd32(&part, "randwrite");
     });
-    assert_no_alarm("fio 4k randwrite QD32", &report, &disk.name, &[]);
-    let report = traced(&[&disk.name], || {
-        sh(
-            "fio",
-            &[
-                "--name=randread",
-                &format!("--filename={part}"),
-                "--rw=randread",
-                "--bs=4k",
-                "--direct=1",
-                "--ioengine=io_uring",
-                "--iodepth=32",
-                "--size=128M",
-                "--io_size=64M",
-                "--output=/dev/null",
-            ],
-        );
+    assert_quiet("fio 4k randread QD32", &disk.name, || {
+        fio_4k_qd32(&part, "randread");
     });
-    assert_no_alarm("fio 4k randread QD32", &report, &disk.name, &[]);
 }
 
 #[test]
 fn large_sequential_direct_io_on_loop() {
-    if !privileged("large_sequential_direct_io_on_loop") {
+    let Some(_one) = one_at_a_time("large_sequential_direct_io_on_loop") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-seq");
     let part = disk.partition(1);
-    let report = traced(&[&disk.name], || {
+    assert_quiet("dd 1 MiB/4 MiB direct on loop", &disk.name, || {
         dd(&[
             "if=/dev/zero",
             &format!("of={part}"),
@@ -256,32 +245,21 @@ fn large_sequential_direct_io_on_loop() {
             "iflag=direct",
         ]);
     });
-    assert_no_alarm("dd 1 MiB/4 MiB direct on loop", &report, &disk.name, &[]);
     // Buffered sequential reads of the raw partition, through readahead.
-    let report = traced(&[&disk.name], || {
+    assert_quiet("dd 1 MiB buffered reads on loop", &disk.name, || {
         dd(&[&format!("if={part}"), "of=/dev/null", "bs=1M", "count=128"]);
     });
-    assert_no_alarm("dd 1 MiB buffered reads on loop", &report, &disk.name, &[]);
     // 1 MiB from 256 scattered pages: split in two by max_segments (128).
-    let report = traced(&[&disk.name], || {
+    assert_quiet("scattered 1 MiB direct writes on loop", &disk.name, || {
         scattered_direct_writes(Path::new(&part), 64);
     });
-    assert_no_alarm(
-        "scattered 1 MiB direct writes on loop",
-        &report,
-        &disk.name,
-        &[],
-    );
 }
 
 #[test]
 fn large_sequential_direct_io_on_the_root_disk() {
-    if !privileged("large_sequential_direct_io_on_the_root_disk") {
+    let Some(_one) = one_at_a_time("large_sequential_direct_io_on_the_root_disk") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let scratch = ScratchFile(PathBuf::from(format!(
         "/var/tmp/iosplit-fa-root-{}",
         std::process::id()
@@ -334,12 +312,7 @@ fn large_sequential_direct_io_on_the_root_disk() {
 /// requeues the short tail of each 1 MiB write while the 254-segment head
 /// fills the ring; the report must say so and why.
 fn assert_requeues_explained(report: &Value, disk: &str) {
-    let device = report["devices"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|device| device["name"] == disk)
-        .unwrap();
+    let device = device_named(report, disk);
     let indirect = &device["geometry"]["virtio_indirect_desc"];
     let found = report["diagnoses"]
         .as_array()
@@ -381,15 +354,12 @@ fn assert_requeues_explained(report: &Value, disk: &str) {
 
 #[test]
 fn dd_4k_buffered_writes_with_fsync() {
-    if !privileged("dd_4k_buffered_writes_with_fsync") {
+    let Some(_one) = one_at_a_time("dd_4k_buffered_writes_with_fsync") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-dd4k");
     let part = disk.partition(1);
-    let report = traced(&[&disk.name], || {
+    assert_quiet("dd 4 KiB buffered with fsync", &disk.name, || {
         dd(&[
             "if=/dev/zero",
             &format!("of={part}"),
@@ -398,96 +368,84 @@ fn dd_4k_buffered_writes_with_fsync() {
             "conv=fsync",
         ]);
     });
-    assert_no_alarm("dd 4 KiB buffered with fsync", &report, &disk.name, &[]);
 }
 
 #[test]
 fn small_synchronous_writes() {
-    if !privileged("small_synchronous_writes") {
+    let Some(_one) = one_at_a_time("small_synchronous_writes") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-dsync");
     let part = disk.partition(1);
-    let report = traced(&[&disk.name], || {
-        dd(&[
-            "if=/dev/zero",
-            &format!("of={part}"),
-            "bs=4k",
-            "count=1000",
-            "oflag=dsync",
-        ]);
-        dd(&[
-            "if=/dev/zero",
-            &format!("of={part}"),
-            "bs=512",
-            "count=1000",
-            "oflag=direct,dsync",
-        ]);
-    });
-    assert_no_alarm(
+    assert_quiet(
         "4 KiB dsync and 512 B direct dsync writes",
-        &report,
         &disk.name,
-        &[],
+        || {
+            dd(&[
+                "if=/dev/zero",
+                &format!("of={part}"),
+                "bs=4k",
+                "count=1000",
+                "oflag=dsync",
+            ]);
+            dd(&[
+                "if=/dev/zero",
+                &format!("of={part}"),
+                "bs=512",
+                "count=1000",
+                "oflag=direct,dsync",
+            ]);
+        },
     );
 }
 
 #[test]
 fn fstrim_and_buffered_file_writes_on_ext4() {
-    if !privileged("fstrim_and_buffered_file_writes_on_ext4") {
+    let Some(_one) = one_at_a_time("fstrim_and_buffered_file_writes_on_ext4") else {
         return;
-    }
-    let _one = ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    };
     let disk = healthy_disk("fa-trim");
     let part = disk.partition(1);
     sh("mkfs.ext4", &["-q", "-F", "-E", "nodiscard", &part]);
     let mount = Mount::new(&part, "trim");
     let dir = mount.0.to_str().unwrap().to_string();
-    let report = traced(&[&disk.name], || {
-        // 64 MiB of buffered 1 MiB writes, written back by sync.
-        dd(&[
-            "if=/dev/zero",
-            &format!("of={dir}/big"),
-            "bs=1M",
-            "count=64",
-        ]);
-        sh("sync", &[]);
-        // Buffered sequential reads through readahead, cache dropped first.
-        std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
-        dd(&[&format!("if={dir}/big"), "of=/dev/null", "bs=128k"]);
-        // Two writers appending 4 KiB buffered writes to their own files.
-        sh(
-            "fio",
-            &[
-                "--name=appenders",
-                &format!("--directory={dir}"),
-                "--rw=write",
-                "--bs=4k",
-                "--numjobs=2",
-                "--size=16M",
-                "--end_fsync=1",
-                "--output=/dev/null",
-            ],
-        );
-        std::fs::remove_file(format!("{dir}/big")).unwrap();
-        sh("sync", &[]);
-        sh("fstrim", &[&dir]);
-    });
-    assert_no_alarm(
+    assert_quiet(
         "buffered file writes, readahead, two appenders and fstrim on ext4",
-        &report,
         &disk.name,
-        &[],
+        || {
+            // 64 MiB of buffered 1 MiB writes, written back by sync.
+            dd(&[
+                "if=/dev/zero",
+                &format!("of={dir}/big"),
+                "bs=1M",
+                "count=64",
+            ]);
+            sh("sync", &[]);
+            // Buffered sequential reads through readahead, cache dropped first.
+            std::fs::write("/proc/sys/vm/drop_caches", "3").unwrap();
+            dd(&[&format!("if={dir}/big"), "of=/dev/null", "bs=128k"]);
+            // Two writers appending 4 KiB buffered writes to their own files.
+            sh(
+                "fio",
+                &[
+                    "--name=appenders",
+                    &format!("--directory={dir}"),
+                    "--rw=write",
+                    "--bs=4k",
+                    "--numjobs=2",
+                    "--size=16M",
+                    "--end_fsync=1",
+                    "--output=/dev/null",
+                ],
+            );
+            std::fs::remove_file(format!("{dir}/big")).unwrap();
+            sh("sync", &[]);
+            sh("fstrim", &[&dir]);
+        },
     );
     drop(mount);
     // The whole partition discarded at once.
-    let report = traced(&[&disk.name], || {
+    assert_quiet("blkdiscard of the partition", &disk.name, || {
         sh("blkdiscard", &[&part]);
     });
-    assert_no_alarm("blkdiscard of the partition", &report, &disk.name, &[]);
 }

@@ -6,7 +6,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{binary, privileged, LoopDisk, PartitionSpec};
+use common::{binary, privileged, run_json, LoopDisk, PartitionSpec};
 
 fn run_mkfs(partition: &str) -> (serde_json::Value, std::process::ExitStatus) {
     let out = Command::new(binary())
@@ -118,21 +118,6 @@ fn run_exits_with_the_commands_status() {
     assert_eq!(status.code(), Some(7));
 }
 
-fn run_json(command: &[&str]) -> serde_json::Value {
-    let out = Command::new(binary())
-        .args(["run", "--json", "--"])
-        .args(command)
-        .output()
-        .expect("iosplit-trace runs");
-    assert!(
-        out.status.success(),
-        "run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
-}
-
 fn devices_of(findings: &serde_json::Value) -> Vec<(String, String)> {
     findings
         .as_array()
@@ -218,6 +203,22 @@ fn run_speaks_only_of_the_devices_the_command_wrote() {
     );
 }
 
+/// A 16 MiB loop disk with one 8 MiB partition: the disk (detached when
+/// dropped), the partition's path and its name.
+fn one_partition_disk(tag: &str) -> (LoopDisk, String, String) {
+    let disk = LoopDisk::new(
+        tag,
+        16,
+        &[PartitionSpec {
+            start: 2048,
+            size: 16384,
+        }],
+    );
+    let partition = disk.partition(1);
+    let name = format!("{}p1", disk.name);
+    (disk, partition, name)
+}
+
 /// The target `device` in a run report, or a panic naming what was seen.
 fn target_named<'a>(report: &'a serde_json::Value, device: &str) -> &'a serde_json::Value {
     report["run"]["targets"]
@@ -233,16 +234,7 @@ fn dd_writes_through_the_fd_it_dup2s_its_output_to_are_all_counted() {
     if !privileged("dd_writes_through_the_fd_it_dup2s_its_output_to_are_all_counted") {
         return;
     }
-    let disk = LoopDisk::new(
-        "run-dd",
-        16,
-        &[PartitionSpec {
-            start: 2048,
-            size: 16384,
-        }],
-    );
-    let partition = disk.partition(1);
-    let name = format!("{}p1", disk.name);
+    let (_disk, partition, name) = one_partition_disk("run-dd");
     let of = format!("of={partition}");
     // dd opens of= as fd 3, dup2s it onto fd 1 and closes fd 3, then exits
     // before /proc could be asked: repeated so a race shows.
@@ -278,16 +270,7 @@ fn shell_redirections_pipes_and_reused_fd_numbers_are_followed() {
     if !privileged("shell_redirections_pipes_and_reused_fd_numbers_are_followed") {
         return;
     }
-    let disk = LoopDisk::new(
-        "run-sh",
-        16,
-        &[PartitionSpec {
-            start: 2048,
-            size: 16384,
-        }],
-    );
-    let partition = disk.partition(1);
-    let name = format!("{}p1", disk.name);
+    let (_disk, partition, name) = one_partition_disk("run-sh");
     // dash saves fd 1 with fcntl(F_DUPFD), dup2s the file onto it and
     // restores it; `exec 7>` keeps a dup2ed fd across forks. In the
     // pipeline, the left side's fd 1 is a pipe (made by pipe(), not traced)

@@ -7,29 +7,15 @@
 mod common;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{binary, disk_holding, privileged, sh, LoopDisk, PartitionSpec, ScratchFile};
+use common::{
+    disk_holding, privileged, run_json, sfdisk, sh, LoopDisk, PartitionSpec, ScratchFile,
+};
 use serde_json::Value;
 
 /// How far the observed commands may be from the prediction.
 const TOLERANCE: f64 = 0.2;
-
-fn run_json(command: &[&str]) -> Value {
-    let out = Command::new(binary())
-        .args(["run", "--json", "--"])
-        .args(command)
-        .output()
-        .expect("iosplit-trace runs");
-    assert!(
-        out.status.success(),
-        "run failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
-}
 
 fn finding<'a>(report: &'a Value, code: &str, device: &str) -> Option<&'a Value> {
     report["diagnoses"]
@@ -108,20 +94,8 @@ fn resize_partition(disk: &LoopDisk, number: usize, spec: PartitionSpec) {
     let device = disk.device();
     let nr = number.to_string();
     sh("partx", &["-d", "--nr", &nr, &device]);
-    let mut child = Command::new("sfdisk")
-        .args(["--no-reread", "--no-tell-kernel", "-q", "-N", &nr, &device])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("run sfdisk");
-    use std::io::Write;
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("start={}, size={}\n", spec.start, spec.size).as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success(), "sfdisk failed");
+    let table = format!("start={}, size={}\n", spec.start, spec.size);
+    sfdisk(&["-N", &nr, &device], &table);
     sh("partx", &["-a", "--nr", &nr, &device]);
     let part = disk.partition(number);
     let deadline = Instant::now() + Duration::from_secs(5);

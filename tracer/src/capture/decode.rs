@@ -65,6 +65,8 @@ impl ClassicDecoder {
             kind: record.kind,
             _pad: [0; 3],
             error: u32_at(fields.error) as i32,
+            // The classic flavor knows only the tgid: no bio to follow.
+            owner: tracer_common::Owner::UNKNOWN,
         })
     }
 }

@@ -3,7 +3,7 @@
 //! and `struct request` they copy, and how to decode that window (including
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
 
-use tracer_common::{EventKind, KernelLayout, WINDOW_BYTES};
+use tracer_common::{EventKind, KernelLayout, OwnerLayout, WINDOW_BYTES};
 
 use super::btf::{Btf, BtfError, Member};
 
@@ -194,6 +194,7 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
             bh_bdev: bh_bdev.offset,
             bh_size: bh_size.offset,
             disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
+            owner: owner_layout(btf),
         },
         fields: WindowFields {
             bio_opf: bio[0],
@@ -252,6 +253,119 @@ impl OpBits {
     pub fn is_passthrough(&self, opf: u32) -> bool {
         let op = opf & self.op_mask;
         op == self.drv_in || op == self.drv_out
+    }
+}
+
+/// The owner chains this kernel's BTF allows, each enabled only when every
+/// member it follows is present with a pointer's (or its value's) size. A
+/// missing chain leaves that part of the owner unknown; it does not refuse
+/// the raw probes. `iomap_dio_end_io` is filled in from kallsyms by the loader.
+pub fn owner_layout(btf: &Btf) -> OwnerLayout {
+    let at = |strukt: &str, path: &[&str], size: u32| -> Option<u32> {
+        btf.member(strukt, path)
+            .filter(|member| member.size == size)
+            .map(|member| member.offset)
+    };
+    let mut layout = OwnerLayout::ABSENT;
+    layout.rq_bio = at("request", &["bio"], 8).unwrap_or(0);
+    if let Some(mm) = at("task_struct", &["mm"], 8) {
+        layout.task_mm = mm;
+        layout.process_enabled = 1;
+    }
+    let cgroup = (|| {
+        // `css` is an embedded struct: only its offset matters.
+        let css = btf.member("blkcg", &["css"])?.offset;
+        Some((
+            at("bio", &["bi_blkg"], 8)?,
+            at("blkcg_gq", &["blkcg"], 8)?,
+            css.checked_add(at("cgroup_subsys_state", &["cgroup"], 8)?)?,
+            at("cgroup", &["kn"], 8)?,
+            at("kernfs_node", &["id"], 8)?,
+        ))
+    })();
+    if let Some((blkg, blkcg, css_cgroup, kn, id)) = cgroup {
+        layout.bio_blkg = blkg;
+        layout.blkg_blkcg = blkcg;
+        layout.blkcg_cgroup = css_cgroup;
+        layout.cgroup_kn = kn;
+        layout.kn_id = id;
+        layout.cgroup_enabled = 1;
+    }
+    let inode = (|| {
+        Some((
+            at("inode", &["i_ino"], 8)?,
+            at("inode", &["i_sb"], 8)?,
+            at("super_block", &["s_dev"], 4)?,
+        ))
+    })();
+    let page = (|| {
+        Some((
+            at("bio", &["bi_io_vec"], 8)?,
+            at("bio", &["bi_vcnt"], 2)?,
+            at("bio_vec", &["bv_page"], 8)?,
+            at("page", &["compound_head"], 8)?,
+            at("page", &["mapping"], 8)?,
+            at("address_space", &["host"], 8)?,
+        ))
+    })();
+    if let (Some((ino, sb, dev)), Some((io_vec, vcnt, bv_page, head, mapping, host))) =
+        (inode, page)
+    {
+        layout.inode_ino = ino;
+        layout.inode_sb = sb;
+        layout.sb_dev = dev;
+        layout.bio_io_vec = io_vec;
+        layout.bio_vcnt = vcnt;
+        layout.bvec_page = bv_page;
+        layout.page_compound_head = head;
+        layout.page_mapping = mapping;
+        layout.mapping_host = host;
+        layout.file_enabled = 1;
+        let direct = (|| {
+            Some((
+                at("bio", &["bi_end_io"], 8)?,
+                at("bio", &["bi_private"], 8)?,
+                at("iomap_dio", &["iocb"], 8)?,
+                at("kiocb", &["ki_filp"], 8)?,
+                at("file", &["f_inode"], 8)?,
+            ))
+        })();
+        if let Some((end_io, private, iocb, filp, f_inode)) = direct {
+            layout.bio_end_io = end_io;
+            layout.bio_private = private;
+            layout.dio_iocb = iocb;
+            layout.iocb_filp = filp;
+            layout.file_inode = f_inode;
+            // Enabled once the loader knows iomap_dio_bio_end_io's address.
+        }
+    }
+    layout
+}
+
+/// The address of kernel function `name` in `/proc/kallsyms` text, `None`
+/// when absent or hidden (all zeros under `kptr_restrict`).
+pub fn kallsyms_address(kallsyms: &str, name: &str) -> Option<u64> {
+    kallsyms.lines().find_map(|line| {
+        let mut words = line.split_ascii_whitespace();
+        let address = words.next()?;
+        let kind = words.next()?;
+        let symbol = words.next()?;
+        (symbol == name && matches!(kind, "T" | "t"))
+            .then(|| u64::from_str_radix(address, 16).ok())
+            .flatten()
+            .filter(|&address| address != 0)
+    })
+}
+
+/// Enables the direct-I/O chain when its offsets resolved and the kernel
+/// shows where `iomap_dio_bio_end_io` is.
+pub fn enable_direct_io(layout: &mut OwnerLayout, kallsyms: &str) {
+    if layout.file_enabled == 0 || layout.bio_end_io == 0 {
+        return;
+    }
+    if let Some(address) = kallsyms_address(kallsyms, "iomap_dio_bio_end_io") {
+        layout.iomap_dio_end_io = address;
+        layout.direct_enabled = 1;
     }
 }
 
@@ -388,5 +502,52 @@ pub(crate) mod tests {
         assert_ne!(layout.kernel.bdev_disk, layout.kernel.bdev_dev);
         // gendisk starts `int major; int first_minor;` on every kernel since 2.6.
         assert_eq!(layout.kernel.disk_ids_adjacent, 1);
+        // This kernel has every owner chain (cgroup, page cache, iomap direct I/O).
+        let owner = layout.kernel.owner;
+        assert_eq!(
+            (
+                owner.process_enabled,
+                owner.cgroup_enabled,
+                owner.file_enabled
+            ),
+            (1, 1, 1),
+            "{owner:?}"
+        );
+        assert_ne!(owner.file_inode, 0);
+        assert_ne!(owner.page_mapping, owner.page_compound_head);
+    }
+
+    #[test]
+    fn kallsyms_gives_text_addresses_and_not_hidden_ones() {
+        let text = "ffffffff817686a0 T __pfx_iomap_dio_bio_end_io\n\
+                    ffffffff817686b0 T iomap_dio_bio_end_io\n\
+                    ffffffff81aedaa0 t blkdev_bio_end_io\n";
+        assert_eq!(
+            kallsyms_address(text, "iomap_dio_bio_end_io"),
+            Some(0xffff_ffff_8176_86b0)
+        );
+        assert_eq!(kallsyms_address(text, "nothing"), None);
+        let hidden = "0000000000000000 T iomap_dio_bio_end_io\n";
+        assert_eq!(kallsyms_address(hidden, "iomap_dio_bio_end_io"), None);
+        let mut layout = OwnerLayout::ABSENT;
+        enable_direct_io(&mut layout, text);
+        assert_eq!(
+            layout.direct_enabled, 0,
+            "without the file chain, nothing to enable"
+        );
+    }
+
+    /// The 6.18 BTF cut keeps only the block structs: the owner chains are
+    /// off, and the rest still resolves.
+    #[test]
+    fn a_btf_without_owner_structs_leaves_the_owner_unknown() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/corpus/btf/linux-6.18-block.btf"
+        );
+        let btf = Btf::parse(std::fs::read(path).unwrap()).unwrap();
+        let owner = owner_layout(&btf);
+        assert_eq!(owner.cgroup_enabled, 0);
+        assert_eq!(owner.direct_enabled, 0);
     }
 }

@@ -30,6 +30,7 @@ use aya::{
 use tracer_common::{
     counter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
     KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawTpEvent,
+    RawTpQueueEvent,
 };
 
 use crate::error::{Error, Result};
@@ -84,9 +85,40 @@ pub struct CaptureConfig {
     pub ring_bytes: u32,
     /// Follow a process tree (`run`): forks and write-family syscalls.
     pub process_tree: bool,
+    /// Owner filters (`-p`, `--cgroup`, `--comm`), applied in the kernel.
+    pub owners: OwnerFilter,
     /// Accept `IOSPLIT_PROBES=noop` (only `report`, which then says it
     /// measured the floor instead of printing measures).
     pub accept_noop: bool,
+}
+
+/// Whose I/O to trace; empty lists filter nothing. A bio is traced when it
+/// passes every list that is not empty.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerFilter {
+    pub pids: Vec<u32>,
+    /// Kernfs ids of blkcg cgroups (their directories' inode numbers).
+    pub cgroups: Vec<u64>,
+    /// Task names, NUL-padded as the kernel keeps them.
+    pub comms: Vec<[u8; tracer_common::COMM_BYTES]>,
+}
+
+impl OwnerFilter {
+    /// The `FILTER_OWNERS` bits for the lists that are not empty.
+    pub fn bits(&self) -> u32 {
+        use tracer_common::owner_filter;
+        let mut bits = 0;
+        if !self.pids.is_empty() {
+            bits |= owner_filter::PID;
+        }
+        if !self.cgroups.is_empty() {
+            bits |= owner_filter::CGROUP;
+        }
+        if !self.comms.is_empty() {
+            bits |= owner_filter::COMM;
+        }
+        bits
+    }
 }
 
 /// Counters the probes keep in the kernel.
@@ -297,6 +329,13 @@ impl ProbeFlavor {
 /// Names the probes to use: `raw`, `classic`, or unset for raw where BTF
 /// allows; `noop` (the floor) attaches programs that return at once.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
+/// Bios turned away by the owner filters that are remembered at once, so
+/// the requests they head are dropped too (least recently used go first).
+const FILTERED_BIOS_MAX: u32 = 65536;
+
+/// `IOSPLIT_OWNERS=off` stops the queue probe reading owners (for measuring
+/// their cost): every owner is then "unknown" but the tgid.
+pub const OWNERS_ENV: &str = "IOSPLIT_OWNERS";
 
 /// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
@@ -333,7 +372,15 @@ impl Decoding {
                 }
                 // SAFETY: the raw-tracepoint probes write whole `RawTpEvent`s (checked length).
                 let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
-                decoder.decode(&event)
+                let mut decoded = decoder.decode(&event)?;
+                if item.len() >= std::mem::size_of::<RawTpQueueEvent>() {
+                    // SAFETY: a record this long is a whole `RawTpQueueEvent` (checked length).
+                    let queued = unsafe {
+                        std::ptr::read_unaligned(item.as_ptr().cast::<RawTpQueueEvent>())
+                    };
+                    decoded.owner = queued.owner;
+                }
+                Some(decoded)
             }
             Decoding::Nothing => None,
         }
@@ -380,7 +427,19 @@ fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::Objec
         .and_then(|btf| layout::resolve(&btf))
         .map_err(|err| crate::error::one_line(&err));
     match resolved {
-        Ok(layout) => Ok((ProbeFlavor::Raw, Some(layout))),
+        Ok(mut layout) => {
+            // Unreadable kallsyms only leaves direct I/O's file unknown.
+            let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
+            layout::enable_direct_io(&mut layout.kernel.owner, &kallsyms);
+            if std::env::var(OWNERS_ENV).is_ok_and(|value| value == "off") {
+                let owner = &mut layout.kernel.owner;
+                owner.process_enabled = 0;
+                owner.cgroup_enabled = 0;
+                owner.file_enabled = 0;
+                owner.direct_enabled = 0;
+            }
+            Ok((ProbeFlavor::Raw, Some(layout)))
+        }
         Err(why) if requested == "raw" => Err(Error::failure(format!(
             "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
         ))),
@@ -413,6 +472,16 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .unwrap_or(FieldOffsets::ABSENT)
     });
     let (flavor, object_layout) = choose_flavor(config.accept_noop)?;
+    let filter_owners = config.owners.bits();
+    if filter_owners != 0 {
+        let owner = object_layout.map_or(tracer_common::OwnerLayout::ABSENT, |l| l.kernel.owner);
+        let cgroups = config.owners.cgroups.is_empty() || owner.cgroup_enabled != 0;
+        if owner.rq_bio == 0 || !cgroups {
+            return Err(Error::usage(
+                "-p/--pid, --cgroup and --comm filter in the kernel with the raw-tracepoint probes, which this kernel's BTF does not support here; trace without them and read the attribution sections instead",
+            ));
+        }
+    }
     let decoding = match (flavor, object_layout) {
         (ProbeFlavor::Noop, _) => Decoding::Nothing,
         (_, Some(object_layout)) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
@@ -450,6 +519,16 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     loader
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
+        .override_global(names::FILTER_OWNERS, &filter_owners, true)
+        // The LRU map preallocates: without owner filters it is never used.
+        .map_max_entries(
+            names::FILTERED_BIOS,
+            if filter_owners == 0 {
+                1
+            } else {
+                FILTERED_BIOS_MAX
+            },
+        )
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
@@ -595,6 +674,7 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
             .insert(dev.to_kernel(), 1, 0)
             .map_err(|e| map_error(&e))?;
     }
+    fill_owner_filter(ebpf, &config.owners)?;
     if let Some(pids) = &config.pids {
         let map = ebpf
             .map_mut(names::PIDS)
@@ -603,6 +683,37 @@ fn fill_scope(ebpf: &mut Ebpf, config: &CaptureConfig) -> Result<()> {
         for pid in pids {
             table.insert(pid, 1, 0).map_err(|e| map_error(&e))?;
         }
+    }
+    Ok(())
+}
+
+/// The owner filters' values, into their kernel maps.
+fn fill_owner_filter(ebpf: &mut Ebpf, owners: &OwnerFilter) -> Result<()> {
+    let map_error = |what: &dyn std::fmt::Display| {
+        Error::failure(format!("cannot set the owner filter: {what}"))
+    };
+    let missing = |name: &str| map_error(&format!("{name} map missing"));
+    let map = ebpf
+        .map_mut(names::OWNER_PIDS)
+        .ok_or_else(|| missing(names::OWNER_PIDS))?;
+    let mut pids: HashMap<_, u32, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for pid in &owners.pids {
+        pids.insert(pid, 1, 0).map_err(|e| map_error(&e))?;
+    }
+    let map = ebpf
+        .map_mut(names::OWNER_CGROUPS)
+        .ok_or_else(|| missing(names::OWNER_CGROUPS))?;
+    let mut cgroups: HashMap<_, u64, u8> = HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for id in &owners.cgroups {
+        cgroups.insert(id, 1, 0).map_err(|e| map_error(&e))?;
+    }
+    let map = ebpf
+        .map_mut(names::OWNER_COMMS)
+        .ok_or_else(|| missing(names::OWNER_COMMS))?;
+    let mut comms: HashMap<_, [u8; tracer_common::COMM_BYTES], u8> =
+        HashMap::try_from(map).map_err(|e| map_error(&e))?;
+    for comm in &owners.comms {
+        comms.insert(comm, 1, 0).map_err(|e| map_error(&e))?;
     }
     Ok(())
 }
@@ -960,6 +1071,10 @@ mod tests {
             names::COUNTERS,
             names::DEVICES,
             names::PIDS,
+            names::OWNER_PIDS,
+            names::OWNER_CGROUPS,
+            names::OWNER_COMMS,
+            names::FILTERED_BIOS,
         ] {
             size_of(map);
         }
@@ -967,6 +1082,7 @@ mod tests {
             (names::CLASSIC_FIELDS, std::mem::size_of::<ClassicFields>()),
             (names::KERNEL_LAYOUT, std::mem::size_of::<KernelLayout>()),
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
+            (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
             (names::FILTER_PIDS, 1),
             (names::WAKEUP_BYTES, 8),

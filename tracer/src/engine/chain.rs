@@ -1,6 +1,7 @@
 //! The chain from a user I/O to device commands: the in-flight records
 //! (user I/O, fragment, command, remap) and their bookkeeping.
 
+use super::attribution::OwnerSlots;
 use super::devices::{LastIssue, NO_PART};
 use super::split::SplitLimits;
 use super::stats::op_index;
@@ -77,6 +78,8 @@ pub(super) struct UserIo {
     /// Distinct commands that carried any of its fragments.
     pub(super) commands: u32,
     pub(super) last_command: u64,
+    /// Its process, cgroup and file entries in the attribution tables.
+    pub(super) owners: OwnerSlots,
     /// An event of its chain was missed or dropped.
     pub(super) incomplete: bool,
     /// Counted once in `evicted` or `aged_out`.
@@ -133,6 +136,8 @@ pub(super) struct CommandEnds {
     /// The user I/O of its first and of its last fragment.
     pub(super) first_io: SlotRef,
     pub(super) last_io: SlotRef,
+    /// The owners of its first user I/O.
+    pub(super) owners: OwnerSlots,
     /// Its first fragment is a split piece cut at a size or segment limit.
     pub(super) starts_full: bool,
 }
@@ -148,6 +153,8 @@ pub(super) struct Command {
     /// When the driver gave it back (block_rq_requeue), until it is issued again.
     pub(super) requeued_ns: Option<u64>,
     pub(super) target: Target,
+    /// The owners of its first fragment's user I/O.
+    pub(super) owners: OwnerSlots,
     pub(super) epoch: u32,
     /// Its fragments in sector order.
     pub(super) head: u32,
@@ -165,6 +172,7 @@ impl Default for Command {
             issue_ns: 0,
             requeued_ns: None,
             target: Target::default(),
+            owners: OwnerSlots::NONE,
             epoch: 0,
             head: NIL,
             tail: NIL,
@@ -262,6 +270,7 @@ impl Engine {
             if let Some(command) = self.commands.get_mut(command_index) {
                 command.tail = index;
             }
+            let mut first_issue = None;
             if let Some(io) = self
                 .user_ios
                 .resolve(io_ref)
@@ -270,6 +279,13 @@ impl Engine {
                 if io.last_command != serial {
                     io.last_command = serial;
                     io.commands += 1;
+                    if io.commands == 1 && io.epoch == self.epoch {
+                        let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
+                        self.attribution.each(io.owners, |stats| {
+                            stats.queue_to_issue_us.saturating_record(waited_us)
+                        });
+                        first_issue = Some((io.target, waited_us));
+                    }
                 }
                 target.get_or_insert(io.target);
                 let queued_ns = io.queue_ns;
@@ -278,11 +294,17 @@ impl Engine {
                     bios: 0,
                     first_io: io_ref,
                     last_io: io_ref,
+                    owners: io.owners,
                     starts_full: full,
                 });
                 ends.queued_ns = ends.queued_ns.min(queued_ns);
                 ends.bios += 1;
                 ends.last_io = io_ref;
+            }
+            if let Some((io_target, waited_us)) = first_issue {
+                self.stats_mut(io_target)
+                    .queue_to_issue_us
+                    .saturating_record(waited_us);
             }
         }
         (target, ends)
@@ -301,6 +323,19 @@ impl Engine {
         io.commands += 1;
         io.last_command = serial;
         let target = io.target;
+        let (owners, first) = (io.owners, io.commands == 1 && io.epoch == self.epoch);
+        let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
+        self.attribution.each(owners, |stats| {
+            stats.commands += 1;
+            if first {
+                stats.queue_to_issue_us.saturating_record(waited_us);
+            }
+        });
+        if first {
+            self.stats_mut(target)
+                .queue_to_issue_us
+                .saturating_record(waited_us);
+        }
         self.count_command(target, start, sectors, None);
     }
 
@@ -386,6 +421,12 @@ impl Engine {
             .commands_per_io
             .saturating_record(u64::from(io.commands));
         stats.queue_to_complete_us.saturating_record(latency_us);
+        self.attribution.each(io.owners, |stats| {
+            stats
+                .commands_per_io
+                .saturating_record(u64::from(io.commands));
+            stats.queue_to_complete_us.saturating_record(latency_us);
+        });
     }
 
     /// A fragment dropped without completing: its user I/O is incomplete.
@@ -497,6 +538,7 @@ impl Engine {
             issue_ns: self.now_ns,
             requeued_ns,
             target,
+            owners: OwnerSlots::NONE,
             epoch: self.epoch,
             head: NIL,
             tail: NIL,

@@ -246,6 +246,27 @@ fn page_sized_geometry(traffic: &DeviceTraffic<'_>) -> Option<u64> {
     (size != 0 && u64::from(block_size) >= PAGE_BYTES).then_some(size)
 }
 
+/// Evidence for sub-page blocks seen in the traffic rather than read from
+/// the geometry: no block size source, no proposal.
+fn seen_subpage_evidence(
+    traffic: &DeviceTraffic<'_>,
+    block_size: u64,
+    size_mod_8: Option<u64>,
+) -> SubpageBlockSizeEvidence {
+    let mut live = LiveEvidence::default();
+    add_live_evidence(&mut live, traffic);
+    SubpageBlockSizeEvidence {
+        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
+        block_size_source: None,
+        current_block_size: None,
+        size_mod_8,
+        partition: partition_place(traffic.partition),
+        proposed: None,
+        live,
+        what_if: None,
+    }
+}
+
 /// Sub-page dirty buffers on a device whose size gives it 4 KiB blocks:
 /// whoever holds it open chose the smaller block size (mkfs.ext4 picks
 /// 1024 bytes for filesystems under 512 MiB). Worth knowing, not a fault.
@@ -256,18 +277,11 @@ fn chosen_subpage_blocks(
     total: u64,
     size: u64,
 ) -> Diagnosis {
-    let mut live = LiveEvidence::default();
-    add_live_evidence(&mut live, traffic);
-    let evidence = SubpageBlockSizeEvidence {
-        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
-        block_size_source: None,
-        current_block_size: None,
-        size_mod_8: Some(size % (PAGE_BYTES / SECTOR_BYTES)),
-        partition: partition_place(traffic.partition),
-        proposed: None,
-        live,
-        what_if: None,
-    };
+    let evidence = seen_subpage_evidence(
+        traffic,
+        block_size,
+        Some(size % (PAGE_BYTES / SECTOR_BYTES)),
+    );
     let name = &traffic.name;
     let explanation = format!(
         "{buffers} of {total} dirty buffers written through {name} were {block_size} bytes. Its size, {size} sectors, is a multiple of 4 KiB, so the kernel gives it a {PAGE_BYTES}-byte block size: the smaller blocks were chosen by whoever holds it open, usually a filesystem made with {block_size}-byte blocks (mkfs.ext4 picks 1024 bytes for filesystems under 512 MiB) or `blockdev --setbsz`. Its metadata and buffered writes go down in {block_size}-byte buffers and rely on merging."
@@ -314,18 +328,7 @@ fn subpage_diagnosis(
     what: String,
     severity: Severity,
 ) -> Diagnosis {
-    let mut live = LiveEvidence::default();
-    add_live_evidence(&mut live, traffic);
-    let evidence = SubpageBlockSizeEvidence {
-        block_size: u32::try_from(block_size).unwrap_or(u32::MAX),
-        block_size_source: None,
-        current_block_size: None,
-        size_mod_8: None,
-        partition: partition_place(traffic.partition),
-        proposed: None,
-        live,
-        what_if: None,
-    };
+    let evidence = seen_subpage_evidence(traffic, block_size, None);
     let sectors_per_page = PAGE_BYTES / SECTOR_BYTES;
     let odd_size = traffic
         .partition

@@ -2,6 +2,7 @@
 
 use tracer_common::{BlockEvent, EventKind};
 
+use super::attribution::OwnerSlots;
 use super::chain::{Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
 use super::split::split_cause;
@@ -102,10 +103,10 @@ impl Engine {
             .user_ios
             .resolve(remap.parent)
             .and_then(|index| self.user_ios.get(index))
-            .map(|parent| (parent.tgid, parent.target.tracked));
-        let (tgid, tracked) = match parent {
-            Some(inherited) => inherited,
-            None => (event.tgid, self.is_tracked(event.tgid)),
+            .map(|parent| (parent.tgid, parent.target.tracked, parent.owners));
+        let (tgid, tracked, inherited_owners) = match parent {
+            Some((tgid, tracked, owners)) => (tgid, tracked, Some(owners)),
+            None => (event.tgid, self.is_tracked(event.tgid), None),
         };
         let target = Target {
             disk,
@@ -114,6 +115,16 @@ impl Engine {
             tracked,
         };
         let sectors = u64::from(event.nr_sector);
+        let owners = match inherited_owners {
+            // A stacked device's bio belongs to whoever queued the upper one.
+            Some(owners) => owners,
+            None => self.attribution.queue(
+                &event.owner,
+                event.tgid,
+                (disk, part),
+                sectors * SECTOR_BYTES,
+            ),
+        };
         let stats = self.stats_mut(target);
         stats.user_ios += 1;
         stats.fragments += 1;
@@ -134,6 +145,7 @@ impl Engine {
             fragments: 1,
             commands: 0,
             last_command: 0,
+            owners,
             incomplete: false,
             dropped: false,
             epoch: self.epoch,
@@ -175,10 +187,11 @@ impl Engine {
         let io_index = found
             .and_then(|index| self.fragments.get(index))
             .and_then(|fragment| self.user_ios.resolve(fragment.io));
-        let target = match io_index.and_then(|index| self.user_ios.get(index)) {
-            Some(io) => io.target,
-            None => self.fallback_target(event),
+        let (target, owners) = match io_index.and_then(|index| self.user_ios.get(index)) {
+            Some(io) => (io.target, io.owners),
+            None => (self.fallback_target(event), OwnerSlots::NONE),
         };
+        self.attribution.each(owners, |stats| stats.splits += 1);
         let cause = split_cause(
             &self.devices[target.disk as usize].limits,
             target.op,
@@ -224,11 +237,12 @@ impl Engine {
             fragment.state == FragmentState::Pending
                 && (kind == EventKind::RqMerge || fragment.end - fragment.start == length)
         });
-        let target = match found.and_then(|index| self.io_of_fragment(index)) {
-            Some(io) => io.target,
-            None => self.fallback_target(event),
+        let (target, owners) = match found.and_then(|index| self.io_of_fragment(index)) {
+            Some(io) => (io.target, io.owners),
+            None => (self.fallback_target(event), OwnerSlots::NONE),
         };
         self.stats_mut(target).merges += 1;
+        self.attribution.each(owners, |stats| stats.merges += 1);
         if found.is_none() {
             self.correlation.unmatched_events += 1;
         }
@@ -275,9 +289,12 @@ impl Engine {
             }
         }
         let target = target.unwrap_or_else(|| self.fallback_target(event));
+        let owners = ends.map_or(OwnerSlots::NONE, |ends| ends.owners);
         if let Some(command) = command_index.and_then(|index| self.commands.get_mut(index)) {
             command.target = target;
+            command.owners = owners;
         }
+        self.attribution.each(owners, |stats| stats.commands += 1);
         self.count_command(target, start, sectors, ends);
     }
 
@@ -380,6 +397,9 @@ impl Engine {
                 self.stats_mut(command.target)
                     .issue_to_complete_us
                     .saturating_record(latency_us);
+                self.attribution.each(command.owners, |stats| {
+                    stats.issue_to_complete_us.saturating_record(latency_us)
+                });
             }
             // Fragments past the command's end cannot exist; complete any leftovers.
             while head != NIL {

@@ -42,6 +42,7 @@
 //! `diagnose::diagnose` (needs traffic) or `audit::audit_disk` (geometry
 //! alone), with its code in `model::code`.
 
+pub mod attribution;
 pub mod audit;
 mod chain;
 mod devices;
@@ -61,6 +62,8 @@ use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
 use tracer_common::{BlockEvent, DirtyCounts, EventKind};
+
+use attribution::AttributionTables;
 
 use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, EventCounts, Measures};
@@ -120,6 +123,8 @@ pub struct Engine {
     /// Bumped by `reset`, so chains from before it do not feed new histograms.
     epoch: u32,
     next_command: u64,
+    /// Who caused the I/O: per process, cgroup and file, and device.
+    attribution: AttributionTables,
 }
 
 impl Engine {
@@ -142,6 +147,7 @@ impl Engine {
             now_ns: 0,
             epoch: 0,
             next_command: 1,
+            attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
         };
         engine.set_disks(disks);
         engine
@@ -175,6 +181,7 @@ impl Engine {
             device.last_queued = Default::default();
         }
         self.dirty.clear();
+        self.attribution.clear();
         self.events = EventCounts::default();
         self.correlation = CorrelationStats::default();
         self.epoch = self.epoch.wrapping_add(1);

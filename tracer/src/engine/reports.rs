@@ -95,3 +95,19 @@ impl Engine {
         found
     }
 }
+
+impl Engine {
+    /// Who caused the I/O: the top `top` owners per view, by commands, on
+    /// each disk or partition; paths are left for the frontend to resolve.
+    pub fn attribution(&self, top: usize) -> crate::model::Attribution {
+        self.attribution.report(top, |(disk, part)| {
+            let Some(device) = self.devices.get(disk as usize) else {
+                return String::new();
+            };
+            match device.parts.get(part as usize) {
+                Some(part) => part.name.clone(),
+                None => device.name.clone(),
+            }
+        })
+    }
+}

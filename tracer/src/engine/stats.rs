@@ -55,6 +55,8 @@ pub struct OpStats {
     pub fragments_per_io: Histogram<u64>,
     pub commands_per_io: Histogram<u64>,
     pub queue_to_complete_us: Histogram<u64>,
+    /// From block_bio_queue to the first command carrying the user I/O (Q2D).
+    pub queue_to_issue_us: Histogram<u64>,
     pub issue_to_complete_us: Histogram<u64>,
     /// Sizes of mergeable runs of user I/Os, replayed by `what_if`.
     pub streams: StreamSizes,
@@ -82,6 +84,7 @@ impl Default for OpStats {
             fragments_per_io: new_histogram(),
             commands_per_io: new_histogram(),
             queue_to_complete_us: new_histogram(),
+            queue_to_issue_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
             streams: StreamSizes::default(),
             requeues: 0,
@@ -111,6 +114,7 @@ impl OpStats {
         let _ = self.fragments_per_io.add(&other.fragments_per_io);
         let _ = self.commands_per_io.add(&other.commands_per_io);
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
+        let _ = self.queue_to_issue_us.add(&other.queue_to_issue_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
         self.streams.absorb(&other.streams);
         self.requeues += other.requeues;
@@ -139,7 +143,12 @@ impl OpStats {
             fragments_per_io: distribution(&self.fragments_per_io, 1),
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
+            queue_to_issue_us: distribution(&self.queue_to_issue_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
+            dominant: super::attribution::dominant(
+                &distribution(&self.queue_to_issue_us, 1),
+                &distribution(&self.issue_to_complete_us, 1),
+            ),
             requeues: self.requeues,
             requeue_delay_us: distribution(&self.requeue_delay_us, 1),
         }

@@ -3,10 +3,11 @@
 use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use super::*;
+use crate::frontend::test_reports::misaligned_start_evidence;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
-    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, MisalignedStartEvidence, Op, OpMeasures,
-    PartitionPlace, Severity, SubpageBlockSizeEvidence,
+    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, Op, OpMeasures, PartitionPlace,
+    Severity, SubpageBlockSizeEvidence,
 };
 
 const LOOP0: DevId = DevId::new(7, 0);
@@ -640,6 +641,14 @@ fn assert_commands_are_issues_minus_requeues(engine: &Engine) {
     );
 }
 
+/// After a requeue case: nothing left in flight, commands counted as issues
+/// minus requeues; loop0's write measures.
+fn settled_loop0_writes(engine: &Engine) -> OpMeasures {
+    assert_clean(engine);
+    assert_commands_are_issues_minus_requeues(engine);
+    disk_op(engine, "loop0", Op::Write)
+}
+
 #[test]
 fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
     let mut engine = engine();
@@ -658,9 +667,7 @@ fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
             complete(4 * MS, LOOP0, 2032, 16),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.commands, write.requeues), (1, 2, 1));
     assert_eq!(write.commands_per_io.max, 2);
     assert!((write.amplification - 2.0).abs() < 1e-9);
@@ -689,9 +696,7 @@ fn a_command_requeued_twice_is_still_one_command() {
             complete(8 * MS, LOOP0, 0, 8),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.commands, write.requeues), (1, 2));
     assert_eq!(write.requeue_delay_us.count, 2);
     assert_near(write.requeue_delay_us.max, 3000);
@@ -724,9 +729,7 @@ fn partial_completions_around_a_requeue_finish_the_command() {
         "the last bio is still out"
     );
     engine.ingest(&complete(6 * MS, LOOP0, 16, 8));
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.commands, write.requeues), (3, 1, 1));
     assert_eq!(write.commands_per_io.max, 1);
     assert_near(write.issue_to_complete_us.max, 2000);
@@ -748,9 +751,7 @@ fn a_requeued_merged_request_carries_all_its_bios_once() {
             complete(4 * MS, LOOP0, 64, 16),
         ],
     );
-    assert_clean(&engine);
-    assert_commands_are_issues_minus_requeues(&engine);
-    let write = disk_op(&engine, "loop0", Op::Write);
+    let write = settled_loop0_writes(&engine);
     assert_eq!((write.user_ios, write.merges), (2, 1));
     assert_eq!((write.commands, write.requeues), (1, 1));
     assert_eq!(write.commands_per_io.max, 1);
@@ -835,6 +836,14 @@ fn garbage(rng: &mut Rng, ts: &mut u64) -> BlockEvent {
         kind: rng.below(EventKind::COUNT as u64 + 3) as u8,
         _pad: [0; 3],
         error: rng.next() as i32,
+        // Many owners, so attribution's tables fill and fold.
+        owner: tracer_common::Owner {
+            comm: [b'a' + rng.below(26) as u8; tracer_common::COMM_BYTES],
+            cgroup: rng.below(600),
+            ino: rng.below(600),
+            file_dev: rng.below(3) as u32,
+            flags: rng.next() as u32,
+        },
     }
 }
 
@@ -1113,14 +1122,14 @@ fn too_few_splits_raise_nothing() {
         .all(|diagnosis| diagnosis.code != code::SPLIT_AMPLIFICATION));
 }
 
-#[test]
-fn max_sectors_splits_suggest_raising_max_sectors_kb() {
-    let mut engine = engine();
-    for index in 0..20u64 {
+/// `count` 512-sector writes straight to loop0 from sector 0, each split at
+/// max_sectors (128 KiB) into two 256-sector commands.
+fn max_sectors_splits(engine: &mut Engine, count: u64) {
+    for index in 0..count {
         let base = index * 512;
         let ts = MS * (index + 1);
         feed(
-            &mut engine,
+            engine,
             &[
                 queue(ts, LOOP0, base, 512),
                 split(ts, LOOP0, base, base + 256),
@@ -1131,6 +1140,12 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
             ],
         );
     }
+}
+
+#[test]
+fn max_sectors_splits_suggest_raising_max_sectors_kb() {
+    let mut engine = engine();
+    max_sectors_splits(&mut engine, 20);
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
@@ -1409,20 +1424,10 @@ fn audit_findings_get_live_evidence() {
         ["loop0p2", "loop0p1"]
             .iter()
             .map(|name| {
-                let evidence = MisalignedStartEvidence {
-                    partition: PartitionPlace {
-                        partition_start: 10241,
-                        partition_size: 20001,
-                    },
-                    granularity: 4096,
-                    offset_bytes: 512,
-                    alignment_offset: 3584,
-                    physical_block_size: 4096,
-                    minimum_io_size: 4096,
-                    proposed: None,
-                    live: LiveEvidence::default(),
-                    what_if: None,
-                };
+                let evidence = misaligned_start_evidence(PartitionPlace {
+                    partition_start: 10241,
+                    partition_size: 20001,
+                });
                 Diagnosis::new(
                     name.to_string(),
                     Severity::Warning,
@@ -1769,21 +1774,7 @@ fn a_split_that_merges_absorb_is_info() {
     // mkfs-like: a few large writes split at max_sectors (128 KiB) among
     // many small ones merged 32 to a command: fewer commands than user I/Os.
     let mut engine = engine();
-    for index in 0..30u64 {
-        let base = index * 512;
-        let ts = MS * (index + 1);
-        feed(
-            &mut engine,
-            &[
-                queue(ts, LOOP0, base, 512),
-                split(ts, LOOP0, base, base + 256),
-                issue(ts, LOOP0, base, 256),
-                issue(ts, LOOP0, base + 256, 256),
-                complete(ts, LOOP0, base, 256),
-                complete(ts, LOOP0, base + 256, 256),
-            ],
-        );
-    }
+    max_sectors_splits(&mut engine, 30);
     let small_base = 30 * 512;
     for command in 0..7u64 {
         let ts = MS * (100 + command);
@@ -2009,6 +2000,129 @@ fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
             diagnosis.explanation
         );
     }
+}
+
+fn owned(mut event: BlockEvent, tgid: u32, comm: &str, cgroup: u64, flags: u32) -> BlockEvent {
+    use tracer_common::owner_flags;
+    event.tgid = tgid;
+    event.owner.comm[..comm.len()].copy_from_slice(comm.as_bytes());
+    event.owner.cgroup = cgroup;
+    event.owner.ino = u64::from(tgid) * 10;
+    event.owner.file_dev = k(P1);
+    event.owner.flags = owner_flags::COMM | owner_flags::CGROUP | owner_flags::FILE | flags;
+    event
+}
+
+#[test]
+fn attribution_follows_each_owner_to_its_partition_with_queue_and_device_time() {
+    use crate::model::{Dominant, OwnerKnown};
+    let mut engine = engine();
+    let a = |event| owned(event, 1, "writer-a", 5, 0);
+    let b = |event| owned(event, 2, "writer-b", 6, 0);
+    let kernel = |event| {
+        owned(
+            event,
+            3,
+            "kworker/u8:0",
+            5,
+            tracer_common::owner_flags::KERNEL_THREAD,
+        )
+    };
+    feed(
+        &mut engine,
+        &[
+            // A: two 4 KiB bios on p1, merged into one command.
+            remap(MS, LOOP0, 2048, 8, P1, 0),
+            a(queue(MS, LOOP0, 2048, 8)),
+            remap(MS, LOOP0, 2056, 8, P1, 8),
+            a(queue(MS, LOOP0, 2056, 8)),
+            backmerge(MS, LOOP0, 2056, 8),
+            issue(3 * MS, LOOP0, 2048, 16),
+            complete(4 * MS, LOOP0, 2048, 16),
+            // B: one 8 KiB bio on p2, split into two commands.
+            remap(5 * MS, LOOP0, 12000, 16, P2, 1759),
+            b(queue(5 * MS, LOOP0, 12000, 16)),
+            split(5 * MS, LOOP0, 12000, 12008),
+            issue(5 * MS + 100_000, LOOP0, 12000, 8),
+            issue(5 * MS + 100_000, LOOP0, 12008, 8),
+            complete(8 * MS, LOOP0, 12000, 8),
+            complete(8 * MS, LOOP0, 12008, 8),
+            // Writeback by a kernel thread, charged to A's cgroup.
+            remap(9 * MS, LOOP0, 2100, 8, P1, 52),
+            kernel(queue(9 * MS, LOOP0, 2100, 8)),
+            issue(9 * MS, LOOP0, 2100, 8),
+            complete(10 * MS, LOOP0, 2100, 8),
+        ],
+    );
+    let report = engine.attribution(attribution::TOP_OWNERS);
+    let process = |pid: u32| {
+        report
+            .processes
+            .iter()
+            .find(|entry| entry.pid == Some(pid))
+            .unwrap()
+    };
+    let (first, second) = (process(1), process(2));
+    assert_eq!(first.comm.as_deref(), Some("writer-a"));
+    assert_eq!(first.device, "loop0p1");
+    assert_eq!(
+        (
+            first.measures.user_ios,
+            first.measures.commands,
+            first.measures.merges
+        ),
+        (2, 1, 1)
+    );
+    assert_eq!(first.measures.bytes, 8192);
+    // Queued at 1 ms, issued at 3 ms, complete at 4 ms: the queue dominates.
+    // Owner histograms keep one significant digit (about 6%).
+    let waited = first.measures.queue_to_issue_us.p99;
+    assert!((1880..=2000).contains(&waited), "{waited}");
+    assert_eq!(first.measures.issue_to_complete_us.count, 1);
+    assert_eq!(first.measures.dominant, Some(Dominant::Queue));
+    assert_eq!(second.device, "loop0p2");
+    assert_eq!(
+        (
+            second.measures.user_ios,
+            second.measures.commands,
+            second.measures.splits
+        ),
+        (1, 2, 1)
+    );
+    assert_eq!(second.measures.amplification, 2.0);
+    assert_eq!(second.measures.dominant, Some(Dominant::Device));
+    assert_eq!(second.measures.commands_per_io.p99, 2);
+    // The kworker is not a process here; its cgroup is A's.
+    let writeback = report
+        .processes
+        .iter()
+        .find(|entry| entry.owner == OwnerKnown::KernelThread)
+        .unwrap();
+    assert_eq!((writeback.pid, writeback.measures.user_ios), (None, 1));
+    let cgroup = |id: u64| {
+        report
+            .cgroups
+            .iter()
+            .find(|entry| entry.cgroup_id == Some(id))
+            .unwrap()
+    };
+    assert_eq!(cgroup(5).measures.user_ios, 3);
+    assert_eq!(cgroup(5).device, "loop0p1");
+    assert_eq!(cgroup(6).measures.user_ios, 1);
+    assert_eq!(cgroup(6).device, "loop0p2");
+    assert_eq!(report.files.len(), 3);
+    assert_eq!(report.folded.processes, 0);
+    // The devices get the same queue->issue, and the verdict.
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!(
+        p1.queue_to_issue_us.count, 3,
+        "A's two bios and the kworker's"
+    );
+    assert_eq!(p1.queue_to_issue_us.max, 2000);
+    assert_eq!(p1.dominant, Some(Dominant::Queue));
+    let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
+    assert_eq!(p2.queue_to_issue_us.count, 1);
+    assert_eq!(p2.dominant, Some(Dominant::Device));
 }
 
 // ----- devices coming and going, and losses ---------------------------------

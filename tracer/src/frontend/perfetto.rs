@@ -259,8 +259,7 @@ mod tests {
             tgid: 1,
             rwbs,
             kind: kind as u8,
-            _pad: [0; 3],
-            error: 0,
+            ..BlockEvent::ZERO
         }
     }
 

@@ -17,10 +17,11 @@ use super::{selection, session};
 
 pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
-    let config = CaptureConfig {
+    let mut config = CaptureConfig {
         accept_noop: true,
         ..selection::capture_config(&devices)
     };
+    config.owners = selection::owner_filter(selection)?;
     let disks = session::read_geometry(&devices)?;
     // --html renders from a recording: the one asked for, or a temporary one.
     let temporary = TemporaryRecording((args.html.is_some() && args.record.is_none()).then(|| {
@@ -82,13 +83,14 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         if interval.is_some_and(|i| interval_start.elapsed() >= i) {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
-            let report = capture.query(move |engine, counters| {
+            let mut report = capture.query(move |engine, counters| {
                 engine.mark_interval(super::record::trailer(counters, elapsed));
                 let report = session::report(engine, counters, elapsed, unsupported);
                 engine.reset();
                 report
             })?;
             interval_start = Instant::now();
+            name_owners(&mut report, &args.by);
             // A closed pipe ends the loop here; dropping the capture detaches the probes.
             out.print(&report, format)?;
         }
@@ -111,10 +113,11 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     }
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
-    let report = capture.finish(move |engine, counters| {
+    let mut report = capture.finish(move |engine, counters| {
         engine.finish_recording(super::record::trailer(counters, elapsed));
         session::report(engine, counters, elapsed, unsupported)
     })?;
+    name_owners(&mut report, &args.by);
     out.print(&report, format)?;
     if let Some(writer) = writer {
         writer.close()?;
@@ -123,6 +126,19 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         super::analyze::write_html(recording, html)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Cgroup and file paths for the attribution's ids (off the consumer thread).
+/// The text shows the `--by` views, in the order given.
+fn name_owners(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
+    if let Some(attribution) = report.attribution.as_mut() {
+        crate::geometry::owners::resolve(attribution);
+        for view in by {
+            if !attribution.text_views.contains(&view.view()) {
+                attribution.text_views.push(view.view());
+            }
+        }
+    }
 }
 
 /// `--html` without `--record`: the recording it renders from, removed however `report` ends.

@@ -145,6 +145,11 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         recorder: RunRecorder::new(ProcFdResolver),
         own_pid: std::process::id(),
     };
+    if selection.filters_owners() {
+        return Err(Error::usage(
+            "run traces its own command; -p/--pid, --cgroup and --comm apply to report and the live view",
+        ));
+    }
     let sink = RecordingSink::new(sink, writer.as_mut());
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
@@ -194,7 +199,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
     let elapsed = started.elapsed();
-    let report = capture.finish(move |sink, counters| {
+    let mut report = capture.finish(move |sink, counters| {
         sink.finish_recording(super::record::trailer(counters, elapsed));
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
@@ -215,6 +220,10 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         report.run = Some(run);
         report
     })?;
+    // Cgroup and file paths, off the consumer thread.
+    if let Some(attribution) = report.attribution.as_mut() {
+        crate::geometry::owners::resolve(attribution);
+    }
     match out.print(&report, Format::from_flags(args.json, false)) {
         // A closed pipe is no failure: CMD's status still stands.
         Err(err) if err.is_broken_pipe() => {}

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use crate::capture::{Capture, CaptureConfig, EventSink};
+use crate::capture::{Capture, CaptureConfig, EventSink, OwnerFilter};
 use crate::cli::DeviceSelection;
 use crate::geometry::error::GeometryError;
 use crate::geometry::resolve::{partitions_in, resolve, ResolvedDevice};
@@ -33,6 +33,31 @@ pub fn capture_config(devices: &[ResolvedDevice]) -> CaptureConfig {
         devices: traced,
         ..CaptureConfig::default()
     }
+}
+
+/// The owner filters named on the command line, resolved: cgroup paths to
+/// their ids, names to the kernel's 16-byte `comm`.
+pub fn owner_filter(selection: &DeviceSelection) -> crate::error::Result<OwnerFilter> {
+    use crate::error::Error;
+    let mut filter = OwnerFilter {
+        pids: selection.pids.clone(),
+        ..OwnerFilter::default()
+    };
+    if !selection.cgroups.is_empty() {
+        let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
+            .map_err(|err| Error::failure(format!("cannot read /proc/self/mountinfo: {err}")))?;
+        let mounts = crate::geometry::owners::parse_mountinfo(&mountinfo);
+        for path in &selection.cgroups {
+            let id = crate::geometry::owners::cgroup_id(&mounts, path).map_err(Error::usage)?;
+            filter.cgroups.push(id);
+        }
+    }
+    for name in &selection.comms {
+        filter
+            .comms
+            .push(crate::geometry::owners::comm_key(name).map_err(Error::usage)?);
+    }
+    Ok(filter)
 }
 
 /// Tells the user (on stderr) that tracing has started; scripts wait for this line.

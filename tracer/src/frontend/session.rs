@@ -124,6 +124,7 @@ pub fn report(
         other_findings: Vec::new(),
         devices: engine.devices(),
         run: None,
+        attribution: Some(engine.attribution(crate::engine::attribution::TOP_OWNERS)),
         unsupported_probes,
     }
 }

@@ -69,7 +69,9 @@ pub fn writes(user_sizes: &[(u64, u64)], command_sizes: &[(u64, u64)]) -> OpMeas
         user_io_size,
         command_size,
         queue_to_complete_us: distribution(&[(1024, 50), (2048, 40), (4096, 9), (8192, 1)]),
+        queue_to_issue_us: distribution(&[(128, 90), (1024, 10)]),
         issue_to_complete_us: distribution(&[(256, 60), (512, 39), (4096, 1)]),
+        dominant: Some(crate::model::Dominant::Device),
         ..OpMeasures::default()
     }
 }
@@ -123,7 +125,9 @@ fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     total.user_io_size = distribution(&user);
     total.command_size = distribution(&command);
     total.queue_to_complete_us = parts[0].queue_to_complete_us.clone();
+    total.queue_to_issue_us = parts[0].queue_to_issue_us.clone();
     total.issue_to_complete_us = parts[0].issue_to_complete_us.clone();
+    total.dominant = parts[0].dominant;
     total
 }
 
@@ -153,21 +157,27 @@ pub fn seed_diagnosis() -> Diagnosis {
     )
 }
 
+/// A partition 512 bytes past a 4 KiB physical block (alignment offset 3584),
+/// as the audit finds it: no proposal, no live evidence.
+pub fn misaligned_start_evidence(partition: PartitionPlace) -> MisalignedStartEvidence {
+    MisalignedStartEvidence {
+        partition,
+        granularity: 4096,
+        offset_bytes: 512,
+        alignment_offset: 3584,
+        physical_block_size: 4096,
+        minimum_io_size: 4096,
+        proposed: None,
+        live: LiveEvidence::default(),
+        what_if: None,
+    }
+}
+
 fn misaligned_diagnosis() -> Diagnosis {
     Diagnosis::new(
         "loop0p2".to_string(),
         Severity::Warning,
-        Evidence::MisalignedStart(MisalignedStartEvidence {
-            partition: SEED_PARTITION,
-            granularity: 4096,
-            offset_bytes: 512,
-            alignment_offset: 3584,
-            physical_block_size: 4096,
-            minimum_io_size: 4096,
-            proposed: None,
-            live: LiveEvidence::default(),
-            what_if: None,
-        }),
+        Evidence::MisalignedStart(misaligned_start_evidence(SEED_PARTITION)),
         "loop0p2 starts at sector 4,097, which is not a multiple of the \
             4 KiB physical block: every command straddles physical blocks."
             .to_string(),
@@ -252,6 +262,7 @@ fn base(duration_s: f64) -> Report {
         other_findings: Vec::new(),
         devices: Vec::new(),
         run: None,
+        attribution: None,
         unsupported_probes: Vec::new(),
     }
 }

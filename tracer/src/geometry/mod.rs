@@ -131,6 +131,7 @@ impl DiskGeometry {
 
 pub mod error;
 pub mod ioctl;
+pub mod owners;
 pub mod resolve;
 pub mod sysfs;
 

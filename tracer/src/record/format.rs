@@ -30,7 +30,7 @@ use crate::geometry::DiskGeometry;
 
 pub const MAGIC: [u8; 8] = *b"IOSPLTRC";
 /// Bump on any change of the layout below or of the event structs.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 pub const PREAMBLE_BYTES: usize = 16;
 pub const BLOCK_MAGIC: [u8; 4] = *b"BLK\0";
 pub const BLOCK_HEADER_BYTES: usize = 24;
@@ -277,7 +277,7 @@ mod tests {
                 OPEN_EVENT_BYTES,
                 DIRTY_COUNTS_BYTES
             ),
-            (1, 56, 40, 296, 64)
+            (2, 96, 40, 296, 64)
         );
     }
 
@@ -286,9 +286,10 @@ mod tests {
         let bytes = preamble();
         check_preamble(&bytes).unwrap();
         let mut future = bytes;
-        future[8] = 2;
+        let next = FORMAT_VERSION + 1;
+        future[8..12].copy_from_slice(&next.to_le_bytes());
         let err = check_preamble(&future).unwrap_err();
-        assert!(err.to_string().contains("format 2"), "{err}");
+        assert!(err.to_string().contains(&format!("format {next}")), "{err}");
         let mut wider = bytes;
         wider[12] = 64;
         assert!(matches!(

@@ -37,6 +37,66 @@ pub fn sh(program: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Writes partition `table` (sfdisk's input) with sfdisk `args`, leaving the
+/// kernel's view alone: callers tell it with partx.
+pub fn sfdisk(args: &[&str], table: &str) {
+    use std::io::Write;
+    let mut child = Command::new("sfdisk")
+        .args(["--no-reread", "--no-tell-kernel", "-q"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("run sfdisk");
+    child
+        .stdin
+        .take()
+        .expect("sfdisk's stdin is piped")
+        .write_all(table.as_bytes())
+        .expect("write sfdisk's input");
+    assert!(
+        child.wait().expect("sfdisk exits").success(),
+        "sfdisk failed"
+    );
+}
+
+/// `iosplit-trace run --json -- command`: the report, after asserting the
+/// run succeeded.
+pub fn run_json(command: &[&str]) -> serde_json::Value {
+    let out = Command::new(binary())
+        .args(["run", "--json", "--"])
+        .args(command)
+        .output()
+        .expect("iosplit-trace runs");
+    assert!(
+        out.status.success(),
+        "run failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+/// The device `name` in a JSON report, or a panic naming the ones there.
+pub fn device_named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    report["devices"]
+        .as_array()
+        .expect("a list of devices")
+        .iter()
+        .find(|device| device["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not in the report: {}", report["devices"]))
+}
+
+/// Counter `key` summed over the ops of one device's (or partition's) `measures`.
+pub fn ops_total(measures: &serde_json::Value, key: &str) -> u64 {
+    measures["ops"]
+        .as_object()
+        .expect("ops by name")
+        .values()
+        .map(|op| op[key].as_u64().expect("a counter"))
+        .sum()
+}
+
 /// A partition to create: start and size in 512-byte sectors.
 #[derive(Clone, Copy, Debug)]
 pub struct PartitionSpec {
@@ -76,20 +136,7 @@ impl LoopDisk {
                 .iter()
                 .map(|p| format!("start={}, size={}\n", p.start, p.size))
                 .collect();
-            let mut child = Command::new("sfdisk")
-                .args(["--no-reread", "--no-tell-kernel", "-q", &device])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("run sfdisk");
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(table.as_bytes())
-                .unwrap();
-            assert!(child.wait().unwrap().success(), "sfdisk failed");
+            sfdisk(&[&device], &table);
             sh("partx", &["-a", &device]);
             disk.partitions = partitions.len();
             for n in 1..=partitions.len() {

@@ -177,8 +177,7 @@ mod tests {
             tgid: 1,
             rwbs: [0; tracer_common::RWBS_BYTES],
             kind: kind as u8,
-            _pad: [0; 3],
-            error: 0,
+            ..BlockEvent::ZERO
         }
     }
 

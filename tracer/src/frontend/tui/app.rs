@@ -7,7 +7,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use crate::model::{
-    ratio, Bucket, Diagnosis, Distribution, Measures, OpMeasures, Report, Severity,
+    ratio, Bucket, Diagnosis, Distribution, Measures, OpMeasures, OwnerEntry, OwnerKnown,
+    OwnerMeasures, Report, Severity,
 };
 
 use crate::frontend::text::by_severity;
@@ -37,6 +38,39 @@ pub enum Action {
     SelectUp,
     SelectDown,
     ToggleDetail,
+    /// Switch the table between devices, processes, cgroups and files.
+    NextView,
+}
+
+/// What the main table lists.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TableView {
+    #[default]
+    Devices,
+    Processes,
+    Cgroups,
+    Files,
+}
+
+impl TableView {
+    pub fn next(self) -> TableView {
+        match self {
+            TableView::Devices => TableView::Processes,
+            TableView::Processes => TableView::Cgroups,
+            TableView::Cgroups => TableView::Files,
+            TableView::Files => TableView::Devices,
+        }
+    }
+
+    /// The first column's header.
+    pub fn label(self) -> &'static str {
+        match self {
+            TableView::Devices => "device",
+            TableView::Processes => "process",
+            TableView::Cgroups => "cgroup",
+            TableView::Files => "file",
+        }
+    }
 }
 
 /// Events per second from two counter readings `elapsed` apart; 0 when no time
@@ -65,6 +99,22 @@ pub struct Totals {
 }
 
 impl Totals {
+    /// An owner's totals: its bytes stand for its commands' (an owner's
+    /// commands carry its user I/Os), alignment is not kept per owner.
+    pub fn of_owner(measures: &OwnerMeasures) -> Totals {
+        Totals {
+            user_ios: measures.user_ios,
+            commands: measures.commands,
+            bytes: measures.bytes,
+            splits: measures.splits,
+            merges: measures.merges,
+            misaligned_pbs_commands: 0,
+            command_bytes: measures.bytes as f64,
+            p99_us: (measures.queue_to_complete_us.count > 0)
+                .then_some(measures.queue_to_complete_us.p99),
+        }
+    }
+
     pub fn of(measures: &Measures) -> Totals {
         let mut totals = Totals::default();
         let mut counts = OpMeasures::default();
@@ -120,6 +170,9 @@ impl Totals {
 pub struct Row {
     pub name: String,
     pub is_partition: bool,
+    /// A process, cgroup or file on a device (no alignment counts): its
+    /// index in the view's list of the report's attribution.
+    pub owner: Option<usize>,
     /// Most severe diagnosis on this device, if any.
     pub severity: Option<Severity>,
     pub user_ios_per_s: f64,
@@ -136,6 +189,8 @@ pub struct Detail<'a> {
     pub splits: u64,
     pub split_causes: BTreeMap<String, u64>,
     pub diagnoses: Vec<&'a Diagnosis>,
+    /// Owner rows: queue->issue against issue->complete, and which dominates.
+    pub times: Vec<String>,
 }
 
 /// Counters at one instant, to compute rates from the next.
@@ -155,6 +210,7 @@ pub struct App {
     pub selected: usize,
     pub detail: bool,
     pub paused: bool,
+    pub view: TableView,
     /// Trace uptime at the shown snapshot.
     pub uptime: Duration,
     previous: Sample,
@@ -178,30 +234,8 @@ impl App {
             totals: HashMap::new(),
         };
         let selected_name = self.rows.get(self.selected).map(|row| row.name.clone());
-        let mut rows = Vec::new();
-        for device in &report.devices {
-            let entries = std::iter::once((&device.name, &device.measures, false)).chain(
-                device
-                    .partitions
-                    .iter()
-                    .map(|part| (&part.name, &part.measures, true)),
-            );
-            for (name, measures, is_partition) in entries {
-                let totals = Totals::of(measures);
-                let before = self.previous.totals.get(name);
-                let before_user = before.map_or(0, |t| t.user_ios);
-                let before_commands = before.map_or(0, |t| t.commands);
-                rows.push(Row {
-                    name: name.clone(),
-                    is_partition,
-                    severity: most_severe(&report.diagnoses, name),
-                    user_ios_per_s: per_second(totals.user_ios, before_user, elapsed),
-                    commands_per_s: per_second(totals.commands, before_commands, elapsed),
-                    totals: totals.clone(),
-                });
-                sample.totals.insert(name.clone(), totals);
-            }
-        }
+        let (rows, totals) = self.rows_of(&report, elapsed);
+        sample.totals = totals;
         self.events_per_s = per_second(sample.events, self.previous.events, elapsed);
         // Keep the same device selected when rows come and go.
         self.selected = selected_name
@@ -213,6 +247,84 @@ impl App {
         self.uptime = uptime;
         self.previous = sample;
         true
+    }
+
+    /// The rows of the current view, rates against the previous sample.
+    fn rows_of(&self, report: &Report, elapsed: Duration) -> (Vec<Row>, HashMap<String, Totals>) {
+        let mut entries: Vec<(String, Totals, bool, Option<usize>)> = Vec::new();
+        let owners = |list: fn(&crate::model::Attribution) -> &Vec<OwnerEntry>| {
+            report
+                .attribution
+                .as_ref()
+                .map_or(Vec::new(), |attribution| {
+                    list(attribution)
+                        .iter()
+                        .enumerate()
+                        .map(|(index, entry)| {
+                            let name = format!("{} ({})", owner_label(entry), entry.device);
+                            (name, Totals::of_owner(&entry.measures), false, Some(index))
+                        })
+                        .collect()
+                })
+        };
+        match self.view {
+            TableView::Devices => {
+                for device in &report.devices {
+                    entries.push((
+                        device.name.clone(),
+                        Totals::of(&device.measures),
+                        false,
+                        None,
+                    ));
+                    for part in &device.partitions {
+                        entries.push((part.name.clone(), Totals::of(&part.measures), true, None));
+                    }
+                }
+            }
+            TableView::Processes => entries = owners(|a| &a.processes),
+            TableView::Cgroups => entries = owners(|a| &a.cgroups),
+            TableView::Files => entries = owners(|a| &a.files),
+        }
+        let mut rows = Vec::new();
+        let mut totals_by_name = HashMap::new();
+        for (name, totals, is_partition, owner) in entries {
+            let before = self.previous.totals.get(&name);
+            let before_user = before.map_or(0, |t| t.user_ios);
+            let before_commands = before.map_or(0, |t| t.commands);
+            rows.push(Row {
+                severity: owner
+                    .is_none()
+                    .then(|| most_severe(&report.diagnoses, &name))
+                    .flatten(),
+                user_ios_per_s: per_second(totals.user_ios, before_user, elapsed),
+                commands_per_s: per_second(totals.commands, before_commands, elapsed),
+                name: name.clone(),
+                is_partition,
+                owner,
+                totals: totals.clone(),
+            });
+            totals_by_name.insert(name, totals);
+        }
+        (rows, totals_by_name)
+    }
+
+    /// The next view, from the report on screen; its rates start at the next snapshot.
+    fn switch_view(&mut self) {
+        self.view = self.view.next();
+        self.selected = 0;
+        self.detail = false;
+        let Some(report) = self.report.take() else {
+            self.rows.clear();
+            return;
+        };
+        let (mut rows, totals) = self.rows_of(&report, Duration::ZERO);
+        for row in &mut rows {
+            row.user_ios_per_s = 0.0;
+            row.commands_per_s = 0.0;
+        }
+        self.rows = rows;
+        self.previous.totals = totals;
+        self.report = Some(report);
     }
 
     /// Counters were zeroed at `uptime`: drop what is shown, rates restart from there.
@@ -237,6 +349,7 @@ impl App {
             Key::Down | Key::Char('j') => Action::SelectDown,
             Key::Enter | Key::Tab => Action::ToggleDetail,
             Key::Esc if self.detail => Action::ToggleDetail,
+            Key::Char('v') => Action::NextView,
             _ => Action::None,
         };
         match action {
@@ -248,6 +361,7 @@ impl App {
                 }
             }
             Action::ToggleDetail => self.detail = !self.detail,
+            Action::NextView => self.switch_view(),
             Action::None | Action::Quit | Action::Reset => {}
         }
         action
@@ -269,6 +383,9 @@ impl App {
     pub fn detail(&self) -> Option<Detail<'_>> {
         let report = self.report.as_ref()?;
         let row = self.selected_row()?;
+        if let Some(index) = row.owner {
+            return self.owner_detail(report, row, index);
+        }
         let measures = report.devices.iter().find_map(|device| {
             if device.name == row.name {
                 Some(&device.measures)
@@ -296,7 +413,85 @@ impl App {
                 .into_iter()
                 .filter(|diagnosis| diagnosis.device == row.name)
                 .collect(),
+            times: Vec::new(),
         })
+    }
+
+    /// An owner row's detail: its timing; sizes and diagnoses are per device.
+    fn owner_detail<'a>(
+        &'a self,
+        report: &'a Report,
+        row: &'a Row,
+        index: usize,
+    ) -> Option<Detail<'a>> {
+        let attribution = report.attribution.as_ref()?;
+        let list = match self.view {
+            TableView::Devices => return None,
+            TableView::Processes => &attribution.processes,
+            TableView::Cgroups => &attribution.cgroups,
+            TableView::Files => &attribution.files,
+        };
+        let measures = &list.get(index)?.measures;
+        let p99 = |dist: &Distribution| {
+            if dist.count == 0 {
+                "-".to_string()
+            } else {
+                crate::frontend::units::micros(dist.p99)
+            }
+        };
+        let verdict = match measures.dominant {
+            Some(crate::model::Dominant::Queue) => "queue time dominates",
+            Some(crate::model::Dominant::Device) => "device time dominates",
+            None => "too few commands to compare queue and device time",
+        };
+        let times = vec![
+            format!("queue->issue p99     {}", p99(&measures.queue_to_issue_us)),
+            format!(
+                "issue->complete p99  {}",
+                p99(&measures.issue_to_complete_us)
+            ),
+            format!(
+                "queue->complete p99  {}",
+                p99(&measures.queue_to_complete_us)
+            ),
+            verdict.to_string(),
+            "(sizes and diagnoses are per device: v to the devices)".to_string(),
+        ];
+        Some(Detail {
+            name: &row.name,
+            user_io_size: Distribution::default(),
+            command_size: Distribution::default(),
+            splits: measures.splits,
+            split_causes: BTreeMap::new(),
+            diagnoses: Vec::new(),
+            times,
+        })
+    }
+}
+
+/// An owner as a table row names it; unknown owners say so.
+fn owner_label(entry: &OwnerEntry) -> String {
+    match entry.owner {
+        OwnerKnown::Other => "other".to_string(),
+        OwnerKnown::KernelThread => "[kernel thread]".to_string(),
+        OwnerKnown::NoFile => "[no file]".to_string(),
+        OwnerKnown::Unknown => "[unknown]".to_string(),
+        OwnerKnown::Known => {
+            if let Some(pid) = entry.pid {
+                return format!("{} {pid}", entry.comm.as_deref().unwrap_or("?"));
+            }
+            if let Some(id) = entry.cgroup_id {
+                return entry
+                    .cgroup
+                    .clone()
+                    .unwrap_or_else(|| format!("cgroup {id}"));
+            }
+            match (&entry.path, entry.inode, &entry.dev) {
+                (Some(path), _, _) => path.clone(),
+                (None, Some(inode), Some(dev)) => format!("inode {inode} on {dev}"),
+                _ => "[unknown]".to_string(),
+            }
+        }
     }
 }
 
@@ -334,6 +529,72 @@ mod tests {
 
     fn secs(value: u64) -> Duration {
         Duration::from_secs(value)
+    }
+
+    /// A report with two processes on loop0p1, one a kernel thread.
+    fn attributed(user_ios: u64) -> Report {
+        use crate::model::{Attribution, FoldedOwners};
+        let measures = OwnerMeasures {
+            user_ios,
+            commands: 2 * user_ios,
+            bytes: user_ios * 4096,
+            ..OwnerMeasures::default()
+        };
+        let mut dd = OwnerEntry::new(OwnerKnown::Known, "loop0p1".into(), measures.clone());
+        dd.pid = Some(77);
+        dd.comm = Some("dd".into());
+        let kworker = OwnerEntry::new(OwnerKnown::KernelThread, "loop0p1".into(), measures);
+        let mut report = seed_report();
+        report.attribution = Some(Attribution {
+            processes: vec![dd, kworker],
+            cgroups: Vec::new(),
+            files: Vec::new(),
+            folded: FoldedOwners::default(),
+            text_views: Vec::new(),
+        });
+        report
+    }
+
+    #[test]
+    fn v_cycles_devices_processes_cgroups_files_and_rates_restart() {
+        let mut app = App::new();
+        app.on_snapshot(attributed(10), secs(1));
+        let devices = app.rows.len();
+        assert!(app.rows.iter().all(|row| row.owner.is_none()));
+        assert_eq!(app.on_key(Key::Char('v')), Action::NextView);
+        assert_eq!(app.view, TableView::Processes);
+        let names: Vec<&str> = app.rows.iter().map(|row| row.name.as_str()).collect();
+        assert_eq!(names, ["dd 77 (loop0p1)", "[kernel thread] (loop0p1)"]);
+        assert!(app
+            .rows
+            .iter()
+            .all(|row| row.owner.is_some() && row.severity.is_none()));
+        assert_eq!(app.rows[0].totals.amplification(), 2.0);
+        // No spike: the switch took the baseline.
+        assert_eq!(app.rows[0].user_ios_per_s, 0.0);
+        app.on_snapshot(attributed(30), secs(3));
+        assert_eq!(app.rows[0].user_ios_per_s, 10.0);
+        // Enter: the owner's timing, not a device's histograms.
+        app.on_key(Key::Enter);
+        let detail = app.detail().unwrap();
+        assert_eq!(detail.name, "dd 77 (loop0p1)");
+        assert!(detail
+            .times
+            .iter()
+            .any(|line| line.contains("queue->issue")));
+        assert!(detail.diagnoses.is_empty());
+        app.on_key(Key::Char('v'));
+        assert_eq!(app.view, TableView::Cgroups);
+        assert!(app.rows.is_empty());
+        app.on_key(Key::Char('v'));
+        app.on_key(Key::Char('v'));
+        assert_eq!(app.view, TableView::Devices);
+        assert_eq!(app.rows.len(), devices);
+        // Without attribution (the classic flavor's report still has it, empty) nothing breaks.
+        let mut app = App::new();
+        app.on_snapshot(empty_report(), secs(1));
+        app.on_key(Key::Char('v'));
+        assert!(app.rows.is_empty() && app.detail().is_none());
     }
 
     #[test]

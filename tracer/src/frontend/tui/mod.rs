@@ -178,7 +178,8 @@ pub fn event_loop<B: Backend>(
                 Action::TogglePause
                 | Action::SelectUp
                 | Action::SelectDown
-                | Action::ToggleDetail => dirty = true,
+                | Action::ToggleDetail
+                | Action::NextView => dirty = true,
             },
         }
     }

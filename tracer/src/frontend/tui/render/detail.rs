@@ -48,7 +48,9 @@ fn draw_sizes(frame: &mut Frame, area: Rect, detail: &Detail) {
         // Leave a gap before the findings column.
         usize::from(area.width).saturating_sub(2),
     );
-    let lines: Vec<Line> = if histogram.is_empty() {
+    let lines: Vec<Line> = if !detail.times.is_empty() {
+        detail.times.iter().cloned().map(Line::from).collect()
+    } else if histogram.is_empty() {
         vec![Line::from(format!("no I/O seen on {}", detail.name))]
     } else {
         histogram.into_iter().map(Line::from).collect()

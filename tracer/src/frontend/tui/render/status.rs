@@ -10,9 +10,9 @@ use unicode_width::UnicodeWidthStr;
 use crate::frontend::tui::app::App;
 use crate::frontend::units;
 
-const KEY_HELP: &str = "↑↓/jk select · Enter detail · p pause · r reset · q quit";
+const KEY_HELP: &str = "↑↓/jk select · Enter detail · v view · p pause · r reset · q quit";
 /// For narrow terminals; `q` to quit must always be visible.
-const KEY_HELP_SHORT: &str = "keys: jk Enter p r q";
+const KEY_HELP_SHORT: &str = "keys: jk Enter v p r q";
 
 pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     let drops = app.drops();

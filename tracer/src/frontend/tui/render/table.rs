@@ -57,7 +57,9 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
             Line::from(" rates: last interval · ratios: since start ").alignment(Alignment::Right),
         );
     if app.rows.is_empty() {
-        let waiting = if app.paused {
+        let waiting = if app.view != crate::frontend::tui::app::TableView::Devices {
+            "no I/O attributed yet in this view (v: next view)"
+        } else if app.paused {
             "no I/O seen yet (paused)"
         } else {
             "no I/O seen yet: waiting for block I/O on the traced devices…"
@@ -74,7 +76,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         .clamp(MIN_NAME, MAX_NAME) as u16;
     let shown = shown_columns(area.width, name_width);
     let header = Row::new(
-        std::iter::once(Cell::from("  device")).chain(
+        std::iter::once(Cell::from(format!("  {}", app.view.label()))).chain(
             shown
                 .iter()
                 .map(|&index| right(COLUMNS[index].0.to_string())),
@@ -126,7 +128,12 @@ fn table_row(row: &AppRow, shown: &[usize]) -> Row<'static> {
         right(per_user_io(units::ratio(totals.amplification()))),
         right(per_user_io(units::percent(totals.split_share()))),
         right(per_user_io(units::percent(totals.merge_share()))),
-        right(per_command(units::percent(totals.misaligned_share()))),
+        // Alignment is counted per device only.
+        right(if row.owner.is_some() {
+            NONE.to_string()
+        } else {
+            per_command(units::percent(totals.misaligned_share()))
+        }),
         right(per_user_io(units::compact_bytes(
             totals.avg_user_io_bytes(),
         ))),
