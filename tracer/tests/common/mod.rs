@@ -598,10 +598,11 @@ impl Drop for Tmux {
 }
 
 /// `count` direct writes of 1 MiB to a new file at `path`, each gathered
-/// from 256 pages that are never neighbours (every other page of a 2 MiB
-/// buffer), so each write reaches the device as 256 segments whatever the
-/// memory allocator did. dd's own buffer is sometimes physically contiguous
-/// (a few segments), and then nothing is split or requeued.
+/// from one page repeated 256 times, so each write reaches the device as 256
+/// segments whatever the memory allocator did (a page never follows itself
+/// physically). dd's own buffer, and even every other page of a fresh
+/// mapping, is sometimes physically contiguous (a few segments), and then
+/// nothing is split or requeued.
 pub fn scattered_direct_writes(path: &Path, count: u64) {
     use std::os::unix::ffi::OsStrExt;
     const PAGE: usize = 4096;
@@ -621,7 +622,7 @@ pub fn scattered_direct_writes(path: &Path, count: u64) {
         path.display(),
         std::io::Error::last_os_error()
     );
-    let length = 2 * PAGES * PAGE;
+    let length = PAGE;
     // SAFETY: a fresh private anonymous mapping, unmapped below.
     let buffer = unsafe {
         libc::mmap(
@@ -640,9 +641,8 @@ pub fn scattered_direct_writes(path: &Path, count: u64) {
         std::io::Error::last_os_error()
     );
     let pages: Vec<libc::iovec> = (0..PAGES)
-        .map(|page| libc::iovec {
-            // SAFETY: inside the mapping (page 2 * 255 + 1 < 512 pages).
-            iov_base: unsafe { buffer.cast::<u8>().add(2 * page * PAGE) }.cast(),
+        .map(|_| libc::iovec {
+            iov_base: buffer,
             iov_len: PAGE,
         })
         .collect();
