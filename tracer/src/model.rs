@@ -338,6 +338,52 @@ pub enum OwnerKnown {
     Other,
 }
 
+/// The names a live run resolved for its owners (cgroup paths, file paths),
+/// kept in a recording: they belong to the machine that was traced, so
+/// `analyze` elsewhere shows the same names instead of resolving its own.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
+pub struct OwnerNames {
+    /// Cgroup id and its path.
+    pub cgroups: Vec<(u64, String)>,
+    /// File (filesystem device "major:minor", inode) and its path.
+    pub files: Vec<(String, u64, String)>,
+}
+
+impl OwnerNames {
+    pub fn of(attribution: &Attribution) -> OwnerNames {
+        let cgroups = attribution
+            .cgroups
+            .iter()
+            .filter_map(|entry| Some((entry.cgroup_id?, entry.cgroup.clone()?)))
+            .collect();
+        let files = attribution
+            .files
+            .iter()
+            .filter_map(|entry| Some((entry.dev.clone()?, entry.inode?, entry.path.clone()?)))
+            .collect();
+        OwnerNames { cgroups, files }
+    }
+
+    pub fn apply(&self, attribution: &mut Attribution) {
+        for entry in &mut attribution.cgroups {
+            if let Some((_, path)) = self
+                .cgroups
+                .iter()
+                .find(|(id, _)| Some(*id) == entry.cgroup_id)
+            {
+                entry.cgroup = Some(path.clone());
+            }
+        }
+        for entry in &mut attribution.files {
+            if let Some((_, _, path)) = self.files.iter().find(|(dev, inode, _)| {
+                entry.dev.as_deref() == Some(dev.as_str()) && entry.inode == Some(*inode)
+            }) {
+                entry.path = Some(path.clone());
+            }
+        }
+    }
+}
+
 /// One owner on one device (disk or partition).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct OwnerEntry {

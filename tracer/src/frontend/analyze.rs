@@ -162,6 +162,7 @@ pub fn replay<R: Read>(
     let mut span = TimeSpan::default();
     let mut notes = Vec::new();
     let mut intervals = Vec::new();
+    let mut names = None;
     for item in recording.by_ref() {
         let item = item.with_context(|| format!("cannot analyze {}", path.display()))?;
         match item {
@@ -173,14 +174,16 @@ pub fn replay<R: Read>(
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
             Item::EventsLost => engine.events_lost(),
             Item::Geometry(disks) => engine.refresh_disks(disks),
+            Item::OwnerNames(recorded) => names = Some(recorded),
             Item::Interval(numbers) => {
                 let (counters, elapsed) = counters_of(&numbers);
-                let report = session::report(
+                let mut report = session::report(
                     &engine,
                     counters,
                     elapsed,
                     header.unsupported_probes.clone(),
                 );
+                name_as_recorded(&mut report, names.take());
                 intervals.push(report);
                 engine.reset();
             }
@@ -211,7 +214,8 @@ pub fn replay<R: Read>(
             (KernelCounters::default(), span.duration())
         }
     };
-    let report = session::report(&engine, counters, elapsed, header.unsupported_probes);
+    let mut report = session::report(&engine, counters, elapsed, header.unsupported_probes);
+    name_as_recorded(&mut report, names);
     Ok(Analysis {
         intervals,
         report,
@@ -300,5 +304,12 @@ impl TimeSpan {
 
     fn duration(&self) -> Duration {
         Duration::from_nanos(self.last.saturating_sub(self.first.unwrap_or(self.last)))
+    }
+}
+
+/// Owners get the names the live run resolved on the traced machine.
+fn name_as_recorded(report: &mut crate::model::Report, names: Option<crate::model::OwnerNames>) {
+    if let (Some(attribution), Some(names)) = (report.attribution.as_mut(), names) {
+        names.apply(attribution);
     }
 }

@@ -84,13 +84,14 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
             let mut report = capture.query(move |engine, counters| {
+                let mut report = session::report(engine, counters, elapsed, unsupported);
+                name_owners(engine, &mut report);
                 engine.mark_interval(super::record::trailer(counters, elapsed));
-                let report = session::report(engine, counters, elapsed, unsupported);
                 engine.reset();
                 report
             })?;
             interval_start = Instant::now();
-            name_owners(&mut report, &args.by);
+            show_views(&mut report, &args.by);
             // A closed pipe ends the loop here; dropping the capture detaches the probes.
             out.print(&report, format)?;
         }
@@ -114,10 +115,12 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
     let mut report = capture.finish(move |engine, counters| {
+        let mut report = session::report(engine, counters, elapsed, unsupported);
+        name_owners(engine, &mut report);
         engine.finish_recording(super::record::trailer(counters, elapsed));
-        session::report(engine, counters, elapsed, unsupported)
+        report
     })?;
-    name_owners(&mut report, &args.by);
+    show_views(&mut report, &args.by);
     out.print(&report, format)?;
     if let Some(writer) = writer {
         writer.close()?;
@@ -130,9 +133,18 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
 
 /// Cgroup and file paths for the attribution's ids (off the consumer thread).
 /// The text shows the `--by` views, in the order given.
-fn name_owners(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
+/// Resolves owner names on this machine, and keeps them in the recording
+/// (if any) so `analyze` prints the same names elsewhere.
+fn name_owners<S>(engine: &mut RecordingSink<S>, report: &mut crate::model::Report) {
     if let Some(attribution) = report.attribution.as_mut() {
         crate::geometry::owners::resolve(attribution);
+        engine.record_names(&crate::model::OwnerNames::of(attribution));
+    }
+}
+
+/// The attribution sections the text report adds (`--by`).
+fn show_views(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
+    if let Some(attribution) = report.attribution.as_mut() {
         for view in by {
             if !attribution.text_views.contains(&view.view()) {
                 attribution.text_views.push(view.view());

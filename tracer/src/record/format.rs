@@ -46,6 +46,8 @@ pub const TAG_DIRTY: u8 = 4;
 pub const TAG_LOST: u8 = 5;
 pub const TAG_GEOMETRY: u8 = 6;
 pub const TAG_INTERVAL: u8 = 7;
+/// The owner names a live report resolved (JSON [`crate::model::OwnerNames`]).
+pub const TAG_NAMES: u8 = 8;
 /// An interval mark: the trailer's five numbers, little-endian.
 pub const INTERVAL_BYTES: usize = 40;
 

@@ -13,7 +13,7 @@ use crate::geometry::DiskGeometry;
 use super::format::{
     self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_EVENT_BYTES,
     BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES, PROCESS_EVENT_BYTES,
-    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_OPEN, TAG_PROCESS,
+    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS,
 };
 
 /// One recorded item.
@@ -30,6 +30,8 @@ pub enum Item {
     /// `report --interval` printed a report here, with these counters and
     /// duration, then reset the engine.
     Interval(Trailer),
+    /// The owner names the live report printed next.
+    OwnerNames(crate::model::OwnerNames),
 }
 
 /// Where a file cut short ends.
@@ -216,6 +218,18 @@ impl<R: Read> Recording<R> {
                     None => None,
                 };
                 (disks.map(Item::Geometry), used)
+            }
+            TAG_NAMES => {
+                let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
+                let used = length.saturating_add(4);
+                let names =
+                    match rest.get(4..used) {
+                        Some(json) => Some(serde_json::from_slice(json).map_err(|err| {
+                            self.corrupt(format!("bad owner names record: {err}"))
+                        })?),
+                        None => None,
+                    };
+                (names.map(Item::OwnerNames), used)
             }
             other => return Err(self.corrupt(format!("unknown record tag {other}"))),
         };

@@ -20,8 +20,8 @@ use crate::sink::{DiskSink, EventSink};
 
 use super::format::{
     self, bytes_of, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_RAW_BYTES,
-    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_OPEN,
-    TAG_PROCESS,
+    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES,
+    TAG_OPEN, TAG_PROCESS,
 };
 
 /// A partial block older than this is shipped anyway, so a killed recorder
@@ -78,6 +78,21 @@ impl<S> RecordingSink<S> {
 impl<S> RecordingSink<S> {
     /// `report --interval` printed a report here and will reset the engine:
     /// `analyze` prints one here too.
+    /// The names the live report gave its owners, before its interval mark
+    /// or trailer, so `analyze` prints the same names.
+    pub fn record_names(&mut self, names: &crate::model::OwnerNames) {
+        if let Some(recorder) = &mut self.recorder {
+            if let Ok(json) = serde_json::to_vec(names) {
+                recorder.buffer.push(TAG_NAMES);
+                recorder
+                    .buffer
+                    .extend_from_slice(&(json.len() as u32).to_le_bytes());
+                recorder.buffer.extend_from_slice(&json);
+                recorder.ship_if_full();
+            }
+        }
+    }
+
     pub fn mark_interval(&mut self, numbers: Trailer) {
         if let Some(recorder) = &mut self.recorder {
             recorder.push(TAG_INTERVAL, &numbers.to_bytes());
