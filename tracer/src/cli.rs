@@ -211,6 +211,9 @@ pub struct AnalyzeArgs {
     /// Also write a Chrome trace-event timeline (ui.perfetto.dev opens it).
     #[arg(long, value_name = "OUT.json")]
     pub perfetto: Option<PathBuf>,
+    /// Add a section by who caused the I/O: process, cgroup or file (repeatable).
+    #[arg(long = "by", value_enum, value_name = "VIEW")]
+    pub by: Vec<ByView>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -159,6 +159,22 @@ fn analyze_reprints_the_live_report_and_imports_agree() {
     assert!(live["events"]["split"].as_u64().unwrap() > 0, "{live}");
     assert!(live["events"]["remap"].as_u64().unwrap() > 0, "{live}");
     assert_eq!(replayed, expected, "analyze differs from the live report");
+    // The attribution sections print from the recording too, names as recorded.
+    let by = iosplit(&[
+        "analyze",
+        recording.0.to_str().unwrap(),
+        "--by",
+        "process",
+        "--by",
+        "cgroup",
+    ]);
+    let by_text = String::from_utf8_lossy(&by.stdout);
+    assert!(by.status.success(), "{by_text}");
+    assert!(by_text.contains("by process"), "{by_text}");
+    assert!(by_text.contains("by cgroup"), "{by_text}");
+    if let Some(cgroup) = live["attribution"]["cgroups"][0]["cgroup"].as_str() {
+        assert!(by_text.contains(cgroup), "{by_text}");
+    }
 
     // The blk tracer's text, imported, gives the same counts and diagnoses.
     let text = scratch("trace.txt");

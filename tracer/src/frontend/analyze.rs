@@ -119,9 +119,12 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
     let mut out = Output::stdout();
     // Several reports (from `report --interval`) are a stream, as they were live.
     let format = Format::from_flags(args.json, !analysis.intervals.is_empty());
-    for report in &analysis.intervals {
+    let mut analysis = analysis;
+    for report in &mut analysis.intervals {
+        session::show_views(report, &args.by);
         out.print(report, format)?;
     }
+    session::show_views(&mut analysis.report, &args.by);
     out.print(&analysis.report, format)?;
     for note in &analysis.notes {
         output::status(format_args!("note: {note}"));
@@ -142,6 +145,7 @@ pub fn write_html(recording: &Path, out: &Path) -> Result<()> {
         geometry: None,
         html: Some(out.to_path_buf()),
         perfetto: None,
+        by: Vec::new(),
     };
     let opened = Recording::open(recording)
         .with_context(|| format!("cannot render {}", recording.display()))?;

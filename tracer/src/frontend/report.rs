@@ -91,7 +91,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
                 report
             })?;
             interval_start = Instant::now();
-            show_views(&mut report, &args.by);
+            session::show_views(&mut report, &args.by);
             // A closed pipe ends the loop here; dropping the capture detaches the probes.
             out.print(&report, format)?;
         }
@@ -120,7 +120,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         engine.finish_recording(super::record::trailer(counters, elapsed));
         report
     })?;
-    show_views(&mut report, &args.by);
+    session::show_views(&mut report, &args.by);
     out.print(&report, format)?;
     if let Some(writer) = writer {
         writer.close()?;
@@ -139,17 +139,6 @@ fn name_owners<S>(engine: &mut RecordingSink<S>, report: &mut crate::model::Repo
     if let Some(attribution) = report.attribution.as_mut() {
         crate::geometry::owners::resolve(attribution);
         engine.record_names(&crate::model::OwnerNames::of(attribution));
-    }
-}
-
-/// The attribution sections the text report adds (`--by`).
-fn show_views(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
-    if let Some(attribution) = report.attribution.as_mut() {
-        for view in by {
-            if !attribution.text_views.contains(&view.view()) {
-                attribution.text_views.push(view.view());
-            }
-        }
     }
 }
 

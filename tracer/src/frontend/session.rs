@@ -179,3 +179,14 @@ impl LiveSource for LiveSession {
         self.capture.started.elapsed()
     }
 }
+
+/// The attribution sections the text report adds (`--by`); JSON has them all.
+pub fn show_views(report: &mut crate::model::Report, by: &[crate::cli::ByView]) {
+    if let Some(attribution) = report.attribution.as_mut() {
+        for view in by {
+            if !attribution.text_views.contains(&view.view()) {
+                attribution.text_views.push(view.view());
+            }
+        }
+    }
+}
