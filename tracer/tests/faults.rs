@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use common::{
     binary, blk_actions_of, count_actions, dd, privileged, sh, BlkTracer, LoopDisk, PartitionSpec,
-    Tmux, Tracer,
+    ScratchFile, Tmux, Tracer,
 };
 
 /// These tests share the kernel's tracing state (the blk tracer, the list of
@@ -645,5 +645,42 @@ fn a_terminal_that_hangs_up_ends_the_live_view() {
     while !BpfObjects::now().left_of(&ours).is_empty() {
         assert!(Instant::now() < deadline, "probes left after the hangup");
         std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ----- Ctrl-C right after "tracing" -----------------------------------------
+
+/// A Ctrl-C sent the moment the "tracing" line shows stops every tracing
+/// command cleanly (report printed, recording closed, server shut down):
+/// the signal is listened for before that line, never left to its default
+/// action. Seen in CI before: `report` was killed by SIGINT, printing nothing.
+#[test]
+fn ctrl_c_right_after_the_tracing_line_stops_cleanly() {
+    if !privileged("ctrl_c_right_after_the_tracing_line_stops_cleanly") {
+        return;
+    }
+    let _serial = one_at_a_time();
+    let disk = LoopDisk::new("ctrlc", 16, &[]);
+    let recording = ScratchFile(std::env::temp_dir().join("iosplit-ctrlc.iotrace"));
+    let path = recording.0.to_str().unwrap().to_string();
+    for round in 0..5 {
+        let report = Tracer::start(&["report", "--json", "-d", &disk.name]).stop();
+        let parsed: serde_json::Value = serde_json::from_str(&report)
+            .unwrap_or_else(|err| panic!("round {round}: report is not JSON ({err}): {report:?}"));
+        assert!(parsed["devices"].is_array(), "round {round}: {parsed}");
+
+        let _ = std::fs::remove_file(&recording.0);
+        Tracer::start(&["record", "-d", &disk.name, "-o", &path]).stop();
+        let analyzed = Command::new(binary())
+            .args(["analyze", "--json", &path])
+            .output()
+            .unwrap();
+        assert!(
+            analyzed.status.success(),
+            "round {round}: the recording does not analyze: {}",
+            String::from_utf8_lossy(&analyzed.stderr)
+        );
+
+        Tracer::start(&["serve", "-d", &disk.name, "--listen", "127.0.0.1:0"]).stop();
     }
 }

@@ -5,6 +5,7 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use tokio::signal::unix::SignalKind;
 use tracer_common::BlockEvent;
 
 use crate::capture::{Capture, KernelCounters};
@@ -76,10 +77,11 @@ pub fn run(selection: &DeviceSelection, args: &RecordArgs) -> Result<ExitCode> {
     let mut writer = Writer::create(&args.output)?;
     let sink = RecordingSink::new(Discard, Some(&mut writer));
     let capture = Capture::start(&config, sink)?;
+    let runtime = session::runtime()?;
+    let mut interrupt = session::listen(&runtime, SignalKind::interrupt())?;
     selection::announce(&devices, &capture);
     writer.header(header("record", &geometry, &capture, None));
     let started = Instant::now();
-    let runtime = session::runtime()?;
     runtime.block_on(async {
         tokio::select! {
             _ = async {
@@ -88,7 +90,7 @@ pub fn run(selection: &DeviceSelection, args: &RecordArgs) -> Result<ExitCode> {
                     None => std::future::pending().await,
                 }
             } => {}
-            _ = tokio::signal::ctrl_c() => {}
+            _ = interrupt.recv() => {}
         }
     });
     let elapsed = started.elapsed();

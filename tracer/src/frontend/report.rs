@@ -2,14 +2,16 @@
 //! then print the measures, histograms and diagnoses.
 
 use std::process::ExitCode;
+
 use std::time::{Duration, Instant};
+use tokio::signal::unix::SignalKind;
 
 use serde::Serialize;
 
 use crate::capture::{Capture, CaptureConfig, ProbeFlavor};
 use crate::cli::{DeviceSelection, ReportArgs};
 use crate::engine::Engine;
-use crate::error::{Context, Result};
+use crate::error::Result;
 use crate::record::{RecordingSink, Writer};
 
 use super::output::{Document, Format, Output};
@@ -37,12 +39,15 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     // One document per interval is a stream: JSON Lines.
     let format = Format::from_flags(args.json, args.interval.is_some());
     let capture = Capture::start(&config, engine)?;
+    let runtime = session::runtime()?;
+    // One listener for the whole trace, from before "tracing" shows: a Ctrl-C
+    // that arrives between waits is kept for the next one.
+    let mut interrupt = session::listen(&runtime, SignalKind::interrupt())?;
     selection::announce(&devices, &capture);
     if let Some(writer) = &writer {
         writer.header(super::record::header("report", &disks, &capture, None));
     }
     let unsupported = capture.unsupported();
-    let runtime = session::runtime()?;
     let started = Instant::now();
     let deadline = args
         .duration
@@ -50,13 +55,6 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let interval = args.interval.map(Duration::from_secs_f64);
     let mut interval_start = started;
     let mut geometry = session::GeometryWatch::new(&devices);
-    // One listener for the whole trace: a Ctrl-C that arrives between waits
-    // is kept for the next one.
-    let mut interrupt = {
-        let _runtime = runtime.enter();
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-    }
-    .context("cannot listen for Ctrl-C")?;
     loop {
         let now = Instant::now();
         let until_deadline = deadline.map(|d| d.saturating_duration_since(now));

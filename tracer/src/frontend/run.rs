@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+
 use std::time::{Duration, Instant};
+use tokio::signal::unix::{Signal, SignalKind};
 
 use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEventKind};
 
@@ -161,13 +163,19 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         let header = super::record::header("run", &disks, &capture, Some(args.command.clone()));
         writer.header(header);
     }
+    let runtime = session::runtime()?;
+    // Listened for before "tracing" shows (see `session::listen`), so no
+    // Ctrl-C can kill us and orphan the command.
+    let mut stop_signals = StopSignals {
+        interrupt: session::listen(&runtime, SignalKind::interrupt())?,
+        terminate: session::listen(&runtime, SignalKind::terminate())?,
+    };
     let started = Instant::now();
     output::status(format_args!(
         "tracing `{}` and the I/O it causes",
         args.command.join(" ")
     ));
 
-    let runtime = session::runtime()?;
     let status = runtime.block_on(async {
         let mut command = tokio::process::Command::new(&program_path);
         command.args(&args.command[1..]);
@@ -181,7 +189,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         let mut child =
             spawned.map_err(|err| Error::failure(format!("cannot start `{program}`: {err}")))?;
         let pid = child.id().unwrap_or(0);
-        forward_signals_until_exit(&mut child, pid).await
+        forward_signals_until_exit(&mut child, pid, &mut stop_signals).await
     })?;
 
     // Let the command's last I/O (fsync, writeback it forced) complete.
@@ -235,22 +243,25 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
 }
 
+/// The signals `run` passes on to its command.
+struct StopSignals {
+    interrupt: Signal,
+    terminate: Signal,
+}
+
 /// Waits for the child; Ctrl-C and SIGTERM are passed on to it.
 async fn forward_signals_until_exit(
     child: &mut tokio::process::Child,
     pid: u32,
+    signals: &mut StopSignals,
 ) -> Result<std::process::ExitStatus> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let signal_error = |err: std::io::Error| Error::failure(format!("cannot watch signals: {err}"));
-    let mut interrupt = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let mut terminate = signal(SignalKind::terminate()).map_err(signal_error)?;
     loop {
         tokio::select! {
             status = child.wait() => {
                 return status.map_err(|err| Error::failure(format!("waiting for the command failed: {err}")));
             }
-            _ = interrupt.recv() => forward(pid, libc::SIGINT),
-            _ = terminate.recv() => forward(pid, libc::SIGTERM),
+            _ = signals.interrupt.recv() => forward(pid, libc::SIGINT),
+            _ = signals.terminate.recv() => forward(pid, libc::SIGTERM),
         }
     }
 }

@@ -24,6 +24,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use tokio::signal::unix::SignalKind;
 use tracer_common::EventKind;
 
 use crate::capture::{Capture, KernelCounters};
@@ -75,11 +76,13 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
         }),
     });
     let runtime = session::runtime()?;
+    // Listened for before "tracing" shows (see `session::listen`).
+    let mut interrupt = session::listen(&runtime, SignalKind::interrupt())?;
+    let mut terminate = session::listen(&runtime, SignalKind::terminate())?;
+    let mut hangup = session::listen(&runtime, SignalKind::hangup())?;
     let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|err| Error::caused(format!("cannot listen on {listening}"), err))?;
-        let mut hangup = unix_signal(tokio::signal::unix::SignalKind::hangup())?;
-        let mut terminate = unix_signal(tokio::signal::unix::SignalKind::terminate())?;
         if let Ok(inner) = exporter.inner.lock() {
             selection::announce(&devices, &inner.capture);
         }
@@ -90,7 +93,7 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             .with_state(Arc::clone(&exporter));
         let server = axum::serve(listener, app).with_graceful_shutdown(async move {
             tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
+                _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
             }
         });
@@ -112,10 +115,6 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     });
     served?;
     Ok(ExitCode::SUCCESS)
-}
-
-fn unix_signal(kind: tokio::signal::unix::SignalKind) -> Result<tokio::signal::unix::Signal> {
-    tokio::signal::unix::signal(kind).map_err(|err| Error::caused("cannot watch signals", err))
 }
 
 async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {

@@ -95,6 +95,17 @@ impl GeometryWatch {
 }
 
 /// A single-threaded tokio runtime: signals, timers and the child process.
+/// A signal listened for from now on. Every frontend listens before it says
+/// "tracing": a Ctrl-C sent the moment that line shows must stop the trace
+/// with its report, not kill the process by the default action.
+pub fn listen(
+    runtime: &tokio::runtime::Runtime,
+    kind: tokio::signal::unix::SignalKind,
+) -> Result<tokio::signal::unix::Signal> {
+    let _entered = runtime.enter();
+    tokio::signal::unix::signal(kind).context("cannot listen for signals")
+}
+
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

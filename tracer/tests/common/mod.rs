@@ -354,6 +354,7 @@ impl Drop for ScratchFile {
 pub struct Tracer {
     child: Option<Child>,
     stderr_lines: Vec<String>,
+    stderr_rest: Option<std::thread::JoinHandle<String>>,
 }
 
 pub fn binary() -> &'static str {
@@ -396,17 +397,20 @@ impl Tracer {
                 break;
             }
         }
-        // Keep draining stderr so the child never blocks on a full pipe.
-        std::thread::spawn(move || {
+        // Keep draining stderr so the child never blocks on a full pipe; a
+        // failed stop shows it.
+        let stderr_rest = std::thread::spawn(move || {
             let mut rest = String::new();
             let _ = reader.read_to_string(&mut rest);
             if !rest.is_empty() {
                 eprint!("{rest}");
             }
+            rest
         });
         Tracer {
             child: Some(child),
             stderr_lines,
+            stderr_rest: Some(stderr_rest),
         }
     }
 
@@ -416,11 +420,17 @@ impl Tracer {
         // SAFETY: signalling our own child process.
         unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
         let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "iosplit-trace failed: {:?}",
-            out.status
-        );
+        if !out.status.success() {
+            let rest = self
+                .stderr_rest
+                .take()
+                .and_then(|thread| thread.join().ok())
+                .unwrap_or_default();
+            panic!(
+                "iosplit-trace failed: {:?}; stderr: {:?} {rest:?}",
+                out.status, self.stderr_lines
+            );
+        }
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
