@@ -545,6 +545,9 @@ pub struct RunReport {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct RunTarget {
     pub device: String,
+    /// Set when the target is a regular file on `device`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub file: Option<RunFile>,
     pub write_syscalls: u64,
     pub write_syscall_bytes: u64,
     pub write_syscall_size: Distribution,
@@ -559,6 +562,31 @@ pub struct RunTarget {
     pub writes_per_command: Distribution,
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
+}
+
+/// A regular file `run` wrote: its writes were carried to sectors through
+/// its extent map (FIEMAP, read after the command). The byte counts split
+/// the file's `write_syscall_bytes`.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct RunFile {
+    pub path: String,
+    pub inode: u64,
+    /// Extents in the map, and how many of them had no sectors (delalloc, unknown).
+    pub extents: u64,
+    pub unmappable_extents: u64,
+    /// Why the map is missing or partial.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub map_error: Option<String>,
+    /// Written to the device by commands during the run.
+    pub matched_bytes: u64,
+    /// Not written back inside the run (still dirty at exit), so not matched.
+    pub not_written_back_bytes: u64,
+    /// The part of `not_written_back_bytes` in delayed-allocation extents.
+    pub delalloc_bytes: u64,
+    /// In extents without a device address, or holes: not matched.
+    pub unmappable_bytes: u64,
+    /// Writes through an fd opened before tracing: file offset unknown.
+    pub unknown_offset_bytes: u64,
 }
 
 #[cfg(test)]

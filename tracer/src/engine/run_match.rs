@@ -2,6 +2,11 @@
 //! block devices they went to, and the device commands issued, so each write
 //! can be matched by sector range to the commands that carried it.
 //!
+//! Regular files on a block device are targets too: their writes' file
+//! offsets become device bytes through the file's extent map, which the
+//! frontend reads (FIEMAP) after the command and hands in with
+//! [`RunRecorder::set_file_map`].
+//!
 //! Pure: files are named through the injected [`FdResolver`] (the /proc-based
 //! one lives in `frontend::run`), so it is unit-tested with a fake.
 
@@ -13,18 +18,29 @@ use tracer_common::{
 };
 
 use super::stats::{self, new_histogram as histogram, OpStats, OP_COUNT};
+use crate::blk::SECTOR_BYTES;
+use crate::geometry::fiemap::{ExtentKind, FileMap};
 use crate::geometry::DevId;
 use crate::model::{Measures, Op, OpMeasures};
 
-/// A block device a file descriptor pointed at.
+/// A block device a file descriptor pointed at, or a regular file on one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FdTarget {
-    /// Kernel name, e.g. "loop0p2".
+    /// Kernel name, e.g. "loop0p2" (for a file, its filesystem's device).
     pub device: String,
     /// The whole disk, whose absolute sectors the commands carry.
     pub disk_dev: DevId,
     /// Partition start (0 for a whole disk), in sectors.
     pub start_sector: u64,
+    /// Set when the target is a regular file on `device`.
+    pub file: Option<TargetFile>,
+}
+
+/// A regular file, by the path it was opened as and its inode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TargetFile {
+    pub path: String,
+    pub inode: u64,
 }
 
 /// Finds which block device a file is; `None` for anything else.
@@ -38,6 +54,8 @@ pub trait FdResolver: Send {
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
 pub const MAX_WRITES: usize = 1 << 21;
 pub const MAX_COMMANDS: usize = 1 << 21;
+/// Open file descriptions whose position is followed.
+const MAX_DESCRIPTIONS: usize = 1 << 20;
 /// How far back a requeued command is looked for among the recorded ones.
 const REQUEUE_LOOKBACK: usize = 4096;
 
@@ -61,21 +79,58 @@ pub struct TargetCalls {
     pub target: FdTarget,
     pub write_syscalls: u64,
     pub write_bytes: u64,
-    pub write_size: Histogram<u64>,
+    /// Made at the first write: most files a command opens are only read.
+    pub write_size: Option<Histogram<u64>>,
     pub fsync_calls: u64,
     /// Writes whose offset was unknown (plain write/writev), not matchable.
     pub unmatched_writes: u64,
+    /// A file's extent map, or why it could not be read.
+    pub file_map: Option<Result<FileMap, String>>,
 }
 
 /// Matching of writes to the device commands covering their sectors.
 pub struct WriteMatch {
     pub commands_per_write: Histogram<u64>,
     pub writes_per_command: Histogram<u64>,
+    /// Commands that carried at least one of the writes.
+    pub commands: u64,
+    pub bytes: WriteBytes,
+}
+
+/// Where the bytes of a target's writes ended up; the parts sum to the
+/// bytes written.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriteBytes {
+    /// On sectors that device commands wrote during the run.
+    pub matched: u64,
+    /// On sectors no command wrote during the run: still dirty at exit (or
+    /// written back later).
+    pub not_written_back: u64,
+    /// In delayed-allocation extents: still dirty, and no sectors yet.
+    pub delalloc: u64,
+    /// No device address: extents FIEMAP could not place, holes (cut or
+    /// punched since), or a map that could not be read.
+    pub unmappable: u64,
+    /// Writes whose file offset was not known.
+    pub unknown_offset: u64,
+}
+
+/// An fd of the traced tree that is a target: which one, and the open file
+/// description it shares with its dups and its forks' copies.
+#[derive(Clone, Copy, Debug)]
+struct OpenTarget {
+    target: usize,
+    /// Index into the followed positions (files only, opens seen only).
+    description: Option<usize>,
 }
 
 pub struct RunRecorder<R: FdResolver> {
     resolver: R,
-    fds: HashMap<(u32, u32), Option<usize>>,
+    fds: HashMap<(u32, u32), Option<OpenTarget>>,
+    /// Per open file description: its file position. A file opened while
+    /// traced starts at 0 and plain write()s advance it. lseek and O_APPEND
+    /// are not traced, so a command using them gets wrong offsets here.
+    positions: Vec<u64>,
     targets: Vec<TargetCalls>,
     writes: Vec<WriteCall>,
     commands: Vec<IssuedCommand>,
@@ -91,6 +146,7 @@ impl<R: FdResolver> RunRecorder<R> {
         RunRecorder {
             resolver,
             fds: HashMap::new(),
+            positions: Vec::new(),
             targets: Vec::new(),
             writes: Vec::new(),
             commands: Vec::new(),
@@ -101,12 +157,16 @@ impl<R: FdResolver> RunRecorder<R> {
         }
     }
 
-    fn target_of(&mut self, tgid: u32, fd: u32) -> Option<usize> {
+    fn target_of(&mut self, tgid: u32, fd: u32) -> Option<OpenTarget> {
         if let Some(known) = self.fds.get(&(tgid, fd)) {
             return *known;
         }
+        // Opened before tracking: its position is not known.
         let found = self.resolver.resolve_fd(tgid, fd);
-        let found = self.intern(found);
+        let found = self.intern(found).map(|target| OpenTarget {
+            target,
+            description: None,
+        });
         self.fds.insert((tgid, fd), found);
         found
     }
@@ -120,9 +180,10 @@ impl<R: FdResolver> RunRecorder<R> {
                         target,
                         write_syscalls: 0,
                         write_bytes: 0,
-                        write_size: histogram(),
+                        write_size: None,
                         fsync_calls: 0,
                         unmatched_writes: 0,
+                        file_map: None,
                     });
                     self.targets.len() - 1
                 }
@@ -145,8 +206,20 @@ impl<R: FdResolver> RunRecorder<R> {
             return;
         };
         let target = self.resolver.resolve_path(event.tgid, path);
-        let found = self.intern(target);
+        let found = self.intern(target).map(|target| OpenTarget {
+            target,
+            description: self.new_description(target),
+        });
         self.fds.insert((event.tgid, event.result as u32), found);
+    }
+
+    /// A fresh open of a file: its position starts at 0.
+    fn new_description(&mut self, target: usize) -> Option<usize> {
+        if self.targets[target].target.file.is_none() || self.positions.len() >= MAX_DESCRIPTIONS {
+            return None;
+        }
+        self.positions.push(0);
+        Some(self.positions.len() - 1)
     }
 
     pub fn process_event(&mut self, event: &ProcessEvent) {
@@ -157,7 +230,7 @@ impl<R: FdResolver> RunRecorder<R> {
             self.processes += 1;
             // The child starts with a copy of its parent's descriptors.
             let (child, parent) = (event.tgid, event.fd);
-            let inherited: Vec<(u32, Option<usize>)> = self
+            let inherited: Vec<(u32, Option<OpenTarget>)> = self
                 .fds
                 .iter()
                 .filter(|((tgid, _), _)| *tgid == parent)
@@ -188,9 +261,10 @@ impl<R: FdResolver> RunRecorder<R> {
             self.failed_syscalls += 1;
             return;
         }
-        let Some(target) = self.target_of(event.tgid, event.fd) else {
+        let Some(open) = self.target_of(event.tgid, event.fd) else {
             return;
         };
+        let target = open.target;
         let calls = &mut self.targets[target];
         if !kind.is_write() {
             calls.fsync_calls += 1;
@@ -199,8 +273,21 @@ impl<R: FdResolver> RunRecorder<R> {
         let bytes = event.result as u64;
         calls.write_syscalls += 1;
         calls.write_bytes += bytes;
-        let _ = calls.write_size.record(bytes.max(1));
-        let offset = (event.offset != UNKNOWN_OFFSET).then_some(event.offset);
+        let _ = calls
+            .write_size
+            .get_or_insert_with(histogram)
+            .record(bytes.max(1));
+        let offset = if event.offset != UNKNOWN_OFFSET {
+            Some(event.offset)
+        } else {
+            // write(), writev(), pwritev2(-1): at the file position, which they advance.
+            open.description.map(|description| {
+                let position = &mut self.positions[description];
+                let at = *position;
+                *position = at.saturating_add(bytes);
+                at
+            })
+        };
         if offset.is_none() {
             calls.unmatched_writes += 1;
         }
@@ -254,12 +341,35 @@ impl<R: FdResolver> RunRecorder<R> {
         &self.targets
     }
 
+    /// Files the command wrote: their extent maps are wanted.
+    pub fn written_files(&self) -> Vec<(usize, TargetFile)> {
+        self.targets
+            .iter()
+            .enumerate()
+            .filter(|(_, calls)| calls.write_syscalls > 0)
+            .filter_map(|(index, calls)| Some((index, calls.target.file.clone()?)))
+            .collect()
+    }
+
+    /// A file target's extent map (or why it could not be read).
+    pub fn set_file_map(&mut self, target: usize, map: Result<FileMap, String>) {
+        if let Some(calls) = self.targets.get_mut(target) {
+            calls.file_map = Some(map.map(|mut map| {
+                map.extents.sort_by_key(|extent| extent.logical);
+                map
+            }));
+        }
+    }
+
     /// For one target: commands per write and writes per command, matched by
-    /// absolute sector range (only writes with a known offset).
+    /// absolute sector range (only writes with a known offset), and where
+    /// the written bytes ended up.
     pub fn match_writes(&self, target: usize) -> WriteMatch {
         let mut result = WriteMatch {
             commands_per_write: histogram(),
             writes_per_command: histogram(),
+            commands: 0,
+            bytes: WriteBytes::default(),
         };
         let Some(calls) = self.targets.get(target) else {
             return result;
@@ -273,38 +383,130 @@ impl<R: FdResolver> RunRecorder<R> {
             .collect();
         commands.sort();
         let mut writes_on_command = vec![0u64; commands.len()];
+        // The last write each command was counted for, so a write that spans
+        // several extents counts a command once.
+        let mut counted_for = vec![usize::MAX; commands.len()];
         // Commands never exceed this length, so a search window of it is complete.
         let longest = commands
             .iter()
-            .map(|c| u64::from(c.nr_sector))
+            .map(|c| u64::from(c.nr_sector) * SECTOR_BYTES)
             .max()
             .unwrap_or(0);
-        for write in self.writes.iter().filter(|w| w.target == target) {
-            let Some(offset) = write.offset else { continue };
+        let base = calls.target.start_sector * SECTOR_BYTES;
+        let mut ranges = Vec::new();
+        for (number, write) in self
+            .writes
+            .iter()
+            .filter(|w| w.target == target)
+            .enumerate()
+        {
+            let Some(offset) = write.offset else {
+                result.bytes.unknown_offset += write.bytes;
+                continue;
+            };
             if write.bytes == 0 {
                 continue;
             }
-            let first = calls.target.start_sector + offset / 512;
-            let end = calls.target.start_sector + (offset + write.bytes).div_ceil(512);
-            let lower = first.saturating_sub(longest);
-            let from = commands.partition_point(|c| c.sector < lower);
+            ranges.clear();
+            match &calls.target.file {
+                None => ranges.push((base + offset, write.bytes)),
+                Some(_) => match &calls.file_map {
+                    Some(Ok(map)) => device_ranges(
+                        map,
+                        base,
+                        offset,
+                        write.bytes,
+                        &mut ranges,
+                        &mut result.bytes,
+                    ),
+                    _ => {
+                        result.bytes.unmappable += write.bytes;
+                        continue;
+                    }
+                },
+            }
             let mut carried = 0;
-            for (index, command) in commands.iter().enumerate().skip(from) {
-                if command.sector >= end {
-                    break;
+            for &(first, length) in &ranges {
+                let end = first + length;
+                let lower = first.saturating_sub(longest);
+                let from = commands.partition_point(|c| c.sector * SECTOR_BYTES < lower);
+                // Union of the commands' overlap with [first, end), in start order.
+                let mut covered_to = first;
+                let mut covered = 0;
+                for (index, command) in commands.iter().enumerate().skip(from) {
+                    let (start, stop) = command.bytes();
+                    if start >= end {
+                        break;
+                    }
+                    if stop <= first {
+                        continue;
+                    }
+                    if counted_for[index] != number {
+                        counted_for[index] = number;
+                        carried += 1;
+                        writes_on_command[index] += 1;
+                    }
+                    let (from, to) = (start.max(covered_to), stop.min(end));
+                    if to > from {
+                        covered += to - from;
+                        covered_to = to;
+                    }
                 }
-                if command.sector + u64::from(command.nr_sector) > first {
-                    carried += 1;
-                    writes_on_command[index] += 1;
-                }
+                result.bytes.matched += covered;
+                result.bytes.not_written_back += length - covered;
             }
             let _ = result.commands_per_write.record(carried);
         }
         for count in writes_on_command.into_iter().filter(|&n| n > 0) {
+            result.commands += 1;
             let _ = result.writes_per_command.record(count);
         }
         result
     }
+}
+
+impl IssuedCommand {
+    /// Its device byte range, [start, end).
+    fn bytes(&self) -> (u64, u64) {
+        let start = self.sector * SECTOR_BYTES;
+        (start, start + u64::from(self.nr_sector) * SECTOR_BYTES)
+    }
+}
+
+/// The device byte ranges (disk-absolute) holding file bytes
+/// [offset, offset + length), into `ranges`; what has none is tallied.
+fn device_ranges(
+    map: &FileMap,
+    base: u64,
+    offset: u64,
+    length: u64,
+    ranges: &mut Vec<(u64, u64)>,
+    tally: &mut WriteBytes,
+) {
+    let end = offset.saturating_add(length);
+    let mut cursor = offset;
+    let from = map.extents.partition_point(|extent| extent.end() <= offset);
+    for extent in &map.extents[from..] {
+        if extent.logical >= end {
+            break;
+        }
+        let (first, last) = (extent.logical.max(cursor), extent.end().min(end));
+        if last <= first {
+            continue;
+        }
+        // A gap before this extent is a hole.
+        tally.unmappable += first - cursor;
+        match extent.kind {
+            ExtentKind::Mapped => ranges.push((
+                base + extent.physical + (first - extent.logical),
+                last - first,
+            )),
+            ExtentKind::Delalloc => tally.delalloc += last - first,
+            ExtentKind::Unmappable => tally.unmappable += last - first,
+        }
+        cursor = last;
+    }
+    tally.unmappable += end - cursor;
 }
 
 impl super::Engine {
@@ -388,6 +590,7 @@ mod tests {
             device: "loop0p2".into(),
             disk_dev: DevId::new(7, 0),
             start_sector: 1000,
+            file: None,
         }
     }
 
@@ -705,6 +908,160 @@ mod tests {
             vec!["loop0p2".to_string()]
         );
         assert_eq!(engine.tracked_writes_on("loop0").map(|w| w.user_ios), None);
+    }
+
+    /// `/mnt/f` on loop0p2 (partition start 1000), opened as fd 3 while traced.
+    struct OneFile;
+
+    fn file_on_loop0p2() -> FdTarget {
+        FdTarget {
+            file: Some(TargetFile {
+                path: "/mnt/f".into(),
+                inode: 12,
+            }),
+            ..loop0p2()
+        }
+    }
+
+    impl FdResolver for OneFile {
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
+            (path == "/mnt/f").then(file_on_loop0p2)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<FdTarget> {
+            None
+        }
+    }
+
+    fn extent(logical: u64, physical: u64, length: u64, kind: ExtentKind) -> FileExtent {
+        FileExtent {
+            logical,
+            physical,
+            length,
+            kind,
+        }
+    }
+
+    use crate::geometry::fiemap::FileExtent;
+
+    #[test]
+    fn plain_writes_to_a_file_follow_its_position_across_dups_and_extents() {
+        let mut recorder = RunRecorder::new(OneFile);
+        // dd: open as 3, dup2 onto 1, four 64 KiB write()s without offsets.
+        recorder.open_event(&open(42, 3, "/mnt/f"));
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
+        for _ in 0..4 {
+            recorder.process_event(&plain_write(1));
+        }
+        // File bytes 0..128K at partition byte 1 MiB, 128K..256K at 4 MiB.
+        recorder.set_file_map(
+            0,
+            Ok(FileMap {
+                extents: vec![
+                    extent(131072, 4 << 20, 131072, ExtentKind::Mapped),
+                    extent(0, 1 << 20, 131072, ExtentKind::Mapped),
+                ],
+                truncated: false,
+            }),
+        );
+        let sector = |partition_bytes: u64| 1000 + partition_bytes / 512;
+        // One 128-sector command per write; a journal write elsewhere.
+        for (at, offset) in [
+            (1 << 20, 0),
+            (1 << 20, 65536),
+            (4 << 20, 0),
+            (4 << 20, 65536),
+        ] {
+            recorder.block_event(&issue(sector(at + offset), 128));
+        }
+        recorder.block_event(&issue(sector(8 << 20), 8));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.commands, 4, "the journal write is not the file's");
+        assert_eq!(matched.commands_per_write.len(), 4);
+        assert_eq!(
+            (
+                matched.commands_per_write.min(),
+                matched.commands_per_write.max()
+            ),
+            (1, 1)
+        );
+        assert_eq!(
+            matched.bytes,
+            WriteBytes {
+                matched: 4 * 65536,
+                ..WriteBytes::default()
+            }
+        );
+    }
+
+    #[test]
+    fn a_write_across_two_extents_counts_a_command_over_both_once() {
+        let mut recorder = RunRecorder::new(OneFile);
+        recorder.open_event(&open(42, 3, "/mnt/f"));
+        recorder.process_event(&write(3, 0, 8192));
+        // Two physically adjacent extents, one command over both.
+        recorder.set_file_map(
+            0,
+            Ok(FileMap {
+                extents: vec![
+                    extent(0, 0, 4096, ExtentKind::Mapped),
+                    extent(4096, 4096, 4096, ExtentKind::Mapped),
+                ],
+                truncated: false,
+            }),
+        );
+        recorder.block_event(&issue(1000, 16));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.commands_per_write.max(), 1);
+        assert_eq!(matched.writes_per_command.max(), 1);
+        assert_eq!(matched.bytes.matched, 8192);
+    }
+
+    #[test]
+    fn dirty_delalloc_holes_and_unknown_offsets_are_not_matched_and_say_why() {
+        let mut recorder = RunRecorder::new(OneFile);
+        recorder.open_event(&open(42, 3, "/mnt/f"));
+        for n in 0..4 {
+            recorder.process_event(&write(3, n * 4096, 4096));
+        }
+        // A write through an fd inherited from before tracing.
+        recorder.fds.insert(
+            (42, 9),
+            Some(OpenTarget {
+                target: 0,
+                description: None,
+            }),
+        );
+        recorder.process_event(&plain_write(9));
+        // Block 0 written back; block 1 allocated but still dirty; block 2
+        // delalloc; block 3 a hole (punched after the write).
+        recorder.set_file_map(
+            0,
+            Ok(FileMap {
+                extents: vec![
+                    extent(0, 0, 8192, ExtentKind::Mapped),
+                    extent(8192, 0, 4096, ExtentKind::Delalloc),
+                ],
+                truncated: false,
+            }),
+        );
+        recorder.block_event(&issue(1000, 8));
+        let matched = recorder.match_writes(0);
+        assert_eq!(
+            matched.bytes,
+            WriteBytes {
+                matched: 4096,
+                not_written_back: 4096,
+                delalloc: 4096,
+                unmappable: 4096,
+                unknown_offset: 65536,
+            }
+        );
+        // Without a map, nothing of the file can be placed.
+        recorder.set_file_map(0, Err("removed".into()));
+        let matched = recorder.match_writes(0);
+        assert_eq!(matched.bytes.unmappable, 4 * 4096);
+        assert_eq!(matched.commands, 0);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! The child joins the kernel's tracked set at fork time, and so do its own
 //! forks, so not one of its I/Os is missed.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,13 +16,13 @@ use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEve
 
 use crate::capture::{Capture, CaptureConfig};
 use crate::cli::{DeviceSelection, RunArgs};
-use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder};
+use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder, TargetFile, WriteMatch};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
-use crate::geometry::{sysfs, DevId};
-use crate::model::{Report, RunReport, RunTarget};
+use crate::geometry::{fiemap, sysfs, DevId};
+use crate::model::{Report, RunFile, RunReport, RunTarget};
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
 
@@ -33,8 +33,12 @@ use super::{output, selection, session, units};
 const SETTLE: Duration = Duration::from_secs(2);
 
 /// Resolves opened paths (and, for fds opened before tracking, `/proc/PID/fd`)
-/// to block devices through sysfs.
-pub struct ProcFdResolver;
+/// to block devices, or regular files on one, through sysfs.
+#[derive(Default)]
+pub struct ProcFdResolver {
+    /// Filesystems' devices by `st_dev`, so each is looked up in sysfs once.
+    filesystems: HashMap<u64, Option<FdTarget>>,
+}
 
 impl FdResolver for ProcFdResolver {
     fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget> {
@@ -49,22 +53,45 @@ impl FdResolver for ProcFdResolver {
         };
         // Follows /dev/disk/by-* links to the kernel name.
         let real = std::fs::canonicalize(&absolute).ok()?;
-        block_target(&real)
+        self.target(&real)
     }
 
     fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget> {
-        block_target(&std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?)
+        let path = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?;
+        self.target(&path)
     }
 }
 
-/// The block device at `path`, by its device number (any name or link works).
-fn block_target(path: &Path) -> Option<FdTarget> {
-    use std::os::unix::fs::{FileTypeExt, MetadataExt};
-    let metadata = std::fs::metadata(path).ok()?;
-    if !metadata.file_type().is_block_device() {
-        return None;
+impl ProcFdResolver {
+    /// The block device at `path`, or the regular file there when its
+    /// filesystem sits on a block device (not tmpfs, not an overlay).
+    fn target(&mut self, path: &Path) -> Option<FdTarget> {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let metadata = std::fs::metadata(path).ok()?;
+        if metadata.file_type().is_block_device() {
+            return block_target(DevId::from_rdev(metadata.rdev()));
+        }
+        if !metadata.is_file() {
+            return None;
+        }
+        let filesystem = self
+            .filesystems
+            .entry(metadata.dev())
+            .or_insert_with(|| block_target(DevId::from_rdev(metadata.dev())))
+            .clone()?;
+        Some(FdTarget {
+            file: Some(TargetFile {
+                path: path.to_string_lossy().into_owned(),
+                inode: metadata.ino(),
+            }),
+            ..filesystem
+        })
     }
-    let name = sysfs::name_of_dev(DevId::from_rdev(metadata.rdev()))?;
+}
+
+/// The block device with this number.
+fn block_target(dev: DevId) -> Option<FdTarget> {
+    let name = sysfs::name_of_dev(dev)?;
     let device = resolve(&name).ok()?;
     let start_sector = if device.is_partition() {
         sysfs::partition_start(&device.name)?
@@ -75,6 +102,7 @@ fn block_target(path: &Path) -> Option<FdTarget> {
         device: device.name,
         disk_dev: device.disk_dev,
         start_sector,
+        file: None,
     })
 }
 
@@ -144,7 +172,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
     let sink = RunSink {
         engine: Engine::new(disks.clone(), Default::default()),
-        recorder: RunRecorder::new(ProcFdResolver),
+        recorder: RunRecorder::new(ProcFdResolver::default()),
         own_pid: std::process::id(),
     };
     if selection.filters_owners() {
@@ -202,6 +230,21 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    // The files' extent maps are read now, not as they are written: blocks
+    // are allocated at writeback (delalloc) and direct writes into
+    // preallocated extents convert them at completion, so only once the
+    // command has exited and its I/O has settled do the extents hold where
+    // its bytes went. Dirty data left behind shows as delalloc extents.
+    let files = capture.query(|sink, _| sink.recorder.written_files())?;
+    let file_maps: Vec<_> = files
+        .into_iter()
+        .map(|(target, file)| {
+            let map =
+                fiemap::file_map(Path::new(&file.path), file.inode).map_err(|err| err.to_string());
+            (target, map)
+        })
+        .collect();
+
     let exit_code = exit_code_of(status);
     let command = args.command.clone();
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
@@ -209,6 +252,9 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let elapsed = started.elapsed();
     let mut report = capture.finish(move |sink, counters| {
         sink.finish_recording(super::record::trailer(counters, elapsed));
+        for (target, map) in file_maps {
+            sink.recorder.set_file_map(target, map);
+        }
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
         let run = run_report(sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
@@ -291,24 +337,42 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
         // the partitions' (mkfs opens the whole disk, then writes a partition).
         let writes = sink.engine.tracked_writes_on(&calls.target.device);
         let bios = writes.as_ref().map_or(0, |m| m.user_ios);
-        if calls.write_syscalls == 0 && bios == 0 {
+        if calls.write_syscalls == 0 && (bios == 0 || calls.target.file.is_some()) {
             // Opened, never written: not a target.
             continue;
         }
-        let commands = writes.as_ref().map_or(0, |m| m.commands);
+        // A file's commands are those that carried its bytes; a device's,
+        // all the command's commands there.
+        let commands = match calls.target.file {
+            Some(_) => matched.commands,
+            None => writes.as_ref().map_or(0, |m| m.commands),
+        };
         let bio_size = writes.map(|m| m.user_io_size).unwrap_or_default();
-        let write_size = distribution(&calls.write_size, 1);
+        let write_size = calls
+            .write_size
+            .as_ref()
+            .map(|sizes| distribution(sizes, 1))
+            .unwrap_or_default();
+        let to = match &calls.target.file {
+            Some(file) => format!("{} on {}", file.path, calls.target.device),
+            None => calls.target.device.clone(),
+        };
         let summary = format!(
-            "{program} issued {} writes of {} to {}; they reached the block layer as {} bios of {}; the device received {} commands",
+            "{program} issued {} writes of {} to {to}; they reached the block layer as {} bios of {}; the device received {} commands",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
-            calls.target.device,
             units::thousands(bios),
             units::bytes(bio_size.p50 as f64),
             units::thousands(commands),
         );
+        let file = calls
+            .target
+            .file
+            .as_ref()
+            .map(|file| run_file(file, calls.file_map.as_ref(), &matched));
         targets.push(RunTarget {
             device: calls.target.device.clone(),
+            file,
             write_syscalls: calls.write_syscalls,
             write_syscall_bytes: calls.write_bytes,
             write_syscall_size: write_size,
@@ -330,6 +394,44 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
         processes: recorder.processes,
         targets,
         background,
+    }
+}
+
+/// Where a file's written bytes went, for the report.
+fn run_file(
+    file: &TargetFile,
+    map: Option<&std::result::Result<fiemap::FileMap, String>>,
+    matched: &WriteMatch,
+) -> RunFile {
+    let (extents, unmappable_extents, map_error) = match map {
+        Some(Ok(map)) => (
+            map.extents.len() as u64,
+            map.extents
+                .iter()
+                .filter(|extent| extent.kind != fiemap::ExtentKind::Mapped)
+                .count() as u64,
+            map.truncated.then(|| {
+                format!(
+                    "more than {} extents; the rest were not read",
+                    fiemap::MAX_EXTENTS
+                )
+            }),
+        ),
+        Some(Err(err)) => (0, 0, Some(err.clone())),
+        None => (0, 0, Some("not read".to_string())),
+    };
+    let bytes = matched.bytes;
+    RunFile {
+        path: file.path.clone(),
+        inode: file.inode,
+        extents,
+        unmappable_extents,
+        map_error,
+        matched_bytes: bytes.matched,
+        not_written_back_bytes: bytes.not_written_back + bytes.delalloc,
+        delalloc_bytes: bytes.delalloc,
+        unmappable_bytes: bytes.unmappable,
+        unknown_offset_bytes: bytes.unknown_offset,
     }
 }
 

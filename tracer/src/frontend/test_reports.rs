@@ -354,6 +354,7 @@ pub fn seed_run() -> RunReport {
         processes: 1,
         targets: vec![RunTarget {
             device: "loop0p2".to_string(),
+            file: None,
             write_syscalls: 2048,
             write_syscall_bytes: 2048 * 32768,
             write_syscall_size: distribution(&[(32768, 2048)]),

@@ -11,7 +11,7 @@ use unicode_width::UnicodeWidthStr;
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
     Attribution, Diagnosis, Distribution, Dominant, Measures, OpMeasures, OwnerEntry, OwnerKnown,
-    OwnerView, Report, RunReport, Severity,
+    OwnerView, Report, RunFile, RunReport, Severity,
 };
 
 use super::units;
@@ -256,6 +256,9 @@ fn run_summary(out: &mut Out, run: &RunReport) {
                 target.commands_per_write.max
             ));
         }
+        if let Some(file) = &target.file {
+            run_file_lines(out, file);
+        }
     }
     let background: u64 = run.background.ops.values().map(|m| m.user_ios).sum();
     if background > 0 {
@@ -266,6 +269,57 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             units::thousands(background),
             units::thousands(commands)
         ));
+    }
+}
+
+/// Where a file's written bytes went: matched, still dirty, or unmappable.
+fn run_file_lines(out: &mut Out, file: &RunFile) {
+    out.line(&format!(
+        "    file extents (FIEMAP after the run): {}; bytes on sectors commands wrote: {}",
+        units::thousands(file.extents),
+        units::bytes(file.matched_bytes as f64),
+    ));
+    if let Some(error) = &file.map_error {
+        out.wrapped("    ", "      ", &format!("extent map: {error}"));
+    }
+    if file.not_written_back_bytes > 0 {
+        let delalloc = if file.delalloc_bytes > 0 {
+            format!(
+                ", {} of them in delayed-allocation extents with no sectors yet",
+                units::bytes(file.delalloc_bytes as f64)
+            )
+        } else {
+            String::new()
+        };
+        out.wrapped(
+            "    ",
+            "      ",
+            &format!(
+                "NOT written back inside the run (still dirty at exit): {} not matched to commands{delalloc}",
+                units::bytes(file.not_written_back_bytes as f64)
+            ),
+        );
+    }
+    if file.unmappable_bytes > 0 {
+        out.wrapped(
+            "    ",
+            "      ",
+            &format!(
+                "{} not matched: no device address ({} extents FIEMAP could not place, or holes)",
+                units::bytes(file.unmappable_bytes as f64),
+                units::thousands(file.unmappable_extents)
+            ),
+        );
+    }
+    if file.unknown_offset_bytes > 0 {
+        out.wrapped(
+            "    ",
+            "      ",
+            &format!(
+                "{} not matched: written through an fd opened before tracing, at an unknown offset",
+                units::bytes(file.unknown_offset_bytes as f64)
+            ),
+        );
     }
 }
 

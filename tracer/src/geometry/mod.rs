@@ -130,6 +130,7 @@ impl DiskGeometry {
 }
 
 pub mod error;
+pub mod fiemap;
 pub mod ioctl;
 pub mod owners;
 pub mod resolve;
