@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{privileged, sh, LoopDisk, PartitionSpec, Tracer};
+use common::{privileged, sh, LoopDisk, Mounted, PartitionSpec, Tracer};
 use serde_json::Value;
 
 /// The tests share kernel state (tracer, loop devices): one at a time.
@@ -50,28 +50,6 @@ impl Drop for Cgroup {
 }
 
 /// An ext4 filesystem mounted on a fresh directory, unmounted on drop.
-struct Mounted {
-    point: PathBuf,
-}
-
-impl Mounted {
-    fn ext4(device: &str) -> Mounted {
-        sh("mkfs.ext4", &["-q", "-F", device]);
-        let point = std::env::temp_dir().join(format!("iosplit-attr-{}", std::process::id()));
-        std::fs::create_dir_all(&point).unwrap();
-        let mounted = Mounted { point };
-        sh("mount", &[device, mounted.point.to_str().unwrap()]);
-        mounted
-    }
-}
-
-impl Drop for Mounted {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(&self.point).status();
-        let _ = std::fs::remove_dir(&self.point);
-    }
-}
-
 /// Runs `dd ARGS` inside `cgroup` (if any); returns dd's pid.
 fn dd_in(cgroup: Option<&Cgroup>, args: &[&str]) -> u32 {
     let join = match cgroup {

@@ -9,7 +9,8 @@ use crate::util::{is_root, on_path, output, run, workspace_root, Result};
 /// Debian packages the tests, benchmarks and VM matrix use.
 pub const PACKAGES: &[&str] = &[
     "fdisk",      // sfdisk
-    "e2fsprogs",  // mkfs.ext4
+    "e2fsprogs",  // mkfs.ext4, filefrag
+    "xfsprogs",   // mkfs.xfs (tests/run_files.rs)
     "util-linux", // losetup, partx, blockdev
     "fio",
     "bpftrace",

@@ -192,6 +192,51 @@ impl Drop for LoopDisk {
     }
 }
 
+/// A filesystem made on a device and mounted; unmounted when dropped
+/// (declare it after its `LoopDisk`, so it is dropped first).
+pub struct Mounted {
+    pub point: PathBuf,
+}
+
+impl Mounted {
+    pub fn ext4(device: &str) -> Mounted {
+        Mounted::make("mkfs.ext4", &["-q", "-F"], device)
+    }
+
+    /// Needs mkfs.xfs (xfsprogs, which `cargo xtask setup` installs) and a
+    /// device of at least 300 MiB.
+    pub fn xfs(device: &str) -> Mounted {
+        Mounted::make("mkfs.xfs", &["-q", "-f"], device)
+    }
+
+    fn make(mkfs: &str, args: &[&str], device: &str) -> Mounted {
+        match Command::new(mkfs).args(args).arg(device).output() {
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+                panic!("{mkfs} is not installed: `cargo xtask setup` installs it")
+            }
+            Err(err) => panic!("cannot run {mkfs}: {err}"),
+            Ok(out) => assert!(
+                out.status.success(),
+                "{mkfs} {device} failed: {}",
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        }
+        let name = device.trim_start_matches("/dev/");
+        let point = std::env::temp_dir().join(format!("iosplit-mnt-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&point).unwrap();
+        let mounted = Mounted { point };
+        sh("mount", &[device, mounted.point.to_str().unwrap()]);
+        mounted
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.point).status();
+        let _ = std::fs::remove_dir(&self.point);
+    }
+}
+
 const TRACING: &str = "/sys/kernel/tracing";
 
 fn ensure_tracefs() {
