@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
-use common::{privileged, sh, LoopDisk, Mounted, PartitionSpec, Tracer};
+use common::{privileged, LoopDisk, Mounted, PartitionSpec, Tracer};
 use serde_json::Value;
 
 /// The tests share kernel state (tracer, loop devices): one at a time.

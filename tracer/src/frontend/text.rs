@@ -274,11 +274,15 @@ fn run_summary(out: &mut Out, run: &RunReport) {
 
 /// Where a file's written bytes went: matched, still dirty, or unmappable.
 fn run_file_lines(out: &mut Out, file: &RunFile) {
-    out.line(&format!(
-        "    file extents (FIEMAP after the run): {}; bytes on sectors commands wrote: {}",
-        units::thousands(file.extents),
-        units::bytes(file.matched_bytes as f64),
-    ));
+    out.wrapped(
+        "    ",
+        "      ",
+        &format!(
+            "{} extents (FIEMAP after the run); {} of the writes on sectors commands wrote",
+            units::thousands(file.extents),
+            units::bytes(file.matched_bytes as f64),
+        ),
+    );
     if let Some(error) = &file.map_error {
         out.wrapped("    ", "      ", &format!("extent map: {error}"));
     }
@@ -1188,6 +1192,41 @@ mod tests {
         assert!(text.contains("write syscalls 2,048 (64 MiB, avg 32 KiB), fsync 1"));
         assert!(text.contains("bios 131,072 (avg 512 B) -> commands 1,032"));
         assert!(text.contains("background writeback by other tasks: 10 user I/Os -> 10 commands"));
+        assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn a_files_dirty_and_unplaceable_bytes_are_said_with_their_counts() {
+        let mut run = seed_run();
+        run.targets[0].file = Some(crate::model::RunFile {
+            path: "/mnt/x/file".to_string(),
+            inode: 12,
+            extents: 3,
+            unmappable_extents: 1,
+            map_error: None,
+            matched_bytes: 1 << 20,
+            not_written_back_bytes: 512 << 10,
+            delalloc_bytes: 256 << 10,
+            unmappable_bytes: 4096,
+            unknown_offset_bytes: 0,
+        });
+        let text = render_run_summary(&run);
+        let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            flat.contains(
+                "3 extents (FIEMAP after the run); 1 MiB of the writes on sectors commands wrote"
+            ),
+            "{text}"
+        );
+        assert!(
+            flat.contains("NOT written back inside the run (still dirty at exit): 512 KiB not matched to commands, 256 KiB of them in delayed-allocation extents"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("4 KiB not matched: no device address (1 extents"),
+            "{text}"
+        );
+        assert!(!flat.contains("unknown offset"), "{text}");
         assert_fits(&text, 80);
     }
 
