@@ -536,10 +536,21 @@ pub struct RunReport {
     pub command: Vec<String>,
     pub exit_status: Option<i32>,
     pub processes: u64,
-    /// Per target device (partition or disk) the command wrote to.
+    /// Per target device (partition or disk) or regular file the command wrote to.
     pub targets: Vec<RunTarget>,
+    /// Files written beyond the ones listed in `targets` (those that wrote most).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files_not_listed: Option<FilesNotListed>,
     /// Writeback by other tasks (kernel threads) to the same devices during the run.
     pub background: Measures,
+}
+
+/// The files a run wrote that its report does not list, summed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FilesNotListed {
+    pub files: u64,
+    pub write_syscalls: u64,
+    pub write_syscall_bytes: u64,
 }
 
 #[derive(Clone, Debug, Default, Serialize)]

@@ -70,15 +70,15 @@ fn extents_on_disk(file: &Path) -> Vec<(u64, u64)> {
         .collect()
 }
 
-/// Write commands (blk tracer `D`) on `dev` as [sector, end).
-fn issued_writes(trace: &str, dev: &str) -> Vec<(u64, u64)> {
+/// Writes with blk tracer `action` (`Q` bios, `D` commands) on `dev` as [sector, end).
+fn traced_writes(trace: &str, dev: &str, action: &str) -> Vec<(u64, u64)> {
     trace
         .lines()
         .filter_map(|line| {
             // "dd-123 [001] ..... 12.3: 7,0    D  WS 2048 + 128 [dd]"
             let (_, event) = line.split_once(": ")?;
             let words: Vec<&str> = event.split_whitespace().collect();
-            if words.len() < 6 || words[0] != dev || words[1] != "D" || !words[2].contains('W') {
+            if words.len() < 6 || words[0] != dev || words[1] != action || !words[2].contains('W') {
                 return None;
             }
             let sector: u64 = words[3].parse().ok()?;
@@ -130,12 +130,20 @@ fn direct_writes_are_matched(fs: &str) {
     let extents = extents_on_disk(&file);
     let sectors: u64 = extents.iter().map(|(first, end)| end - first).sum();
     assert_eq!(sectors * 512, WRITTEN, "{extents:?}");
-    let writes = issued_writes(&trace, &disk.blk_dev());
-    let on_file: Vec<(u64, u64)> = writes
-        .iter()
-        .copied()
-        .filter(|(first, end)| extents.iter().any(|(e0, e1)| first < e1 && end > e0))
-        .collect();
+    let inside = |writes: Vec<(u64, u64)>| -> Vec<(u64, u64)> {
+        writes
+            .into_iter()
+            .filter(|(first, end)| extents.iter().any(|(e0, e1)| first < e1 && end > e0))
+            .collect()
+    };
+    let on_file = inside(traced_writes(&trace, &disk.blk_dev(), "D"));
+    let bios = inside(traced_writes(&trace, &disk.blk_dev(), "Q"));
+    assert!(bios.len() >= 32, "a bio per write at least: {bios:?}");
+    assert_eq!(
+        target["bios"],
+        bios.len() as u64,
+        "bios per the blk tracer: {bios:?}"
+    );
     for (first, end) in &on_file {
         assert!(
             extents.iter().any(|(e0, e1)| e0 <= first && end <= e1),
@@ -190,6 +198,10 @@ fn buffered_writes_are_matched_through_writeback_or_said_to_be_dirty() {
         "{target}"
     );
     assert!(target["commands"].as_u64().unwrap() >= 1, "{target}");
+    assert!(
+        target["bios"].as_u64().unwrap() >= 1,
+        "writeback bios: {target}"
+    );
 
     // No fsync and a short run: the pages are still dirty (delalloc) at exit.
     let dirty = mounted.point.join("dirty.bin");

@@ -10,7 +10,7 @@
 //! Pure: files are named through the injected [`FdResolver`] (the /proc-based
 //! one lives in `frontend::run`), so it is unit-tested with a fake.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use hdrhistogram::Histogram;
 use tracer_common::{
@@ -67,8 +67,9 @@ struct WriteCall {
     bytes: u64,
 }
 
+/// A write command issued, or a write bio queued, on a whole disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct IssuedCommand {
+struct DeviceRange {
     disk: u32,
     sector: u64,
     nr_sector: u32,
@@ -94,6 +95,9 @@ pub struct WriteMatch {
     pub writes_per_command: Histogram<u64>,
     /// Commands that carried at least one of the writes.
     pub commands: u64,
+    /// Bios over the writes' sectors (any submitter), and their sizes in bytes.
+    pub bios: u64,
+    pub bio_size: Histogram<u64>,
     pub bytes: WriteBytes,
 }
 
@@ -133,11 +137,19 @@ pub struct RunRecorder<R: FdResolver> {
     positions: Vec<u64>,
     targets: Vec<TargetCalls>,
     writes: Vec<WriteCall>,
-    commands: Vec<IssuedCommand>,
+    commands: Vec<DeviceRange>,
+    /// Write bios as queued (after partition remapping): a file's bios are
+    /// those over its sectors, whoever submitted them (writeback included).
+    bios: Vec<DeviceRange>,
+    /// `writes`, `commands` and `bios` are in matching order (see `sort_for_matching`).
+    sorted: bool,
+    longest_command: HashMap<u32, u64>,
+    longest_bio: HashMap<u32, u64>,
     /// Processes (and threads) the command's tree forked, itself included.
     pub processes: u64,
     pub writes_not_kept: u64,
     pub commands_not_kept: u64,
+    pub bios_not_kept: u64,
     pub failed_syscalls: u64,
 }
 
@@ -150,9 +162,14 @@ impl<R: FdResolver> RunRecorder<R> {
             targets: Vec::new(),
             writes: Vec::new(),
             commands: Vec::new(),
+            bios: Vec::new(),
+            sorted: false,
+            longest_command: HashMap::new(),
+            longest_bio: HashMap::new(),
             processes: 0,
             writes_not_kept: 0,
             commands_not_kept: 0,
+            bios_not_kept: 0,
             failed_syscalls: 0,
         }
     }
@@ -292,6 +309,7 @@ impl<R: FdResolver> RunRecorder<R> {
             calls.unmatched_writes += 1;
         }
         if self.writes.len() < MAX_WRITES {
+            self.sorted = false;
             self.writes.push(WriteCall {
                 target,
                 offset,
@@ -323,11 +341,28 @@ impl<R: FdResolver> RunRecorder<R> {
             }
             return;
         }
+        if event.kind == EventKind::Queue as u8 {
+            if event.nr_sector == 0 {
+                return;
+            }
+            if self.bios.len() < MAX_COMMANDS {
+                self.sorted = false;
+                self.bios.push(DeviceRange {
+                    disk: event.dev,
+                    sector: event.sector,
+                    nr_sector: event.nr_sector,
+                });
+            } else {
+                self.bios_not_kept += 1;
+            }
+            return;
+        }
         if event.kind != EventKind::Issue as u8 {
             return;
         }
         if self.commands.len() < MAX_COMMANDS {
-            self.commands.push(IssuedCommand {
+            self.sorted = false;
+            self.commands.push(DeviceRange {
                 disk: event.dev,
                 sector: event.sector,
                 nr_sector: event.nr_sector,
@@ -364,42 +399,40 @@ impl<R: FdResolver> RunRecorder<R> {
     /// For one target: commands per write and writes per command, matched by
     /// absolute sector range (only writes with a known offset), and where
     /// the written bytes ended up.
-    pub fn match_writes(&self, target: usize) -> WriteMatch {
+    ///
+    /// Called once the run is over: it sorts what was recorded, so a command
+    /// writing thousands of files is matched file by file in one pass each.
+    pub fn match_writes(&mut self, target: usize) -> WriteMatch {
+        self.sort_for_matching();
         let mut result = WriteMatch {
             commands_per_write: histogram(),
             writes_per_command: histogram(),
             commands: 0,
+            bios: 0,
+            bio_size: histogram(),
             bytes: WriteBytes::default(),
         };
         let Some(calls) = self.targets.get(target) else {
             return result;
         };
         let disk = calls.target.disk_dev.to_kernel();
-        let mut commands: Vec<IssuedCommand> = self
-            .commands
-            .iter()
-            .copied()
-            .filter(|c| c.disk == disk)
-            .collect();
-        commands.sort();
-        let mut writes_on_command = vec![0u64; commands.len()];
-        // The last write each command was counted for, so a write that spans
-        // several extents counts a command once.
-        let mut counted_for = vec![usize::MAX; commands.len()];
+        let commands = on_disk(&self.commands, disk);
+        let bios = on_disk(&self.bios, disk);
+        let mut carried_bios: HashSet<usize> = HashSet::new();
+        let longest_bio = self.longest_bio.get(&disk).copied().unwrap_or(0);
+        // Per command that carried any of the writes: how many, and the last
+        // one counted, so a write that spans several extents counts it once.
+        let mut carried_writes: HashMap<usize, (u64, usize)> = HashMap::new();
         // Commands never exceed this length, so a search window of it is complete.
-        let longest = commands
-            .iter()
-            .map(|c| u64::from(c.nr_sector) * SECTOR_BYTES)
-            .max()
-            .unwrap_or(0);
+        let longest = self.longest_command.get(&disk).copied().unwrap_or(0);
         let base = calls.target.start_sector * SECTOR_BYTES;
         let mut ranges = Vec::new();
-        for (number, write) in self
-            .writes
-            .iter()
-            .filter(|w| w.target == target)
-            .enumerate()
-        {
+        let writes = {
+            let from = self.writes.partition_point(|w| w.target < target);
+            let to = self.writes.partition_point(|w| w.target <= target);
+            &self.writes[from..to]
+        };
+        for (number, write) in writes.iter().enumerate() {
             let Some(offset) = write.offset else {
                 result.bytes.unknown_offset += write.bytes;
                 continue;
@@ -428,44 +461,97 @@ impl<R: FdResolver> RunRecorder<R> {
             let mut carried = 0;
             for &(first, length) in &ranges {
                 let end = first + length;
-                let lower = first.saturating_sub(longest);
-                let from = commands.partition_point(|c| c.sector * SECTOR_BYTES < lower);
                 // Union of the commands' overlap with [first, end), in start order.
                 let mut covered_to = first;
                 let mut covered = 0;
-                for (index, command) in commands.iter().enumerate().skip(from) {
-                    let (start, stop) = command.bytes();
-                    if start >= end {
-                        break;
-                    }
-                    if stop <= first {
-                        continue;
-                    }
-                    if counted_for[index] != number {
-                        counted_for[index] = number;
+                for_each_overlapping(commands, longest, first, end, |index, start, stop| {
+                    let (writes, last) = carried_writes.entry(index).or_insert((0, usize::MAX));
+                    if *last != number {
+                        *last = number;
+                        *writes += 1;
                         carried += 1;
-                        writes_on_command[index] += 1;
                     }
                     let (from, to) = (start.max(covered_to), stop.min(end));
                     if to > from {
                         covered += to - from;
                         covered_to = to;
                     }
-                }
+                });
                 result.bytes.matched += covered;
                 result.bytes.not_written_back += length - covered;
+                for_each_overlapping(bios, longest_bio, first, end, |index, _, _| {
+                    carried_bios.insert(index);
+                });
             }
             let _ = result.commands_per_write.record(carried);
         }
-        for count in writes_on_command.into_iter().filter(|&n| n > 0) {
+        for (count, _) in carried_writes.into_values() {
             result.commands += 1;
             let _ = result.writes_per_command.record(count);
         }
+        for index in carried_bios {
+            result.bios += 1;
+            let (start, stop) = bios[index].bytes();
+            let _ = result.bio_size.record((stop - start).max(1));
+        }
         result
+    }
+
+    /// Commands by disk and sector, writes by target (each target's in
+    /// program order), and each disk's longest command.
+    fn sort_for_matching(&mut self) {
+        if self.sorted {
+            return;
+        }
+        self.commands.sort();
+        self.bios.sort();
+        self.writes.sort_by_key(|write| write.target);
+        self.longest_command = longest_by_disk(&self.commands);
+        self.longest_bio = longest_by_disk(&self.bios);
+        self.sorted = true;
     }
 }
 
-impl IssuedCommand {
+/// The ones on `disk`, of ranges sorted by disk.
+fn on_disk(sorted: &[DeviceRange], disk: u32) -> &[DeviceRange] {
+    let from = sorted.partition_point(|c| c.disk < disk);
+    let to = sorted.partition_point(|c| c.disk <= disk);
+    &sorted[from..to]
+}
+
+/// Each disk's longest range, in bytes.
+fn longest_by_disk(ranges: &[DeviceRange]) -> HashMap<u32, u64> {
+    let mut longest: HashMap<u32, u64> = HashMap::new();
+    for range in ranges {
+        let bytes = longest.entry(range.disk).or_insert(0);
+        *bytes = (*bytes).max(u64::from(range.nr_sector) * SECTOR_BYTES);
+    }
+    longest
+}
+
+/// Calls `each(index, start, end)` for the ranges of `sorted` (one disk's,
+/// by sector, none longer than `longest` bytes) that overlap [first, end).
+fn for_each_overlapping(
+    sorted: &[DeviceRange],
+    longest: u64,
+    first: u64,
+    end: u64,
+    mut each: impl FnMut(usize, u64, u64),
+) {
+    let lower = first.saturating_sub(longest);
+    let from = sorted.partition_point(|c| c.sector * SECTOR_BYTES < lower);
+    for (index, range) in sorted.iter().enumerate().skip(from) {
+        let (start, stop) = range.bytes();
+        if start >= end {
+            break;
+        }
+        if stop > first {
+            each(index, start, stop);
+        }
+    }
+}
+
+impl DeviceRange {
     /// Its device byte range, [start, end).
     fn bytes(&self) -> (u64, u64) {
         let start = self.sector * SECTOR_BYTES;
@@ -975,7 +1061,17 @@ mod tests {
             recorder.block_event(&issue(sector(at + offset), 128));
         }
         recorder.block_event(&issue(sector(8 << 20), 8));
+        // Bios as queued: two 64 KiB and one 128 KiB over the file, one elsewhere.
+        for (at, sectors) in [(1 << 20, 128), (1 << 20, 256), (4 << 20, 256), (8 << 20, 8)] {
+            recorder.block_event(&BlockEvent {
+                kind: EventKind::Queue as u8,
+                ..issue(sector(at), sectors)
+            });
+        }
         let matched = recorder.match_writes(0);
+        assert_eq!(matched.bios, 3);
+        assert_eq!(matched.bio_size.min(), 65536);
+        assert_eq!(matched.bio_size.count_between(131072, 131072), 2);
         assert_eq!(matched.commands, 4, "the journal write is not the file's");
         assert_eq!(matched.commands_per_write.len(), 4);
         assert_eq!(

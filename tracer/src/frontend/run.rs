@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
-use crate::model::{Report, RunFile, RunReport, RunTarget};
+use crate::model::{FilesNotListed, Report, RunFile, RunReport, RunTarget};
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
 
@@ -256,7 +256,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             sink.recorder.set_file_map(target, map);
         }
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
-        let run = run_report(sink, &command, exit_code);
+        let run = run_report(&mut *sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
             .engine
             .origins()
@@ -324,15 +324,15 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport {
-    let recorder = &sink.recorder;
+fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunReport {
+    let recorder = &mut sink.recorder;
     let program = command
         .first()
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
         .unwrap_or_default();
     let mut targets = Vec::new();
-    for (index, calls) in recorder.targets().iter().enumerate() {
-        let matched = recorder.match_writes(index);
+    for index in 0..recorder.targets().len() {
+        let calls = &recorder.targets()[index];
         // The device's own writes: a disk's bios through its partitions are
         // the partitions' (mkfs opens the whole disk, then writes a partition).
         let writes = sink.engine.tracked_writes_on(&calls.target.device);
@@ -341,13 +341,25 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
             // Opened, never written: not a target.
             continue;
         }
-        // A file's commands are those that carried its bytes; a device's,
-        // all the command's commands there.
-        let commands = match calls.target.file {
-            Some(_) => matched.commands,
-            None => writes.as_ref().map_or(0, |m| m.commands),
+        let matched = recorder.match_writes(index);
+        let calls = &recorder.targets()[index];
+        // A file's bios and commands are those over its bytes, whoever
+        // submitted them (writeback too); a device's, all the command's there.
+        let (bios, bio_size, commands) = match calls.target.file {
+            Some(_) => (
+                matched.bios,
+                distribution(&matched.bio_size, 1),
+                matched.commands,
+            ),
+            None => (
+                bios,
+                writes
+                    .as_ref()
+                    .map(|m| m.user_io_size.clone())
+                    .unwrap_or_default(),
+                writes.as_ref().map_or(0, |m| m.commands),
+            ),
         };
-        let bio_size = writes.map(|m| m.user_io_size).unwrap_or_default();
         let write_size = calls
             .write_size
             .as_ref()
@@ -388,13 +400,61 @@ fn run_report(sink: &RunSink, command: &[String], exit_status: i32) -> RunReport
     let mut touched = sink.engine.devices_written_by_tracked();
     touched.extend(targets.iter().map(|t: &RunTarget| t.device.clone()));
     let background = sink.engine.other_traffic_on(&touched);
+    let files_not_listed = keep_busiest_files(&mut targets, LISTED_FILES);
+    // Devices first, as opened; then files, most bytes first.
+    targets.sort_by_key(|t| {
+        (
+            t.file.is_some(),
+            std::cmp::Reverse(t.file.as_ref().map_or(0, |_| t.write_syscall_bytes)),
+        )
+    });
     RunReport {
         command: command.to_vec(),
         exit_status: Some(exit_status),
         processes: recorder.processes,
         targets,
+        files_not_listed,
         background,
     }
+}
+
+/// Files listed per run: a build or an archive extraction writes thousands.
+const LISTED_FILES: usize = 32;
+
+/// Keeps the `listed` files that wrote most bytes (devices all stay); the
+/// rest are summed.
+fn keep_busiest_files(targets: &mut Vec<RunTarget>, listed: usize) -> Option<FilesNotListed> {
+    let mut file_bytes: Vec<u64> = targets
+        .iter()
+        .filter(|t| t.file.is_some())
+        .map(|t| t.write_syscall_bytes)
+        .collect();
+    if file_bytes.len() <= listed {
+        return None;
+    }
+    file_bytes.sort_unstable_by(|a, b| b.cmp(a));
+    let threshold = file_bytes[listed.saturating_sub(1)];
+    // Files above the threshold all stay; ties at it, in order, fill the rest.
+    let above = file_bytes
+        .iter()
+        .filter(|&&bytes| bytes > threshold)
+        .count();
+    let mut ties = listed.saturating_sub(above);
+    let mut rest = FilesNotListed::default();
+    targets.retain(|target| {
+        if target.file.is_none() || target.write_syscall_bytes > threshold {
+            return true;
+        }
+        if target.write_syscall_bytes == threshold && ties > 0 {
+            ties -= 1;
+            return true;
+        }
+        rest.files += 1;
+        rest.write_syscalls += target.write_syscalls;
+        rest.write_syscall_bytes += target.write_syscall_bytes;
+        false
+    });
+    Some(rest)
 }
 
 /// Where a file's written bytes went, for the report.
@@ -469,4 +529,48 @@ fn keep_touched_devices(
         .partition(|diagnosis| written.contains(&diagnosis.device));
     report.diagnoses = on_written;
     report.other_findings = elsewhere;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(device: &str, file: Option<&str>, bytes: u64) -> RunTarget {
+        RunTarget {
+            device: device.to_string(),
+            file: file.map(|path| RunFile {
+                path: path.to_string(),
+                ..RunFile::default()
+            }),
+            write_syscalls: 1,
+            write_syscall_bytes: bytes,
+            ..RunTarget::default()
+        }
+    }
+
+    #[test]
+    fn the_files_that_wrote_most_are_listed_devices_always() {
+        let mut targets = vec![
+            target("vda", Some("/a"), 5),
+            target("vda", Some("/b"), 5),
+            target("loop0p1", None, 1),
+            target("vda", Some("/c"), 9),
+            target("vda", Some("/d"), 1),
+        ];
+        let rest = keep_busiest_files(&mut targets, 2);
+        let kept: Vec<(&str, u64)> = targets
+            .iter()
+            .map(|t| (t.device.as_str(), t.write_syscall_bytes))
+            .collect();
+        assert_eq!(kept, [("vda", 5), ("loop0p1", 1), ("vda", 9)]);
+        assert_eq!(
+            rest,
+            Some(FilesNotListed {
+                files: 2,
+                write_syscalls: 2,
+                write_syscall_bytes: 6
+            })
+        );
+        assert_eq!(keep_busiest_files(&mut targets, 2), None);
+    }
 }

@@ -369,6 +369,7 @@ pub fn seed_run() -> RunReport {
                 commands of 64 KiB."
                 .to_string(),
         }],
+        files_not_listed: None,
         background: measures(writes(&[(4096, 10)], &[(4096, 10)])),
     }
 }

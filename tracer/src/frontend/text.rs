@@ -260,6 +260,19 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             run_file_lines(out, file);
         }
     }
+    if let Some(rest) = &run.files_not_listed {
+        out.blank();
+        out.wrapped(
+            "  ",
+            "    ",
+            &format!(
+                "{} more files written ({} writes, {}) are not listed.",
+                units::thousands(rest.files),
+                units::thousands(rest.write_syscalls),
+                units::bytes(rest.write_syscall_bytes as f64)
+            ),
+        );
+    }
     let background: u64 = run.background.ops.values().map(|m| m.user_ios).sum();
     if background > 0 {
         let commands: u64 = run.background.ops.values().map(|m| m.commands).sum();
