@@ -24,7 +24,7 @@ use crate::geometry::DevId;
 use crate::model::{Measures, Op, OpMeasures};
 
 /// A block device a file descriptor pointed at, or a regular file on one.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct FdTarget {
     /// Kernel name, e.g. "loop0p2" (for a file, its filesystem's device).
     pub device: String,
@@ -37,7 +37,7 @@ pub struct FdTarget {
 }
 
 /// A regular file, by the path it was opened as and its inode.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct TargetFile {
     pub path: String,
     pub inode: u64,
@@ -136,6 +136,8 @@ pub struct RunRecorder<R: FdResolver> {
     /// are not traced, so a command using them gets wrong offsets here.
     positions: Vec<u64>,
     targets: Vec<TargetCalls>,
+    /// Where each target is in `targets` (a build opens thousands of files).
+    target_index: HashMap<FdTarget, usize>,
     writes: Vec<WriteCall>,
     commands: Vec<DeviceRange>,
     /// Write bios as queued (after partition remapping): a file's bios are
@@ -160,6 +162,7 @@ impl<R: FdResolver> RunRecorder<R> {
             fds: HashMap::new(),
             positions: Vec::new(),
             targets: Vec::new(),
+            target_index: HashMap::new(),
             writes: Vec::new(),
             commands: Vec::new(),
             bios: Vec::new(),
@@ -189,23 +192,22 @@ impl<R: FdResolver> RunRecorder<R> {
     }
 
     fn intern(&mut self, target: Option<FdTarget>) -> Option<usize> {
-        target.map(
-            |target| match self.targets.iter().position(|t| t.target == target) {
-                Some(index) => index,
-                None => {
-                    self.targets.push(TargetCalls {
-                        target,
-                        write_syscalls: 0,
-                        write_bytes: 0,
-                        write_size: None,
-                        fsync_calls: 0,
-                        unmatched_writes: 0,
-                        file_map: None,
-                    });
-                    self.targets.len() - 1
-                }
-            },
-        )
+        let target = target?;
+        if let Some(&index) = self.target_index.get(&target) {
+            return Some(index);
+        }
+        let index = self.targets.len();
+        self.target_index.insert(target.clone(), index);
+        self.targets.push(TargetCalls {
+            target,
+            write_syscalls: 0,
+            write_bytes: 0,
+            write_size: None,
+            fsync_calls: 0,
+            unmatched_writes: 0,
+            file_map: None,
+        });
+        Some(index)
     }
 
     /// A successful open: from now on this fd is (or is not) that device.
