@@ -431,26 +431,26 @@ fn prometheus_sees_what_report_counted() {
     eprintln!("prometheus agreed after {:?}", settle_start.elapsed());
 
     // --by process: the owner series (top owners plus `other`) on a device
-    // sum to its bytes, and dd, the only writer of partition 2, has a series.
-    let bytes_expected: f64 = expected
+    // sum to its user I/Os, and dd, the only writer of partition 2, has a series.
+    let user_ios_expected: f64 = expected
         .iter()
         .filter(|(series, _)| {
-            series.starts_with(&format!(r#"iosplit_bytes_total{{device="{part2}""#))
+            series.starts_with(&format!(r#"iosplit_user_ios_total{{device="{part2}""#))
         })
         .map(|(_, value)| value)
         .sum();
-    assert!(bytes_expected >= 8.0 * 1048576.0, "{expected:?}");
-    let owners_query = format!(r#"iosplit_owner_bytes_total{{device="{part2}",by="process"}}"#);
+    assert!(user_ios_expected >= 8.0, "{expected:?}");
+    let owners_query = format!(r#"iosplit_owner_user_ios_total{{device="{part2}",by="process"}}"#);
     let owners = loop {
         let owners = prometheus.query(&owners_query);
         let sum: f64 = owners.iter().map(|(_, v)| v).sum();
-        if sum == bytes_expected || Instant::now() > deadline + SETTLE {
+        if sum == user_ios_expected || Instant::now() > deadline + SETTLE {
             break owners;
         }
         std::thread::sleep(Duration::from_millis(250));
     };
     let sum: f64 = owners.iter().map(|(_, v)| v).sum();
-    assert_eq!(sum, bytes_expected, "{owners:?}");
+    assert_eq!(sum, user_ios_expected, "{owners:?}");
     assert!(
         owners
             .iter()
