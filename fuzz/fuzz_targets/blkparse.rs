@@ -2,50 +2,10 @@
 //! events through the engine must refuse or report, never panic.
 #![no_main]
 
-use iosplit_trace::engine::{Engine, EngineLimits};
-use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
-use iosplit_trace::record::import::{import, TextFormat};
+#[path = "common/text_import.rs"]
+mod text_import;
+
+use iosplit_trace::record::import::TextFormat;
 use libfuzzer_sys::fuzz_target;
 
-/// The corpus's loop disk: 7:0 with partitions 259:0 and 259:1.
-fn geometry() -> Vec<DiskGeometry> {
-    let partition = |number: u32, start: u64, size: u64| PartitionGeometry {
-        name: format!("loop0p{number}"),
-        dev: Some(DevId::new(259, number - 1)),
-        number,
-        start,
-        size,
-        ..Default::default()
-    };
-    vec![DiskGeometry {
-        name: "loop0".into(),
-        dev: Some(DevId::new(7, 0)),
-        size_sectors: 131072,
-        logical_block_size: 512,
-        physical_block_size: 512,
-        max_sectors_kb: 1280,
-        max_segments: 128,
-        request_based: true,
-        partitions: vec![partition(1, 2048, 40000), partition(2, 43008, 60001)],
-        ..Default::default()
-    }]
-}
-
-fuzz_target!(|data: &[u8]| {
-    // analyze reads the text lossily: any bytes get here as UTF-8.
-    let text = String::from_utf8_lossy(data);
-    let geometry = geometry();
-    let Ok(imported) = import(&text, TextFormat::Blkparse, &geometry) else {
-        return;
-    };
-    // Small tables: a fresh engine per input stays cheap.
-    let limits = EngineLimits {
-        max_in_flight: 1024,
-        ..Default::default()
-    };
-    let mut engine = Engine::new(geometry, limits);
-    for event in &imported.events {
-        engine.ingest(event);
-    }
-    let _ = (engine.diagnoses(), engine.devices());
-});
+fuzz_target!(|data: &[u8]| text_import::import_and_replay(data, TextFormat::Blkparse));

@@ -221,6 +221,10 @@ pub struct ServeArgs {
     /// Address and port to serve /metrics on.
     #[arg(long, value_name = "ADDR:PORT", default_value = crate::frontend::serve::DEFAULT_LISTEN)]
     pub listen: std::net::SocketAddr,
+    /// Also serve counters by who caused the I/O: process, cgroup or file
+    /// (repeatable); the top owners per device plus `other`.
+    #[arg(long = "by", value_enum, value_name = "VIEW")]
+    pub by: Vec<ByView>,
 }
 
 /// Why a `--duration` or `--interval` value was refused (clap prints it).

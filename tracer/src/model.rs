@@ -305,7 +305,7 @@ pub struct Attribution {
 }
 
 /// One way of grouping I/O by who caused it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum OwnerView {
     Process,

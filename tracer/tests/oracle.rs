@@ -22,20 +22,10 @@ use std::path::Path;
 
 use common::{
     count_actions, count_actions_between, dd, device_named, disk_holding, ops_total, privileged,
-    scattered_direct_writes, BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tracer,
+    scattered_direct_writes, split_prone_disk, BlkTracer, LoopDisk, ScratchFile, Tracer,
+    BLK_ACTION_KEYS,
 };
 
-/// The blk tracer's actions and the report's `events` keys that count them.
-const ACTIONS: [(&str, &[&str]); 8] = [
-    ("A", &["remap"]),
-    ("Q", &["queue"]),
-    ("X", &["split"]),
-    ("M", &["backmerge", "rq_merge"]),
-    ("F", &["frontmerge"]),
-    ("D", &["issue"]),
-    ("R", &["requeue"]),
-    ("C", &["complete", "bio_complete"]),
-];
 /// Direct 1 MiB writes of 256 scattered pages to a file on the root disk:
 /// `dd bs=1M oflag=direct`, as the issue measured, with a buffer that is
 /// surely not physically contiguous.
@@ -46,23 +36,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
     if !privileged("event_counts_match_the_kernels_blk_tracer") {
         return;
     }
-    let mut disk = LoopDisk::new(
-        "oracle",
-        96,
-        &[
-            PartitionSpec {
-                start: 2048,
-                size: 65536,
-            },
-            // An odd size: the kernel gives this partition 512-byte blocks.
-            PartitionSpec {
-                start: 69632,
-                size: 100001,
-            },
-        ],
-    );
-    // Small requests force splits of the larger writes.
-    disk.set_queue("max_sectors_kb", "64");
+    let disk = split_prone_disk("oracle");
     let scratch_dir = Path::new(env!("CARGO_TARGET_TMPDIR"));
     let root_disk = disk_holding(scratch_dir);
     let scratch = ScratchFile(scratch_dir.join(format!("oracle-{}.img", std::process::id())));
@@ -194,8 +168,8 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     assert_missed_only_where_allowed(events, flavor);
     assert!(ours("split") > 0, "the workload must split: {events}");
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
-    let pairs =
-        ACTIONS.map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
+    let pairs = BLK_ACTION_KEYS
+        .map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
     let mismatches: Vec<String> = pairs
         .iter()
         .filter(|(action, count)| oracle_count(action) != *count)
@@ -298,7 +272,7 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         "the direct 1 MiB writes to {disk} should have their tails requeued \
          (virtio-blk without indirect descriptors): {inside:?}"
     );
-    let out_of_bounds: Vec<String> = ACTIONS
+    let out_of_bounds: Vec<String> = BLK_ACTION_KEYS
         .iter()
         .filter_map(|(action, keys)| {
             let ours: u64 = keys.iter().map(|key| ours(key)).sum();

@@ -17,23 +17,13 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::{binary, dd, privileged, BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tracer};
+use common::{
+    binary, dd, privileged, split_prone_disk, BlkTracer, ScratchFile, Tracer, BLK_ACTION_KEYS,
+};
 use iosplit_trace::geometry::{DevId, DiskGeometry};
 use iosplit_trace::record::{format, RecordHeader, RecordingSink, Trailer, Writer};
 use iosplit_trace::sink::EventSink;
 use tracer_common::{BlockEvent, EventKind};
-
-/// The blk tracer's actions and the report's `events` keys that count them.
-const ACTIONS: [(&str, &[&str]); 8] = [
-    ("A", &["remap"]),
-    ("Q", &["queue"]),
-    ("X", &["split"]),
-    ("M", &["backmerge", "rq_merge"]),
-    ("F", &["frontmerge"]),
-    ("D", &["issue"]),
-    ("R", &["requeue"]),
-    ("C", &["complete", "bio_complete"]),
-];
 
 fn iosplit(args: &[&str]) -> Output {
     Command::new(binary())
@@ -61,7 +51,7 @@ fn json_of(out: &Output) -> serde_json::Value {
 
 /// Per blk-tracer action, the report's count.
 fn action_counts(report: &serde_json::Value) -> Vec<(&'static str, u64)> {
-    ACTIONS
+    BLK_ACTION_KEYS
         .iter()
         .map(|(action, keys)| {
             let sum = keys
@@ -92,23 +82,7 @@ fn analyze_reprints_the_live_report_and_imports_agree() {
     if !privileged("analyze_reprints_the_live_report_and_imports_agree") {
         return;
     }
-    let mut disk = LoopDisk::new(
-        "record",
-        96,
-        &[
-            PartitionSpec {
-                start: 2048,
-                size: 65536,
-            },
-            // An odd size: 512-byte blocks, the seed's symptom.
-            PartitionSpec {
-                start: 69632,
-                size: 100001,
-            },
-        ],
-    );
-    // Small requests force splits of the larger writes.
-    disk.set_queue("max_sectors_kb", "64");
+    let disk = split_prone_disk("record");
     let check = scratch("check.json");
     let snapshot = iosplit(&["check", "--json", &disk.name]);
     assert!(snapshot.status.success());

@@ -320,7 +320,13 @@ fn prometheus_sees_what_report_counted() {
     if !privileged("prometheus_sees_what_report_counted") {
         return;
     }
-    let serve = Serve::start(Command::new(binary()).args(["serve", "--listen", "127.0.0.1:0"]));
+    let serve = Serve::start(Command::new(binary()).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--by",
+        "process",
+    ]));
     let prometheus = Prometheus::start(&serve.address);
     // The disk appears after serve started: it must be picked up.
     let mut disk = LoopDisk::new(
@@ -423,6 +429,34 @@ fn prometheus_sees_what_report_counted() {
     assert!(mismatches.is_empty(), "{mismatches:#?}");
     assert_eq!(diagnoses_seen, diagnoses_expected);
     eprintln!("prometheus agreed after {:?}", settle_start.elapsed());
+
+    // --by process: the owner series (top owners plus `other`) on a device
+    // sum to its user I/Os, and dd, the only writer of partition 2, has a series.
+    let user_ios_expected: f64 = expected
+        .iter()
+        .filter(|(series, _)| {
+            series.starts_with(&format!(r#"iosplit_user_ios_total{{device="{part2}""#))
+        })
+        .map(|(_, value)| value)
+        .sum();
+    assert!(user_ios_expected >= 8.0, "{expected:?}");
+    let owners_query = format!(r#"iosplit_owner_user_ios_total{{device="{part2}",by="process"}}"#);
+    let owners = loop {
+        let owners = prometheus.query(&owners_query);
+        let sum: f64 = owners.iter().map(|(_, v)| v).sum();
+        if sum == user_ios_expected || Instant::now() > deadline + SETTLE {
+            break owners;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    };
+    let sum: f64 = owners.iter().map(|(_, v)| v).sum();
+    assert_eq!(sum, user_ios_expected, "{owners:?}");
+    assert!(
+        owners
+            .iter()
+            .any(|(labels, _)| labels["owner"].starts_with("dd[")),
+        "no dd series on {part2}: {owners:?}"
+    );
 
     // SIGHUP resets the engine; no served counter may go down.
     let commands_series = format!(

@@ -157,6 +157,22 @@ impl OwnerStats {
         self.user_ios == 0 && self.commands == 0 && self.splits == 0 && self.merges == 0
     }
 
+    /// The counters alone, no distributions: cheap enough to poll.
+    pub fn counts_only(&self) -> OwnerMeasures {
+        let ratio = |num: u64| crate::model::ratio(num, self.user_ios);
+        OwnerMeasures {
+            user_ios: self.user_ios,
+            commands: self.commands,
+            bytes: self.bytes,
+            splits: self.splits,
+            merges: self.merges,
+            amplification: ratio(self.commands),
+            split_share: ratio(self.splits),
+            merge_share: ratio(self.merges),
+            ..OwnerMeasures::default()
+        }
+    }
+
     pub fn to_model(&self) -> OwnerMeasures {
         let ratio = |num: u64| crate::model::ratio(num, self.user_ios);
         let q2d = distribution(&self.queue_to_issue_us, 1);
@@ -257,6 +273,14 @@ impl<K: ViewKey> View<K> {
         for entry in &mut self.entries {
             entry.stats.clear();
         }
+    }
+
+    /// Every non-empty entry (the engine's `other` ones included), by reference.
+    fn nonempty(&self) -> impl Iterator<Item = (K, Place, &OwnerStats)> {
+        self.entries
+            .iter()
+            .filter(|entry| !entry.stats.is_empty())
+            .map(|entry| (entry.key, entry.place, &entry.stats))
     }
 
     /// The top `top` entries by commands (then user I/Os), and per place
@@ -381,6 +405,30 @@ impl AttributionTables {
     }
 
     /// The top `top` owners of each view, named by ids; `device` names a place.
+    /// Every entry of every view with its counters only (no histogram is
+    /// copied or summarized): what `serve --by` polls at each scrape.
+    pub fn counts(&self, device: impl Fn(Place) -> String) -> crate::model::Attribution {
+        crate::model::Attribution {
+            processes: self
+                .processes
+                .nonempty()
+                .map(|(key, place, stats)| process_entry(key, device(place), stats.counts_only()))
+                .collect(),
+            cgroups: self
+                .cgroups
+                .nonempty()
+                .map(|(key, place, stats)| cgroup_entry(key, device(place), stats.counts_only()))
+                .collect(),
+            files: self
+                .files
+                .nonempty()
+                .map(|(key, place, stats)| file_entry(key, device(place), stats.counts_only()))
+                .collect(),
+            folded: crate::model::FoldedOwners::default(),
+            text_views: Vec::new(),
+        }
+    }
+
     pub fn report(
         &self,
         top: usize,
@@ -392,15 +440,15 @@ impl AttributionTables {
         crate::model::Attribution {
             processes: processes
                 .into_iter()
-                .map(|(key, place, stats)| process_entry(key, device(place), &stats))
+                .map(|(key, place, stats)| process_entry(key, device(place), stats.to_model()))
                 .collect(),
             cgroups: cgroups
                 .into_iter()
-                .map(|(key, place, stats)| cgroup_entry(key, device(place), &stats))
+                .map(|(key, place, stats)| cgroup_entry(key, device(place), stats.to_model()))
                 .collect(),
             files: files
                 .into_iter()
-                .map(|(key, place, stats)| file_entry(key, device(place), &stats))
+                .map(|(key, place, stats)| file_entry(key, device(place), stats.to_model()))
                 .collect(),
             folded: crate::model::FoldedOwners {
                 processes: folded_processes,
@@ -412,47 +460,45 @@ impl AttributionTables {
     }
 }
 
-fn process_entry(key: ProcessKey, device: String, stats: &OwnerStats) -> OwnerEntry {
+fn process_entry(key: ProcessKey, device: String, measures: OwnerMeasures) -> OwnerEntry {
     match key {
         ProcessKey::Known { tgid, comm } => {
             let length = comm.iter().position(|&b| b == 0).unwrap_or(COMM_BYTES);
             let name = String::from_utf8_lossy(&comm[..length]).into_owned();
-            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, stats.to_model());
+            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, measures);
             entry.pid = Some(tgid);
             entry.comm = (!name.is_empty()).then_some(name);
             entry
         }
-        ProcessKey::KernelThread => {
-            OwnerEntry::new(OwnerKnown::KernelThread, device, stats.to_model())
-        }
-        ProcessKey::Other => OwnerEntry::new(OwnerKnown::Other, device, stats.to_model()),
+        ProcessKey::KernelThread => OwnerEntry::new(OwnerKnown::KernelThread, device, measures),
+        ProcessKey::Other => OwnerEntry::new(OwnerKnown::Other, device, measures),
     }
 }
 
-fn cgroup_entry(key: CgroupKey, device: String, stats: &OwnerStats) -> OwnerEntry {
+fn cgroup_entry(key: CgroupKey, device: String, measures: OwnerMeasures) -> OwnerEntry {
     match key {
         CgroupKey::Known(id) => {
-            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, stats.to_model());
+            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, measures);
             entry.cgroup_id = Some(id);
             entry
         }
-        CgroupKey::Unknown => OwnerEntry::new(OwnerKnown::Unknown, device, stats.to_model()),
-        CgroupKey::Other => OwnerEntry::new(OwnerKnown::Other, device, stats.to_model()),
+        CgroupKey::Unknown => OwnerEntry::new(OwnerKnown::Unknown, device, measures),
+        CgroupKey::Other => OwnerEntry::new(OwnerKnown::Other, device, measures),
     }
 }
 
-fn file_entry(key: FileKey, device: String, stats: &OwnerStats) -> OwnerEntry {
+fn file_entry(key: FileKey, device: String, measures: OwnerMeasures) -> OwnerEntry {
     match key {
         FileKey::Known { dev, ino, direct } => {
-            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, stats.to_model());
+            let mut entry = OwnerEntry::new(OwnerKnown::Known, device, measures);
             entry.inode = Some(ino);
             entry.dev = Some(crate::geometry::DevId::from_kernel(dev).to_string());
             entry.direct = direct;
             entry
         }
-        FileKey::NoFile => OwnerEntry::new(OwnerKnown::NoFile, device, stats.to_model()),
-        FileKey::Unknown => OwnerEntry::new(OwnerKnown::Unknown, device, stats.to_model()),
-        FileKey::Other => OwnerEntry::new(OwnerKnown::Other, device, stats.to_model()),
+        FileKey::NoFile => OwnerEntry::new(OwnerKnown::NoFile, device, measures),
+        FileKey::Unknown => OwnerEntry::new(OwnerKnown::Unknown, device, measures),
+        FileKey::Other => OwnerEntry::new(OwnerKnown::Other, device, measures),
     }
 }
 

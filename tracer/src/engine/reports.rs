@@ -1,7 +1,7 @@
 //! What the engine reports: measures per device and per origin, and diagnoses.
 
 use super::stats::{self, OpStats, ALL_ORIGINS, OP_COUNT};
-use super::{diagnose, Engine, OriginMeasures};
+use super::{attribution, diagnose, Engine, OriginMeasures};
 use crate::geometry::DevId;
 use crate::model::{DeviceReport, Diagnosis, PartitionReport};
 
@@ -100,14 +100,22 @@ impl Engine {
     /// Who caused the I/O: the top `top` owners per view, by commands, on
     /// each disk or partition; paths are left for the frontend to resolve.
     pub fn attribution(&self, top: usize) -> crate::model::Attribution {
-        self.attribution.report(top, |(disk, part)| {
-            let Some(device) = self.devices.get(disk as usize) else {
-                return String::new();
-            };
-            match device.parts.get(part as usize) {
-                Some(part) => part.name.clone(),
-                None => device.name.clone(),
-            }
-        })
+        self.attribution.report(top, |place| self.place_name(place))
+    }
+
+    /// Every owner entry with its counters only (see `AttributionTables::counts`).
+    pub fn attribution_counts(&self) -> crate::model::Attribution {
+        self.attribution.counts(|place| self.place_name(place))
+    }
+
+    /// The disk or partition name of an attribution place.
+    fn place_name(&self, (disk, part): attribution::Place) -> String {
+        let Some(device) = self.devices.get(disk as usize) else {
+            return String::new();
+        };
+        match device.parts.get(part as usize) {
+            Some(part) => part.name.clone(),
+            None => device.name.clone(),
+        }
     }
 }

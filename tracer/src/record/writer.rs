@@ -303,18 +303,22 @@ impl Drop for Writer {
 
 /// The writer thread: preamble, header, then blocks in arrival order.
 fn write_blocks(
-    mut file: File,
+    file: File,
     inbox: Receiver<Message>,
     spares: Sender<Vec<u8>>,
 ) -> std::result::Result<WriteSummary, RecordError> {
-    let mut summary = WriteSummary::default();
+    let mut out = BlockFile {
+        file,
+        scratch: Vec::new(),
+        summary: WriteSummary::default(),
+    };
     let mut waiting: Vec<Vec<u8>> = Vec::new();
     let mut header_written = false;
     let mut failed: Option<RecordError> = None;
-    let mut scratch = Vec::new();
-    file.write_all(&format::preamble())
+    out.file
+        .write_all(&format::preamble())
         .map_err(RecordError::Write)?;
-    summary.bytes += format::PREAMBLE_BYTES as u64;
+    out.summary.bytes += format::PREAMBLE_BYTES as u64;
     // After a write error keep receiving, so the sink never waits, but write nothing.
     for message in inbox {
         if failed.is_some() {
@@ -325,28 +329,11 @@ fn write_blocks(
         }
         let result = match message {
             Message::Header(header) => {
-                let result = serde_json::to_vec(&*header)
-                    .map_err(RecordError::Encode)
-                    .and_then(|json| {
-                        write_block(
-                            &mut file,
-                            BlockKind::Header,
-                            &json,
-                            &mut scratch,
-                            &mut summary,
-                        )
-                    });
+                let mut result = out.write_json(BlockKind::Header, &*header);
                 header_written = true;
-                let mut result = result;
                 for buffer in waiting.drain(..) {
                     if result.is_ok() {
-                        result = write_block(
-                            &mut file,
-                            BlockKind::Events,
-                            &buffer,
-                            &mut scratch,
-                            &mut summary,
-                        );
+                        result = out.write(BlockKind::Events, &buffer);
                     }
                     recycle(buffer, &spares);
                 }
@@ -357,27 +344,11 @@ fn write_blocks(
                 Ok(())
             }
             Message::Events(buffer) => {
-                let result = write_block(
-                    &mut file,
-                    BlockKind::Events,
-                    &buffer,
-                    &mut scratch,
-                    &mut summary,
-                );
+                let result = out.write(BlockKind::Events, &buffer);
                 recycle(buffer, &spares);
                 result
             }
-            Message::Trailer(trailer) => serde_json::to_vec(&trailer)
-                .map_err(RecordError::Encode)
-                .and_then(|json| {
-                    write_block(
-                        &mut file,
-                        BlockKind::Trailer,
-                        &json,
-                        &mut scratch,
-                        &mut summary,
-                    )
-                }),
+            Message::Trailer(trailer) => out.write_json(BlockKind::Trailer, &trailer),
         };
         if let Err(err) = result {
             failed = Some(err);
@@ -386,7 +357,7 @@ fn write_blocks(
     match failed {
         Some(err) => Err(err),
         None if !header_written => Err(RecordError::NoHeader),
-        None => Ok(summary),
+        None => Ok(out.summary),
     }
 }
 
@@ -395,27 +366,41 @@ fn recycle(mut buffer: Vec<u8>, spares: &Sender<Vec<u8>>) {
     let _ = spares.send(buffer);
 }
 
-fn write_block(
-    file: &mut File,
-    kind: BlockKind,
-    raw: &[u8],
-    scratch: &mut Vec<u8>,
-    summary: &mut WriteSummary,
-) -> std::result::Result<(), RecordError> {
-    scratch.clear();
-    zstd::stream::copy_encode(raw, &mut *scratch, ZSTD_LEVEL).map_err(RecordError::Write)?;
-    let header = BlockHeader {
-        kind: kind as u8,
-        raw_len: raw.len() as u32,
-        payload_len: scratch.len() as u32,
-        checksum: format::checksum(scratch),
-    };
-    // Header and payload in one write: a cut leaves a short last block, never a gap.
-    let mut block = Vec::with_capacity(format::BLOCK_HEADER_BYTES + scratch.len());
-    block.extend_from_slice(&header.encode());
-    block.extend_from_slice(scratch);
-    file.write_all(&block).map_err(RecordError::Write)?;
-    summary.blocks += 1;
-    summary.bytes += block.len() as u64;
-    Ok(())
+/// The recording file as the writer thread appends to it.
+struct BlockFile {
+    file: File,
+    /// The last block's compressed payload, reused.
+    scratch: Vec<u8>,
+    summary: WriteSummary,
+}
+
+impl BlockFile {
+    fn write_json(
+        &mut self,
+        kind: BlockKind,
+        value: &impl serde::Serialize,
+    ) -> std::result::Result<(), RecordError> {
+        let json = serde_json::to_vec(value).map_err(RecordError::Encode)?;
+        self.write(kind, &json)
+    }
+
+    fn write(&mut self, kind: BlockKind, raw: &[u8]) -> std::result::Result<(), RecordError> {
+        let scratch = &mut self.scratch;
+        scratch.clear();
+        zstd::stream::copy_encode(raw, &mut *scratch, ZSTD_LEVEL).map_err(RecordError::Write)?;
+        let header = BlockHeader {
+            kind: kind as u8,
+            raw_len: raw.len() as u32,
+            payload_len: scratch.len() as u32,
+            checksum: format::checksum(scratch),
+        };
+        // Header and payload in one write: a cut leaves a short last block, never a gap.
+        let mut block = Vec::with_capacity(format::BLOCK_HEADER_BYTES + scratch.len());
+        block.extend_from_slice(&header.encode());
+        block.extend_from_slice(scratch);
+        self.file.write_all(&block).map_err(RecordError::Write)?;
+        self.summary.blocks += 1;
+        self.summary.bytes += block.len() as u64;
+        Ok(())
+    }
 }

@@ -718,3 +718,37 @@ pub fn scattered_direct_writes(path: &Path, count: u64) {
         libc::close(fd);
     }
 }
+
+/// A 96 MiB loop disk with an aligned partition and an odd-sized one (the
+/// kernel gives that one 512-byte blocks, the seed's symptom), limited to
+/// 64 KiB requests so larger writes split.
+pub fn split_prone_disk(name: &str) -> LoopDisk {
+    let mut disk = LoopDisk::new(
+        name,
+        96,
+        &[
+            PartitionSpec {
+                start: 2048,
+                size: 65536,
+            },
+            PartitionSpec {
+                start: 69632,
+                size: 100001,
+            },
+        ],
+    );
+    disk.set_queue("max_sectors_kb", "64");
+    disk
+}
+
+/// The blk tracer's actions and the report's `events` keys that count them.
+pub const BLK_ACTION_KEYS: [(&str, &[&str]); 8] = [
+    ("A", &["remap"]),
+    ("Q", &["queue"]),
+    ("X", &["split"]),
+    ("M", &["backmerge", "rq_merge"]),
+    ("F", &["frontmerge"]),
+    ("D", &["issue"]),
+    ("R", &["requeue"]),
+    ("C", &["complete", "bio_complete"]),
+];

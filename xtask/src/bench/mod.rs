@@ -3,7 +3,9 @@
 //! return at once, `IOSPLIT_PROBES=noop`: what any tracepoint-based tracer
 //! pays on this host) and against bpftrace, on a blk-mq loop disk and on
 //! bio-based zram. The targets compare within the run, per workload, since
-//! per-event costs differ severalfold between hosts.
+//! per-event costs differ severalfold between hosts. iosplit-trace also runs
+//! with owners off (attribution's cost), with `--record`, and as `serve`
+//! scraped every second; `--serve-soak` watches serve's RSS for longer.
 //!
 //! Configurations run in turn (A B C D, A B C D, …) so that drift and other
 //! load on the machine hit them alike; the table reports medians over the
@@ -23,6 +25,7 @@
 
 mod devices;
 mod peers;
+mod scrape;
 mod summary;
 mod system;
 mod workload;
@@ -38,7 +41,7 @@ use serde::Serialize;
 use crate::util::{is_root, on_path, output, workspace_root, Result};
 use devices::{DeviceKind, TestDevice};
 use peers::{Config, RunningTracer};
-use summary::{RunRecord, SoakRecord};
+use summary::{RunRecord, ServeSoakRecord, SoakRecord};
 use system::{
     busy_between, load_average, machine_ticks, pause, read_trimmed, BenchLock, Process, ScratchDir,
     Setting, TracefsMount,
@@ -60,6 +63,11 @@ pub struct BenchArgs {
     /// [default: 60; --quick: 0].
     #[arg(long, value_name = "SECS")]
     soak: Option<u32>,
+    /// Also run `serve` this long (the issue's soak is 600) on the workload
+    /// where it saw the most events, scraped every second, its VmRSS sampled
+    /// every 10 s: is the last minute's RSS within 10% of the first's?
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u32).range(20..))]
+    serve_soak: Option<u32>,
     /// Only these devices (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "DEV")]
     device: Vec<DeviceKind>,
@@ -74,6 +82,10 @@ pub struct BenchArgs {
     /// the probe flavors in the same run (adds a configuration: ~2 minutes).
     #[arg(long)]
     classic: bool,
+    /// Also run bpftrace with one printf per event (adds a configuration:
+    /// ~1.5 minutes).
+    #[arg(long)]
+    printf: bool,
     /// Benchmark this iosplit-trace binary instead of building target/release's.
     #[arg(long, value_name = "PATH")]
     binary: Option<PathBuf>,
@@ -83,6 +95,7 @@ struct Plan {
     rounds: u32,
     runtime_s: u32,
     soak_s: u32,
+    serve_soak_s: Option<u32>,
     devices: Vec<DeviceKind>,
     workloads: Vec<Workload>,
     configs: Vec<Config>,
@@ -96,6 +109,9 @@ impl Plan {
         if !args.classic {
             configs.retain(|&c| c != Config::IosplitClassic);
         }
+        if !args.printf {
+            configs.retain(|&c| c != Config::BpftracePrintf);
+        }
         if !on_path("bpftrace") {
             notes.push("bpftrace is not installed: its configurations were skipped".into());
             configs.retain(|c| !c.uses_bpftrace());
@@ -104,6 +120,7 @@ impl Plan {
             rounds: args.rounds.unwrap_or(rounds).max(1),
             runtime_s: args.runtime.unwrap_or(runtime_s).max(1),
             soak_s: args.soak.unwrap_or(soak_s),
+            serve_soak_s: args.serve_soak,
             devices: or_all(&args.device, &DeviceKind::ALL),
             workloads: or_all(&args.workload, &Workload::ALL),
             configs,
@@ -161,7 +178,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     };
     bench.total = bench.count_runs();
     eprintln!(
-        "xtask bench: {} runs of {} s, {} rounds{}; load average {:.2} {:.2} {:.2}",
+        "xtask bench: {} runs of {} s, {} rounds{}{}; load average {:.2} {:.2} {:.2}",
         bench.total,
         plan.runtime_s,
         plan.rounds,
@@ -170,6 +187,8 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         } else {
             String::new()
         },
+        plan.serve_soak_s
+            .map_or(String::new(), |s| format!(", then a {s} s serve soak")),
         load_start[0],
         load_start[1],
         load_start[2],
@@ -195,7 +214,18 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         notes.push("no soak run (--soak 0 or --quick)".into());
         None
     };
-    let targets = summary::targets(&rows, soak.as_ref());
+    let serve_soak = match plan.serve_soak_s {
+        Some(seconds) => bench.serve_soak(&rows, seconds)?,
+        None => None,
+    };
+    let mut targets = summary::targets(&rows, soak.as_ref(), &plan.configs);
+    targets.extend(
+        serve_soak
+            .as_ref()
+            .map(ServeSoakRecord::targets)
+            .into_iter()
+            .flatten(),
+    );
     let kernel = output(Command::new("uname").arg("-r"))
         .map(|k| k.trim().to_string())
         .unwrap_or_default();
@@ -204,7 +234,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
     let table = format!(
         "Host: {cpu_model}, {} CPUs, Linux {kernel}\n\n{}",
         cpu_count(),
-        summary::markdown(&rows, &targets, soak.as_ref())
+        summary::markdown(&rows, &targets, soak.as_ref(), serve_soak.as_ref())
     );
     let load_end = load_average();
     notes.push(MEASUREMENT_NOTE.into());
@@ -238,11 +268,13 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
         rounds: plan.rounds,
         runtime_s: plan.runtime_s,
         soak_s: plan.soak_s,
+        serve_soak_s: plan.serve_soak_s,
         bpf_stats: plan.bpf_stats,
         notes,
         targets,
         rows,
         soak,
+        serve_soak,
         runs: records,
         table: table.clone(),
     };
@@ -318,7 +350,7 @@ impl Bench<'_> {
                     match run {
                         Ok(record) => records.push(record),
                         // A peer tool's failure costs its sample, not the benchmark.
-                        Err(why) if config.uses_bpftrace() => {
+                        Err(why) if config.loses_only_its_sample() => {
                             system::check_interrupted()?;
                             eprintln!("xtask bench: {} failed: {why}", config.title());
                             notes.push(format!(
@@ -441,6 +473,41 @@ impl Bench<'_> {
     }
 }
 
+impl Bench<'_> {
+    /// `serve` alone for `seconds` on the workload where it (or else
+    /// `report`) saw the most events per second, scraped every second.
+    fn serve_soak(
+        &mut self,
+        rows: &[summary::Row],
+        seconds: u32,
+    ) -> Result<Option<ServeSoakRecord>> {
+        let busiest = |config: Config| {
+            rows.iter()
+                .filter(|r| r.config == config)
+                .filter_map(|r| Some((r.events_per_s?, r)))
+                .max_by(|a, b| a.0.total_cmp(&b.0))
+        };
+        let Some((rate, row)) = busiest(Config::Serve).or_else(|| busiest(Config::IosplitTrace))
+        else {
+            return Ok(None);
+        };
+        eprintln!(
+            "xtask bench: serve soak: {seconds} s of {} {} ({:.0}k events/s seen)",
+            row.device.title(),
+            row.workload.key(),
+            rate / 1e3
+        );
+        let device = TestDevice::setup(row.device, &self.scratch.path)?;
+        let target = row.workload.target(&device)?;
+        let _split = prepare(row.workload, &device)?;
+        self.total += 1;
+        let record = self.run(Config::Serve, row.workload, &device, &target, 0, seconds)?;
+        Ok(record.tracer.map(|tracer| {
+            ServeSoakRecord::new(row.device, row.workload, seconds, record.fio, tracer)
+        }))
+    }
+}
+
 /// Queue settings a workload needs, restored when the guard drops.
 fn prepare(workload: Workload, device: &TestDevice) -> Result<Option<Setting>> {
     if workload == Workload::SplitWrite {
@@ -494,11 +561,13 @@ struct BenchDocument {
     rounds: u32,
     runtime_s: u32,
     soak_s: u32,
+    serve_soak_s: Option<u32>,
     bpf_stats: bool,
     notes: Vec<String>,
     targets: Vec<summary::Target>,
     rows: Vec<summary::Row>,
     soak: Option<SoakRecord>,
+    serve_soak: Option<ServeSoakRecord>,
     runs: Vec<RunRecord>,
     table: String,
 }

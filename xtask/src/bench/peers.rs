@@ -1,9 +1,11 @@
 //! The configurations compared: no tracer, the floor (iosplit-trace's raw
-//! tracepoints with programs that return at once), iosplit-trace, and
+//! tracepoints with programs that return at once), iosplit-trace (`report`;
+//! with owners off; with `--record`; `serve` scraped every second), and
 //! bpftrace with in-kernel counting or with one printf per event on the same
 //! tracepoints.
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use serde_json::Value;
 use tracer_common::EventKind;
 
 use super::devices::TestDevice;
+use super::scrape::{self, ScrapeLog, Scraper};
 use super::system::{
     bpf_run_stats, check_interrupted, process_cpu, vm_hwm_kib, BpfRunStats, Process,
 };
@@ -25,6 +28,12 @@ pub enum Config {
     /// `IOSPLIT_PROBES=noop`: the tracepoints' dispatch alone, nothing captured.
     Floor,
     IosplitTrace,
+    /// `IOSPLIT_OWNERS=off`: the queue probe reads no owner (attribution's cost).
+    OwnersOff,
+    /// `report --record FILE`, FILE in the scratch directory (/dev/shm).
+    Record,
+    /// `serve`, scraped every second by a thread here; events from its /metrics.
+    Serve,
     /// iosplit-trace forced onto its fallback probes (`--classic`).
     IosplitClassic,
     BpftraceCount,
@@ -32,10 +41,13 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 6] = [
+    pub const ALL: [Config; 9] = [
         Config::Baseline,
         Config::Floor,
         Config::IosplitTrace,
+        Config::OwnersOff,
+        Config::Record,
+        Config::Serve,
         Config::IosplitClassic,
         Config::BpftraceCount,
         Config::BpftracePrintf,
@@ -46,6 +58,9 @@ impl Config {
             Config::Baseline => "baseline (no tracer)",
             Config::Floor => "floor: noop probes (events = hits)",
             Config::IosplitTrace => "iosplit-trace report",
+            Config::OwnersOff => "iosplit-trace report, owners off",
+            Config::Record => "iosplit-trace report --record",
+            Config::Serve => "iosplit-trace serve, scraped 1/s",
             Config::IosplitClassic => "iosplit-trace, classic tracepoints",
             Config::BpftraceCount => "bpftrace count()",
             Config::BpftracePrintf => "bpftrace printf/event",
@@ -56,13 +71,60 @@ impl Config {
         matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
     }
 
-    fn runs_iosplit(self) -> bool {
+    /// A failed run costs only its own sample (noted), not the benchmark:
+    /// the peers, and `serve` when no scrape got through ("fail the row").
+    pub fn loses_only_its_sample(self) -> bool {
+        self.uses_bpftrace() || self == Config::Serve
+    }
+
+    /// iosplit-trace capturing on its default probes: the runs held to zero drops.
+    pub fn captures(self) -> bool {
         matches!(
             self,
-            Config::Floor | Config::IosplitTrace | Config::IosplitClassic
+            Config::IosplitTrace | Config::OwnersOff | Config::Record | Config::Serve
         )
     }
+
+    fn runs_iosplit(self) -> bool {
+        !matches!(
+            self,
+            Config::Baseline | Config::BpftraceCount | Config::BpftracePrintf
+        )
+    }
+
+    /// The iosplit-trace command line (after the binary) and its environment.
+    fn iosplit_command(
+        self,
+        disk: &str,
+        recording: &Path,
+    ) -> (Vec<String>, Vec<(&'static str, &'static str)>) {
+        let mut args: Vec<String> = match self {
+            Config::Serve => ["serve", "--listen", SERVE_LISTEN]
+                .map(String::from)
+                .to_vec(),
+            _ => ["report", "--json"].map(String::from).to_vec(),
+        };
+        args.extend(["-d".to_string(), disk.to_string()]);
+        if self == Config::Record {
+            args.push("--record".into());
+            args.push(recording.display().to_string());
+        }
+        let probes = match self {
+            Config::IosplitClassic => "classic",
+            Config::Floor => "noop",
+            _ => "raw",
+        };
+        let mut env = vec![("IOSPLIT_PROBES", probes)];
+        if self == Config::OwnersOff {
+            env.push(("IOSPLIT_OWNERS", "off"));
+        }
+        (args, env)
+    }
 }
+
+/// Port 0: the kernel picks a free one, and `serve` prints where it listens.
+const SERVE_LISTEN: &str = "127.0.0.1:0";
+const SERVE_LISTENING: &str = "serving http://";
 
 /// The tracepoints iosplit-trace attaches (the probe table's rows, in its
 /// order; a test holds them together), with the fields a printf line carries
@@ -133,6 +195,10 @@ pub struct RunningTracer {
     stderr: PathBuf,
     pub attach: Duration,
     cpu_at_attach: Duration,
+    /// `Record`: the recording, measured and removed at the end.
+    recording: Option<PathBuf>,
+    /// `Serve`: where it listens, and the thread scraping it.
+    scraper: Option<(SocketAddr, Scraper)>,
 }
 
 /// What we sample from a live tracer (before stopping it).
@@ -161,6 +227,12 @@ pub struct TracerOutcome {
     /// The iosplit-trace report's correlation statistics, when it has them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub correlation: Option<Value>,
+    /// `Record`: the recording's size in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_bytes: Option<u64>,
+    /// `Serve`: the scrapes during the run and the RSS samples.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrapes: Option<ScrapeLog>,
 }
 
 /// How long a tracer may take to attach (bpftrace compiles its program first).
@@ -179,17 +251,18 @@ impl RunningTracer {
     ) -> Result<Option<Self>> {
         let stdout = scratch.join("tracer.out");
         let stderr = scratch.join("tracer.err");
+        let recording = scratch.join("bench.iotrace");
         let mut cmd = match config {
             Config::Baseline => return Ok(None),
-            Config::Floor | Config::IosplitTrace | Config::IosplitClassic => {
+            Config::Floor
+            | Config::IosplitTrace
+            | Config::OwnersOff
+            | Config::Record
+            | Config::Serve
+            | Config::IosplitClassic => {
+                let (args, env) = config.iosplit_command(&device.disk, &recording);
                 let mut cmd = Command::new(iosplit_binary);
-                cmd.args(["report", "--json", "-d", &device.disk]);
-                let flavor = match config {
-                    Config::IosplitClassic => "classic",
-                    Config::Floor => "noop",
-                    _ => "raw",
-                };
-                cmd.env("IOSPLIT_PROBES", flavor);
+                cmd.args(args).envs(env);
                 cmd
             }
             Config::BpftraceCount | Config::BpftracePrintf => {
@@ -211,9 +284,11 @@ impl RunningTracer {
             .stderr(open(&stderr)?);
         let started = Instant::now();
         let mut process = Process::spawn(&mut cmd)?;
-        let (marker_file, marker) = match config.runs_iosplit() {
-            true => (&stderr, IOSPLIT_ATTACHED),
-            false => (&stdout, BPFTRACE_ATTACHED),
+        let (marker_file, marker) = match config {
+            // Printed once the probes are attached and the listener is bound.
+            Config::Serve => (&stderr, SERVE_LISTENING),
+            _ if config.runs_iosplit() => (&stderr, IOSPLIT_ATTACHED),
+            _ => (&stdout, BPFTRACE_ATTACHED),
         };
         loop {
             if contains(marker_file, marker) {
@@ -237,6 +312,15 @@ impl RunningTracer {
         }
         let attach = started.elapsed();
         let cpu_at_attach = process_cpu(process.pid()).unwrap_or_default();
+        let scraper = match config {
+            Config::Serve => {
+                let text = fs::read_to_string(&stderr).unwrap_or_default();
+                let address = listening_address(&text)
+                    .ok_or_else(|| format!("serve did not say where it listens: {text}"))?;
+                Some((address, Scraper::start(address, process.pid())?))
+            }
+            _ => None,
+        };
         Ok(Some(Self {
             config,
             process,
@@ -244,6 +328,8 @@ impl RunningTracer {
             stderr,
             attach,
             cpu_at_attach,
+            recording: (config == Config::Record).then_some(recording),
+            scraper,
         }))
     }
 
@@ -259,6 +345,22 @@ impl RunningTracer {
     /// Stops the tracer (SIGINT, like Ctrl-C) and reads what it reported.
     /// `window` is CPU used while fio ran; `last` was sampled just before this.
     pub fn finish(mut self, window: Duration, last: LiveSample) -> Result<TracerOutcome> {
+        // serve: the scrapes stop, then one last scrape gives the counts.
+        let served = match self.scraper.take() {
+            Some((address, scraper)) => {
+                let log = scraper.stop();
+                if log.ok == 0 {
+                    return Err(format!(
+                        "no scrape of serve's /metrics succeeded ({} failed: {})",
+                        log.failed,
+                        log.last_error.as_deref().unwrap_or("none tried")
+                    ));
+                }
+                let counts = scrape::served_counts(&scrape::get(address, "/metrics")?)?;
+                Some((log, counts))
+            }
+            None => None,
+        };
         let (status, usage) = self.process.interrupt_and_wait(STOP_TIMEOUT)?;
         let stdout = fs::read_to_string(&self.stdout).unwrap_or_default();
         let stderr = fs::read_to_string(&self.stderr).unwrap_or_default();
@@ -280,7 +382,16 @@ impl RunningTracer {
                     ..Counted::default()
                 }
             }
-            Config::IosplitTrace | Config::IosplitClassic => parse_iosplit_report(&stdout)?,
+            Config::IosplitTrace | Config::OwnersOff | Config::Record | Config::IosplitClassic => {
+                parse_iosplit_report(&stdout)?
+            }
+            Config::Serve => served
+                .as_ref()
+                .map_or_else(Counted::default, |(_, counts)| Counted {
+                    events: counts.events,
+                    dropped: counts.dropped,
+                    correlation: None,
+                }),
             Config::BpftraceCount => Counted {
                 events: parse_bpftrace_counts(&stdout),
                 dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
@@ -292,8 +403,18 @@ impl RunningTracer {
                 correlation: None,
             },
         };
-        // Large printf outputs: free the tmpfs memory at once.
+        // Large printf outputs and recordings: free the tmpfs memory at once.
         let _ = fs::remove_file(&self.stdout);
+        let recording_bytes = match &self.recording {
+            Some(path) => {
+                let bytes = fs::metadata(path)
+                    .map_err(|err| format!("no recording at {}: {err}", path.display()))?
+                    .len();
+                let _ = fs::remove_file(path);
+                Some(bytes)
+            }
+            None => None,
+        };
         Ok(TracerOutcome {
             attach_s: self.attach.as_secs_f64(),
             startup_cpu_s: self.cpu_at_attach.as_secs_f64(),
@@ -304,8 +425,16 @@ impl RunningTracer {
             peak_rss_kib: last.vm_hwm_kib.max(usage.max_rss_kib),
             bpf: last.bpf,
             correlation: counted.correlation,
+            recording_bytes,
+            scrapes: served.map(|(log, _)| log),
         })
     }
+}
+
+/// The address in serve's "serving http://ADDR/metrics" line.
+fn listening_address(stderr: &str) -> Option<SocketAddr> {
+    let rest = stderr.split(SERVE_LISTENING).nth(1)?;
+    rest.split('/').next()?.parse().ok()
 }
 
 fn contains(path: &Path, needle: &str) -> bool {
@@ -410,6 +539,46 @@ mod tests {
         assert_eq!(counted.dropped, 3 + 1 + 2);
         assert!(counted.correlation.is_some());
         assert!(parse_iosplit_report("Error: no permission").is_err());
+    }
+
+    #[test]
+    fn serve_address_is_read_from_its_status_line() {
+        let stderr = "iosplit-trace: tracing loop3 (11/11 probes attached, raw tracepoints); Ctrl-C to stop\n\
+                      iosplit-trace: serving http://127.0.0.1:41234/metrics\n";
+        assert_eq!(
+            listening_address(stderr),
+            Some("127.0.0.1:41234".parse().unwrap())
+        );
+        assert_eq!(listening_address("iosplit-trace: tracing loop3\n"), None);
+    }
+
+    #[test]
+    fn each_iosplit_configuration_runs_its_own_command() {
+        let recording = Path::new("/dev/shm/x/bench.iotrace");
+        let command = |config: Config| config.iosplit_command("loop3", recording);
+        let (args, env) = command(Config::OwnersOff);
+        assert_eq!(args, ["report", "--json", "-d", "loop3"]);
+        assert_eq!(env, [("IOSPLIT_PROBES", "raw"), ("IOSPLIT_OWNERS", "off")]);
+        let (args, env) = command(Config::Record);
+        assert_eq!(
+            args,
+            [
+                "report",
+                "--json",
+                "-d",
+                "loop3",
+                "--record",
+                "/dev/shm/x/bench.iotrace"
+            ]
+        );
+        assert_eq!(env, [("IOSPLIT_PROBES", "raw")]);
+        let (args, _) = command(Config::Serve);
+        assert_eq!(args, ["serve", "--listen", "127.0.0.1:0", "-d", "loop3"]);
+        assert_eq!(command(Config::IosplitTrace).1, [("IOSPLIT_PROBES", "raw")]);
+        assert_eq!(command(Config::Floor).1, [("IOSPLIT_PROBES", "noop")]);
+        assert!(Config::ALL
+            .iter()
+            .all(|c| c.runs_iosplit() != (c.uses_bpftrace() || *c == Config::Baseline)));
     }
 
     #[test]

@@ -86,6 +86,16 @@ pub struct Row {
     pub peak_rss_mib: Option<f64>,
     pub attach_ms_max: Option<f64>,
     pub load_1m_median: f64,
+    /// `report --record`: the recording's size, median over the rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_mib: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recording_bytes_per_event: Option<f64>,
+    /// `serve`: scrapes of /metrics that answered 200, and the others, over the rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrapes_ok: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scrapes_failed: Option<u64>,
 }
 
 impl Row {
@@ -196,7 +206,23 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
                 .fold(0.0, f64::max)
         }),
         load_1m_median: median_of(runs, |r| Some(r.load_1m)).unwrap_or(f64::NAN),
+        recording_mib: median_of(runs, |r| {
+            Some(r.tracer.as_ref()?.recording_bytes? as f64 / MIB)
+        }),
+        recording_bytes_per_event: median_of(runs, |r| {
+            let t = r.tracer.as_ref()?;
+            (t.events > 0).then(|| t.recording_bytes.map(|b| b as f64 / t.events as f64))?
+        }),
+        scrapes_ok: sum_of(&tracers, |t| Some(t.scrapes.as_ref()?.ok)),
+        scrapes_failed: sum_of(&tracers, |t| Some(t.scrapes.as_ref()?.failed)),
     }
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+
+/// The sum over the runs that have the value, or None when none has it.
+fn sum_of(tracers: &[&TracerOutcome], f: impl Fn(&TracerOutcome) -> Option<u64>) -> Option<u64> {
+    tracers.iter().filter_map(|t| f(t)).reduce(|a, b| a + b)
 }
 
 /// The sustained zero-drop check.
@@ -218,8 +244,10 @@ pub struct Target {
     pub met: Option<bool>,
 }
 
-/// The targets for iosplit-trace (full correlation), judged on the rows and the soak.
-pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
+/// The targets for iosplit-trace (full correlation), judged on the rows and
+/// the soak; `planned` are the configurations the run tried, so one that
+/// never produced a sample is a miss, not a silence.
+pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> Vec<Target> {
     let ours: Vec<&Row> = rows
         .iter()
         .filter(|r| r.config == Config::IosplitTrace)
@@ -264,17 +292,82 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
             ),
             met: mine.zip(floor).map(|(m, f)| f - m <= 0.05),
         });
+        let row_of = |config: Config| {
+            rows.iter()
+                .find(|p| p.config == config && p.device == r.device && p.workload == r.workload)
+        };
+        if planned.contains(&Config::OwnersOff) {
+            let off = peer(Config::OwnersOff);
+            targets.push(Target {
+                name: format!("owners: {}", label(r)),
+                goal: "owners on (the default) × baseline within 0.02 of owners off's",
+                measured: format!(
+                    "{} vs owners off {} (cost {})",
+                    three(mine),
+                    three(off),
+                    three(mine.zip(off).map(|(m, o)| o - m))
+                ),
+                met: miss_if_absent(
+                    row_of(Config::OwnersOff),
+                    mine.zip(off).map(|(m, o)| o - m <= 0.02),
+                ),
+            });
+        }
+        if planned.contains(&Config::Record) {
+            let record = row_of(Config::Record);
+            let recorded = record.and_then(paired);
+            targets.push(Target {
+                name: format!("record: {}", label(r)),
+                goal: "report --record × baseline within 0.03 of report's",
+                measured: format!(
+                    "{} vs report {} (cost {}); recording {} MiB, {} B/event",
+                    three(recorded),
+                    three(mine),
+                    three(mine.zip(recorded).map(|(m, c)| m - c)),
+                    record
+                        .and_then(|x| x.recording_mib)
+                        .map_or("–".into(), |m| format!("{m:.1}")),
+                    record
+                        .and_then(|x| x.recording_bytes_per_event)
+                        .map_or("–".into(), |b| format!("{b:.2}")),
+                ),
+                met: miss_if_absent(record, mine.zip(recorded).map(|(m, c)| m - c <= 0.03)),
+            });
+        }
+        if planned.contains(&Config::Serve) {
+            let serve = row_of(Config::Serve);
+            let served = serve.and_then(paired);
+            targets.push(Target {
+                name: format!("serve vs count(): {}", label(r)),
+                goal: "serve (scraped 1/s) × baseline ≥ bpftrace count()'s",
+                measured: match serve {
+                    Some(serve) => format!(
+                        "{} vs {} (gap {}); peak RSS {} MiB; scrapes {} ok, {} failed",
+                        three(served),
+                        three(count),
+                        three(served.zip(count).map(|(s, c)| s - c)),
+                        serve.peak_rss_mib.map_or("–".into(), |m| format!("{m:.1}")),
+                        serve.scrapes_ok.unwrap_or(0),
+                        serve.scrapes_failed.unwrap_or(0),
+                    ),
+                    None => "no serve sample (every run failed; see the notes)".into(),
+                },
+                met: miss_if_absent(serve, served.zip(count).map(|(s, c)| s >= c)),
+            });
+        }
     }
 
-    let drops: Option<u64> = ours
+    // Every configuration that captures: report, owners off, record, serve.
+    let drops: Option<u64> = rows
         .iter()
+        .filter(|r| r.config.captures())
         .map(|r| r.drops)
         .chain(std::iter::once(soak.map(|s| s.tracer.dropped)))
         .flatten()
         .reduce(|a, b| a + b);
     targets.push(Target {
         name: "drops".into(),
-        goal: "zero dropped events (all runs and the soak)",
+        goal: "zero dropped events (all iosplit-trace runs that capture, and the soak)",
         measured: drops.map_or("no data".into(), |d| {
             format!(
                 "{d} dropped{}",
@@ -323,6 +416,115 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>) -> Vec<Target> {
     targets
 }
 
+/// A planned configuration with no row failed every run: that is a miss.
+fn miss_if_absent(row: Option<&Row>, met: Option<bool>) -> Option<bool> {
+    match row {
+        Some(_) => met,
+        None => Some(false),
+    }
+}
+
+/// `serve` under one steady workload for minutes, scraped every second.
+#[derive(Clone, Debug, Serialize)]
+pub struct ServeSoakRecord {
+    pub device: DeviceKind,
+    pub workload: Workload,
+    pub seconds: u32,
+    pub fio: FioResult,
+    pub tracer: TracerOutcome,
+    /// The "minute" compared at each end: 60 s, or half the soak if shorter.
+    pub window_s: f64,
+    /// Largest VmRSS sampled in the first and in the last window, KiB.
+    pub first_rss_kib: Option<u64>,
+    pub last_rss_kib: Option<u64>,
+}
+
+/// How much RSS may move between the first and the last minute.
+const RSS_FLAT: f64 = 0.10;
+
+impl ServeSoakRecord {
+    pub fn new(
+        device: DeviceKind,
+        workload: Workload,
+        seconds: u32,
+        fio: FioResult,
+        tracer: TracerOutcome,
+    ) -> Self {
+        let samples = tracer.scrapes.as_ref().map_or(&[][..], |s| &s.rss_kib[..]);
+        let (window_s, first, last) = rss_windows(samples, f64::from(seconds));
+        Self {
+            device,
+            workload,
+            seconds,
+            fio,
+            window_s,
+            first_rss_kib: first,
+            last_rss_kib: last,
+            tracer,
+        }
+    }
+
+    /// Last window's RSS over the first's, minus one.
+    pub fn rss_growth(&self) -> Option<f64> {
+        let (first, last) = (self.first_rss_kib?, self.last_rss_kib?);
+        (first > 0).then(|| last as f64 / first as f64 - 1.0)
+    }
+
+    pub fn targets(&self) -> Vec<Target> {
+        let mib =
+            |kib: Option<u64>| kib.map_or("–".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+        let scrapes = self.tracer.scrapes.as_ref();
+        vec![
+            Target {
+                name: format!("serve soak memory ({} s)", self.seconds),
+                goal: "RSS flat within 10%: the last minute's peak VmRSS against the first's",
+                measured: format!(
+                    "first {:.0} s {} MiB, last {:.0} s {} MiB ({}; {} samples)",
+                    self.window_s,
+                    mib(self.first_rss_kib),
+                    self.window_s,
+                    mib(self.last_rss_kib),
+                    self.rss_growth()
+                        .map_or("–".into(), |g| format!("{:+.1}%", g * 100.0)),
+                    scrapes.map_or(0, |s| s.rss_kib.len()),
+                ),
+                met: self.rss_growth().map(|g| g.abs() <= RSS_FLAT),
+            },
+            Target {
+                name: format!("serve soak drops ({} s)", self.seconds),
+                goal: "zero dropped events, every scrape answered",
+                measured: format!(
+                    "{} dropped; scrapes {} ok, {} failed",
+                    self.tracer.dropped,
+                    scrapes.map_or(0, |s| s.ok),
+                    scrapes.map_or(0, |s| s.failed)
+                ),
+                met: Some(self.tracer.dropped == 0 && scrapes.is_some_and(|s| s.failed == 0)),
+            },
+        ]
+    }
+}
+
+/// The window compared at each end (60 s, or half a shorter soak) and the
+/// largest sample in the first and in the last window. Samples land a little
+/// after each 10 s mark, so the window edges get a second's slack.
+fn rss_windows(samples: &[(f64, u64)], seconds: f64) -> (f64, Option<u64>, Option<u64>) {
+    const SLACK_S: f64 = 1.0;
+    let window = (seconds / 2.0).min(60.0);
+    let largest = |keep: &dyn Fn(f64) -> bool| {
+        samples
+            .iter()
+            .filter(|(at, _)| keep(*at))
+            .map(|&(_, kib)| kib)
+            .max()
+    };
+    (
+        window,
+        largest(&|at| at <= window + SLACK_S),
+        largest(&|at| at >= seconds - window - SLACK_S),
+    )
+}
+
 /// "ratio of medians (median of paired ratios)".
 fn ratios(row: &Row) -> String {
     match (row.iops_ratio, row.iops_ratio_paired) {
@@ -338,7 +540,12 @@ fn cell(value: Option<f64>, format: impl Fn(f64) -> String) -> String {
     value.map_or_else(|| "–".to_string(), format)
 }
 
-pub fn markdown(rows: &[Row], targets: &[Target], soak: Option<&SoakRecord>) -> String {
+pub fn markdown(
+    rows: &[Row],
+    targets: &[Target],
+    soak: Option<&SoakRecord>,
+    serve_soak: Option<&ServeSoakRecord>,
+) -> String {
     let mut text = String::new();
     text.push_str(
         "| device | workload | configuration | IOPS median (min–max) | × baseline (paired) | × floor (paired) \
@@ -384,6 +591,37 @@ pub fn markdown(rows: &[Row], targets: &[Target], soak: Option<&SoakRecord>) -> 
                 .map_or(String::new(), |c| format!("; correlation {c}")),
         ));
     }
+    if let Some(soak) = serve_soak {
+        let t = &soak.tracer;
+        let scrapes = t.scrapes.as_ref();
+        text.push_str(&format!(
+            "\nServe soak: iosplit-trace serve for {} s on {} {}, scraped every second \
+             ({} ok, {} failed): {:.0}k events/s, {} dropped, consumer {:.3} µs/event, \
+             VmRSS {}, peak RSS {:.1} MiB, IOPS {:.0}k.\n",
+            soak.seconds,
+            soak.device.title(),
+            soak.workload.key(),
+            scrapes.map_or(0, |s| s.ok),
+            scrapes.map_or(0, |s| s.failed),
+            t.events as f64 / soak.fio.runtime_s.max(1e-9) / 1e3,
+            t.dropped,
+            t.consumer_cpu_s * 1e6 / t.events.max(1) as f64,
+            scrapes.map_or("–".into(), |s| {
+                // A long soak: one sample a minute is enough to read.
+                let step = if s.rss_kib.len() > 13 { 6 } else { 1 };
+                let mib: Vec<String> = s
+                    .rss_kib
+                    .iter()
+                    .step_by(step)
+                    .map(|(_, kib)| format!("{:.1}", *kib as f64 / 1024.0))
+                    .collect();
+                let every = if step == 1 { "10 s" } else { "minute" };
+                format!("[{}] MiB (every {every})", mib.join(", "))
+            }),
+            t.peak_rss_kib as f64 / 1024.0,
+            soak.fio.iops / 1e3,
+        ));
+    }
     text.push_str("\n| target | goal | measured | met |\n|---|---|---|---|\n");
     for target in targets {
         let met = match target.met {
@@ -402,7 +640,16 @@ pub fn markdown(rows: &[Row], targets: &[Target], soak: Option<&SoakRecord>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::bench::scrape::ScrapeLog;
     use crate::bench::system::BpfRunStats;
+
+    /// The configurations before owners off, record and serve.
+    const FOUR: [Config; 4] = [
+        Config::Baseline,
+        Config::Floor,
+        Config::IosplitTrace,
+        Config::BpftraceCount,
+    ];
 
     fn record(config: Config, round: u32, iops: f64, tracer: Option<TracerOutcome>) -> RunRecord {
         RunRecord {
@@ -525,7 +772,7 @@ mod tests {
                 Some(outcome(1_000_000, 0, 0.0, 0)),
             ),
         ];
-        let targets = targets(&rows(&records), None);
+        let targets = targets(&rows(&records), None, &FOUR);
         let met = |name: &str| {
             targets
                 .iter()
@@ -543,7 +790,7 @@ mod tests {
         assert_eq!(met("cpu"), Some(false));
         assert_eq!(met("memory"), Some(true));
         assert_eq!(met("attach"), Some(true));
-        let table = markdown(&rows(&records), &targets, None);
+        let table = markdown(&rows(&records), &targets, None, None);
         assert!(table.contains("NOT met"));
         assert!(table.contains("| 0.900 (0.900) | 0.909 |"), "{table}");
     }
@@ -575,7 +822,7 @@ mod tests {
         assert_eq!(rows[1].config, Config::Floor);
         assert_eq!(rows[1].floor_ratio_paired, Some(1.0));
         assert_eq!(rows[0].floor_ratio_paired, None);
-        let targets = targets(&rows, None);
+        let targets = targets(&rows, None, &FOUR);
         assert_eq!(targets.len(), 2 + 4);
         assert!(targets.iter().all(|t| t.met == Some(true)), "{targets:?}");
     }
@@ -591,7 +838,7 @@ mod tests {
                 Some(outcome(1_000_000, 0, 0.1, 0)),
             ),
         ];
-        let targets = targets(&rows(&records), None);
+        let targets = targets(&rows(&records), None, &FOUR);
         let comparisons: Vec<&Target> = targets
             .iter()
             .filter(|t| t.name.starts_with("vs "))
@@ -600,6 +847,192 @@ mod tests {
         assert!(
             comparisons.iter().all(|t| t.met.is_none()),
             "{comparisons:?}"
+        );
+    }
+
+    fn targets_named<'a>(targets: &'a [Target], prefix: &str) -> Vec<&'a Target> {
+        targets
+            .iter()
+            .filter(|t| t.name.starts_with(prefix))
+            .collect()
+    }
+
+    #[test]
+    fn owners_record_and_serve_are_judged_against_the_same_run() {
+        let recorded = TracerOutcome {
+            recording_bytes: Some(6 * 1024 * 1024),
+            ..outcome(1_000_000, 0, 0.1, 0)
+        };
+        let served = TracerOutcome {
+            scrapes: Some(ScrapeLog {
+                ok: 4,
+                failed: 1,
+                ..ScrapeLog::default()
+            }),
+            ..outcome(1_000_000, 2, 0.1, 0)
+        };
+        let records = vec![
+            record(Config::Baseline, 0, 100_000.0, None),
+            record(
+                Config::IosplitTrace,
+                0,
+                80_000.0,
+                Some(outcome(1_000_000, 0, 0.1, 0)),
+            ),
+            // Owners cost 0.015 (met); recording 0.05 (not met); serve 0.79 ≥ count's 0.78.
+            record(
+                Config::OwnersOff,
+                0,
+                81_500.0,
+                Some(outcome(1_000_000, 0, 0.1, 0)),
+            ),
+            record(Config::Record, 0, 75_000.0, Some(recorded)),
+            record(Config::Serve, 0, 79_000.0, Some(served)),
+            record(
+                Config::BpftraceCount,
+                0,
+                78_000.0,
+                Some(outcome(1_000_000, 0, 0.0, 0)),
+            ),
+        ];
+        let rows = rows(&records);
+        let record_row = rows.iter().find(|r| r.config == Config::Record).unwrap();
+        assert_eq!(record_row.recording_mib, Some(6.0));
+        let per_event = record_row.recording_bytes_per_event.unwrap();
+        assert!((per_event - 6.291456).abs() < 1e-6, "{per_event}");
+        let serve_row = rows.iter().find(|r| r.config == Config::Serve).unwrap();
+        assert_eq!(
+            (serve_row.scrapes_ok, serve_row.scrapes_failed),
+            (Some(4), Some(1))
+        );
+        assert_eq!(rows[1].scrapes_ok, None);
+
+        let targets = targets(&rows, None, &Config::ALL);
+        let one = |prefix: &str| {
+            let found = targets_named(&targets, prefix);
+            assert_eq!(found.len(), 1, "{prefix}: {targets:?}");
+            found[0].clone()
+        };
+        let owners = one("owners:");
+        assert_eq!(owners.met, Some(true));
+        assert!(
+            owners.measured.contains("cost 0.015"),
+            "{}",
+            owners.measured
+        );
+        let record = one("record:");
+        assert_eq!(record.met, Some(false));
+        assert!(
+            record.measured.contains("cost 0.050")
+                && record.measured.contains("6.0 MiB, 6.29 B/event"),
+            "{}",
+            record.measured
+        );
+        let serve = one("serve vs count():");
+        assert_eq!(serve.met, Some(true));
+        assert!(
+            serve.measured.contains("scrapes 4 ok, 1 failed"),
+            "{}",
+            serve.measured
+        );
+        // serve's drops count like report's.
+        assert_eq!(one("drops").met, Some(false));
+        assert!(one("drops").measured.starts_with("2 dropped"));
+    }
+
+    #[test]
+    fn a_planned_configuration_without_a_sample_is_a_miss() {
+        let records = vec![
+            record(Config::Baseline, 0, 100_000.0, None),
+            record(
+                Config::IosplitTrace,
+                0,
+                90_000.0,
+                Some(outcome(1_000, 0, 0.1, 0)),
+            ),
+            record(
+                Config::BpftraceCount,
+                0,
+                80_000.0,
+                Some(outcome(1_000, 0, 0.0, 0)),
+            ),
+        ];
+        let rows = rows(&records);
+        let targets = targets(&rows, None, &[Config::Serve, Config::BpftraceCount]);
+        let serve = targets_named(&targets, "serve vs count()");
+        assert_eq!(serve.len(), 1);
+        assert_eq!(serve[0].met, Some(false));
+        assert!(serve[0].measured.contains("no serve sample"));
+        // Not planned: no line at all.
+        assert!(targets_named(&targets, "owners:").is_empty());
+        assert!(targets_named(&targets, "record:").is_empty());
+    }
+
+    fn soak_with(rss_kib: Vec<(f64, u64)>, seconds: u32, failed: u64) -> ServeSoakRecord {
+        let tracer = TracerOutcome {
+            scrapes: Some(ScrapeLog {
+                ok: u64::from(seconds),
+                failed,
+                rss_kib,
+                ..ScrapeLog::default()
+            }),
+            ..outcome(1_000_000, 0, 0.1, 0)
+        };
+        let fio = record(Config::Serve, 0, 1.0, None).fio;
+        ServeSoakRecord::new(
+            DeviceKind::Loop,
+            Workload::Buffered512,
+            seconds,
+            fio,
+            tracer,
+        )
+    }
+
+    #[test]
+    fn serve_soak_compares_the_first_and_last_minute_peaks() {
+        // 600 s: 40 MiB rising to 42 MiB in the first minute, 44 MiB at the end: +4.8%.
+        let samples: Vec<(f64, u64)> = (0..=60)
+            .map(|i| {
+                let at = f64::from(i) * 10.0;
+                let mib = if at <= 60.0 { 40 + (i / 3) as u64 } else { 44 };
+                (at, mib * 1024)
+            })
+            .collect();
+        let soak = soak_with(samples, 600, 0);
+        assert_eq!(soak.window_s, 60.0);
+        assert_eq!(soak.first_rss_kib, Some(42 * 1024));
+        assert_eq!(soak.last_rss_kib, Some(44 * 1024));
+        let targets = soak.targets();
+        assert_eq!(targets[0].met, Some(true), "{targets:?}");
+        assert!(
+            targets[0].measured.contains("+4.8%"),
+            "{}",
+            targets[0].measured
+        );
+        assert_eq!(targets[1].met, Some(true));
+
+        // Growing by 20% and a failed scrape: both missed.
+        // Sampled just after each mark, as the scraper does.
+        let leaking = soak_with(
+            vec![(0.0, 900), (10.02, 1000), (20.03, 1100), (30.01, 1200)],
+            30,
+            1,
+        );
+        assert_eq!(leaking.window_s, 15.0);
+        assert_eq!(
+            (leaking.first_rss_kib, leaking.last_rss_kib),
+            (Some(1000), Some(1200))
+        );
+        let targets = leaking.targets();
+        assert_eq!(targets[0].met, Some(false));
+        assert_eq!(targets[1].met, Some(false));
+
+        // No samples: unknown, not met.
+        assert_eq!(soak_with(Vec::new(), 600, 0).targets()[0].met, None);
+        let table = markdown(&[], &[], None, Some(&soak));
+        assert!(
+            table.contains("Serve soak: iosplit-trace serve for 600 s"),
+            "{table}"
         );
     }
 }

@@ -314,17 +314,29 @@ pub fn process_cpu(pid: i32) -> Option<Duration> {
     ))
 }
 
-/// `VmHWM` (peak resident set) in KiB, from the text of /proc/PID/status.
-pub fn parse_vm_hwm_kib(status: &str) -> Option<u64> {
+/// A `kB` field of /proc/PID/status (`VmHWM:`, `VmRSS:`), in KiB.
+pub fn parse_status_kib(status: &str, field: &str) -> Option<u64> {
     status
         .lines()
-        .find_map(|line| line.strip_prefix("VmHWM:"))
+        .find_map(|line| line.strip_prefix(field))
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|kib| kib.parse().ok())
 }
 
+/// Peak resident set so far.
 pub fn vm_hwm_kib(pid: i32) -> Option<u64> {
-    parse_vm_hwm_kib(&fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+    parse_status_kib(
+        &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        "VmHWM:",
+    )
+}
+
+/// Resident set now.
+pub fn vm_rss_kib(pid: i32) -> Option<u64> {
+    parse_status_kib(
+        &fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
+        "VmRSS:",
+    )
 }
 
 /// Busy and total CPU ticks of the whole machine, from the `cpu ` line of /proc/stat.
@@ -443,11 +455,12 @@ mod tests {
     }
 
     #[test]
-    fn vm_hwm_is_read_in_kib() {
+    fn status_sizes_are_read_in_kib() {
         let status =
             "Name:\tiosplit-trace\nVmPeak:\t  90000 kB\nVmHWM:\t   41712 kB\nVmRSS:\t 40000 kB\n";
-        assert_eq!(parse_vm_hwm_kib(status), Some(41712));
-        assert_eq!(parse_vm_hwm_kib("Name:\tzombie\n"), None);
+        assert_eq!(parse_status_kib(status, "VmHWM:"), Some(41712));
+        assert_eq!(parse_status_kib(status, "VmRSS:"), Some(40000));
+        assert_eq!(parse_status_kib("Name:\tzombie\n", "VmHWM:"), None);
     }
 
     #[test]

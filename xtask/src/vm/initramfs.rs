@@ -27,6 +27,10 @@ pub const MODULES: &[&str] = &[
     "sd_mod",
     "nvme",
     "dm_mod",
+    // ext4 for cgroup-writeback; its checksums need the crc32c shash, which
+    // the kernel would otherwise ask a modprobe the guest does not run for.
+    "crc32c_generic",
+    "ext4",
 ];
 
 pub struct Inputs<'a> {

@@ -151,6 +151,22 @@ pub fn all() -> Vec<Scenario> {
             }],
             evaluate: requeue_fix,
         },
+        Scenario {
+            name: "cgroup-writeback",
+            summary: "cgroup v2 (+io +memory): buffered ext4 writes in /a flushed by sync's kworker stay charged to /a; O_DIRECT in /b to /b",
+            disks: vec![Disk {
+                serial: "cgwb",
+                bytes: 256 * MIB,
+                bus: Bus::VirtioBlk {
+                    logical: 512,
+                    physical: 512,
+                },
+                partition: None,
+            }],
+            timeout: Duration::from_secs(300),
+            evaluate: cgroup_writeback,
+            fixed_disks: Vec::new(),
+        },
     ]
 }
 
@@ -989,6 +1005,287 @@ fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
     checks
 }
 
+/// What cgroup-writeback.sh writes: dd's buffered bytes in /a, guest-io's direct ones in /b.
+const BUFFERED_BYTES: u64 = 8 * MIB;
+const DIRECT_BYTES: u64 = 4 * MIB;
+
+/// `measures.bytes` summed over the entries of one attribution view
+/// (`processes`, `cgroups`, `files`) on `device` that `wanted` picks.
+fn owner_bytes(report: &Value, view: &str, device: &str, wanted: impl Fn(&Value) -> bool) -> u64 {
+    report
+        .get("attribution")
+        .and_then(|attribution| attribution.get(view))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry.get("device").and_then(Value::as_str) == Some(device))
+        .filter(|entry| wanted(entry))
+        .map(|entry| {
+            entry
+                .get("measures")
+                .and_then(|measures| measures.get("bytes"))
+                .and_then(Value::as_u64)
+                .unwrap_or(0)
+        })
+        .sum()
+}
+
+fn text_field<'a>(entry: &'a Value, key: &str) -> Option<&'a str> {
+    entry.get(key).and_then(Value::as_str)
+}
+
+fn is_owner(entry: &Value, owner: &str) -> bool {
+    text_field(entry, "owner") == Some(owner)
+}
+
+fn has_pid(entry: &Value, pid: u64) -> bool {
+    entry.get("pid").and_then(Value::as_u64) == Some(pid)
+}
+
+fn in_cgroup(entry: &Value, path: &str) -> bool {
+    text_field(entry, "cgroup") == Some(path)
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.2} MiB", bytes as f64 / MIB as f64)
+}
+
+/// The guest's ids and pids (`names`), parsed.
+struct CgroupRun {
+    disk: String,
+    a_id: u64,
+    b_id: u64,
+    writer_pid: u64,
+    direct_pid: u64,
+    sync_pid: u64,
+}
+
+fn cgroup_run(results: &Results) -> Result<CgroupRun, String> {
+    let names = results.values("names")?;
+    let number = |key: &str| -> Result<u64, String> {
+        names
+            .get(key)
+            .ok_or_else(|| format!("names has no {key}"))?
+            .parse()
+            .map_err(|_| format!("names: {key} is not a number"))
+    };
+    for step in ["writer_rc", "direct_rc"] {
+        if number(step)? != 0 {
+            return Err(format!("guest workload failed: {step}={}", number(step)?));
+        }
+    }
+    Ok(CgroupRun {
+        disk: names.get("disk").cloned().ok_or("names has no disk")?,
+        a_id: number("a_id")?,
+        b_id: number("b_id")?,
+        writer_pid: number("writer_pid")?,
+        direct_pid: number("direct_pid")?,
+        sync_pid: number("sync_pid")?,
+    })
+}
+
+fn cgroup_writeback(results: &Results, line: &Line) -> Vec<Check> {
+    let mut checks = vec![expect_all_probes(
+        &format!("report probes on {} (raw: cgroup and file read)", line.name),
+        results,
+        "report.json",
+    )];
+    let what = "guest cgroup2 subtree_control";
+    let expected = "io and memory enabled";
+    checks.push(match results.text("subtree_control") {
+        Ok(text) => {
+            let enabled: Vec<&str> = text.split_whitespace().collect();
+            Check::new(
+                what,
+                expected,
+                text.trim().to_string(),
+                enabled.contains(&"io") && enabled.contains(&"memory"),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    // The premise: dd exited with its data dirty and charged to /a, so
+    // whatever wrote it later was not dd; sync left nothing dirty.
+    let what = "dd exited with its data dirty in /a; sync cleaned it";
+    let expected = format!(
+        "/a memory.stat file_dirty+file_writeback >= {} before sync, 0 after",
+        mib(BUFFERED_BYTES)
+    );
+    checks.push(
+        match (
+            results.values("a.before-sync"),
+            results.values("a.after-sync"),
+        ) {
+            (Ok(before), Ok(after)) => {
+                let pending = |values: &std::collections::BTreeMap<String, String>| {
+                    ["file_dirty", "file_writeback"]
+                        .iter()
+                        .map(|key| values.get(*key).and_then(|v| v.parse::<u64>().ok()))
+                        .sum::<Option<u64>>()
+                };
+                let (before, after) = (pending(&before), pending(&after));
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "before {}, after {}",
+                        before.map_or("?".into(), mib),
+                        after.map_or("?".into(), mib)
+                    ),
+                    before.is_some_and(|b| b >= BUFFERED_BYTES) && after == Some(0),
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    let (run, report) = match (cgroup_run(results), results.json("report.json")) {
+        (Ok(run), Ok(report)) => (run, report),
+        (Err(why), _) | (_, Err(why)) => {
+            checks.push(Check::missing(
+                "cgroup-writeback workload and report",
+                "names and report.json",
+                why,
+            ));
+            return checks;
+        }
+    };
+    let disk = run.disk.as_str();
+    let a_bytes = owner_bytes(&report, "cgroups", disk, |e| in_cgroup(e, "/a"));
+    let b_bytes = owner_bytes(&report, "cgroups", disk, |e| in_cgroup(e, "/b"));
+    let a_id_ok = owner_bytes(&report, "cgroups", disk, |e| {
+        in_cgroup(e, "/a") && e.get("cgroup_id").and_then(Value::as_u64) == Some(run.a_id)
+    }) == a_bytes;
+    let b_id_ok = owner_bytes(&report, "cgroups", disk, |e| {
+        in_cgroup(e, "/b") && e.get("cgroup_id").and_then(Value::as_u64) == Some(run.b_id)
+    }) == b_bytes;
+    // /a holds the writeback and nothing of /b's: below the sum of both.
+    let what = "cgroup view: kworker writeback charged to /a";
+    let expected = format!(
+        "/a {} <= bytes < {} (id = /a's inode)",
+        mib(BUFFERED_BYTES),
+        mib(BUFFERED_BYTES + DIRECT_BYTES)
+    );
+    checks.push(Check::new(
+        what,
+        expected,
+        format!(
+            "/a {}{}",
+            mib(a_bytes),
+            if a_id_ok { "" } else { ", id mismatch" }
+        ),
+        a_id_ok && (BUFFERED_BYTES..BUFFERED_BYTES + DIRECT_BYTES).contains(&a_bytes),
+    ));
+    let what = "cgroup view: O_DIRECT charged to /b";
+    let expected = format!("/b exactly {} (id = /b's inode)", mib(DIRECT_BYTES));
+    checks.push(Check::new(
+        what,
+        expected,
+        format!(
+            "/b {}{}",
+            mib(b_bytes),
+            if b_id_ok { "" } else { ", id mismatch" }
+        ),
+        b_id_ok && b_bytes == DIRECT_BYTES,
+    ));
+    // Process attribution cannot survive writeback: dd issued nothing, a
+    // kernel thread (flagged, no pid) issued at least its bytes.
+    let writer = owner_bytes(&report, "processes", disk, |e| has_pid(e, run.writer_pid));
+    let kernel_threads = owner_bytes(&report, "processes", disk, |e| is_owner(e, "kernel_thread"));
+    let flagged_with_pid = report
+        .get("attribution")
+        .and_then(|a| a.get("processes"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|e| {
+            is_owner(e, "kernel_thread") && (e.get("pid").is_some() || e.get("comm").is_some())
+        });
+    let sync = owner_bytes(&report, "processes", disk, |e| has_pid(e, run.sync_pid));
+    let what = "process view: writeback under a kernel thread, not dd";
+    let expected = format!(
+        "dd (pid {}) 0 bytes; kernel_thread entries (no pid) >= {}",
+        run.writer_pid,
+        mib(BUFFERED_BYTES)
+    );
+    checks.push(Check::new(
+        what,
+        expected,
+        format!(
+            "dd {}, kernel threads {}{}, sync (pid {}) {}",
+            mib(writer),
+            mib(kernel_threads),
+            if flagged_with_pid {
+                " (with a pid!)"
+            } else {
+                ""
+            },
+            run.sync_pid,
+            mib(sync)
+        ),
+        writer == 0 && kernel_threads >= BUFFERED_BYTES && !flagged_with_pid,
+    ));
+    let direct = owner_bytes(&report, "processes", disk, |e| {
+        has_pid(e, run.direct_pid) && text_field(e, "comm") == Some("guest-io")
+    });
+    let what = "process view: O_DIRECT writer by pid";
+    let expected = format!("guest-io (pid {}) {}", run.direct_pid, mib(DIRECT_BYTES));
+    checks.push(Check::new(
+        what,
+        expected,
+        format!("guest-io {}", mib(direct)),
+        direct == DIRECT_BYTES,
+    ));
+    let a_file = owner_bytes(&report, "files", disk, |e| {
+        text_field(e, "path") == Some("/mnt/a.dat") && e.get("direct").is_none()
+    });
+    let b_file = owner_bytes(&report, "files", disk, |e| {
+        text_field(e, "path") == Some("/mnt/b.dat")
+            && e.get("direct").and_then(Value::as_bool) == Some(true)
+    });
+    let what = "file view: the written files by path";
+    let expected = format!(
+        "/mnt/a.dat (page cache) >= {}, /mnt/b.dat (direct) {}",
+        mib(BUFFERED_BYTES),
+        mib(DIRECT_BYTES)
+    );
+    checks.push(Check::new(
+        what,
+        expected,
+        format!("a.dat {}, b.dat {}", mib(a_file), mib(b_file)),
+        a_file >= BUFFERED_BYTES && b_file == DIRECT_BYTES,
+    ));
+    // The kernel-side filter on the same window.
+    let what = "--cgroup /a keeps the kworker's writeback, drops /b";
+    let expected = format!(
+        "only /a: >= {} by kernel threads; no /b, no guest-io",
+        mib(BUFFERED_BYTES)
+    );
+    checks.push(match results.json("report-a.json") {
+        Ok(filtered) => {
+            let a = owner_bytes(&filtered, "cgroups", disk, |e| in_cgroup(e, "/a"));
+            let others = owner_bytes(&filtered, "cgroups", disk, |e| !in_cgroup(e, "/a"));
+            let threads = owner_bytes(&filtered, "processes", disk, |e| {
+                is_owner(e, "kernel_thread")
+            });
+            let direct = owner_bytes(&filtered, "processes", disk, |e| has_pid(e, run.direct_pid));
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "/a {}, other cgroups {}, kernel threads {}, guest-io {}",
+                    mib(a),
+                    mib(others),
+                    mib(threads),
+                    mib(direct)
+                ),
+                a >= BUFFERED_BYTES && others == 0 && threads >= BUFFERED_BYTES && direct == 0,
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1018,6 +1315,97 @@ mod tests {
                     \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n";
         assert_eq!(issue_layout(v618), "ioprio at 32, rwbs[10] at 34");
         assert_eq!(issue_layout(""), "no ioprio, no rwbs");
+    }
+
+    /// A guest results directory for cgroup-writeback; `collapsed` has the
+    /// writeback issued by dd and charged to the root, as on cgroup v1.
+    fn cgroup_writeback_results(dir: &std::path::Path, collapsed: bool) {
+        let entry = |fields: Value, bytes: u64| {
+            let mut entry = fields;
+            entry["device"] = "vda".into();
+            entry["measures"] = serde_json::json!({ "bytes": bytes });
+            entry
+        };
+        let (writeback_process, writeback_cgroup) = if collapsed {
+            (
+                serde_json::json!({"owner": "known", "pid": 218, "comm": "dd"}),
+                serde_json::json!({"owner": "known", "cgroup": "/", "cgroup_id": 1}),
+            )
+        } else {
+            (
+                serde_json::json!({"owner": "kernel_thread"}),
+                serde_json::json!({"owner": "known", "cgroup": "/a", "cgroup_id": 23}),
+            )
+        };
+        let report = serde_json::json!({
+            "unsupported_probes": [],
+            "attribution": {
+                "processes": [
+                    entry(writeback_process, BUFFERED_BYTES),
+                    entry(serde_json::json!({"owner": "known", "pid": 217, "comm": "guest-io"}), DIRECT_BYTES),
+                ],
+                "cgroups": [
+                    entry(writeback_cgroup, BUFFERED_BYTES),
+                    entry(serde_json::json!({"owner": "known", "cgroup": "/b", "cgroup_id": 61}), DIRECT_BYTES),
+                ],
+                "files": [
+                    entry(serde_json::json!({"owner": "known", "path": "/mnt/a.dat"}), BUFFERED_BYTES),
+                    entry(serde_json::json!({"owner": "known", "path": "/mnt/b.dat", "direct": true}), DIRECT_BYTES),
+                ],
+            }
+        });
+        let mut filtered = report.clone();
+        filtered["attribution"]["processes"] =
+            serde_json::json!([report["attribution"]["processes"][0]]);
+        filtered["attribution"]["cgroups"] =
+            serde_json::json!([report["attribution"]["cgroups"][0]]);
+        std::fs::create_dir_all(dir).unwrap();
+        let files = [
+            ("names", "disk=vda\na_id=23\nb_id=61\nwriter_pid=218\nwriter_rc=0\ndirect_pid=217\ndirect_rc=0\nsync_pid=224\n".to_string()),
+            ("subtree_control", "io memory\n".to_string()),
+            ("a.before-sync", format!("file_dirty={BUFFERED_BYTES}\nfile_writeback=0\n")),
+            ("a.after-sync", "file_dirty=0\nfile_writeback=0\n".to_string()),
+            ("report.json", report.to_string()),
+            ("report-a.json", filtered.to_string()),
+        ];
+        for (name, text) in files {
+            std::fs::write(dir.join(name), text).unwrap();
+        }
+    }
+
+    #[test]
+    fn cgroup_writeback_passes_only_when_the_cgroup_survives_writeback() {
+        let root = std::env::temp_dir().join(format!("iosplit-cgwb-{}", std::process::id()));
+        let line = &crate::vm::kernel::LINES[0];
+        cgroup_writeback_results(&root.join("good"), false);
+        cgroup_writeback_results(&root.join("collapsed"), true);
+        let good = cgroup_writeback(
+            &Results {
+                dir: &root.join("good"),
+            },
+            line,
+        );
+        let collapsed = cgroup_writeback(
+            &Results {
+                dir: &root.join("collapsed"),
+            },
+            line,
+        );
+        std::fs::remove_dir_all(&root).unwrap();
+        assert!(good.iter().all(|check| check.pass), "{good:?}");
+        let failed: Vec<&str> = collapsed
+            .iter()
+            .filter(|check| !check.pass)
+            .map(|check| check.what.as_str())
+            .collect();
+        assert_eq!(
+            failed,
+            [
+                "cgroup view: kworker writeback charged to /a",
+                "process view: writeback under a kernel thread, not dd",
+                "--cgroup /a keeps the kworker's writeback, drops /b",
+            ]
+        );
     }
 
     #[test]

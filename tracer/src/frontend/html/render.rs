@@ -236,6 +236,21 @@ fn rates_svg(series: &Series) -> String {
 }
 
 /// White to dark red on a log scale of `count` over `max`.
+/// The non-empty cells of a time-bin × row grid, as rectangles colored by
+/// count; `corners` places cell (bin, row) on the chart.
+fn heat_cells<'a, const ROWS: usize, C: 'a>(
+    cells: &'a [[u64; ROWS]],
+    max: u64,
+    corners: impl Fn(usize, usize) -> [C; 2] + Copy + 'a,
+) -> impl Iterator<Item = Rectangle<C>> + 'a {
+    cells.iter().enumerate().flat_map(move |(bin, rows)| {
+        rows.iter()
+            .enumerate()
+            .filter(|(_, count)| **count > 0)
+            .map(move |(row, count)| Rectangle::new(corners(bin, row), heat(*count, max).filled()))
+    })
+}
+
 fn heat(count: u64, max: u64) -> RGBColor {
     let level = ((count as f64).ln_1p() / (max as f64).ln_1p().max(1e-9)).clamp(0.0, 1.0);
     let fade = |full: f64| (255.0 - (255.0 - full) * level) as u8;
@@ -261,16 +276,8 @@ fn latency_svg(series: &Series) -> String {
             .y_desc("latency")
             .y_label_formatter(&|row| micros(1u64 << row))
             .draw()?;
-        chart.draw_series(series.latency.iter().enumerate().flat_map(|(bin, rows)| {
-            rows.iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(move |(row, count)| {
-                    Rectangle::new(
-                        [(seconds(bin), row), (seconds(bin + 1), row + 1)],
-                        heat(*count, max).filled(),
-                    )
-                })
+        chart.draw_series(heat_cells(&series.latency, max, |bin, row| {
+            [(seconds(bin), row), (seconds(bin + 1), row + 1)]
         }))?;
         Ok(())
     })
@@ -310,19 +317,11 @@ fn offset_svg(
             .y_desc("offset")
             .y_label_formatter(&|sector| bytes((*sector * 512.0) as u64))
             .draw()?;
-        chart.draw_series(grid.cells.iter().enumerate().flat_map(|(bin, rows)| {
-            rows.iter()
-                .enumerate()
-                .filter(|(_, c)| **c > 0)
-                .map(move |(row, count)| {
-                    Rectangle::new(
-                        [
-                            (seconds(bin), row as f64 * row_sectors),
-                            (seconds(bin + 1), (row + 1) as f64 * row_sectors),
-                        ],
-                        heat(*count, max).filled(),
-                    )
-                })
+        chart.draw_series(heat_cells(&grid.cells, max, |bin, row| {
+            [
+                (seconds(bin), row as f64 * row_sectors),
+                (seconds(bin + 1), (row + 1) as f64 * row_sectors),
+            ]
         }))?;
         for part in disk.map(|d| d.partitions.as_slice()).unwrap_or(&[]) {
             let y = part.start as f64;

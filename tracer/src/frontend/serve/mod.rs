@@ -11,6 +11,8 @@
 //! geometry is re-read: new devices are picked up, vanished ones stop being
 //! served (their totals are kept in case they come back).
 
+mod owners;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
@@ -72,7 +74,10 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             listing: block_listing(),
             geometry_read: Instant::now(),
             present: present_names(&geometry),
-            served: Served::default(),
+            served: Served {
+                owners: owners::OwnerSeries::new(args.by.iter().map(|by| by.view()).collect()),
+                ..Served::default()
+            },
         }),
     });
     let runtime = session::runtime()?;
@@ -199,6 +204,8 @@ struct Snapshot {
     events: EventCounts,
     correlation: CorrelationStats,
     kernel: KernelCounters,
+    /// Every owner's counters, when `--by` asked for any view.
+    attribution: Option<crate::model::Attribution>,
 }
 
 impl Exporter {
@@ -227,6 +234,7 @@ impl Exporter {
         } else {
             None
         };
+        let by_owner = !inner.served.owners.is_empty();
         let snapshot = inner.capture.query(move |engine, kernel| {
             if let Some(disks) = geometry {
                 engine.set_disks(disks);
@@ -237,6 +245,7 @@ impl Exporter {
                 events: engine.events(),
                 correlation: engine.correlation(),
                 kernel,
+                attribution: by_owner.then(|| engine.attribution_counts()),
             };
             if reset {
                 engine.reset();
@@ -432,6 +441,8 @@ struct Served {
     diagnoses: Vec<Diagnosis>,
     /// Disk and partition names the engine knows, with their disk and "major:minor".
     devices: BTreeMap<String, (String, String)>,
+    /// The `--by` views.
+    owners: owners::OwnerSeries,
 }
 
 impl Served {
@@ -464,6 +475,11 @@ impl Served {
             self.kernel.entry(name).or_default().observe(value);
         }
         self.diagnoses = snapshot.diagnoses.clone();
+        if let Some(attribution) = &snapshot.attribution {
+            // Paths of joining owners only: a few lookups, off the consumer thread.
+            self.owners
+                .absorb(attribution, crate::geometry::owners::resolve);
+        }
     }
 
     fn absorb_measures(&mut self, device: &str, disk: &str, measures: &Measures) {
@@ -502,6 +518,7 @@ impl Served {
         self.histograms
             .values_mut()
             .for_each(HistogramTotal::restart);
+        self.owners.engine_was_reset();
     }
 
     /// What to encode now: every series of a device still present, and the rest.
@@ -552,6 +569,18 @@ impl Served {
                     })
                     .collect();
                 families.push(Family::new(name, help, MetricType::Histogram, samples));
+            }
+        }
+        for (index, (name, help, _)) in owners::OWNER_COUNTERS.iter().enumerate() {
+            let samples: Vec<(Labels, Value)> = self
+                .owners
+                .samples(index)
+                .into_iter()
+                .filter(|(labels, _)| live(labels))
+                .map(|(labels, value)| (labels, Value::Counter(value)))
+                .collect();
+            if !self.owners.is_empty() {
+                families.push(Family::new(name, help, MetricType::Counter, samples));
             }
         }
         families.push(Family::new(
@@ -778,7 +807,53 @@ mod tests {
                 dropped: commands,
                 ..KernelCounters::default()
             },
+            attribution: None,
         }
+    }
+
+    #[test]
+    fn owner_series_are_encoded_with_device_view_and_owner() {
+        let mut served = Served {
+            owners: owners::OwnerSeries::new(vec![crate::model::OwnerView::Process]),
+            ..Served::default()
+        };
+        let owner = |commands: u64| {
+            let mut entry = crate::model::OwnerEntry::new(
+                crate::model::OwnerKnown::Known,
+                "loop0".into(),
+                crate::model::OwnerMeasures {
+                    user_ios: commands,
+                    commands,
+                    bytes: commands * 512,
+                    ..Default::default()
+                },
+            );
+            entry.pid = Some(7);
+            entry.comm = Some("dd".into());
+            entry
+        };
+        for commands in [3, 10] {
+            let mut scrape = snapshot("loop0", commands, &[]);
+            scrape.attribution = Some(crate::model::Attribution {
+                processes: vec![owner(commands)],
+                ..Default::default()
+            });
+            served.absorb(&scrape);
+        }
+        let text = text(&served, &["loop0"]);
+        let series = |owner: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"iosplit_owner_commands_total{{device="loop0",by="process",owner="{owner}"}}"#
+                ),
+            )
+        };
+        // Joined at the first scrape (3 commands then are `other`'s), 7 since.
+        assert_eq!(series("dd[7]"), Some(7.0), "{text}");
+        assert_eq!(series("other"), Some(3.0), "{text}");
+        // Gone devices take their owner series with them.
+        assert!(!super::tests::text(&served, &[]).contains("iosplit_owner_commands_total{"));
     }
 
     fn text(served: &Served, present: &[&str]) -> String {
