@@ -475,10 +475,12 @@ pub enum ProcessEventKind {
     Fcntl = 14,
     /// `fd` closed (even a failed close releases it, unless it was not open).
     Close = 15,
+    /// `fd`'s file position moved: `result` is the new position (or -errno).
+    Lseek = 16,
 }
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 16;
+    pub const COUNT: usize = 17;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -496,9 +498,10 @@ impl ProcessEventKind {
         ProcessEventKind::Dup3,
         ProcessEventKind::Fcntl,
         ProcessEventKind::Close,
+        ProcessEventKind::Lseek,
     ];
     /// The syscalls traced, in program order (`Fork` is not one).
-    pub const SYSCALLS: [ProcessEventKind; 15] = [
+    pub const SYSCALLS: [ProcessEventKind; 16] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
         ProcessEventKind::Writev,
@@ -514,6 +517,7 @@ impl ProcessEventKind {
         ProcessEventKind::Dup3,
         ProcessEventKind::Fcntl,
         ProcessEventKind::Close,
+        ProcessEventKind::Lseek,
     ];
 
     pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
@@ -543,6 +547,7 @@ impl ProcessEventKind {
             ProcessEventKind::Dup3 => "dup3",
             ProcessEventKind::Fcntl => "fcntl",
             ProcessEventKind::Close => "close",
+            ProcessEventKind::Lseek => "lseek",
         }
     }
 
@@ -565,6 +570,7 @@ impl ProcessEventKind {
             ProcessEventKind::Dup3 => "enter_dup3",
             ProcessEventKind::Fcntl => "enter_fcntl",
             ProcessEventKind::Close => "enter_close",
+            ProcessEventKind::Lseek => "enter_lseek",
         }
     }
 
@@ -601,6 +607,8 @@ pub const UNKNOWN_OFFSET: u64 = u64::MAX;
 /// (or [`UNKNOWN_OFFSET`]) and got `result` (bytes written, or -errno).
 /// Fork: `tgid` is the new child, `fd` its parent.
 /// Dup family: `fd` is the source and `result` the new fd (or -errno).
+/// Opens ([`OpenEvent`]): `offset` carries the open flags ([`O_APPEND`]).
+/// Lseek: `result` is the new file position.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ProcessEvent {
@@ -624,6 +632,10 @@ impl ProcessEvent {
         _pad: [0; 7],
     };
 }
+
+/// `O_APPEND` in an open's flags (the generic value: x86-64 and arm64 alike):
+/// such an fd writes at the file's end, a position the probes do not see.
+pub const O_APPEND: u64 = 0o2000;
 
 /// Bytes of a path carried by an [`OpenEvent`] (longer paths are cut).
 pub const PATH_BYTES: usize = 256;
@@ -662,7 +674,13 @@ pub struct ProcessOffsets {
     pub dup3_oldfd: u16,
     /// `cmd` in `sys_enter_fcntl` (its `fd` is at [`Self::fd`]).
     pub fcntl_cmd: u16,
-    pub _pad: u16,
+    /// `flags` in `sys_enter_openat`.
+    pub openat_flags: u16,
+    /// `flags` in `sys_enter_open` (absent on some architectures).
+    pub open_flags: u16,
+    /// `how` in `sys_enter_openat2`: a user pointer to `struct open_how`,
+    /// whose first member is the flags.
+    pub openat2_how: u16,
 }
 
 impl ProcessOffsets {
@@ -678,7 +696,9 @@ impl ProcessOffsets {
         dup_fildes: NO_FIELD,
         dup3_oldfd: NO_FIELD,
         fcntl_cmd: NO_FIELD,
-        _pad: 0,
+        openat_flags: NO_FIELD,
+        open_flags: NO_FIELD,
+        openat2_how: NO_FIELD,
     };
 }
 

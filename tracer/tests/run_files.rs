@@ -239,3 +239,75 @@ fn buffered_writes_are_matched_through_writeback_or_said_to_be_dirty() {
         "{text}"
     );
 }
+
+#[test]
+fn a_seek_is_followed_and_an_append_is_not_guessed() {
+    if !privileged("a_seek_is_followed_and_an_append_is_not_guessed") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (_disk, partition) = disk("runf-seek", 64);
+    let mounted = Mounted::ext4(&partition);
+    let file = mounted.point.join("seek.bin");
+    // Allocated first, outside the run: 2 MiB of extents.
+    sh(
+        "dd",
+        &dd_to(&file, &["oflag=direct"])[1..]
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+    );
+
+    // dd seek=16 lseeks its output to 1 MiB, then write()s the second half:
+    // followed from position 0 these bytes would land on the first half,
+    // where no command of the run wrote.
+    let command = [
+        "dd",
+        "if=/dev/zero",
+        "bs=64k",
+        "count=16",
+        "seek=16",
+        "conv=notrunc",
+        "oflag=direct",
+        "status=none",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([format!("of={}", file.display())])
+    .collect::<Vec<_>>();
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let report = run_json(&command);
+    let target = file_target(&report, &file);
+    assert_eq!(target["file"]["matched_bytes"], 16 * 65536, "{target}");
+    assert_eq!(target["file"]["unknown_offset_bytes"], 0, "{target}");
+    assert_eq!(target["file"]["not_written_back_bytes"], 0, "{target}");
+    assert_eq!(target["commands_per_write"]["count"], 16, "{target}");
+
+    // O_APPEND writes at the file's end, which the probes do not see: the
+    // bytes are counted as of unknown offset, not matched at a guess.
+    let command = [
+        "dd",
+        "if=/dev/zero",
+        "bs=64k",
+        "count=4",
+        "conv=notrunc",
+        "oflag=append,direct",
+        "status=none",
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .chain([format!("of={}", file.display())])
+    .collect::<Vec<_>>();
+    let command: Vec<&str> = command.iter().map(String::as_str).collect();
+    let report = run_json(&command);
+    let target = file_target(&report, &file);
+    assert_eq!(
+        target["file"]["unknown_offset_bytes"],
+        4 * 65536,
+        "{target}"
+    );
+    assert_eq!(target["file"]["matched_bytes"], 0, "{target}");
+    assert_eq!(target["write_syscalls"], 4, "{target}");
+}

@@ -8,7 +8,10 @@
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user_str_bytes},
+    helpers::{
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_probe_read_user_str_bytes,
+    },
     macros::{map, tracepoint},
     maps::{HashMap, RingBuf},
     programs::TracePointContext,
@@ -31,6 +34,8 @@ struct PendingCall {
     fd: u32,
     kind: u8,
     _pad: [u8; 3],
+    /// Opens: their flags (`O_APPEND` decides whether positions can be followed).
+    open_flags: u64,
 }
 
 #[map(name = "PENDING_CALLS")]
@@ -91,11 +96,21 @@ fn enter_with_fd_at(
         return 0;
     };
     let offset = read_u64(ctx, pos_offset).unwrap_or(UNKNOWN_OFFSET);
+    let open_flags = match kind {
+        ProcessEventKind::Openat => read_u64(ctx, fields.openat_flags),
+        ProcessEventKind::Open => read_u64(ctx, fields.open_flags),
+        ProcessEventKind::Openat2 => read_u64(ctx, fields.openat2_how).and_then(|how| {
+            // SAFETY: the caller's `struct open_how`, read with a faulting-safe helper.
+            unsafe { bpf_probe_read_user(how as *const u64) }.ok()
+        }),
+        _ => None,
+    };
     let call = PendingCall {
         offset,
         fd: fd as u32,
         kind: kind as u8,
         _pad: [0; 3],
+        open_flags: open_flags.unwrap_or(0),
     };
     let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
     0
@@ -129,6 +144,8 @@ enter_probe!(enter_openat2, ProcessEventKind::Openat2, openat_filename);
 enter_probe!(enter_open, ProcessEventKind::Open, open_filename);
 // dd opens its output as fd 3, then dup2s it onto fd 1 and closes fd 3.
 enter_probe!(enter_close, ProcessEventKind::Close);
+// A moved file position: plain write()s to a file follow it.
+enter_probe!(enter_lseek, ProcessEventKind::Lseek);
 
 /// `dup`, `dup2` and `dup3` name their source fd otherwise than `fd`.
 macro_rules! dup_probe {
@@ -194,7 +211,10 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
             // SAFETY: `open` points at a reserved, writable OpenEvent; the
             // name is copied from the caller's memory with a faulting-safe helper.
             unsafe {
-                (*open).event = ProcessEvent { offset: 0, ..event };
+                (*open).event = ProcessEvent {
+                    offset: call.open_flags,
+                    ..event
+                };
                 let path = &mut (*open).path;
                 path[0] = 0;
                 let _ = bpf_probe_read_user_str_bytes(call.offset as *const u8, path);

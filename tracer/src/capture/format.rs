@@ -282,6 +282,10 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
     }
     // `open` does not exist on every architecture; without it, opens via openat still count.
     offsets.open_filename = offset("syscalls", "sys_enter_open", "filename", 8).unwrap_or(NO_FIELD);
+    offsets.openat_flags = offset("syscalls", "sys_enter_openat", "flags", 8)?;
+    offsets.open_flags = offset("syscalls", "sys_enter_open", "flags", 8).unwrap_or(NO_FIELD);
+    // openat2 is 5.6 and later; without it, its opens are not traced at all.
+    offsets.openat2_how = offset("syscalls", "sys_enter_openat2", "how", 8).unwrap_or(NO_FIELD);
     offsets.pwrite_pos = offset("syscalls", "sys_enter_pwrite64", "pos", 8)?;
     let pwritev_pos = offset("syscalls", "sys_enter_pwritev", "pos_l", 8)?;
     if offset("syscalls", "sys_enter_pwritev2", "pos_l", 8)? != pwritev_pos {
@@ -416,6 +420,14 @@ mod tests {
         assert_eq!(
             (offsets.dup_fildes, offsets.dup3_oldfd, offsets.fcntl_cmd),
             (16, 16, 24)
+        );
+        assert_eq!(
+            (
+                offsets.openat_flags,
+                offsets.open_flags,
+                offsets.openat2_how
+            ),
+            (32, 24, 32)
         );
         let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         // The cause chain names the tracepoint, the file and the OS error.

@@ -14,7 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use hdrhistogram::Histogram;
 use tracer_common::{
-    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
+    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, O_APPEND, UNKNOWN_OFFSET,
 };
 
 use super::stats::{self, new_histogram as histogram, OpStats, OP_COUNT};
@@ -225,9 +225,12 @@ impl<R: FdResolver> RunRecorder<R> {
             return;
         };
         let target = self.resolver.resolve_path(event.tgid, path);
+        // O_APPEND writes land at the file's end, a position not seen here:
+        // their offsets stay unknown rather than guessed.
+        let appends = event.offset & O_APPEND != 0;
         let found = self.intern(target).map(|target| OpenTarget {
             target,
-            description: self.new_description(target),
+            description: (!appends).then(|| self.new_description(target)).flatten(),
         });
         self.fds.insert((event.tgid, event.result as u32), found);
     }
@@ -273,6 +276,16 @@ impl<R: FdResolver> RunRecorder<R> {
             if event.result >= 0 {
                 let target = self.target_of(event.tgid, event.fd);
                 self.fds.insert((event.tgid, event.result as u32), target);
+            }
+            return;
+        }
+        if kind == ProcessEventKind::Lseek {
+            // The new position, from the kernel's answer (whatever `whence` was).
+            let description = self
+                .target_of(event.tgid, event.fd)
+                .and_then(|open| open.description);
+            if let (Ok(position), Some(description)) = (u64::try_from(event.result), description) {
+                self.positions[description] = position;
             }
             return;
         }
@@ -1031,6 +1044,50 @@ mod tests {
     }
 
     use crate::geometry::fiemap::FileExtent;
+
+    /// Matches `recorder`'s writes against one extent (file 0..1 MiB at
+    /// partition byte 1 MiB) and one 64 KiB command at each of `at`.
+    fn matched_with_commands_at(mut recorder: RunRecorder<OneFile>, at: &[u64]) -> WriteBytes {
+        recorder.set_file_map(
+            0,
+            Ok(FileMap {
+                extents: vec![extent(0, 1 << 20, 1 << 20, ExtentKind::Mapped)],
+                truncated: false,
+            }),
+        );
+        for offset in at {
+            recorder.block_event(&issue(1000 + ((1 << 20) + offset) / 512, 128));
+        }
+        recorder.match_writes(0).bytes
+    }
+
+    #[test]
+    fn lseek_moves_the_followed_position() {
+        let mut recorder = RunRecorder::new(OneFile);
+        recorder.open_event(&open(42, 3, "/mnt/f"));
+        // write at 0, lseek to 512 KiB (the kernel's answer), write there.
+        recorder.process_event(&plain_write(3));
+        recorder.process_event(&fd_call(ProcessEventKind::Lseek, 3, 512 << 10));
+        recorder.process_event(&plain_write(3));
+        // A failed lseek changes nothing and is not a failed write.
+        recorder.process_event(&fd_call(ProcessEventKind::Lseek, 3, -22));
+        let bytes = matched_with_commands_at(recorder, &[0, 512 << 10]);
+        assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
+        assert_eq!(bytes.unknown_offset, 0);
+    }
+
+    #[test]
+    fn o_append_writes_have_unknown_offsets_not_guessed_ones() {
+        let mut recorder = RunRecorder::new(OneFile);
+        let mut appending = open(42, 3, "/mnt/f");
+        appending.event.offset = O_APPEND | 0o1; // O_WRONLY | O_APPEND
+        recorder.open_event(&appending);
+        recorder.process_event(&plain_write(3));
+        // A command sits where a position of 0 would have guessed.
+        let bytes = matched_with_commands_at(recorder, &[0]);
+        assert_eq!(bytes.matched, 0, "{bytes:?}");
+        assert_eq!(bytes.unknown_offset, 65536);
+    }
 
     #[test]
     fn plain_writes_to_a_file_follow_its_position_across_dups_and_extents() {
