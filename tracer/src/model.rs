@@ -113,7 +113,9 @@ pub struct CorrelationStats {
 }
 
 /// Operation class of an I/O, from the first letters of `rwbs`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Op {
     Read,
@@ -138,7 +140,7 @@ impl Op {
 }
 
 /// A distribution summary: percentiles and log2 buckets.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Distribution {
     pub count: u64,
     pub min: u64,
@@ -151,14 +153,14 @@ pub struct Distribution {
     pub buckets: Vec<Bucket>,
 }
 
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct Bucket {
     pub low: u64,
     pub count: u64,
 }
 
 /// Measures of one operation class on one disk or partition.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct OpMeasures {
     /// Bios as submitted to the device or partition (block_bio_queue).
     pub user_ios: u64,
@@ -256,7 +258,7 @@ pub fn ratio(num: u64, den: u64) -> f64 {
 }
 
 /// Measures of one disk or partition, per operation class that was seen.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Measures {
     pub ops: BTreeMap<Op, OpMeasures>,
 }
@@ -433,7 +435,7 @@ impl OwnerEntry {
 }
 
 /// Which part of a user I/O's life was longer, on average.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Dominant {
     /// queue→issue (Q2D): waiting in the scheduler, plugs, throttling.
@@ -531,7 +533,7 @@ pub struct WhatIf {
 }
 
 /// What a command run under `iosplit-trace run` did, from syscalls down to commands.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct RunReport {
     pub command: Vec<String>,
     pub exit_status: Option<i32>,
@@ -546,14 +548,14 @@ pub struct RunReport {
 }
 
 /// The files a run wrote that its report does not list, summed.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
 pub struct FilesNotListed {
     pub files: u64,
     pub write_syscalls: u64,
     pub write_syscall_bytes: u64,
 }
 
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct RunTarget {
     pub device: String,
     /// Set when the target is a regular file on `device`.
@@ -578,7 +580,7 @@ pub struct RunTarget {
 /// A regular file `run` wrote: its writes were carried to sectors through
 /// its extent map (FIEMAP, read after the command). The byte counts split
 /// the file's `write_syscall_bytes`.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct RunFile {
     pub path: String,
     pub inode: u64,

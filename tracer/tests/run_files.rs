@@ -311,3 +311,54 @@ fn a_seek_is_followed_and_an_append_is_not_guessed() {
     assert_eq!(target["file"]["matched_bytes"], 0, "{target}");
     assert_eq!(target["write_syscalls"], 4, "{target}");
 }
+
+/// `run --record`: `analyze` prints the run's report again, its run section
+/// (files matched through extent maps read on this machine) included.
+#[test]
+fn analyze_reprints_a_recorded_run() {
+    if !privileged("analyze_reprints_a_recorded_run") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let (_disk, partition) = disk("runf-record", 64);
+    let mounted = Mounted::ext4(&partition);
+    let file = mounted.point.join("recorded.bin");
+    let recording = common::ScratchFile(
+        std::env::temp_dir().join(format!("iosplit-run-{}.iotrace", std::process::id())),
+    );
+    let live = Command::new(binary())
+        .args([
+            "run",
+            "--json",
+            "--record",
+            recording.0.to_str().unwrap(),
+            "--",
+        ])
+        .args(dd_to(&file, &["oflag=direct"]))
+        .output()
+        .unwrap();
+    assert!(
+        live.status.success(),
+        "{}",
+        String::from_utf8_lossy(&live.stderr)
+    );
+    let mut live: Value = serde_json::from_slice(&live.stdout).unwrap();
+    let replayed = Command::new(binary())
+        .args(["analyze", "--json", recording.0.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        replayed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let mut replayed: Value = serde_json::from_slice(&replayed.stdout).unwrap();
+    assert_eq!(file_target(&live, &file)["file"]["matched_bytes"], WRITTEN);
+    for report in [&mut live, &mut replayed] {
+        assert!(report["duration_s"].as_f64().unwrap() > 0.0);
+        report["duration_s"] = Value::Null;
+    }
+    assert_eq!(replayed, live, "analyze differs from the live run");
+}

@@ -167,6 +167,7 @@ pub fn replay<R: Read>(
     let mut notes = Vec::new();
     let mut intervals = Vec::new();
     let mut names = None;
+    let mut run = None;
     for item in recording.by_ref() {
         let item = item.with_context(|| format!("cannot analyze {}", path.display()))?;
         match item {
@@ -191,13 +192,15 @@ pub fn replay<R: Read>(
                 intervals.push(report);
                 engine.reset();
             }
-            // `run`'s syscall matching needs the live /proc; see the note below.
+            // `run`'s matching needs the traced machine's /proc and extent
+            // maps: its conclusion is recorded (`Item::Run`) and reprinted.
             Item::Process(_) | Item::Open(_) => {}
+            Item::Run(recorded) => run = Some(recorded),
         }
     }
-    if header.run_command.is_some() {
+    if header.run_command.is_some() && run.is_none() {
         notes.push(
-            "a `run` recording replays its block events; the run section (syscalls matched to commands) is not rebuilt".into(),
+            "a `run` recording without its run record (format 2, or cut short): its block events are replayed, the run section (syscalls matched to commands) is not".into(),
         );
     }
     let truncated = recording.truncated;
@@ -220,6 +223,9 @@ pub fn replay<R: Read>(
     };
     let mut report = session::report(&engine, counters, elapsed, header.unsupported_probes);
     name_as_recorded(&mut report, names);
+    if let Some(recorded) = run {
+        super::run::conclude(&mut report, *recorded);
+    }
     Ok(Analysis {
         intervals,
         report,

@@ -23,6 +23,7 @@ use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
 use crate::model::{FilesNotListed, Report, RunFile, RunReport, RunTarget};
+use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
 
@@ -250,8 +251,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
     let elapsed = started.elapsed();
-    let mut report = capture.finish(move |sink, counters| {
-        sink.finish_recording(super::record::trailer(counters, elapsed));
+    let report = capture.finish(move |sink, counters| {
         for (target, map) in file_maps {
             sink.recorder.set_file_map(target, map);
         }
@@ -270,14 +270,22 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             .into_iter()
             .collect();
         written.extend(run.targets.iter().map(|t| t.device.clone()));
-        keep_touched_devices(&mut report, &run, &tracked_devices, &named, &written);
-        report.run = Some(run);
+        // Cgroup and file paths (the probes are detached: nothing waits).
+        if let Some(attribution) = report.attribution.as_mut() {
+            crate::geometry::owners::resolve(attribution);
+            sink.record_names(&crate::model::OwnerNames::of(attribution));
+        }
+        let conclusion = RunRecord {
+            run,
+            tracked_devices,
+            named: named.iter().map(|dev| dev.to_string()).collect(),
+            written: written.into_iter().collect(),
+        };
+        sink.record_run(&conclusion);
+        sink.finish_recording(super::record::trailer(counters, elapsed));
+        conclude(&mut report, conclusion);
         report
     })?;
-    // Cgroup and file paths, off the consumer thread.
-    if let Some(attribution) = report.attribution.as_mut() {
-        crate::geometry::owners::resolve(attribution);
-    }
     match out.print(&report, Format::from_flags(args.json, false)) {
         // A closed pipe is no failure: CMD's status still stands.
         Err(err) if err.is_broken_pipe() => {}
@@ -498,16 +506,30 @@ fn run_file(
 /// Keeps the devices the command touched (or that were named with -d). Its
 /// diagnoses are the findings on devices it wrote; the rest on those disks
 /// become `other_findings`.
+/// The run's report: its section, and only the devices it touched (live, or
+/// as recorded, for `analyze`).
+pub fn conclude(report: &mut Report, conclusion: RunRecord) {
+    let written: BTreeSet<String> = conclusion.written.iter().cloned().collect();
+    keep_touched_devices(
+        report,
+        &conclusion.run,
+        &conclusion.tracked_devices,
+        &conclusion.named,
+        &written,
+    );
+    report.run = Some(conclusion.run);
+}
+
 fn keep_touched_devices(
     report: &mut Report,
     run: &RunReport,
     tracked_devices: &[String],
-    named: &[DevId],
+    named: &[String],
     written: &BTreeSet<String>,
 ) {
     let mut touched: BTreeSet<&str> = run.targets.iter().map(|t| t.device.as_str()).collect();
     touched.extend(tracked_devices.iter().map(String::as_str));
-    let named: BTreeSet<String> = named.iter().map(|d| d.to_string()).collect();
+    let named: BTreeSet<&String> = named.iter().collect();
     report.devices.retain(|device| {
         touched.contains(device.name.as_str())
             || named.contains(&device.dev)

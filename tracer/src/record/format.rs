@@ -14,9 +14,13 @@
 //! a `BlockEvent`, a `ProcessEvent`, an `OpenEvent`, the dirty-buffer
 //! totals (u32 count, then count × (u32 dev, `DirtyCounts`)), "events were
 //! lost" (no bytes), the disks as they changed mid-trace (u32 length, then
-//! JSON `Vec<DiskGeometry>`), or an interval mark (`report --interval`
+//! JSON `Vec<DiskGeometry>`), an interval mark (`report --interval`
 //! printed a report here and reset the engine: the [`Trailer`] numbers as
-//! four u64 and one f64).
+//! four u64 and one f64), the owner names a live report resolved, or (from
+//! format 3) what `run` concluded (u32 length, then JSON [`RunRecord`]).
+//!
+//! This build writes format 3 and reads 2 and 3: format 2 is format 3
+//! without the run record.
 //!
 //! Each block stands alone, so a file cut short (full disk, killed recorder)
 //! reads up to its last complete block. The event structs are stored as
@@ -30,7 +34,9 @@ use crate::geometry::DiskGeometry;
 
 pub const MAGIC: [u8; 8] = *b"IOSPLTRC";
 /// Bump on any change of the layout below or of the event structs.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format this build still reads (same event layout, fewer tags).
+pub const OLDEST_READABLE: u32 = 2;
 pub const PREAMBLE_BYTES: usize = 16;
 pub const BLOCK_MAGIC: [u8; 4] = *b"BLK\0";
 pub const BLOCK_HEADER_BYTES: usize = 24;
@@ -48,6 +54,8 @@ pub const TAG_GEOMETRY: u8 = 6;
 pub const TAG_INTERVAL: u8 = 7;
 /// The owner names a live report resolved (JSON [`crate::model::OwnerNames`]).
 pub const TAG_NAMES: u8 = 8;
+/// What `run` concluded (JSON [`RunRecord`]), just before the trailer.
+pub const TAG_RUN: u8 = 9;
 /// An interval mark: the trailer's five numbers, little-endian.
 pub const INTERVAL_BYTES: usize = 40;
 
@@ -97,6 +105,20 @@ pub struct RecordHeader {
     /// Sizes of BlockEvent, ProcessEvent, OpenEvent, DirtyCounts, for a human
     /// reading the header; the reader checks the preamble.
     pub event_layout: [usize; 4],
+}
+
+/// What `run` concluded on the traced machine: its section of the report,
+/// which needs that machine's /proc and the files' extent maps, and what
+/// decided which devices its report kept. `analyze` prints the same.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RunRecord {
+    pub run: crate::model::RunReport,
+    /// Devices the command's process tree queued I/O to.
+    pub tracked_devices: Vec<String>,
+    /// "major:minor" of the devices named on the command line.
+    pub named: Vec<String>,
+    /// Devices the command wrote to (diagnoses elsewhere are other findings).
+    pub written: Vec<String>,
 }
 
 /// The kernel's loss counters and the traced time, as at the end.
@@ -153,7 +175,7 @@ pub enum RecordError {
     Foreign,
     #[error("the file is shorter than the recording preamble")]
     Empty,
-    #[error("recording format {found} with {event_bytes}-byte block events; this build reads format {FORMAT_VERSION} with {BLOCK_EVENT_BYTES}-byte events (use the iosplit-trace that wrote it)")]
+    #[error("recording format {found} with {event_bytes}-byte block events; this build reads formats {OLDEST_READABLE} to {FORMAT_VERSION} with {BLOCK_EVENT_BYTES}-byte events (use the iosplit-trace that wrote it)")]
     Version { found: u32, event_bytes: u32 },
     #[error("block {index} at byte {offset} is corrupt: {why}")]
     Corrupt {
@@ -184,7 +206,8 @@ pub fn check_preamble(bytes: &[u8; PREAMBLE_BYTES]) -> Result<(), RecordError> {
     }
     let found = le_u32(&bytes[8..12]);
     let event_bytes = le_u32(&bytes[12..16]);
-    if found != FORMAT_VERSION || event_bytes as usize != BLOCK_EVENT_BYTES {
+    let readable = (OLDEST_READABLE..=FORMAT_VERSION).contains(&found);
+    if !readable || event_bytes as usize != BLOCK_EVENT_BYTES {
         return Err(RecordError::Version { found, event_bytes });
     }
     Ok(())
@@ -279,7 +302,7 @@ mod tests {
                 OPEN_EVENT_BYTES,
                 DIRTY_COUNTS_BYTES
             ),
-            (2, 96, 40, 296, 64)
+            (3, 96, 40, 296, 64)
         );
     }
 

@@ -14,6 +14,7 @@ use super::format::{
     self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_EVENT_BYTES,
     BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES, PROCESS_EVENT_BYTES,
     TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS,
+    TAG_RUN,
 };
 
 /// One recorded item.
@@ -32,6 +33,8 @@ pub enum Item {
     Interval(Trailer),
     /// The owner names the live report printed next.
     OwnerNames(crate::model::OwnerNames),
+    /// What `run` concluded (its report section and device choice).
+    Run(Box<super::format::RunRecord>),
 }
 
 /// Where a file cut short ends.
@@ -101,6 +104,25 @@ impl<R: Read> Recording<R> {
             }
             _ => Err(RecordError::NoHeader),
         }
+    }
+
+    /// A u32 length and that much JSON: the value (None when the block
+    /// ends first) and the bytes it took.
+    fn json_record<T: serde::de::DeserializeOwned>(
+        &self,
+        rest: &[u8],
+        what: &str,
+    ) -> Result<(Option<T>, usize), RecordError> {
+        let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
+        let used = length.saturating_add(4);
+        let value = match rest.get(4..used) {
+            Some(json) => Some(
+                serde_json::from_slice(json)
+                    .map_err(|err| self.corrupt(format!("bad {what} record: {err}")))?,
+            ),
+            None => None,
+        };
+        Ok((value, used))
     }
 
     fn corrupt(&self, why: impl Into<String>) -> RecordError {
@@ -208,28 +230,16 @@ impl<R: Read> Recording<R> {
                 format::INTERVAL_BYTES,
             ),
             TAG_GEOMETRY => {
-                let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
-                let used = length.saturating_add(4);
-                let disks = match rest.get(4..used) {
-                    Some(json) => Some(
-                        serde_json::from_slice(json)
-                            .map_err(|err| self.corrupt(format!("bad geometry record: {err}")))?,
-                    ),
-                    None => None,
-                };
+                let (disks, used) = self.json_record(rest, "geometry")?;
                 (disks.map(Item::Geometry), used)
             }
             TAG_NAMES => {
-                let length = read_pod::<u32>(rest).unwrap_or(u32::MAX) as usize;
-                let used = length.saturating_add(4);
-                let names =
-                    match rest.get(4..used) {
-                        Some(json) => Some(serde_json::from_slice(json).map_err(|err| {
-                            self.corrupt(format!("bad owner names record: {err}"))
-                        })?),
-                        None => None,
-                    };
+                let (names, used) = self.json_record(rest, "owner names")?;
                 (names.map(Item::OwnerNames), used)
+            }
+            TAG_RUN => {
+                let (run, used) = self.json_record(rest, "run")?;
+                (run.map(|run| Item::Run(Box::new(run))), used)
             }
             other => return Err(self.corrupt(format!("unknown record tag {other}"))),
         };

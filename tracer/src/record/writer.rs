@@ -81,9 +81,19 @@ impl<S> RecordingSink<S> {
     /// The names the live report gave its owners, before its interval mark
     /// or trailer, so `analyze` prints the same names.
     pub fn record_names(&mut self, names: &crate::model::OwnerNames) {
+        self.push_json(TAG_NAMES, names);
+    }
+
+    /// What `run` concluded, before the trailer, so `analyze` prints it too.
+    pub fn record_run(&mut self, run: &super::format::RunRecord) {
+        self.push_json(super::format::TAG_RUN, run);
+    }
+
+    /// A record of a tag, a u32 length and JSON.
+    fn push_json(&mut self, tag: u8, value: &impl serde::Serialize) {
         if let Some(recorder) = &mut self.recorder {
-            if let Ok(json) = serde_json::to_vec(names) {
-                recorder.buffer.push(TAG_NAMES);
+            if let Ok(json) = serde_json::to_vec(value) {
+                recorder.buffer.push(tag);
                 recorder
                     .buffer
                     .extend_from_slice(&(json.len() as u32).to_le_bytes());
