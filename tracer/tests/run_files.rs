@@ -240,6 +240,15 @@ fn buffered_writes_are_matched_through_writeback_or_said_to_be_dirty() {
     );
 }
 
+/// `run --json -- dd if=/dev/zero bs=64k of=FILE ARGS` (ARGS give the count).
+fn run_dd(file: &Path, args: &[&str]) -> Value {
+    let mut command = vec!["dd", "if=/dev/zero", "bs=64k", "status=none"];
+    command.extend_from_slice(args);
+    let output = format!("of={}", file.display());
+    command.push(&output);
+    run_json(&command)
+}
+
 #[test]
 fn a_seek_is_followed_and_an_append_is_not_guessed() {
     if !privileged("a_seek_is_followed_and_an_append_is_not_guessed") {
@@ -263,22 +272,10 @@ fn a_seek_is_followed_and_an_append_is_not_guessed() {
     // dd seek=16 lseeks its output to 1 MiB, then write()s the second half:
     // followed from position 0 these bytes would land on the first half,
     // where no command of the run wrote.
-    let command = [
-        "dd",
-        "if=/dev/zero",
-        "bs=64k",
-        "count=16",
-        "seek=16",
-        "conv=notrunc",
-        "oflag=direct",
-        "status=none",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .chain([format!("of={}", file.display())])
-    .collect::<Vec<_>>();
-    let command: Vec<&str> = command.iter().map(String::as_str).collect();
-    let report = run_json(&command);
+    let report = run_dd(
+        &file,
+        &["count=16", "seek=16", "conv=notrunc", "oflag=direct"],
+    );
     let target = file_target(&report, &file);
     assert_eq!(target["file"]["matched_bytes"], 16 * 65536, "{target}");
     assert_eq!(target["file"]["unknown_offset_bytes"], 0, "{target}");
@@ -287,21 +284,7 @@ fn a_seek_is_followed_and_an_append_is_not_guessed() {
 
     // O_APPEND writes at the file's end, which the probes do not see: the
     // bytes are counted as of unknown offset, not matched at a guess.
-    let command = [
-        "dd",
-        "if=/dev/zero",
-        "bs=64k",
-        "count=4",
-        "conv=notrunc",
-        "oflag=append,direct",
-        "status=none",
-    ]
-    .iter()
-    .map(|a| a.to_string())
-    .chain([format!("of={}", file.display())])
-    .collect::<Vec<_>>();
-    let command: Vec<&str> = command.iter().map(String::as_str).collect();
-    let report = run_json(&command);
+    let report = run_dd(&file, &["count=4", "conv=notrunc", "oflag=append,direct"]);
     let target = file_target(&report, &file);
     assert_eq!(
         target["file"]["unknown_offset_bytes"],

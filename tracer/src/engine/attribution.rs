@@ -174,23 +174,15 @@ impl OwnerStats {
     }
 
     pub fn to_model(&self) -> OwnerMeasures {
-        let ratio = |num: u64| crate::model::ratio(num, self.user_ios);
         let q2d = distribution(&self.queue_to_issue_us, 1);
         let d2c = distribution(&self.issue_to_complete_us, 1);
         OwnerMeasures {
-            user_ios: self.user_ios,
-            commands: self.commands,
-            bytes: self.bytes,
-            splits: self.splits,
-            merges: self.merges,
-            amplification: ratio(self.commands),
-            split_share: ratio(self.splits),
-            merge_share: ratio(self.merges),
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             dominant: dominant(&q2d, &d2c),
             queue_to_issue_us: q2d,
             issue_to_complete_us: d2c,
+            ..self.counts_only()
         }
     }
 }

@@ -447,18 +447,7 @@ impl Bench<'_> {
             row.workload.key(),
             rate / 1e3
         );
-        let device = TestDevice::setup(row.device, &self.scratch.path)?;
-        let target = row.workload.target(&device)?;
-        let _split = prepare(row.workload, &device)?;
-        self.total += 1;
-        let record = self.run(
-            Config::IosplitTrace,
-            row.workload,
-            &device,
-            &target,
-            0,
-            self.plan.soak_s,
-        )?;
+        let record = self.run_alone(Config::IosplitTrace, row, self.plan.soak_s)?;
         let Some(tracer) = record.tracer else {
             return Ok(None);
         };
@@ -497,14 +486,19 @@ impl Bench<'_> {
             row.workload.key(),
             rate / 1e3
         );
+        let record = self.run_alone(Config::Serve, row, seconds)?;
+        Ok(record.tracer.map(|tracer| {
+            ServeSoakRecord::new(row.device, row.workload, seconds, record.fio, tracer)
+        }))
+    }
+
+    /// One long run of `config` on `row`'s device and workload, on a fresh device.
+    fn run_alone(&mut self, config: Config, row: &summary::Row, seconds: u32) -> Result<RunRecord> {
         let device = TestDevice::setup(row.device, &self.scratch.path)?;
         let target = row.workload.target(&device)?;
         let _split = prepare(row.workload, &device)?;
         self.total += 1;
-        let record = self.run(Config::Serve, row.workload, &device, &target, 0, seconds)?;
-        Ok(record.tracer.map(|tracer| {
-            ServeSoakRecord::new(row.device, row.workload, seconds, record.fio, tracer)
-        }))
+        self.run(config, row.workload, &device, &target, 0, seconds)
     }
 }
 
