@@ -477,10 +477,21 @@ pub enum ProcessEventKind {
     Close = 15,
     /// `fd`'s file position moved: `result` is the new position (or -errno).
     Lseek = 16,
+    /// `tgid` executed a new program (`sched_process_exec`): its
+    /// close-on-exec fds are closed, without a close each.
+    Exec = 17,
+    /// close_range: fds `fd` to `offset & 0xffff_ffff` closed, or (with
+    /// [`CLOSE_RANGE_CLOEXEC`] in `offset >> 32`) made close-on-exec.
+    CloseRange = 18,
 }
 
+/// `O_CLOEXEC` in an open's flags (generic value: x86-64 and arm64 alike).
+pub const O_CLOEXEC: u64 = 0o2000000;
+/// close_range's flag: mark the range close-on-exec instead of closing it.
+pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
+
 impl ProcessEventKind {
-    pub const COUNT: usize = 17;
+    pub const COUNT: usize = 19;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -499,8 +510,11 @@ impl ProcessEventKind {
         ProcessEventKind::Fcntl,
         ProcessEventKind::Close,
         ProcessEventKind::Lseek,
+        ProcessEventKind::Exec,
+        ProcessEventKind::CloseRange,
     ];
-    /// The syscalls traced, in program order (`Fork` is not one).
+    /// The syscalls traced, in program order (`Fork` and `Exec` are not
+    /// ones; close_range has its own probe).
     pub const SYSCALLS: [ProcessEventKind; 16] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -548,6 +562,8 @@ impl ProcessEventKind {
             ProcessEventKind::Fcntl => "fcntl",
             ProcessEventKind::Close => "close",
             ProcessEventKind::Lseek => "lseek",
+            ProcessEventKind::Exec => "exec",
+            ProcessEventKind::CloseRange => "close_range",
         }
     }
 
@@ -571,6 +587,8 @@ impl ProcessEventKind {
             ProcessEventKind::Fcntl => "enter_fcntl",
             ProcessEventKind::Close => "enter_close",
             ProcessEventKind::Lseek => "enter_lseek",
+            ProcessEventKind::Exec => "process_exec",
+            ProcessEventKind::CloseRange => "enter_close_range",
         }
     }
 
@@ -681,6 +699,11 @@ pub struct ProcessOffsets {
     /// `how` in `sys_enter_openat2`: a user pointer to `struct open_how`,
     /// whose first member is the flags.
     pub openat2_how: u16,
+    /// `fd`, `max_fd` and `flags` in `sys_enter_close_range` (absent before 5.9).
+    pub close_range_fd: u16,
+    pub close_range_max_fd: u16,
+    pub close_range_flags: u16,
+    pub _pad: u16,
 }
 
 impl ProcessOffsets {
@@ -699,6 +722,10 @@ impl ProcessOffsets {
         openat_flags: NO_FIELD,
         open_flags: NO_FIELD,
         openat2_how: NO_FIELD,
+        close_range_fd: NO_FIELD,
+        close_range_max_fd: NO_FIELD,
+        close_range_flags: NO_FIELD,
+        _pad: 0,
     };
 }
 

@@ -226,6 +226,59 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// `sched_process_exec` fires in the task that executed: its close-on-exec
+/// fds are gone, without a close each.
+#[tracepoint]
+pub fn process_exec(_ctx: TracePointContext) -> u32 {
+    if PROCESS_FIELDS.load().enabled == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(tgid) {
+        return 0;
+    }
+    emit(ProcessEvent {
+        // SAFETY: a helper with no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        offset: 0,
+        result: 0,
+        tgid,
+        fd: 0,
+        kind: ProcessEventKind::Exec as u8,
+        _pad: [0; 7],
+    });
+    0
+}
+
+/// close_range closes (or marks close-on-exec) a range of fds at once:
+/// stashed with the range's end and the flags packed in the offset.
+#[tracepoint]
+pub fn enter_close_range(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    let (Some(max_fd), Some(flags)) = (
+        read_u64(&ctx, fields.close_range_max_fd),
+        read_u64(&ctx, fields.close_range_flags),
+    ) else {
+        return 0;
+    };
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if fields.enabled == 0 || !tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let Some(fd) = read_u64(&ctx, fields.close_range_fd) else {
+        return 0;
+    };
+    let call = PendingCall {
+        offset: (flags << 32) | (max_fd & 0xffff_ffff),
+        fd: fd as u32,
+        kind: ProcessEventKind::CloseRange as u8,
+        _pad: [0; 3],
+        open_flags: 0,
+    };
+    let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
+    0
+}
+
 /// `sched_process_fork` fires in the parent: a tracked parent adds its child.
 #[tracepoint]
 pub fn process_fork(ctx: TracePointContext) -> u32 {

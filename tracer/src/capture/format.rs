@@ -286,6 +286,15 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
     offsets.open_flags = offset("syscalls", "sys_enter_open", "flags", 8).unwrap_or(NO_FIELD);
     // openat2 is 5.6 and later; without it, its opens are not traced at all.
     offsets.openat2_how = offset("syscalls", "sys_enter_openat2", "how", 8).unwrap_or(NO_FIELD);
+    // close_range is 5.9 and later; without it, fds it closes stay known (stale).
+    if let (Ok(fd), Ok(max_fd), Ok(flags)) = (
+        offset("syscalls", "sys_enter_close_range", "fd", 8),
+        offset("syscalls", "sys_enter_close_range", "max_fd", 8),
+        offset("syscalls", "sys_enter_close_range", "flags", 8),
+    ) {
+        (offsets.close_range_fd, offsets.close_range_max_fd) = (fd, max_fd);
+        offsets.close_range_flags = flags;
+    }
     offsets.pwrite_pos = offset("syscalls", "sys_enter_pwrite64", "pos", 8)?;
     let pwritev_pos = offset("syscalls", "sys_enter_pwritev", "pos_l", 8)?;
     if offset("syscalls", "sys_enter_pwritev2", "pos_l", 8)? != pwritev_pos {
@@ -428,6 +437,14 @@ mod tests {
                 offsets.openat2_how
             ),
             (32, 24, 32)
+        );
+        assert_eq!(
+            (
+                offsets.close_range_fd,
+                offsets.close_range_max_fd,
+                offsets.close_range_flags
+            ),
+            (16, 24, 32)
         );
         let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         // The cause chain names the tracepoint, the file and the OS error.

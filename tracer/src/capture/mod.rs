@@ -626,6 +626,12 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
         "sched_process_fork",
         true,
     )?;
+    attach_one(
+        ProcessEventKind::Exec.enter_program(),
+        "sched",
+        "sched_process_exec",
+        true,
+    )?;
     for (index, kind) in ProcessEventKind::SYSCALLS.iter().enumerate() {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
@@ -641,6 +647,24 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
         attached?;
         // One exit program serves the whole family: load it once.
         attach_one("exit_write_family", "syscalls", &exit, index == 0)?;
+    }
+    // close_range (5.9 and later) reads its own fields; without it, the fds
+    // it closes stay known until reused by an open or dup.
+    let close_range = ProcessEventKind::CloseRange;
+    if attach_one(
+        close_range.enter_program(),
+        "syscalls",
+        "sys_enter_close_range",
+        true,
+    )
+    .is_ok()
+    {
+        attach_one(
+            "exit_write_family",
+            "syscalls",
+            "sys_exit_close_range",
+            false,
+        )?;
     }
     Ok(())
 }

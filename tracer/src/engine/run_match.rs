@@ -14,7 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use hdrhistogram::Histogram;
 use tracer_common::{
-    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, O_APPEND, UNKNOWN_OFFSET,
+    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC,
+    O_APPEND, O_CLOEXEC, UNKNOWN_OFFSET,
 };
 
 use super::stats::{self, new_histogram as histogram, OpStats, OP_COUNT};
@@ -131,9 +132,11 @@ struct OpenTarget {
 pub struct RunRecorder<R: FdResolver> {
     resolver: R,
     fds: HashMap<(u32, u32), Option<OpenTarget>>,
+    /// The fds an exec closes (opened O_CLOEXEC, or marked by close_range).
+    close_on_exec: HashSet<(u32, u32)>,
     /// Per open file description: its file position. A file opened while
-    /// traced starts at 0 and plain write()s advance it. lseek and O_APPEND
-    /// are not traced, so a command using them gets wrong offsets here.
+    /// traced starts at 0, plain write()s advance it and lseek sets it; an
+    /// O_APPEND open has none (its writes land at the end, unseen here).
     positions: Vec<u64>,
     targets: Vec<TargetCalls>,
     /// Where each target is in `targets` (a build opens thousands of files).
@@ -160,6 +163,7 @@ impl<R: FdResolver> RunRecorder<R> {
         RunRecorder {
             resolver,
             fds: HashMap::new(),
+            close_on_exec: HashSet::new(),
             positions: Vec::new(),
             targets: Vec::new(),
             target_index: HashMap::new(),
@@ -232,7 +236,33 @@ impl<R: FdResolver> RunRecorder<R> {
             target,
             description: (!appends).then(|| self.new_description(target)).flatten(),
         });
-        self.fds.insert((event.tgid, event.result as u32), found);
+        let fd = (event.tgid, event.result as u32);
+        self.fds.insert(fd, found);
+        if event.offset & O_CLOEXEC != 0 {
+            self.close_on_exec.insert(fd);
+        } else {
+            self.close_on_exec.remove(&fd);
+        }
+    }
+
+    /// `fd` is closed: its number may come back as anything, resolved afresh.
+    fn forget_fd(&mut self, fd: (u32, u32)) {
+        self.fds.remove(&fd);
+        self.close_on_exec.remove(&fd);
+    }
+
+    /// close_range(first, last, flags), `range` packing `flags << 32 | last`.
+    fn close_range(&mut self, tgid: u32, first: u32, range: u64) {
+        let last = (range & 0xffff_ffff) as u32;
+        let in_range = |&(owner, fd): &(u32, u32)| owner == tgid && (first..=last).contains(&fd);
+        let fds: Vec<(u32, u32)> = self.fds.keys().copied().filter(in_range).collect();
+        for fd in fds {
+            if (range >> 32) & CLOSE_RANGE_CLOEXEC != 0 {
+                self.close_on_exec.insert(fd);
+            } else {
+                self.forget_fd(fd);
+            }
+        }
     }
 
     /// A fresh open of a file: its position starts at 0.
@@ -260,22 +290,47 @@ impl<R: FdResolver> RunRecorder<R> {
                 .collect();
             for (fd, target) in inherited {
                 self.fds.insert((child, fd), target);
+                if self.close_on_exec.contains(&(parent, fd)) {
+                    self.close_on_exec.insert((child, fd));
+                }
             }
             return;
         }
         if kind == ProcessEventKind::Close {
             // Even a failed close releases the fd; its number may come back as
             // anything (a pipe, another device), so it is resolved afresh.
-            self.fds.remove(&(event.tgid, event.fd));
+            self.forget_fd((event.tgid, event.fd));
+            return;
+        }
+        if kind == ProcessEventKind::Exec {
+            let closed: Vec<(u32, u32)> = self
+                .close_on_exec
+                .iter()
+                .filter(|(tgid, _)| *tgid == event.tgid)
+                .copied()
+                .collect();
+            for fd in closed {
+                self.forget_fd(fd);
+            }
+            return;
+        }
+        if kind == ProcessEventKind::CloseRange {
+            if event.result == 0 {
+                self.close_range(event.tgid, event.fd, event.offset);
+            }
             return;
         }
         if kind.is_dup() {
             // The new fd is the same open file as the source, whatever it
             // was before: dd reaches its output through fd 1 this way, and
-            // may be gone before /proc could be asked what fd 1 is.
+            // may be gone before /proc could be asked what fd 1 is. (A dup
+            // is not close-on-exec, unless dup3 or F_DUPFD_CLOEXEC made it
+            // so: not told here, so it is kept across an exec.)
             if event.result >= 0 {
                 let target = self.target_of(event.tgid, event.fd);
-                self.fds.insert((event.tgid, event.result as u32), target);
+                let fd = (event.tgid, event.result as u32);
+                self.fds.insert(fd, target);
+                self.close_on_exec.remove(&fd);
             }
             return;
         }
@@ -1059,6 +1114,52 @@ mod tests {
             recorder.block_event(&issue(1000 + ((1 << 20) + offset) / 512, 128));
         }
         recorder.match_writes(0).bytes
+    }
+
+    /// Whether a write on `fd` still counts for the file target.
+    fn counts_for_the_file(recorder: &mut RunRecorder<OneFile>, fd: u32) -> bool {
+        let before = recorder.targets.first().map_or(0, |t| t.write_syscalls);
+        recorder.process_event(&plain_write(fd));
+        recorder.targets.first().map_or(0, |t| t.write_syscalls) > before
+    }
+
+    #[test]
+    fn an_exec_closes_close_on_exec_fds_and_keeps_the_rest() {
+        let mut recorder = RunRecorder::new(OneFile);
+        let mut cloexec = open(42, 3, "/mnt/f");
+        cloexec.event.offset = O_CLOEXEC | 0o1;
+        recorder.open_event(&cloexec);
+        recorder.open_event(&open(42, 4, "/mnt/f"));
+        // dup2 makes fd 5 a copy without close-on-exec.
+        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 5));
+        recorder.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
+        // fd 3 is gone (a pipe could have its number now); 4 and 5 stay.
+        assert!(!counts_for_the_file(&mut recorder, 3));
+        assert!(counts_for_the_file(&mut recorder, 4));
+        assert!(counts_for_the_file(&mut recorder, 5));
+    }
+
+    #[test]
+    fn close_range_closes_or_marks_its_range() {
+        let mut recorder = RunRecorder::new(OneFile);
+        for fd in 3..=6 {
+            recorder.open_event(&open(42, fd, "/mnt/f"));
+        }
+        // close_range(3, 4, 0) closes 3 and 4; close_range(5, ~0, CLOEXEC) marks 5 and 6.
+        recorder.process_event(&ProcessEvent {
+            offset: 4,
+            ..fd_call(ProcessEventKind::CloseRange, 3, 0)
+        });
+        recorder.process_event(&ProcessEvent {
+            offset: (CLOSE_RANGE_CLOEXEC << 32) | 0xffff_ffff,
+            ..fd_call(ProcessEventKind::CloseRange, 5, 0)
+        });
+        assert!(!counts_for_the_file(&mut recorder, 3));
+        assert!(!counts_for_the_file(&mut recorder, 4));
+        assert!(counts_for_the_file(&mut recorder, 5));
+        recorder.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
+        assert!(!counts_for_the_file(&mut recorder, 5));
+        assert!(!counts_for_the_file(&mut recorder, 6));
     }
 
     #[test]
