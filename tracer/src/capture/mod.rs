@@ -438,6 +438,7 @@ fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::Objec
                 owner.file_enabled = 0;
                 owner.direct_enabled = 0;
             }
+            layout::set_spans(&mut layout.kernel);
             Ok((ProbeFlavor::Raw, Some(layout)))
         }
         Err(why) if requested == "raw" => Err(Error::failure(format!(
