@@ -742,6 +742,24 @@ pub mod owner_filter {
     pub const COMM: u32 = 1 << 2;
 }
 
+/// Values of the `FILTER_DEVICES` global.
+pub mod device_filter {
+    /// Every device.
+    pub const ALL: u8 = 0;
+    /// The devices in the `DEVICES` hash map.
+    pub const MAP: u8 = 1;
+    /// The devices in the `DEVICE_LIST` global (0 ends the list): a few
+    /// compares cost less than a hash lookup (a helper call with jhash).
+    pub const LIST: u8 = 2;
+}
+
+/// Longest `DEVICE_LIST`; more devices go to the `DEVICES` map.
+pub const DEVICE_LIST_LEN: usize = 8;
+
+/// `WAKEUP_BYTES` that turns the fill-level query off: submits never wake
+/// the reader, which drains on its timer.
+pub const NEVER_WAKE: u64 = u64::MAX;
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
@@ -768,6 +786,9 @@ pub mod names {
     pub const DEVICES: &str = "DEVICES";
     pub const PIDS: &str = "PIDS";
     pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
+    /// Up to [`super::DEVICE_LIST_LEN`] devices in scope, compared in the
+    /// probe instead of looked up in `DEVICES` (see [`super::device_filter`]).
+    pub const DEVICE_LIST: &str = "DEVICE_LIST";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
     /// Owner filters (`-p`, `--cgroup`, `--comm`; raw probes only): which
     /// kinds are on ([`super::owner_filter`] bits), and the values of each.
