@@ -756,10 +756,6 @@ pub mod device_filter {
 /// Longest `DEVICE_LIST`; more devices go to the `DEVICES` map.
 pub const DEVICE_LIST_LEN: usize = 8;
 
-/// `WAKEUP_BYTES` that turns the fill-level query off: submits never wake
-/// the reader, which drains on its timer.
-pub const NEVER_WAKE: u64 = u64::MAX;
-
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.

@@ -24,7 +24,7 @@ use aya_ebpf::{
 use aya_log_ebpf::debug;
 use tracer_common::{
     counter, device_filter, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
-    CLASSIC_RECORD_START, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS, NEVER_WAKE, NO_FIELD,
+    CLASSIC_RECORD_START, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS, NO_FIELD,
 };
 
 /// Default size of each ring; userspace sizes them at load time.
@@ -85,8 +85,7 @@ static FILTER_DEVICES: Global<u8> = Global::new(device_filter::ALL);
 static DEVICE_LIST: Global<[u32; DEVICE_LIST_LEN]> = Global::new([0; DEVICE_LIST_LEN]);
 #[unsafe(no_mangle)]
 static FILTER_PIDS: Global<u8> = Global::new(0);
-/// Ring fill level (bytes) above which a submit wakes the reader;
-/// `NEVER_WAKE`: do not ask.
+/// Ring fill level (bytes) above which a submit wakes the reader.
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
@@ -236,10 +235,8 @@ const _: () = assert!(
 #[inline(always)]
 pub fn submit<T>(events: &RingBuf, entry: RingBufEntry<T>) {
     // The reader drains on a timer; the rings (8 MiB in all) hold ~50 ms at
-    // 2M events/s, so a wakeup is only worth its cost when one is filling,
-    // and rings that cannot fill between drains skip the query (a helper call).
-    let threshold = WAKEUP_BYTES.load();
-    let wakeup = if threshold != NEVER_WAKE && events.query(BPF_RB_AVAIL_DATA as u64) >= threshold {
+    // 2M events/s, so a wakeup is only worth its cost when one is filling.
+    let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP

@@ -74,21 +74,6 @@ fn ring_sizes(total: u32, cpus: usize, floor: u32) -> [u32; names::RINGS] {
     std::array::from_fn(|index| if index < used { share } else { PAGE_BYTES })
 }
 
-/// A ring at least this big needs no wakeup: at 2M events/s of 80 bytes
-/// from one CPU it fills in 26 ms, 2.6 drain intervals, so asking its fill
-/// level per event (a helper call, ~4% of a probe here) buys nothing.
-const NO_WAKEUP_RING_BYTES: u32 = 4 << 20;
-
-/// `WAKEUP_BYTES` for rings of `ring_bytes`: wake the reader when a quarter
-/// full, unless the ring is too big to fill between drains.
-fn wakeup_bytes(ring_bytes: u32) -> u64 {
-    if ring_bytes >= NO_WAKEUP_RING_BYTES {
-        tracer_common::NEVER_WAKE
-    } else {
-        u64::from(ring_bytes) / 4
-    }
-}
-
 /// `FILTER_DEVICES` and `DEVICE_LIST` for `devices` (the `DEVICES` map is
 /// filled either way): a short list is compared in the probe.
 fn device_scope(devices: &[DevId]) -> (u8, [u32; DEVICE_LIST_LEN]) {
@@ -531,7 +516,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         aya::util::nr_cpus().unwrap_or(names::RINGS),
         floor,
     );
-    let wakeup_bytes = wakeup_bytes(ring_sizes[0]);
+    // Wakeups stay on however big the rings: without them, the bursts of
+    // buffered writeback (fsync) overflowed 4 MiB rings between 10 ms drains
+    // (638k drops in a 512-byte buffered bench run).
+    let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
     let process_offsets = if config.process_tree {
         format::read_process_offsets(events_dir).map_err(|err| crate::error::one_line(&err))
     } else {
@@ -1146,13 +1134,6 @@ mod tests {
         );
         // Device 0:0 would end the list early.
         assert_eq!(device_scope(&[DevId::new(0, 0)]).0, device_filter::MAP);
-    }
-
-    #[test]
-    fn only_rings_that_can_fill_between_drains_wake_the_reader() {
-        assert_eq!(wakeup_bytes(4 << 20), tracer_common::NEVER_WAKE);
-        assert_eq!(wakeup_bytes(2 << 20), 512 << 10);
-        assert_eq!(wakeup_bytes(4096), 1024);
     }
 
     /// A socket stands in for a ring fd: both signal readiness through epoll.
