@@ -468,6 +468,47 @@ pub(crate) mod tests {
         }
     }
 
+    /// The spans cover every field in use, from the object's start, capped.
+    #[test]
+    fn spans_cover_the_fields_the_probes_read() {
+        // struct bio / request / page / inode offsets on 6.18.
+        let mut kernel = KernelLayout::ABSENT;
+        kernel.bio_bdev = 8;
+        kernel.bio_window = 16;
+        kernel.rq_q = 0;
+        kernel.rq_window = 24;
+        let owner = &mut kernel.owner;
+        owner.rq_bio = 56;
+        owner.bio_blkg = 80;
+        owner.bio_vcnt = 104;
+        owner.bio_io_vec = 112;
+        owner.bio_end_io = 64;
+        owner.bio_private = 72;
+        owner.page_compound_head = 8;
+        owner.page_mapping = 24;
+        owner.inode_ino = 64;
+        owner.inode_sb = 40;
+        owner.cgroup_enabled = 1;
+        owner.file_enabled = 1;
+        owner.direct_enabled = 1;
+        set_spans(&mut kernel);
+        assert_eq!((kernel.bio_span, kernel.rq_span), (120, 64));
+        assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (32, 72));
+
+        // Owners off (IOSPLIT_OWNERS=off): only the device pointer and window.
+        kernel.owner.cgroup_enabled = 0;
+        kernel.owner.file_enabled = 0;
+        set_spans(&mut kernel);
+        assert_eq!(kernel.bio_span, 56);
+        assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (0, 0));
+
+        // A field past the cap is read on its own; the span stops at the cap.
+        kernel.owner.cgroup_enabled = 1;
+        kernel.owner.bio_blkg = BIO_SPAN_BYTES as u32 + 64;
+        set_spans(&mut kernel);
+        assert_eq!(kernel.bio_span, BIO_SPAN_BYTES as u32);
+    }
+
     #[test]
     fn rwbs_is_spelled_like_blk_fill_rwbs() {
         let ops = ops_6_18();

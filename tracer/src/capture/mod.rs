@@ -1015,14 +1015,16 @@ fn drain<S: EventSink>(
 #[cfg(test)]
 mod tests {
     use super::{
-        parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter, DEFAULT_RING_FLOOR, PAGE_BYTES,
-        PROBES_OBJECT,
+        device_scope, parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter,
+        DEFAULT_RING_FLOOR, PAGE_BYTES, PROBES_OBJECT,
     };
+    use crate::geometry::DevId;
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
     use tracer_common::{
-        names, ClassicFields, EventKind, KernelLayout, ProcessEventKind, ProcessOffsets,
+        device_filter, names, ClassicFields, EventKind, KernelLayout, ProcessEventKind,
+        ProcessOffsets, DEVICE_LIST_LEN,
     };
 
     /// Global symbols of a little-endian ELF64 object and their sizes.
