@@ -301,6 +301,12 @@ pub struct KernelLayout {
     pub bh_size: u32,
     /// Non-zero when `first_minor` directly follows `major` (one read gets both).
     pub disk_ids_adjacent: u32,
+    /// Bytes from the start of `struct bio` the probes copy in one read
+    /// (at most [`BIO_SPAN_BYTES`]): the device pointer, the window and the
+    /// owner fields; a field beyond it is read on its own.
+    pub bio_span: u32,
+    /// The same for `struct request` (at most [`RQ_SPAN_BYTES`]).
+    pub rq_span: u32,
     /// The owner chains read at `block_bio_queue`; see [`OwnerLayout`].
     pub owner: OwnerLayout,
 }
@@ -345,6 +351,12 @@ pub struct OwnerLayout {
     /// `request.bio`: the first bio of a request, to drop the request events
     /// of a filtered-out owner's bios.
     pub rq_bio: u32,
+    /// Bytes from the start of `struct page` copied in one read (at most
+    /// [`PAGE_SPAN_BYTES`]): `compound_head` and `mapping`.
+    pub page_span: u32,
+    /// Bytes from the start of `struct inode` copied in one read (at most
+    /// [`INODE_SPAN_BYTES`]): `i_sb` and `i_ino`.
+    pub inode_span: u32,
     pub _pad: u32,
     /// Address of `iomap_dio_bio_end_io` (from `/proc/kallsyms`).
     pub iomap_dio_end_io: u64,
@@ -377,6 +389,8 @@ impl OwnerLayout {
         file_inode: 0,
         direct_enabled: 0,
         rq_bio: 0,
+        page_span: 0,
+        inode_span: 0,
         _pad: 0,
         iomap_dio_end_io: 0,
     };
@@ -396,9 +410,19 @@ impl KernelLayout {
         bh_bdev: 0,
         bh_size: 0,
         disk_ids_adjacent: 0,
+        bio_span: 0,
+        rq_span: 0,
         owner: OwnerLayout::ABSENT,
     };
 }
+
+/// Most bytes of each kernel object the raw probes copy from its start in
+/// one helper call (one call costs about as much as a 100-byte copy), so
+/// the fields they need cost one call instead of one each. Multiples of 8.
+pub const BIO_SPAN_BYTES: usize = 128;
+pub const RQ_SPAN_BYTES: usize = 80;
+pub const PAGE_SPAN_BYTES: usize = 32;
+pub const INODE_SPAN_BYTES: usize = 80;
 
 /// Bytes of `struct bio` / `struct request` each raw-tracepoint event carries:
 /// from the op flags to the sector and size, which sit together in both.
@@ -765,6 +789,20 @@ pub mod owner_filter {
     pub const COMM: u32 = 1 << 2;
 }
 
+/// Values of the `FILTER_DEVICES` global.
+pub mod device_filter {
+    /// Every device.
+    pub const ALL: u8 = 0;
+    /// The devices in the `DEVICES` hash map.
+    pub const MAP: u8 = 1;
+    /// The devices in the `DEVICE_LIST` global (0 ends the list): a few
+    /// compares cost less than a hash lookup (a helper call with jhash).
+    pub const LIST: u8 = 2;
+}
+
+/// Longest `DEVICE_LIST`; more devices go to the `DEVICES` map.
+pub const DEVICE_LIST_LEN: usize = 8;
+
 /// Index of the counters in the per-CPU `COUNTERS` array.
 pub mod counter {
     /// Block events lost because the ring buffer was full.
@@ -791,6 +829,9 @@ pub mod names {
     pub const DEVICES: &str = "DEVICES";
     pub const PIDS: &str = "PIDS";
     pub const FILTER_DEVICES: &str = "FILTER_DEVICES";
+    /// Up to [`super::DEVICE_LIST_LEN`] devices in scope, compared in the
+    /// probe instead of looked up in `DEVICES` (see [`super::device_filter`]).
+    pub const DEVICE_LIST: &str = "DEVICE_LIST";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
     /// Owner filters (`-p`, `--cgroup`, `--comm`; raw probes only): which
     /// kinds are on ([`super::owner_filter`] bits), and the values of each.
@@ -834,10 +875,10 @@ mod tests {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 96);
         assert_eq!(core::mem::size_of::<Owner>(), 40);
         assert_eq!(core::mem::size_of::<RawTpQueueEvent>(), 112);
-        assert_eq!(core::mem::size_of::<OwnerLayout>(), 112);
+        assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 160);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 176);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 24);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

@@ -23,8 +23,8 @@ use aya_ebpf::{
 };
 use aya_log_ebpf::debug;
 use tracer_common::{
-    counter, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
-    CLASSIC_RECORD_START, DIRTY_SIZE_BUCKETS, NO_FIELD,
+    counter, device_filter, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
+    CLASSIC_RECORD_START, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS, NO_FIELD,
 };
 
 /// Default size of each ring; userspace sizes them at load time.
@@ -77,8 +77,12 @@ static DEVICES: HashMap<u32, u8> = HashMap::with_max_entries(1024, 0);
 #[map(name = "PIDS")]
 pub static PIDS: HashMap<u32, u8> = HashMap::with_max_entries(16384, 0);
 
+/// A `device_filter` value.
 #[unsafe(no_mangle)]
-static FILTER_DEVICES: Global<u8> = Global::new(0);
+static FILTER_DEVICES: Global<u8> = Global::new(device_filter::ALL);
+/// The devices in scope under `device_filter::LIST`, 0-terminated.
+#[unsafe(no_mangle)]
+static DEVICE_LIST: Global<[u32; DEVICE_LIST_LEN]> = Global::new([0; DEVICE_LIST_LEN]);
 #[unsafe(no_mangle)]
 static FILTER_PIDS: Global<u8> = Global::new(0);
 /// Ring fill level (bytes) above which a submit wakes the reader.
@@ -133,7 +137,25 @@ fn device_in_scope(dev: u32) -> bool {
 /// Whether events of `dev` are traced (every device when not filtering).
 #[inline(always)]
 pub fn device_wanted(dev: u32) -> bool {
-    FILTER_DEVICES.load() == 0 || device_in_scope(dev)
+    match FILTER_DEVICES.load() {
+        device_filter::ALL => true,
+        device_filter::LIST => device_listed(dev),
+        _ => device_in_scope(dev),
+    }
+}
+
+#[inline(always)]
+fn device_listed(dev: u32) -> bool {
+    let list = DEVICE_LIST.load();
+    for listed in list {
+        if listed == 0 {
+            return false;
+        }
+        if listed == dev {
+            return true;
+        }
+    }
+    false
 }
 
 /// Whether events of process `tgid` are traced (every process when not filtering).
@@ -146,14 +168,14 @@ pub fn pid_wanted(tgid: u32) -> bool {
 /// Whether the event's device (or, for a remap, the device it came from) is in scope.
 #[inline(always)]
 fn in_scope(ctx: &TracePointContext, fields: &FieldOffsets) -> Result<bool, i32> {
-    if device_in_scope(field::<u32>(ctx, fields.dev)?) {
+    if device_wanted(field::<u32>(ctx, fields.dev)?) {
         return Ok(true);
     }
     if fields.aux_dev == NO_FIELD {
         return Ok(false);
     }
     let aux_dev = field::<u32>(ctx, fields.aux_dev)?;
-    Ok(aux_dev != 0 && device_in_scope(aux_dev))
+    Ok(aux_dev != 0 && device_wanted(aux_dev))
 }
 
 #[inline(always)]
@@ -165,7 +187,7 @@ fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
     if kind == EventKind::DirtyBuffer {
         return classic_dirty_buffer(ctx, &fields);
     }
-    if FILTER_DEVICES.load() != 0 {
+    if FILTER_DEVICES.load() != device_filter::ALL {
         match in_scope(ctx, &fields) {
             Ok(true) => {}
             Ok(false) => return 0,
@@ -187,8 +209,9 @@ fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
     let copied = unsafe {
         (*event).ts_ns = bpf_ktime_get_ns();
         (*event).tgid = tgid;
-        (*event).kind = kind as u8;
-        (*event)._pad = [0; 3];
+        // kind and its padding in one store: a 3-byte array assignment is a
+        // call to a byte-loop memset.
+        (&raw mut (*event).kind).cast::<u32>().write(kind as u32);
         bpf_probe_read_kernel_buf(
             (ctx.as_ptr() as *const u8).add(CLASSIC_RECORD_START),
             &mut (*event).record,
@@ -201,6 +224,12 @@ fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
     submit(events, entry);
     0
 }
+
+const _: () = assert!(
+    core::mem::offset_of!(ClassicRecord, kind) % 4 == 0
+        && core::mem::offset_of!(ClassicRecord, _pad)
+            == core::mem::offset_of!(ClassicRecord, kind) + 1
+);
 
 /// Commits a filled record, waking the reader only when its ring is filling.
 #[inline(always)]

@@ -3,7 +3,10 @@
 //! and `struct request` they copy, and how to decode that window (including
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
 
-use tracer_common::{EventKind, KernelLayout, OwnerLayout, WINDOW_BYTES};
+use tracer_common::{
+    EventKind, KernelLayout, OwnerLayout, BIO_SPAN_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES,
+    RQ_SPAN_BYTES, WINDOW_BYTES,
+};
 
 use super::btf::{Btf, BtfError, Member};
 
@@ -180,22 +183,27 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         meta: flag("__REQ_META")?,
         atomic: flag("__REQ_ATOMIC").unwrap_or(0),
     };
+    let owner = owner_layout(btf);
+    let mut kernel = KernelLayout {
+        bio_bdev: bio_bdev.offset,
+        bdev_dev: bdev_dev.offset,
+        bdev_disk: bdev_disk.offset,
+        bio_window,
+        rq_q: rq_q.offset,
+        q_disk: q_disk.offset,
+        disk_major: disk_major.offset,
+        disk_first_minor: disk_first_minor.offset,
+        rq_window,
+        bh_bdev: bh_bdev.offset,
+        bh_size: bh_size.offset,
+        disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
+        bio_span: 0,
+        rq_span: 0,
+        owner,
+    };
+    set_spans(&mut kernel);
     Ok(ObjectLayout {
-        kernel: KernelLayout {
-            bio_bdev: bio_bdev.offset,
-            bdev_dev: bdev_dev.offset,
-            bdev_disk: bdev_disk.offset,
-            bio_window,
-            rq_q: rq_q.offset,
-            q_disk: q_disk.offset,
-            disk_major: disk_major.offset,
-            disk_first_minor: disk_first_minor.offset,
-            rq_window,
-            bh_bdev: bh_bdev.offset,
-            bh_size: bh_size.offset,
-            disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
-            owner: owner_layout(btf),
-        },
+        kernel,
         fields: WindowFields {
             bio_opf: bio[0],
             bio_status: bio[1],
@@ -342,6 +350,60 @@ pub fn owner_layout(btf: &Btf) -> OwnerLayout {
     layout
 }
 
+/// One past the last byte of the `(in use, offset, bytes)` fields in use, at
+/// most `cap`: what the probes copy from the object's start.
+fn span(fields: &[(bool, u32, u32)], cap: usize) -> u32 {
+    let end = fields
+        .iter()
+        .filter(|field| field.0)
+        .map(|&(_, offset, bytes)| offset.saturating_add(bytes))
+        .max()
+        .unwrap_or(0);
+    end.min(cap as u32)
+}
+
+/// How many bytes of each object the probes copy at once: every field they
+/// read from it while the chains that read it are on. Called again after
+/// chains are turned on or off.
+pub fn set_spans(kernel: &mut KernelLayout) {
+    let window = WINDOW_BYTES as u32;
+    let owner = kernel.owner;
+    let cgroup = owner.cgroup_enabled != 0;
+    let file = owner.file_enabled != 0;
+    let direct = file && owner.direct_enabled != 0;
+    kernel.bio_span = span(
+        &[
+            (true, kernel.bio_bdev, 8),
+            (true, kernel.bio_window, window),
+            (cgroup, owner.bio_blkg, 8),
+            (file, owner.bio_vcnt, 2),
+            (file, owner.bio_io_vec, 8),
+            (direct, owner.bio_end_io, 8),
+            (direct, owner.bio_private, 8),
+        ],
+        BIO_SPAN_BYTES,
+    );
+    kernel.rq_span = span(
+        &[
+            (true, kernel.rq_q, 8),
+            (true, kernel.rq_window, window),
+            (owner.rq_bio != 0, owner.rq_bio, 8),
+        ],
+        RQ_SPAN_BYTES,
+    );
+    kernel.owner.page_span = span(
+        &[
+            (file, owner.page_compound_head, 8),
+            (file, owner.page_mapping, 8),
+        ],
+        PAGE_SPAN_BYTES,
+    );
+    kernel.owner.inode_span = span(
+        &[(file, owner.inode_ino, 8), (file, owner.inode_sb, 8)],
+        INODE_SPAN_BYTES,
+    );
+}
+
 /// The address of kernel function `name` in `/proc/kallsyms` text, `None`
 /// when absent or hidden (all zeros under `kptr_restrict`).
 pub fn kallsyms_address(kallsyms: &str, name: &str) -> Option<u64> {
@@ -404,6 +466,47 @@ pub(crate) mod tests {
             rq_data_len: 20,
             rq_sector: 24,
         }
+    }
+
+    /// The spans cover every field in use, from the object's start, capped.
+    #[test]
+    fn spans_cover_the_fields_the_probes_read() {
+        // struct bio / request / page / inode offsets on 6.18.
+        let mut kernel = KernelLayout::ABSENT;
+        kernel.bio_bdev = 8;
+        kernel.bio_window = 16;
+        kernel.rq_q = 0;
+        kernel.rq_window = 24;
+        let owner = &mut kernel.owner;
+        owner.rq_bio = 56;
+        owner.bio_blkg = 80;
+        owner.bio_vcnt = 104;
+        owner.bio_io_vec = 112;
+        owner.bio_end_io = 64;
+        owner.bio_private = 72;
+        owner.page_compound_head = 8;
+        owner.page_mapping = 24;
+        owner.inode_ino = 64;
+        owner.inode_sb = 40;
+        owner.cgroup_enabled = 1;
+        owner.file_enabled = 1;
+        owner.direct_enabled = 1;
+        set_spans(&mut kernel);
+        assert_eq!((kernel.bio_span, kernel.rq_span), (120, 64));
+        assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (32, 72));
+
+        // Owners off (IOSPLIT_OWNERS=off): only the device pointer and window.
+        kernel.owner.cgroup_enabled = 0;
+        kernel.owner.file_enabled = 0;
+        set_spans(&mut kernel);
+        assert_eq!(kernel.bio_span, 56);
+        assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (0, 0));
+
+        // A field past the cap is read on its own; the span stops at the cap.
+        kernel.owner.cgroup_enabled = 1;
+        kernel.owner.bio_blkg = BIO_SPAN_BYTES as u32 + 64;
+        set_spans(&mut kernel);
+        assert_eq!(kernel.bio_span, BIO_SPAN_BYTES as u32);
     }
 
     #[test]

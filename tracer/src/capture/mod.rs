@@ -28,9 +28,9 @@ use aya::{
     Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts, EventKind, FieldOffsets,
-    KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, RawTpEvent,
-    RawTpQueueEvent,
+    counter, device_filter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts,
+    EventKind, FieldOffsets, KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind,
+    ProcessOffsets, RawTpEvent, RawTpQueueEvent, DEVICE_LIST_LEN,
 };
 
 use crate::error::{Error, Result};
@@ -72,6 +72,22 @@ fn ring_sizes(total: u32, cpus: usize, floor: u32) -> [u32; names::RINGS] {
     // Round down to a power of two (the kernel's requirement).
     let share = 1u32 << (31 - share.leading_zeros());
     std::array::from_fn(|index| if index < used { share } else { PAGE_BYTES })
+}
+
+/// `FILTER_DEVICES` and `DEVICE_LIST` for `devices` (the `DEVICES` map is
+/// filled either way): a short list is compared in the probe.
+fn device_scope(devices: &[DevId]) -> (u8, [u32; DEVICE_LIST_LEN]) {
+    let mut list = [0; DEVICE_LIST_LEN];
+    if devices.is_empty() {
+        return (device_filter::ALL, list);
+    }
+    let kernel: Vec<u32> = devices.iter().map(|dev| dev.to_kernel()).collect();
+    // 0 ends the list, so a device numbered 0 (none is) goes to the map.
+    if kernel.len() > DEVICE_LIST_LEN || kernel.contains(&0) {
+        return (device_filter::MAP, list);
+    }
+    list[..kernel.len()].copy_from_slice(&kernel);
+    (device_filter::LIST, list)
 }
 
 /// What to trace.
@@ -438,6 +454,7 @@ fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::Objec
                 owner.file_enabled = 0;
                 owner.direct_enabled = 0;
             }
+            layout::set_spans(&mut layout.kernel);
             Ok((ProbeFlavor::Raw, Some(layout)))
         }
         Err(why) if requested == "raw" => Err(Error::failure(format!(
@@ -487,7 +504,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         (_, Some(object_layout)) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
         (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
-    let filter_devices: u8 = u8::from(!config.devices.is_empty());
+    let (filter_devices, device_list) = device_scope(&config.devices);
     let filter_pids: u8 = u8::from(config.pids.is_some());
     let (ring_bytes, floor) = match (config.ring_bytes, ring_bytes_from_env()?) {
         (0, None) => (DEFAULT_RING_BYTES, DEFAULT_RING_FLOOR),
@@ -499,6 +516,9 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         aya::util::nr_cpus().unwrap_or(names::RINGS),
         floor,
     );
+    // Wakeups stay on however big the rings: without them, the bursts of
+    // buffered writeback (fsync) overflowed 4 MiB rings between 10 ms drains
+    // (638k drops in a 512-byte buffered bench run).
     let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
     let process_offsets = if config.process_tree {
         format::read_process_offsets(events_dir).map_err(|err| crate::error::one_line(&err))
@@ -518,6 +538,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     loader.override_global(names::KERNEL_LAYOUT, &kernel_layout, true);
     loader
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
+        .override_global(names::DEVICE_LIST, &device_list, true)
         .override_global(names::FILTER_PIDS, &filter_pids, true)
         .override_global(names::FILTER_OWNERS, &filter_owners, true)
         // The LRU map preallocates: without owner filters it is never used.
@@ -1018,14 +1039,16 @@ fn drain<S: EventSink>(
 #[cfg(test)]
 mod tests {
     use super::{
-        parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter, DEFAULT_RING_FLOOR, PAGE_BYTES,
-        PROBES_OBJECT,
+        device_scope, parse_recursion_misses, parse_ring_kb, ring_sizes, Waiter,
+        DEFAULT_RING_FLOOR, PAGE_BYTES, PROBES_OBJECT,
     };
+    use crate::geometry::DevId;
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::time::{Duration, Instant};
     use tracer_common::{
-        names, ClassicFields, EventKind, KernelLayout, ProcessEventKind, ProcessOffsets,
+        device_filter, names, ClassicFields, EventKind, KernelLayout, ProcessEventKind,
+        ProcessOffsets, DEVICE_LIST_LEN,
     };
 
     /// Global symbols of a little-endian ELF64 object and their sizes.
@@ -1108,12 +1131,35 @@ mod tests {
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
             (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
+            (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),
             (names::FILTER_PIDS, 1),
             (names::WAKEUP_BYTES, 8),
         ];
         for (global, size) in globals {
             assert_eq!(size_of(global), size as u64, "size of {global}");
         }
+    }
+
+    #[test]
+    fn a_few_devices_are_listed_and_many_go_to_the_map() {
+        assert_eq!(
+            device_scope(&[]),
+            (device_filter::ALL, [0; DEVICE_LIST_LEN])
+        );
+        let two = [DevId::new(7, 0), DevId::new(259, 1)];
+        let (filter, list) = device_scope(&two);
+        assert_eq!(filter, device_filter::LIST);
+        assert_eq!(&list[..3], &[(7 << 20), (259 << 20) | 1, 0]);
+        let many: Vec<DevId> = (0..=DEVICE_LIST_LEN as u32)
+            .map(|n| DevId::new(7, n))
+            .collect();
+        assert_eq!(device_scope(&many).0, device_filter::MAP);
+        assert_eq!(
+            device_scope(&many[..DEVICE_LIST_LEN]).0,
+            device_filter::LIST
+        );
+        // Device 0:0 would end the list early.
+        assert_eq!(device_scope(&[DevId::new(0, 0)]).0, device_filter::MAP);
     }
 
     /// A socket stands in for a ring fd: both signal readiness through epoll.
