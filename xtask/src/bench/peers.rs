@@ -221,7 +221,9 @@ pub struct TracerOutcome {
     pub window_cpu_s: f64,
     pub events: u64,
     pub dropped: u64,
-    /// max(VmHWM just before stop, ru_maxrss at exit).
+    /// VmHWM just before stop. Not wait4's ru_maxrss: a spawned child's
+    /// starts at its parent's size (exec keeps the high-water mark), so it
+    /// measured this bench process, not the tracer.
     pub peak_rss_kib: u64,
     pub bpf: BpfRunStats,
     /// The iosplit-trace report's correlation statistics, when it has them.
@@ -422,7 +424,7 @@ impl RunningTracer {
             window_cpu_s: window.as_secs_f64(),
             events: counted.events,
             dropped: counted.dropped,
-            peak_rss_kib: last.vm_hwm_kib.max(usage.max_rss_kib),
+            peak_rss_kib: last.vm_hwm_kib,
             bpf: last.bpf,
             correlation: counted.correlation,
             recording_bytes,

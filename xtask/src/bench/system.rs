@@ -171,11 +171,11 @@ impl Drop for TracefsMount {
     }
 }
 
-/// Resources a process used, from `wait4` when it was reaped.
+/// Resources a process used, from `wait4` when it was reaped (CPU only:
+/// its `ru_maxrss` starts at the spawning bench's own size).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Usage {
     pub cpu: Duration,
-    pub max_rss_kib: u64,
 }
 
 /// A child process that is killed (SIGKILL) and reaped on drop unless it was
@@ -284,7 +284,6 @@ fn usage_of(usage: &libc::rusage) -> Usage {
     };
     Usage {
         cpu: timeval(usage.ru_utime) + timeval(usage.ru_stime),
-        max_rss_kib: u64::try_from(usage.ru_maxrss).unwrap_or(0),
     }
 }
 
