@@ -17,7 +17,8 @@
 //! JSON `Vec<DiskGeometry>`), an interval mark (`report --interval`
 //! printed a report here and reset the engine: the [`Trailer`] numbers as
 //! four u64 and one f64), the owner names a live report resolved, or (from
-//! format 3) what `run` concluded (u32 length, then JSON [`RunRecord`]).
+//! format 3) what `run` concluded (u32 length, then JSON [`RunRecord`]), and
+//! block events without an owner stored without it ([`TAG_BLOCK_BARE`]).
 //!
 //! This build writes format 3 and reads 2 and 3: format 2 is format 3
 //! without the run record.
@@ -56,6 +57,11 @@ pub const TAG_INTERVAL: u8 = 7;
 pub const TAG_NAMES: u8 = 8;
 /// What `run` concluded (JSON [`RunRecord`]), just before the trailer.
 pub const TAG_RUN: u8 = 9;
+/// A `BlockEvent` without an owner (every event but a queue with owners
+/// read): its first [`BARE_BLOCK_BYTES`], the owner left unknown. Saves the
+/// writer 40 of 96 bytes on three events of four.
+pub const TAG_BLOCK_BARE: u8 = 10;
+pub const BARE_BLOCK_BYTES: usize = std::mem::offset_of!(BlockEvent, owner);
 /// An interval mark: the trailer's five numbers, little-endian.
 pub const INTERVAL_BYTES: usize = 40;
 

@@ -11,10 +11,10 @@ use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
 use crate::geometry::DiskGeometry;
 
 use super::format::{
-    self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_EVENT_BYTES,
-    BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES, PROCESS_EVENT_BYTES,
-    TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS,
-    TAG_RUN,
+    self, read_pod, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BARE_BLOCK_BYTES,
+    BLOCK_EVENT_BYTES, BLOCK_HEADER_BYTES, DIRTY_COUNTS_BYTES, OPEN_EVENT_BYTES, PREAMBLE_BYTES,
+    PROCESS_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL,
+    TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS, TAG_RUN,
 };
 
 /// One recorded item.
@@ -204,6 +204,7 @@ impl<R: Read> Recording<R> {
         let rest = &self.raw[self.cursor + 1..];
         let (item, used) = match tag {
             TAG_BLOCK => (read_pod(rest).map(Item::Block), BLOCK_EVENT_BYTES),
+            TAG_BLOCK_BARE => (bare_block(rest).map(Item::Block), BARE_BLOCK_BYTES),
             TAG_PROCESS => (read_pod(rest).map(Item::Process), PROCESS_EVENT_BYTES),
             TAG_OPEN => (
                 read_pod(rest).map(|open: OpenEvent| Item::Open(Box::new(open))),
@@ -276,4 +277,14 @@ fn read_full(input: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
         }
     }
     Ok(got)
+}
+
+/// A [`TAG_BLOCK_BARE`] record: the event's bytes up to its owner, which is unknown.
+fn bare_block(rest: &[u8]) -> Option<BlockEvent> {
+    let bare = rest.get(..BARE_BLOCK_BYTES)?;
+    let mut bytes = [0u8; std::mem::size_of::<BlockEvent>()];
+    bytes[..BARE_BLOCK_BYTES].copy_from_slice(bare);
+    let mut event: BlockEvent = read_pod(&bytes)?;
+    event.owner = tracer_common::Owner::UNKNOWN;
+    Some(event)
 }

@@ -36,6 +36,12 @@ fn block(index: u64) -> BlockEvent {
     event.dev = 7 << 20;
     event.kind = EventKind::Queue as u8;
     event.rwbs[0] = b'W';
+    // Every third event carries an owner (a full record); the rest are bare.
+    if index % 3 == 0 {
+        event.owner.comm[..2].copy_from_slice(b"dd");
+        event.owner.cgroup = 77;
+        event.owner.flags = tracer_common::owner_flags::COMM | tracer_common::owner_flags::CGROUP;
+    }
     event
 }
 
@@ -90,6 +96,19 @@ fn write_recording(name: &str, events: u64) -> (Vec<u8>, Vec<Item>) {
     };
     sink.open_event(&open);
     expected.push(Item::Open(Box::new(open)));
+    let names = crate::model::OwnerNames {
+        cgroups: vec![(77, "/a".into())],
+        files: Vec::new(),
+    };
+    sink.record_names(&names);
+    expected.push(Item::OwnerNames(names));
+    let run = format::RunRecord {
+        tracked_devices: vec!["loop0p1".into()],
+        written: vec!["loop0p1".into()],
+        ..Default::default()
+    };
+    sink.record_run(&run);
+    expected.push(Item::Run(Box::new(run)));
     // The header arrives after the first blocks, as with a live capture.
     writer.header(header());
     sink.finish_recording(Trailer {

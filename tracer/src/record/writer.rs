@@ -12,16 +12,16 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
+use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, Owner, ProcessEvent};
 
 use crate::error::{Context, Error, Result};
 use crate::geometry::DiskGeometry;
 use crate::sink::{DiskSink, EventSink};
 
 use super::format::{
-    self, bytes_of, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BLOCK_RAW_BYTES,
-    OPEN_EVENT_BYTES, TAG_BLOCK, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES,
-    TAG_OPEN, TAG_PROCESS,
+    self, bytes_of, BlockHeader, BlockKind, RecordError, RecordHeader, Trailer, BARE_BLOCK_BYTES,
+    BLOCK_RAW_BYTES, OPEN_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY, TAG_GEOMETRY,
+    TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS,
 };
 
 /// A partial block older than this is shipped anyway, so a killed recorder
@@ -159,7 +159,11 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
     #[inline]
     fn block_event(&mut self, event: &BlockEvent) {
         if let Some(recorder) = &mut self.recorder {
-            recorder.push(TAG_BLOCK, bytes_of(event));
+            if event.owner == Owner::UNKNOWN {
+                recorder.push(TAG_BLOCK_BARE, &bytes_of(event)[..BARE_BLOCK_BYTES]);
+            } else {
+                recorder.push(TAG_BLOCK, bytes_of(event));
+            }
         }
         self.inner.block_event(event);
     }
@@ -321,6 +325,7 @@ fn write_blocks(
         file,
         scratch: Vec::new(),
         summary: WriteSummary::default(),
+        compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(RecordError::Write)?,
     };
     let mut waiting: Vec<Vec<u8>> = Vec::new();
     let mut header_written = false;
@@ -381,6 +386,8 @@ struct BlockFile {
     file: File,
     /// The last block's compressed payload, reused.
     scratch: Vec<u8>,
+    /// One compression context for every block (not one per block).
+    compressor: zstd::bulk::Compressor<'static>,
     summary: WriteSummary,
 }
 
@@ -397,7 +404,10 @@ impl BlockFile {
     fn write(&mut self, kind: BlockKind, raw: &[u8]) -> std::result::Result<(), RecordError> {
         let scratch = &mut self.scratch;
         scratch.clear();
-        zstd::stream::copy_encode(raw, &mut *scratch, ZSTD_LEVEL).map_err(RecordError::Write)?;
+        scratch.reserve(zstd::zstd_safe::compress_bound(raw.len()));
+        self.compressor
+            .compress_to_buffer(raw, &mut *scratch)
+            .map_err(RecordError::Write)?;
         let header = BlockHeader {
             kind: kind as u8,
             raw_len: raw.len() as u32,
