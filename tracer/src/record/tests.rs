@@ -37,7 +37,7 @@ fn block(index: u64) -> BlockEvent {
     event.kind = EventKind::Queue as u8;
     event.rwbs[0] = b'W';
     // Every third event carries an owner (a full record); the rest are bare.
-    if index % 3 == 0 {
+    if index.is_multiple_of(3) {
         event.owner.comm[..2].copy_from_slice(b"dd");
         event.owner.cgroup = 77;
         event.owner.flags = tracer_common::owner_flags::COMM | tracer_common::owner_flags::CGROUP;
