@@ -92,6 +92,7 @@ fn analyze_reprints_the_live_report_and_imports_agree() {
     let tracer = Tracer::start(&[
         "report",
         "--json",
+        "--owners",
         "-d",
         &disk.name,
         "--record",

@@ -106,6 +106,10 @@ pub struct CaptureConfig {
     /// Accept `IOSPLIT_PROBES=noop` (only `report`, which then says it
     /// measured the floor instead of printing measures).
     pub accept_noop: bool,
+    /// Read each queued bio's owner (process, cgroup, file) for attribution:
+    /// opt-in (`--owners`, implied by the views and filters that need it),
+    /// since it costs about 0.3 µs per queued bio (README, Benchmark).
+    pub read_owners: bool,
 }
 
 /// Whose I/O to trace; empty lists filter nothing. A bio is traced when it
@@ -175,6 +179,9 @@ pub struct Capture<S: EventSink> {
     /// Why the process-tree probes are missing, if they are.
     pub process_probes: Option<String>,
     pub flavor: ProbeFlavor,
+    /// Whether owners are read (`CaptureConfig::read_owners`): the reports
+    /// have an attribution section only then.
+    pub owners_read: bool,
     pub started: Instant,
 }
 
@@ -218,6 +225,7 @@ impl<S: EventSink> Capture<S> {
             probes,
             process_probes,
             flavor,
+            owners_read: config.read_owners && flavor != ProbeFlavor::Noop,
             started: Instant::now(),
         })
     }
@@ -349,10 +357,6 @@ pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
 /// the requests they head are dropped too (least recently used go first).
 const FILTERED_BIOS_MAX: u32 = 65536;
 
-/// `IOSPLIT_OWNERS=off` stops the queue probe reading owners (for measuring
-/// their cost): every owner is then "unknown" but the tgid.
-pub const OWNERS_ENV: &str = "IOSPLIT_OWNERS";
-
 /// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
     Classic(decode::ClassicDecoder),
@@ -421,7 +425,10 @@ fn parse_ring_kb(value: &str) -> Option<u32> {
 }
 
 /// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
-fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
+fn choose_flavor(
+    accept_noop: bool,
+    read_owners: bool,
+) -> Result<(ProbeFlavor, Option<layout::ObjectLayout>)> {
     let requested = std::env::var(PROBES_ENV).unwrap_or_default();
     match requested.as_str() {
         "classic" => return Ok((ProbeFlavor::Classic, None)),
@@ -447,7 +454,7 @@ fn choose_flavor(accept_noop: bool) -> Result<(ProbeFlavor, Option<layout::Objec
             // Unreadable kallsyms only leaves direct I/O's file unknown.
             let kallsyms = std::fs::read_to_string("/proc/kallsyms").unwrap_or_default();
             layout::enable_direct_io(&mut layout.kernel.owner, &kallsyms);
-            if std::env::var(OWNERS_ENV).is_ok_and(|value| value == "off") {
+            if !read_owners {
                 let owner = &mut layout.kernel.owner;
                 owner.process_enabled = 0;
                 owner.cgroup_enabled = 0;
@@ -488,7 +495,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             .clone()
             .unwrap_or(FieldOffsets::ABSENT)
     });
-    let (flavor, object_layout) = choose_flavor(config.accept_noop)?;
+    let (flavor, object_layout) = choose_flavor(config.accept_noop, config.read_owners)?;
     let filter_owners = config.owners.bits();
     if filter_owners != 0 {
         let owner = object_layout.map_or(tracer_common::OwnerLayout::ABSENT, |l| l.kernel.owner);

@@ -187,6 +187,7 @@ pub fn replay<R: Read>(
                     counters,
                     elapsed,
                     header.unsupported_probes.clone(),
+                    header.owners,
                 );
                 name_as_recorded(&mut report, names.take());
                 intervals.push(report);
@@ -221,7 +222,13 @@ pub fn replay<R: Read>(
             (KernelCounters::default(), span.duration())
         }
     };
-    let mut report = session::report(&engine, counters, elapsed, header.unsupported_probes);
+    let mut report = session::report(
+        &engine,
+        counters,
+        elapsed,
+        header.unsupported_probes,
+        header.owners,
+    );
     name_as_recorded(&mut report, names);
     if let Some(recorded) = run {
         super::run::conclude(&mut report, *recorded);
@@ -262,6 +269,8 @@ pub fn import_text(
         KernelCounters::default(),
         span.duration(),
         Vec::new(),
+        // blkparse and ftrace text name no owners.
+        false,
     );
     Ok(Analysis {
         intervals: Vec::new(),

@@ -61,7 +61,7 @@ fn live(selection: &cli::DeviceSelection) -> Result<ExitCode> {
         return Err(Error::NotATerminal);
     }
     let devices = selection::resolve_selection(selection)?;
-    let mut config = selection::capture_config(&devices);
+    let mut config = selection::capture_config(selection, &devices, false);
     config.owners = selection::owner_filter(selection)?;
     let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
     let capture = Capture::start(&config, engine)?;

@@ -50,6 +50,7 @@ pub fn header<S: EventSink>(
         geometry: geometry.to_vec(),
         unsupported_probes: capture.unsupported(),
         run_command,
+        owners: capture.owners_read,
         event_layout: [
             BLOCK_EVENT_BYTES,
             PROCESS_EVENT_BYTES,
@@ -72,7 +73,7 @@ pub fn trailer(counters: KernelCounters, elapsed: Duration) -> Trailer {
 
 pub fn run(selection: &DeviceSelection, args: &RecordArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
-    let config = selection::capture_config(&devices);
+    let config = selection::capture_config(selection, &devices, false);
     let geometry = session::read_geometry(&devices)?;
     let mut writer = Writer::create(&args.output)?;
     let sink = RecordingSink::new(Discard, Some(&mut writer));

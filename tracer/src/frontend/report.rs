@@ -21,7 +21,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
     let mut config = CaptureConfig {
         accept_noop: true,
-        ..selection::capture_config(&devices)
+        ..selection::capture_config(selection, &devices, !args.by.is_empty())
     };
     config.owners = selection::owner_filter(selection)?;
     let disks = session::read_geometry(&devices)?;
@@ -48,6 +48,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         writer.header(super::record::header("report", &disks, &capture, None));
     }
     let unsupported = capture.unsupported();
+    let owners_read = capture.owners_read;
     let started = Instant::now();
     let deadline = args
         .duration
@@ -82,7 +83,8 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
             let elapsed = interval_start.elapsed();
             let unsupported = unsupported.clone();
             let mut report = capture.query(move |engine, counters| {
-                let mut report = session::report(engine, counters, elapsed, unsupported);
+                let mut report =
+                    session::report(engine, counters, elapsed, unsupported, owners_read);
                 name_owners(engine, &mut report);
                 engine.mark_interval(super::record::trailer(counters, elapsed));
                 engine.reset();
@@ -113,7 +115,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
     let mut report = capture.finish(move |engine, counters| {
-        let mut report = session::report(engine, counters, elapsed, unsupported);
+        let mut report = session::report(engine, counters, elapsed, unsupported, owners_read);
         name_owners(engine, &mut report);
         engine.finish_recording(super::record::trailer(counters, elapsed));
         report

@@ -185,6 +185,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
+        read_owners: selection.reads_owners(false),
         ..CaptureConfig::default()
     };
     let mut capture = Capture::start(&config, sink)?;
@@ -250,12 +251,13 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let command = args.command.clone();
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
+    let owners_read = capture.owners_read;
     let elapsed = started.elapsed();
     let report = capture.finish(move |sink, counters| {
         for (target, map) in file_maps {
             sink.recorder.set_file_map(target, map);
         }
-        let mut report = session::report(&sink.engine, counters, elapsed, unsupported);
+        let mut report = session::report(&sink.engine, counters, elapsed, unsupported, owners_read);
         let run = run_report(&mut *sink, &command, exit_code);
         let tracked_devices: Vec<String> = sink
             .engine

@@ -20,7 +20,13 @@ pub fn resolve_selection(
 
 /// The capture filter for these devices: their whole disks, and every
 /// partition of those disks (block_dirty_buffer reports the partition).
-pub fn capture_config(devices: &[ResolvedDevice]) -> CaptureConfig {
+/// What to capture: the devices, and owners when `selection` reads them
+/// (`views`: an attribution view was asked for).
+pub fn capture_config(
+    selection: &DeviceSelection,
+    devices: &[ResolvedDevice],
+    views: bool,
+) -> CaptureConfig {
     let sysfs = Path::new("/sys");
     let mut traced: Vec<DevId> = Vec::new();
     for device in devices {
@@ -31,6 +37,7 @@ pub fn capture_config(devices: &[ResolvedDevice]) -> CaptureConfig {
     traced.dedup();
     CaptureConfig {
         devices: traced,
+        read_owners: selection.reads_owners(views),
         ..CaptureConfig::default()
     }
 }

@@ -113,12 +113,14 @@ pub fn runtime() -> Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The engine's view plus the kernel's drop counters, as one report.
+/// The engine's view plus the kernel's drop counters, as one report; with
+/// the attribution section when owners were read.
 pub fn report(
     engine: &Engine,
     counters: KernelCounters,
     elapsed: Duration,
     unsupported_probes: Vec<String>,
+    owners_read: bool,
 ) -> Report {
     let mut events = engine.events();
     events.dropped = counters.dropped;
@@ -135,7 +137,8 @@ pub fn report(
         other_findings: Vec::new(),
         devices: engine.devices(),
         run: None,
-        attribution: Some(engine.attribution(crate::engine::attribution::TOP_OWNERS)),
+        attribution: owners_read
+            .then(|| engine.attribution(crate::engine::attribution::TOP_OWNERS)),
         unsupported_probes,
     }
 }
@@ -176,8 +179,10 @@ impl LiveSource for LiveSession {
         refresh_geometry(&self.capture, &mut self.geometry, false)?;
         let elapsed = self.counting_since.elapsed();
         let unsupported = self.unsupported.clone();
-        self.capture
-            .query(move |engine, counters| report(engine, counters, elapsed, unsupported))
+        let owners_read = self.capture.owners_read;
+        self.capture.query(move |engine, counters| {
+            report(engine, counters, elapsed, unsupported, owners_read)
+        })
     }
 
     fn reset(&mut self) -> Result<()> {

@@ -111,6 +111,14 @@ pub struct RecordHeader {
     /// Sizes of BlockEvent, ProcessEvent, OpenEvent, DirtyCounts, for a human
     /// reading the header; the reader checks the preamble.
     pub event_layout: [usize; 4],
+    /// Whether owners were read (`--owners`); recordings before the flag
+    /// always read them.
+    #[serde(default = "owners_by_default")]
+    pub owners: bool,
+}
+
+fn owners_by_default() -> bool {
+    true
 }
 
 /// What `run` concluded on the traced machine: its section of the report,

@@ -4,7 +4,7 @@
 //! pays on this host) and against bpftrace, on a blk-mq loop disk and on
 //! bio-based zram. The targets compare within the run, per workload, since
 //! per-event costs differ severalfold between hosts. iosplit-trace also runs
-//! with owners off (attribution's cost), with `--record`, and as `serve`
+//! with `--owners` (attribution's cost), with `--record`, and as `serve`
 //! scraped every second; `--serve-soak` watches serve's RSS for longer.
 //!
 //! Configurations run in turn (A B C D, A B C D, …) so that drift and other

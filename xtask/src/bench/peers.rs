@@ -1,6 +1,6 @@
 //! The configurations compared: no tracer, the floor (iosplit-trace's raw
 //! tracepoints with programs that return at once), iosplit-trace (`report`;
-//! with owners off; with `--record`; `serve` scraped every second), and
+//! with `--owners`; with `--record`; `serve` scraped every second), and
 //! bpftrace with in-kernel counting or with one printf per event on the same
 //! tracepoints.
 
@@ -28,8 +28,9 @@ pub enum Config {
     /// `IOSPLIT_PROBES=noop`: the tracepoints' dispatch alone, nothing captured.
     Floor,
     IosplitTrace,
-    /// `IOSPLIT_OWNERS=off`: the queue probe reads no owner (attribution's cost).
-    OwnersOff,
+    /// `report --owners`: the queue probe reads owners too (attribution's
+    /// cost, which made them opt-in).
+    OwnersOn,
     /// `report --record FILE`, FILE in the scratch directory (/dev/shm).
     Record,
     /// `serve`, scraped every second by a thread here; events from its /metrics.
@@ -45,7 +46,7 @@ impl Config {
         Config::Baseline,
         Config::Floor,
         Config::IosplitTrace,
-        Config::OwnersOff,
+        Config::OwnersOn,
         Config::Record,
         Config::Serve,
         Config::IosplitClassic,
@@ -58,7 +59,7 @@ impl Config {
             Config::Baseline => "baseline (no tracer)",
             Config::Floor => "floor: noop probes (events = hits)",
             Config::IosplitTrace => "iosplit-trace report",
-            Config::OwnersOff => "iosplit-trace report, owners off",
+            Config::OwnersOn => "iosplit-trace report --owners",
             Config::Record => "iosplit-trace report --record",
             Config::Serve => "iosplit-trace serve, scraped 1/s",
             Config::IosplitClassic => "iosplit-trace, classic tracepoints",
@@ -81,7 +82,7 @@ impl Config {
     pub fn captures(self) -> bool {
         matches!(
             self,
-            Config::IosplitTrace | Config::OwnersOff | Config::Record | Config::Serve
+            Config::IosplitTrace | Config::OwnersOn | Config::Record | Config::Serve
         )
     }
 
@@ -109,16 +110,15 @@ impl Config {
             args.push("--record".into());
             args.push(recording.display().to_string());
         }
+        if self == Config::OwnersOn {
+            args.push("--owners".into());
+        }
         let probes = match self {
             Config::IosplitClassic => "classic",
             Config::Floor => "noop",
             _ => "raw",
         };
-        let mut env = vec![("IOSPLIT_PROBES", probes)];
-        if self == Config::OwnersOff {
-            env.push(("IOSPLIT_OWNERS", "off"));
-        }
-        (args, env)
+        (args, vec![("IOSPLIT_PROBES", probes)])
     }
 }
 
@@ -258,7 +258,7 @@ impl RunningTracer {
             Config::Baseline => return Ok(None),
             Config::Floor
             | Config::IosplitTrace
-            | Config::OwnersOff
+            | Config::OwnersOn
             | Config::Record
             | Config::Serve
             | Config::IosplitClassic => {
@@ -384,7 +384,7 @@ impl RunningTracer {
                     ..Counted::default()
                 }
             }
-            Config::IosplitTrace | Config::OwnersOff | Config::Record | Config::IosplitClassic => {
+            Config::IosplitTrace | Config::OwnersOn | Config::Record | Config::IosplitClassic => {
                 parse_iosplit_report(&stdout)?
             }
             Config::Serve => served
@@ -558,9 +558,9 @@ mod tests {
     fn each_iosplit_configuration_runs_its_own_command() {
         let recording = Path::new("/dev/shm/x/bench.iotrace");
         let command = |config: Config| config.iosplit_command("loop3", recording);
-        let (args, env) = command(Config::OwnersOff);
-        assert_eq!(args, ["report", "--json", "-d", "loop3"]);
-        assert_eq!(env, [("IOSPLIT_PROBES", "raw"), ("IOSPLIT_OWNERS", "off")]);
+        let (args, env) = command(Config::OwnersOn);
+        assert_eq!(args, ["report", "--json", "-d", "loop3", "--owners"]);
+        assert_eq!(env, [("IOSPLIT_PROBES", "raw")]);
         let (args, env) = command(Config::Record);
         assert_eq!(
             args,

@@ -29,7 +29,7 @@ sync
     echo "b_ino=$(stat -c %i /mnt/b.dat)"
 } > /results/names
 
-start_report /results/report.json -d "$disk"
+start_report /results/report.json -d "$disk" --owners
 first_pid=$REPORT_PID
 first_out=$REPORT_OUT
 # The same window seen through the kernel-side filter: --cgroup /a must keep

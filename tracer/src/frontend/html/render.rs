@@ -459,6 +459,7 @@ mod tests {
             Default::default(),
             std::time::Duration::ZERO,
             Vec::new(),
+            false,
         );
         let series = super::super::Collector::default().finish(&|_| None);
         let html = page(&report, &series, &[], "empty <file>");
