@@ -408,6 +408,9 @@ pub struct OwnerEntry {
     pub inode: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dev: Option<String>,
+    /// files without a `path`: where that filesystem is mounted, if it is.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mount: Option<String>,
     /// Found through an iomap direct I/O rather than the page cache.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub direct: bool,
@@ -417,6 +420,19 @@ pub struct OwnerEntry {
 }
 
 impl OwnerEntry {
+    /// A file entry's name: its path, else its inode, filesystem device and
+    /// mount point; None for entries of other views.
+    pub fn file_name(&self) -> Option<String> {
+        if let Some(path) = &self.path {
+            return Some(path.clone());
+        }
+        let (inode, dev) = (self.inode?, self.dev.as_deref()?);
+        Some(match &self.mount {
+            Some(mount) => format!("inode {inode} on {dev} (mounted at {mount})"),
+            None => format!("inode {inode} on {dev}"),
+        })
+    }
+
     pub fn new(owner: OwnerKnown, device: String, measures: OwnerMeasures) -> OwnerEntry {
         OwnerEntry {
             owner,
@@ -427,6 +443,7 @@ impl OwnerEntry {
             path: None,
             inode: None,
             dev: None,
+            mount: None,
             direct: false,
             device,
             measures,

@@ -193,10 +193,9 @@ fn owner_name(entry: &OwnerEntry) -> String {
                 };
             }
             let direct = if entry.direct { " (direct I/O)" } else { "" };
-            match (&entry.path, entry.inode, &entry.dev) {
-                (Some(path), _, _) => format!("{path}{direct}"),
-                (None, Some(inode), Some(dev)) => format!("inode {inode} on {dev}{direct}"),
-                _ => "unknown file".to_string(),
+            match entry.file_name() {
+                Some(name) => format!("{name}{direct}"),
+                None => "unknown file".to_string(),
             }
         }
     }

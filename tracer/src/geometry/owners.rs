@@ -241,6 +241,12 @@ pub fn resolve_with(attribution: &mut Attribution, mounts: &[Mount]) {
             Some(mount) => path_by_handle(&mount.mount_point, ino),
             None => block_device_cache(Path::new("/sys"), dev, ino),
         };
+        // No path: at least where the filesystem is (a bind mount of part of it will do).
+        if entry.path.is_none() {
+            entry.mount = mount
+                .or_else(|| mounts.iter().find(|m| m.dev.to_string() == dev))
+                .map(|m| m.mount_point.display().to_string());
+        }
     }
 }
 
@@ -362,5 +368,39 @@ garbage line
     fn an_inode_beyond_32_bits_or_a_missing_mount_has_no_path() {
         assert_eq!(path_by_handle(Path::new("/"), 1 << 40), None);
         assert_eq!(path_by_handle(Path::new("/nonexistent/mount"), 12), None);
+    }
+
+    #[test]
+    fn a_file_without_a_path_names_its_mount() {
+        let mounts = vec![Mount {
+            dev: DevId::new(259, 1),
+            root: "/".into(),
+            mount_point: "/nonexistent/data".into(),
+            fs_type: "ext4".into(),
+            super_options: "rw".into(),
+        }];
+        let file = |dev: &str| {
+            let mut entry =
+                crate::model::OwnerEntry::new(OwnerKnown::Known, "sda1".into(), Default::default());
+            entry.inode = Some(12);
+            entry.dev = Some(dev.into());
+            entry
+        };
+        let mut attribution = Attribution {
+            files: vec![file("259:1"), file("259:9")],
+            ..Attribution::default()
+        };
+        resolve_with(&mut attribution, &mounts);
+        let [mounted, unmounted] = &attribution.files[..] else {
+            panic!("{:?}", attribution.files);
+        };
+        assert_eq!(mounted.path, None);
+        assert_eq!(mounted.mount.as_deref(), Some("/nonexistent/data"));
+        assert_eq!(
+            mounted.file_name().unwrap(),
+            "inode 12 on 259:1 (mounted at /nonexistent/data)"
+        );
+        assert_eq!(unmounted.mount, None);
+        assert_eq!(unmounted.file_name().unwrap(), "inode 12 on 259:9");
     }
 }

@@ -87,14 +87,13 @@ fn owner_label(entry: &OwnerEntry) -> String {
     if let Some(pid) = entry.pid {
         return format!("{}[{pid}]", entry.comm.as_deref().unwrap_or("?"));
     }
-    if let Some(path) = entry.cgroup.as_ref().or(entry.path.as_ref()) {
-        return path.clone();
+    if let Some(id) = entry.cgroup_id {
+        return entry
+            .cgroup
+            .clone()
+            .unwrap_or_else(|| format!("cgroup id {id}"));
     }
-    match (entry.cgroup_id, entry.inode, entry.dev.as_deref()) {
-        (Some(id), _, _) => format!("cgroup id {id}"),
-        (_, Some(inode), Some(dev)) => format!("inode {inode} on {dev}"),
-        _ => "unknown".into(),
-    }
+    entry.file_name().unwrap_or_else(|| "unknown".into())
 }
 
 fn view_name(view: OwnerView) -> &'static str {

@@ -486,11 +486,7 @@ fn owner_label(entry: &OwnerEntry) -> String {
                     .clone()
                     .unwrap_or_else(|| format!("cgroup {id}"));
             }
-            match (&entry.path, entry.inode, &entry.dev) {
-                (Some(path), _, _) => path.clone(),
-                (None, Some(inode), Some(dev)) => format!("inode {inode} on {dev}"),
-                _ => "[unknown]".to_string(),
-            }
+            entry.file_name().unwrap_or_else(|| "[unknown]".to_string())
         }
     }
 }
