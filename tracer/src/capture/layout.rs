@@ -495,7 +495,7 @@ pub(crate) mod tests {
         assert_eq!((kernel.bio_span, kernel.rq_span), (120, 64));
         assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (32, 72));
 
-        // Owners off (IOSPLIT_OWNERS=off): only the device pointer and window.
+        // Owners off (no --owners): only the device pointer and window.
         kernel.owner.cgroup_enabled = 0;
         kernel.owner.file_enabled = 0;
         set_spans(&mut kernel);
