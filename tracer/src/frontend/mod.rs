@@ -63,9 +63,10 @@ fn live(selection: &cli::DeviceSelection) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
     let mut config = selection::capture_config(selection, &devices, false);
     config.owners = selection::owner_filter(selection)?;
-    let engine = Engine::new(session::read_geometry(&devices)?, Default::default());
+    let disks = session::read_geometry(&devices)?;
+    let engine = Engine::new(disks.clone(), Default::default());
     let capture = Capture::start(&config, engine)?;
-    let mut live = session::LiveSession::new(capture, &devices);
+    let mut live = session::LiveSession::new(capture, &devices, &disks);
     let report = tui::run_tui(&mut live)?;
     drop(live);
     Output::stdout().print(&report, Format::Text)?;

@@ -55,7 +55,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
         .map(|secs| started + Duration::from_secs_f64(secs));
     let interval = args.interval.map(Duration::from_secs_f64);
     let mut interval_start = started;
-    let mut geometry = session::GeometryWatch::new(&devices);
+    let mut geometry = session::GeometryWatch::new(&devices, &disks);
     loop {
         let now = Instant::now();
         let until_deadline = deadline.map(|d| d.saturating_duration_since(now));

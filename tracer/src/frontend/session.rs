@@ -44,19 +44,20 @@ pub struct GeometryWatch {
 }
 
 impl GeometryWatch {
-    /// Watches the disks of `devices`, or every disk when none was named.
-    pub fn new(devices: &[ResolvedDevice]) -> GeometryWatch {
+    /// Watches the disks of `devices`, or every disk when none was named,
+    /// from `known`: the disks the engine was given. Starting from a fresh
+    /// read instead would miss a disk removed between the engine's read and
+    /// this one, and the engine would never hear it went.
+    pub fn new(devices: &[ResolvedDevice], known: &[DiskGeometry]) -> GeometryWatch {
         let disk_names = match devices.is_empty() {
             true => None,
             false => Some(devices.iter().map(|d| d.disk_name.clone()).collect()),
         };
-        let mut watch = GeometryWatch {
+        GeometryWatch {
             disk_names,
-            last: Vec::new(),
+            last: as_watched(known),
             due: Instant::now() + GEOMETRY_REFRESH,
-        };
-        watch.last = watch.read(&NoBlockSize);
-        watch
+        }
     }
 
     /// The present disks (with media) in scope; a missing one is left out.
@@ -92,6 +93,23 @@ impl GeometryWatch {
         self.last = seen;
         Some(self.read(&DevNodeProbe::default()))
     }
+}
+
+/// `disks` as the watch's cheap read sees them: present ones only, and no
+/// block sizes (those need the device opened).
+fn as_watched(disks: &[DiskGeometry]) -> Vec<DiskGeometry> {
+    let mut watched: Vec<DiskGeometry> = disks
+        .iter()
+        .filter(|disk| disk.size_sectors > 0)
+        .cloned()
+        .collect();
+    for disk in &mut watched {
+        disk.block_size = None;
+        for part in &mut disk.partitions {
+            part.block_size = None;
+        }
+    }
+    watched
 }
 
 /// A single-threaded tokio runtime: signals, timers and the child process.
@@ -152,12 +170,16 @@ pub struct LiveSession {
 }
 
 impl LiveSession {
-    pub fn new(capture: Capture<Engine>, devices: &[ResolvedDevice]) -> LiveSession {
+    pub fn new(
+        capture: Capture<Engine>,
+        devices: &[ResolvedDevice],
+        known: &[DiskGeometry],
+    ) -> LiveSession {
         LiveSession {
             unsupported: capture.unsupported(),
             counting_since: capture.started,
             capture,
-            geometry: GeometryWatch::new(devices),
+            geometry: GeometryWatch::new(devices, known),
         }
     }
 }
@@ -204,5 +226,43 @@ pub fn show_views(report: &mut crate::model::Report, by: &[crate::cli::ByView]) 
                 attribution.text_views.push(view.view());
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::geometry::DevId;
+
+    #[test]
+    fn a_disk_gone_before_the_watch_starts_is_still_a_change() {
+        // The engine was given this disk; by the watch's first look it is gone.
+        let name = "iosplit-test-no-such-disk";
+        let known = vec![DiskGeometry {
+            name: name.to_string(),
+            size_sectors: 2048,
+            block_size: Some(4096),
+            ..Default::default()
+        }];
+        let dev = DevId {
+            major: 7,
+            minor: 999,
+        };
+        let device = ResolvedDevice {
+            name: name.to_string(),
+            dev,
+            disk_name: name.to_string(),
+            disk_dev: dev,
+        };
+        let mut watch = GeometryWatch::new(&[device], &known);
+        assert_eq!(watch.changed(true), Some(Vec::new()));
+        assert_eq!(watch.changed(true), None, "a change is told once");
+    }
+
+    #[test]
+    fn a_watch_started_from_the_engines_disks_sees_no_change_yet() {
+        let known = read_geometry(&[]).expect("sysfs readable");
+        let mut watch = GeometryWatch::new(&[], &known);
+        assert_eq!(watch.changed(true), None);
     }
 }
