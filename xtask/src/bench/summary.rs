@@ -269,33 +269,42 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
         let mine = paired(r);
         let count = peer(Config::BpftraceCount);
         let floor = peer(Config::Floor);
-        targets.push(Target {
-            name: format!("vs count(): {}", label(r)),
-            goal: "× baseline ≥ bpftrace count()'s",
-            measured: format!(
-                "{} vs {} (gap {})",
-                three(mine),
-                three(count),
-                three(mine.zip(count).map(|(m, c)| m - c))
-            ),
-            met: mine.zip(count).map(|(m, c)| m >= c),
-        });
-        targets.push(Target {
-            name: format!("vs floor: {}", label(r)),
-            goal: "× baseline within 0.05 of the floor's",
-            measured: format!(
-                "{} vs floor {} (gap {}; × floor {})",
-                three(mine),
-                three(floor),
-                three(mine.zip(floor).map(|(m, f)| f - m)),
-                three(r.floor_ratio_paired)
-            ),
-            met: mine.zip(floor).map(|(m, f)| f - m <= 0.05),
-        });
         let row_of = |config: Config| {
             rows.iter()
                 .find(|p| p.config == config && p.device == r.device && p.workload == r.workload)
         };
+        // A miss says where the time went, per I/O, beside the peer's.
+        let cause = |met: Option<bool>, config: Config, peer: &str| match (met, row_of(config)) {
+            (Some(false), Some(other)) => cost_beside(r, other, peer),
+            _ => String::new(),
+        };
+        let met = mine.zip(count).map(|(m, c)| m >= c);
+        targets.push(Target {
+            name: format!("vs count(): {}", label(r)),
+            goal: "× baseline ≥ bpftrace count()'s",
+            measured: format!(
+                "{} vs {} (gap {}){}",
+                three(mine),
+                three(count),
+                three(mine.zip(count).map(|(m, c)| m - c)),
+                cause(met, Config::BpftraceCount, "count()"),
+            ),
+            met,
+        });
+        let met = mine.zip(floor).map(|(m, f)| f - m <= 0.05);
+        targets.push(Target {
+            name: format!("vs floor: {}", label(r)),
+            goal: "× baseline within 0.05 of the floor's",
+            measured: format!(
+                "{} vs floor {} (gap {}; × floor {}){}",
+                three(mine),
+                three(floor),
+                three(mine.zip(floor).map(|(m, f)| f - m)),
+                three(r.floor_ratio_paired),
+                cause(met, Config::Floor, "floor"),
+            ),
+            met,
+        });
         if planned.contains(&Config::OwnersOn) {
             let on = peer(Config::OwnersOn);
             targets.push(Target {
@@ -316,11 +325,16 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
         if planned.contains(&Config::Record) {
             let record = row_of(Config::Record);
             let recorded = record.and_then(paired);
+            let record_met = mine.zip(recorded).map(|(m, c)| m - c <= 0.03);
+            let record_cause = match (record_met, record) {
+                (Some(false), Some(record)) => cost_beside(record, r, "report"),
+                _ => String::new(),
+            };
             targets.push(Target {
                 name: format!("record: {}", label(r)),
                 goal: "report --record × baseline within 0.03 of report's",
                 measured: format!(
-                    "{} vs report {} (cost {}); recording {} MiB, {} B/event",
+                    "{} vs report {} (cost {}); recording {} MiB, {} B/event{record_cause}",
                     three(recorded),
                     three(mine),
                     three(mine.zip(recorded).map(|(m, c)| m - c)),
@@ -331,7 +345,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
                         .and_then(|x| x.recording_bytes_per_event)
                         .map_or("–".into(), |b| format!("{b:.2}")),
                 ),
-                met: miss_if_absent(record, mine.zip(recorded).map(|(m, c)| m - c <= 0.03)),
+                met: miss_if_absent(record, record_met),
             });
         }
         if planned.contains(&Config::Serve) {
@@ -342,13 +356,21 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
                 goal: "serve (scraped 1/s) × baseline ≥ bpftrace count()'s",
                 measured: match serve {
                     Some(serve) => format!(
-                        "{} vs {} (gap {}); peak RSS {} MiB; scrapes {} ok, {} failed",
+                        "{} vs {} (gap {}); peak RSS {} MiB; scrapes {} ok, {} failed{}",
                         three(served),
                         three(count),
                         three(served.zip(count).map(|(s, c)| s - c)),
                         serve.peak_rss_mib.map_or("–".into(), |m| format!("{m:.1}")),
                         serve.scrapes_ok.unwrap_or(0),
                         serve.scrapes_failed.unwrap_or(0),
+                        match (
+                            served.zip(count).map(|(s, c)| s >= c),
+                            row_of(Config::BpftraceCount)
+                        ) {
+                            (Some(false), Some(count_row)) =>
+                                cost_beside(serve, count_row, "count()"),
+                            _ => String::new(),
+                        },
                     ),
                     None => "no serve sample (every run failed; see the notes)".into(),
                 },
@@ -414,6 +436,43 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
         met: attach.map(|ms| ms <= 1000.0),
     });
     targets
+}
+
+/// A tracer's cost per I/O: tracepoint hits it handled, BPF run time and
+/// the consumer's CPU (which shares the machine's CPUs with the workload).
+struct CostPerIo {
+    events: f64,
+    bpf_ns: f64,
+    consumer_ns: f64,
+}
+
+impl CostPerIo {
+    fn of(row: &Row) -> Option<CostPerIo> {
+        let events = row.events_per_s? / row.iops_median;
+        events.is_finite().then(|| CostPerIo {
+            events,
+            bpf_ns: row.bpf_us_per_event.unwrap_or(0.0) * events * 1e3,
+            consumer_ns: row.consumer_us_per_event.unwrap_or(0.0) * events * 1e3,
+        })
+    }
+}
+
+/// "; per I/O: BPF 1389 ns vs floor 0 (2.8 vs 10.1 events), consumer 2222
+/// ns vs 0": the miss's cause in numbers, from the same run.
+fn cost_beside(row: &Row, peer: &Row, peer_name: &str) -> String {
+    match (CostPerIo::of(row), CostPerIo::of(peer)) {
+        (Some(mine), Some(theirs)) => format!(
+            "; per I/O: BPF {:.0} ns vs {peer_name} {:.0} ({:.1} vs {:.1} events), \
+             consumer {:.0} ns vs {:.0}",
+            mine.bpf_ns,
+            theirs.bpf_ns,
+            mine.events,
+            theirs.events,
+            mine.consumer_ns,
+            theirs.consumer_ns,
+        ),
+        _ => String::new(),
+    }
 }
 
 /// A planned configuration with no row failed every run: that is a miss.
@@ -786,6 +845,15 @@ mod tests {
             .find(|t| t.name.starts_with("vs floor"))
             .unwrap();
         assert!(floor.measured.contains("gap 0.090"), "{}", floor.measured);
+        // 250k events/s at 90k IOPS: 2.8 events, 0.5 µs BPF and 0.8 µs
+        // consumer each, per I/O; the floor's 10.1 hits ran for 0 ns.
+        assert!(
+            floor.measured.contains(
+                "per I/O: BPF 1389 ns vs floor 0 (2.8 vs 10.1 events), consumer 2222 ns vs 0"
+            ),
+            "{}",
+            floor.measured
+        );
         assert_eq!(met("drops"), Some(false));
         assert_eq!(met("cpu"), Some(false));
         assert_eq!(met("memory"), Some(true));
