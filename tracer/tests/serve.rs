@@ -479,7 +479,7 @@ fn prometheus_sees_what_report_counted() {
     for expr in &exprs {
         let metrics: Vec<&str> = expr
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-            .filter(|word| word.starts_with("iosplit_"))
+            .filter(|word| word.starts_with("iosplit_") || word.starts_with("process_"))
             .collect();
         assert!(!metrics.is_empty(), "{expr} uses no iosplit metric");
         for metric in metrics {

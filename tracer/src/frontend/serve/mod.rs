@@ -12,6 +12,7 @@
 //! served (their totals are kept in case they come back).
 
 mod owners;
+mod process;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -684,6 +685,9 @@ impl Served {
                 })
                 .collect(),
         ));
+        if let Some(stats) = process::ProcessStats::read() {
+            families.extend(stats.families());
+        }
         families.push(Family::new(
             "iosplit_build",
             "The iosplit-trace build serving these metrics.",
@@ -700,6 +704,8 @@ impl Served {
 #[derive(Debug)]
 enum Value {
     Counter(u64),
+    /// A counter of seconds (CPU time).
+    Seconds(f64),
     Gauge(f64),
     Histogram {
         sum: f64,
@@ -750,6 +756,9 @@ impl Collector for Frame {
                     Value::Counter(count) => metric
                         .encode_family(labels)?
                         .encode_counter::<NoLabelSet, u64, u64>(count, None)?,
+                    Value::Seconds(seconds) => metric
+                        .encode_family(labels)?
+                        .encode_counter::<NoLabelSet, f64, u64>(seconds, None)?,
                     Value::Gauge(gauge) => metric.encode_family(labels)?.encode_gauge(gauge)?,
                     Value::Histogram {
                         sum,
@@ -961,5 +970,20 @@ mod tests {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}: {text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn the_exporters_own_footprint_is_served() {
+        let text = text(&Served::default(), &[]);
+        assert!(
+            text.contains("# TYPE process_cpu_seconds counter"),
+            "{text}"
+        );
+        let resident = text
+            .lines()
+            .find_map(|line| line.strip_prefix("process_resident_memory_bytes "))
+            .and_then(|value| value.parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("no resident memory sample: {text}"));
+        assert!(resident > 1e6, "{resident}");
     }
 }
