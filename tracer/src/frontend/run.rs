@@ -135,6 +135,14 @@ impl EventSink for RunSink {
         self.engine.dirty_buffer_totals(totals);
     }
 
+    fn events_lost(&mut self) {
+        self.engine.events_lost();
+    }
+
+    fn drained(&mut self, now: std::time::Instant) {
+        self.engine.drained(now);
+    }
+
     fn open_event(&mut self, event: &OpenEvent) {
         if event.event.tgid != self.own_pid {
             self.recorder.open_event(event);
