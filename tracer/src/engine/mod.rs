@@ -104,6 +104,8 @@ pub struct OriginMeasures {
 
 /// Slots reserved up front in each table, so the first seconds do not grow them.
 const RESERVED_SLOTS: usize = 1 << 14;
+/// How often idle tables may give back a burst's memory.
+const SHRINK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct Engine {
     limits: EngineLimits,
@@ -125,6 +127,8 @@ pub struct Engine {
     next_command: u64,
     /// Who caused the I/O: per process, cgroup and file, and device.
     attribution: AttributionTables,
+    /// When the tables last gave memory back (consumer clock, from `drained`).
+    last_shrink: Option<std::time::Instant>,
 }
 
 impl Engine {
@@ -148,6 +152,7 @@ impl Engine {
             epoch: 0,
             next_command: 1,
             attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
+            last_shrink: None,
         };
         engine.set_disks(disks);
         engine
@@ -185,6 +190,34 @@ impl Engine {
         self.events = EventCounts::default();
         self.correlation = CorrelationStats::default();
         self.epoch = self.epoch.wrapping_add(1);
+    }
+
+    /// Between drains: when nothing is in flight, the tables give back what
+    /// a burst grew (writeback can queue tens of thousands of bios at once).
+    /// At most every [`SHRINK_EVERY`], so bursty work does not regrow them
+    /// each time.
+    pub fn drained(&mut self, now: std::time::Instant) {
+        if self
+            .last_shrink
+            .is_some_and(|last| now.saturating_duration_since(last) < SHRINK_EVERY)
+        {
+            return;
+        }
+        // Commands hold raw fragment indices: shrink the three together.
+        let idle =
+            self.user_ios.len() == 0 && self.fragments.len() == 0 && self.commands.len() == 0;
+        if idle {
+            let keep = self.limits.max_in_flight.min(RESERVED_SLOTS);
+            let shrunk = [
+                self.user_ios.shrink_idle(keep),
+                self.fragments.shrink_idle(keep),
+                self.commands.shrink_idle(keep),
+                self.remaps.shrink_idle(keep),
+            ];
+            if shrunk.contains(&true) {
+                self.last_shrink = Some(now);
+            }
+        }
     }
 
     /// The hot path: one kernel event, in kernel order.
@@ -244,5 +277,9 @@ impl crate::sink::EventSink for Engine {
 
     fn events_lost(&mut self) {
         Engine::events_lost(self)
+    }
+
+    fn drained(&mut self, now: std::time::Instant) {
+        Engine::drained(self, now)
     }
 }

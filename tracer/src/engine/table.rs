@@ -83,6 +83,9 @@ pub struct Table<K, T> {
     age_tail: u32,
     live: usize,
     cap: usize,
+    /// The generation new slots start at: past every generation a slot
+    /// dropped by [`Table::shrink_idle`] had, so references into it stay stale.
+    generation_floor: u32,
 }
 
 impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
@@ -98,7 +101,29 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
             age_tail: NIL,
             live: 0,
             cap,
+            generation_floor: 0,
         }
+    }
+
+    /// Gives back what a past burst grew: with nothing live, slots beyond
+    /// `keep` (and the index's room) are freed, so memory follows what is in
+    /// flight rather than the deepest burst ever seen. True if it shrank.
+    pub fn shrink_idle(&mut self, keep: usize) -> bool {
+        if self.live != 0 || self.slots.len() <= keep {
+            return false;
+        }
+        if let Some(highest) = self.slots[keep..].iter().map(|slot| slot.generation).max() {
+            self.generation_floor = self.generation_floor.max(highest.saturating_add(1));
+        }
+        self.slots.truncate(keep);
+        self.slots.shrink_to(keep);
+        // Every kept slot is free; hand out the lowest first.
+        self.free.clear();
+        self.free.extend((0..keep as u32).rev());
+        self.free.shrink_to(keep);
+        self.index.clear();
+        self.index.shrink_to(keep);
+        true
     }
 
     pub fn len(&self) -> usize {
@@ -134,7 +159,7 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
                     age_next: NIL,
                     in_age_list: false,
                     born_ns: 0,
-                    generation: 0,
+                    generation: self.generation_floor,
                     live: false,
                 });
                 index
@@ -369,6 +394,43 @@ mod tests {
         let fourth = table.insert(4, Some(7), 40, true).unwrap();
         assert_eq!(table.find(&7, |value| *value == 4), Some(fourth));
         assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn an_idle_table_gives_back_a_burst_and_old_references_stay_stale() {
+        let mut table: Table<u32, u32> = Table::new(1000, 4);
+        let burst: Vec<SlotRef> = (0..100)
+            .map(|n| {
+                let index = table.insert(n, Some(n), 0, true).unwrap();
+                table.slot_ref(index)
+            })
+            .collect();
+        // Not while anything is live.
+        assert!(!table.shrink_idle(4));
+        for reference in &burst {
+            table.remove(reference.index);
+        }
+        assert_eq!(table.allocated(), 100);
+        assert!(table.shrink_idle(4));
+        assert_eq!(table.allocated(), 4);
+        assert!(table.slots.capacity() < 100, "{}", table.slots.capacity());
+        assert!(!table.shrink_idle(4), "nothing more to give back");
+        // Grown again, the slots at the burst's indices are new entries.
+        for n in 0..100 {
+            table.insert(1000 + n, Some(n), 0, true).unwrap();
+        }
+        assert_eq!(table.len(), 100);
+        for reference in &burst {
+            assert_eq!(table.resolve(*reference), None, "{reference:?}");
+        }
+        assert_eq!(
+            table.find(&7, |_| true).map(|i| table.get(i).copied()),
+            Some(Some(1007))
+        );
+        assert_eq!(
+            table.oldest().map(|(i, _)| table.get(i).copied()),
+            Some(Some(1000))
+        );
     }
 
     #[test]
