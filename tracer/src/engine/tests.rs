@@ -565,6 +565,48 @@ fn full_table_evicts_the_oldest_chains() {
 }
 
 #[test]
+fn idle_tables_give_back_a_burst_and_keep_correlating() {
+    let mut engine = engine();
+    let burst = RESERVED_SLOTS as u64 + 4000;
+    // Every bio queued before any is issued: the whole burst is in flight.
+    for index in 0..burst {
+        engine.ingest(&queue(MS + index, LOOP0, index * 8, 8));
+    }
+    let now = std::time::Instant::now();
+    engine.drained(now);
+    assert_eq!(
+        engine.user_ios.allocated(),
+        burst as usize,
+        "kept while in flight"
+    );
+    for index in 0..burst {
+        feed(
+            &mut engine,
+            &[
+                issue(2 * MS + index, LOOP0, index * 8, 8),
+                complete(2 * MS + index + 1, LOOP0, index * 8, 8),
+            ],
+        );
+    }
+    assert_eq!(engine.correlation().in_flight, 0);
+    engine.drained(now);
+    assert_eq!(engine.user_ios.allocated(), RESERVED_SLOTS);
+    assert_eq!(engine.fragments.allocated(), RESERVED_SLOTS);
+    // The next chain correlates as before.
+    feed(
+        &mut engine,
+        &[
+            queue(3 * MS, LOOP0, 0, 8),
+            issue(3 * MS + 1, LOOP0, 0, 8),
+            complete(3 * MS + 2, LOOP0, 0, 8),
+        ],
+    );
+    assert_clean(&engine);
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.user_ios, writes.commands), (burst + 1, burst + 1));
+}
+
+#[test]
 fn full_command_table_evicts_the_oldest_command_and_its_chain() {
     let limits = EngineLimits {
         max_in_flight: 2,
