@@ -441,9 +441,16 @@ const INCOMPLETE: (&str, &str) = (
     "User I/Os whose chain missed an event.",
 );
 
+const IN_FLIGHT: (&str, &str) = (
+    "iosplit_chains_in_flight",
+    "User I/Os queued and not yet completed, as the engine tracks them now.",
+);
+
 /// Everything served, cumulative since `serve` started.
 #[derive(Default)]
 struct Served {
+    /// User I/Os in flight at the last scrape (a gauge).
+    in_flight: u64,
     /// Engine counters by (metric, labels); the first label is `device`
     /// where there is one.
     counters: BTreeMap<(&'static str, Labels), Total>,
@@ -475,6 +482,7 @@ impl Served {
                 .or_default()
                 .observe(snapshot.events[kind]);
         }
+        self.in_flight = snapshot.correlation.in_flight;
         self.counters
             .entry((INCOMPLETE.0, Labels::new()))
             .or_default()
@@ -606,6 +614,12 @@ impl Served {
             INCOMPLETE.1,
             MetricType::Counter,
             counters(INCOMPLETE.0),
+        ));
+        families.push(Family::new(
+            IN_FLIGHT.0,
+            IN_FLIGHT.1,
+            MetricType::Gauge,
+            vec![(Labels::new(), Value::Gauge(self.in_flight as f64))],
         ));
         for (name, help) in [DROPPED, MISSED, READ_FAILED] {
             let served = self.kernel.get(name).copied().unwrap_or_default().served;
@@ -970,6 +984,20 @@ mod tests {
             assert!(text.contains(&format!("# TYPE {name} ")), "{name}: {text}");
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    #[test]
+    fn chains_in_flight_is_a_gauge_of_the_last_scrape() {
+        let mut served = Served::default();
+        let mut busy = snapshot("loop0", 10, &[(4096, 10)]);
+        busy.correlation.in_flight = 7;
+        served.absorb(&busy);
+        let idle = snapshot("loop0", 12, &[(4096, 12)]);
+        assert!(text(&served, &["loop0"]).contains("\niosplit_chains_in_flight 7.0\n"));
+        served.absorb(&idle);
+        let shown = text(&served, &["loop0"]);
+        assert!(shown.contains("# TYPE iosplit_chains_in_flight gauge"), "{shown}");
+        assert!(shown.contains("\niosplit_chains_in_flight 0.0\n"), "{shown}");
     }
 
     #[test]
