@@ -8,6 +8,10 @@
  *                                           each from its own page
  *   guest-io aiorev DEV OFFSET SIZE COUNT   the same, submitted from the highest
  *                                           offset down (front-merge candidates)
+ *   guest-io hugewrite DEV OFFSET SIZE COUNT as write, from one transparent huge
+ *                                           page (SIZE up to 2 MiB): physically
+ *                                           contiguous, so the segment limit never
+ *                                           splits it, whatever the memory layout
  *   guest-io writev DEV OFFSET SEG NSEGS [N] N (default 1) pwritevs, one after the
  *                                           other, of NSEGS iovecs of SEG bytes,
  *                                           each in its own page (gaps for a
@@ -23,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -53,10 +58,9 @@ static char *pages(size_t size, size_t count, size_t *stride)
 	return memory;
 }
 
-static int sequential(int fd, off_t offset, size_t size, size_t count)
+/* COUNT sequential pwrites of SIZE bytes from one buffer. */
+static int sequential(int fd, char *buffer, off_t offset, size_t size, size_t count)
 {
-	size_t stride;
-	char *buffer = pages(size, 1, &stride);
 	for (size_t i = 0; i < count; i++) {
 		ssize_t done = pwrite(fd, buffer, size, offset + (off_t)(i * size));
 		if (done != (ssize_t)size) {
@@ -65,6 +69,39 @@ static int sequential(int fd, off_t offset, size_t size, size_t count)
 		}
 	}
 	return 0;
+}
+
+#define HUGE_PAGE (2u << 20)
+
+/* A buffer inside one transparent huge page, if the kernel grants one. */
+static char *huge_buffer(size_t size)
+{
+	if (size > HUGE_PAGE) {
+		fprintf(stderr, "guest-io: hugewrite takes at most %u bytes\n", HUGE_PAGE);
+		exit(2);
+	}
+	char *mapping = mmap(NULL, 2 * HUGE_PAGE, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (mapping == MAP_FAILED) {
+		perror("guest-io: mmap");
+		exit(1);
+	}
+	char *aligned = (char *)(((uintptr_t)mapping + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+	if (madvise(aligned, HUGE_PAGE, MADV_HUGEPAGE) != 0)
+		perror("guest-io: madvise(MADV_HUGEPAGE)");
+	memset(aligned, 0x5a, HUGE_PAGE);
+	/* Say so when the kernel gave small pages: then segments depend on the layout. */
+	FILE *rollup = fopen("/proc/self/smaps_rollup", "r");
+	char line[256];
+	unsigned long huge_kb = 0;
+	while (rollup && fgets(line, sizeof line, rollup))
+		if (sscanf(line, "AnonHugePages: %lu kB", &huge_kb) == 1)
+			break;
+	if (rollup)
+		fclose(rollup);
+	if (huge_kb == 0)
+		fprintf(stderr, "guest-io: no huge page for the buffer; segments follow the memory layout\n");
+	return aligned;
 }
 
 static int batched(int fd, off_t offset, size_t size, size_t count, int descending)
@@ -144,7 +181,7 @@ static int vectored(int fd, off_t offset, size_t segment, size_t segments, size_
 int main(int argc, char **argv)
 {
 	if (argc != 6 && !(argc == 7 && strcmp(argv[1], "writev") == 0)) {
-		fprintf(stderr, "usage: guest-io write|aio|aiorev|writev DEV OFFSET SIZE COUNT [REPEAT]\n");
+		fprintf(stderr, "usage: guest-io write|hugewrite|aio|aiorev|writev DEV OFFSET SIZE COUNT [REPEAT]\n");
 		return 2;
 	}
 	int fd = open(argv[2], O_WRONLY | O_DIRECT);
@@ -156,8 +193,11 @@ int main(int argc, char **argv)
 	size_t size = (size_t)number(argv[4]);
 	size_t count = (size_t)number(argv[5]);
 	int status;
+	size_t stride;
 	if (strcmp(argv[1], "write") == 0)
-		status = sequential(fd, offset, size, count);
+		status = sequential(fd, pages(size, 1, &stride), offset, size, count);
+	else if (strcmp(argv[1], "hugewrite") == 0)
+		status = sequential(fd, huge_buffer(size), offset, size, count);
 	else if (strcmp(argv[1], "aio") == 0)
 		status = batched(fd, offset, size, count, 0);
 	else if (strcmp(argv[1], "aiorev") == 0)

@@ -23,7 +23,8 @@ for n in 1 3; do
     echo "disk.max_sectors_kb=$(cat /sys/block/$disk/queue/max_sectors_kb)" >> /results/layout$n.geometry
     blk_trace_start "$disk"
     start_report /results/layout$n.direct.json -d "$part"
-    guest-io write "/dev/$part" 0 1048576 8
+    # From one huge page: the only splits left are the ones the layout causes.
+    guest-io hugewrite "/dev/$part" 0 1048576 8
     sleep 1
     stop_report
     blk_trace_stop /results/layout$n.direct.trace "$disk"
