@@ -996,8 +996,14 @@ mod tests {
         assert!(text(&served, &["loop0"]).contains("\niosplit_chains_in_flight 7.0\n"));
         served.absorb(&idle);
         let shown = text(&served, &["loop0"]);
-        assert!(shown.contains("# TYPE iosplit_chains_in_flight gauge"), "{shown}");
-        assert!(shown.contains("\niosplit_chains_in_flight 0.0\n"), "{shown}");
+        assert!(
+            shown.contains("# TYPE iosplit_chains_in_flight gauge"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("\niosplit_chains_in_flight 0.0\n"),
+            "{shown}"
+        );
     }
 
     #[test]
