@@ -108,6 +108,10 @@ pub struct CorrelationStats {
     pub evicted: u64,
     /// Chains dropped because they stayed in flight too long.
     pub aged_out: u64,
+    /// Chains dropped because their command's request was issued again with
+    /// no completion reported between (the kernel skipped it): raw
+    /// tracepoints only.
+    pub completion_lost: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,
 }

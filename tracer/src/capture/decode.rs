@@ -113,6 +113,19 @@ impl RawTpDecoder {
                 let position = u64_at(fields.rq_sector);
                 let passthrough = ops.is_passthrough(opf);
                 event.rwbs = ops.rwbs(opf);
+                // Issue, requeue and completion name the request itself
+                // (hctx address and tag; the kernel's top 16 address bits are
+                // all ones), so a completion finds its command exactly.
+                let named = matches!(
+                    kind,
+                    EventKind::Issue | EventKind::Requeue | EventKind::Complete
+                );
+                if let Some((hctx, tag)) = fields.rq_identity.filter(|_| named) {
+                    let tag = u32_at(tag);
+                    if tag != u32::MAX {
+                        event.aux_sector = (u64_at(hctx) << 16) | u64::from(tag & 0xffff);
+                    }
+                }
                 if kind == EventKind::Complete {
                     event.sector = position;
                     event.nr_sector = (object.arg >> 9) as u32;
@@ -369,5 +382,66 @@ mod tests {
         assert_eq!((event.sector, event.nr_sector), (0, 0));
         let unknown = RawTpEvent { kind: 200, ..remap };
         assert!(decoder.decode(&unknown).is_none());
+    }
+
+    #[test]
+    fn issues_and_completions_name_their_request_by_queue_and_tag() {
+        use crate::capture::layout::tests::{fields_6_18, ops_6_18};
+        use crate::capture::layout::ObjectLayout;
+        use tracer_common::{KernelLayout, WINDOW_BYTES};
+        // 6.18's request window from mq_hctx: hctx 0, flags 8, tag 16, len 28, sector 32.
+        let decoder = RawTpDecoder::new(ObjectLayout {
+            kernel: KernelLayout::ABSENT,
+            fields: crate::capture::layout::WindowFields {
+                rq_flags: 8,
+                rq_data_len: 28,
+                rq_sector: 32,
+                rq_identity: Some((0, 16)),
+                ..fields_6_18()
+            },
+            ops: ops_6_18(),
+        });
+        let hctx: u64 = 0xffff_8880_1234_5600;
+        let request = |kind: EventKind, tag: u32| {
+            let mut window = [0u8; WINDOW_BYTES];
+            window[0..8].copy_from_slice(&hctx.to_ne_bytes());
+            window[8..12].copy_from_slice(&1u32.to_ne_bytes());
+            window[16..20].copy_from_slice(&tag.to_ne_bytes());
+            window[28..32].copy_from_slice(&4096u32.to_ne_bytes());
+            window[32..40].copy_from_slice(&2048u64.to_ne_bytes());
+            RawTpEvent {
+                ts_ns: 1,
+                arg: 4096,
+                tgid: 1,
+                dev: 7 << 20,
+                arg2: 0,
+                kind: kind as u8,
+                _pad: [0; 3],
+                window,
+            }
+        };
+        let named = |kind, tag| decoder.decode(&request(kind, tag)).unwrap().aux_sector;
+        let identity = (hctx << 16) | 5;
+        assert_eq!(named(EventKind::Issue, 5), identity);
+        assert_eq!(named(EventKind::Complete, 5), identity);
+        assert_eq!(named(EventKind::Requeue, 5), identity);
+        assert_ne!(
+            named(EventKind::Issue, 6),
+            identity,
+            "another tag, another request"
+        );
+        assert_eq!(
+            named(EventKind::RqMerge, 5),
+            0,
+            "a merge names no issued request"
+        );
+        assert_eq!(named(EventKind::Issue, u32::MAX), 0, "no tag yet");
+        assert_eq!(
+            decoder
+                .decode(&request(EventKind::Issue, 5))
+                .unwrap()
+                .sector,
+            2048
+        );
     }
 }

@@ -50,6 +50,10 @@ pub struct WindowFields {
     pub rq_flags: usize,
     pub rq_data_len: usize,
     pub rq_sector: usize,
+    /// `mq_hctx` and `tag`: which request this is while it is in flight
+    /// (a tag is unique within its hardware queue). `None` where they are
+    /// missing or do not fit the window; completions are then matched by sector.
+    pub rq_identity: Option<(usize, usize)>,
 }
 
 /// `blk_opf_t` encoding: the op in the low bits, flags above.
@@ -148,7 +152,19 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
             ))
         };
     let (bio_window, bio) = window("bio", &[bio_opf, bio_status, bio_sector, bio_size])?;
-    let (rq_window, rq) = window("request", &[rq_flags, rq_data_len, rq_sector])?;
+    // The request's identity rides in the same window when it fits.
+    let identity = member("request", &["mq_hctx"], 8)
+        .ok()
+        .zip(member("request", &["tag"], 4).ok());
+    let (rq_window, rq, rq_identity) = match identity
+        .map(|(hctx, tag)| window("request", &[rq_flags, rq_data_len, rq_sector, hctx, tag]))
+    {
+        Some(Ok((start, offsets))) => (start, offsets.clone(), Some((offsets[3], offsets[4]))),
+        _ => {
+            let (start, offsets) = window("request", &[rq_flags, rq_data_len, rq_sector])?;
+            (start, offsets, None)
+        }
+    };
 
     let value = |name: &'static str| -> Result<u32, LayoutError> {
         btf.enumerator(name)
@@ -212,6 +228,7 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
             rq_flags: rq[0],
             rq_data_len: rq[1],
             rq_sector: rq[2],
+            rq_identity,
         },
         ops,
     })
@@ -465,6 +482,7 @@ pub(crate) mod tests {
             rq_flags: 0,
             rq_data_len: 20,
             rq_sector: 24,
+            rq_identity: None,
         }
     }
 
@@ -543,11 +561,21 @@ pub(crate) mod tests {
             (kernel.bio_bdev, kernel.bdev_dev, kernel.bdev_disk),
             (8, 52, 16)
         );
-        assert_eq!((kernel.bio_window, kernel.rq_window), (16, 24));
+        // The request window starts at mq_hctx (16), so it holds the tag (32) too.
+        assert_eq!((kernel.bio_window, kernel.rq_window), (16, 16));
         assert_eq!((kernel.rq_q, kernel.q_disk), (0, 104));
         assert_eq!((kernel.bh_bdev, kernel.bh_size), (48, 32));
         assert_eq!(kernel.disk_ids_adjacent, 1);
-        assert_eq!(layout.fields, fields_6_18());
+        assert_eq!(
+            layout.fields,
+            WindowFields {
+                rq_flags: 8,
+                rq_data_len: 28,
+                rq_sector: 32,
+                rq_identity: Some((0, 16)),
+                ..fields_6_18()
+            }
+        );
         assert_eq!(layout.ops, ops_6_18());
     }
 

@@ -162,6 +162,9 @@ pub(super) struct Command {
     /// In flight when events were lost: the completion it gets may be another
     /// command's, so its latency is not recorded.
     pub(super) lost: bool,
+    /// Which request carries it (hardware queue and tag, from raw
+    /// tracepoints); 0 when unknown.
+    pub(super) identity: u64,
 }
 
 impl Default for Command {
@@ -177,6 +180,7 @@ impl Default for Command {
             head: NIL,
             tail: NIL,
             lost: false,
+            identity: 0,
         }
     }
 }
@@ -206,6 +210,8 @@ pub(super) type RemapKey = (u32, u64, u32);
 pub(super) enum DropReason {
     AgedOut,
     Evicted,
+    /// Its request was issued again: the completion will never come.
+    CompletionLost,
 }
 
 impl Engine {
@@ -448,6 +454,7 @@ impl Engine {
             match reason {
                 DropReason::AgedOut => self.correlation.aged_out += 1,
                 DropReason::Evicted => self.correlation.evicted += 1,
+                DropReason::CompletionLost => self.correlation.completion_lost += 1,
             }
         }
         if finished {
@@ -543,9 +550,34 @@ impl Engine {
             head: NIL,
             tail: NIL,
             lost: false,
+            identity: 0,
         };
         self.commands
             .insert(command, Some((dev, start)), self.now_ns, true)
+    }
+
+    /// The live command that request `identity` on `dev` carries, if any.
+    pub(super) fn command_of_request(&self, dev: u32, identity: u64) -> Option<u32> {
+        if identity == 0 {
+            return None;
+        }
+        let index = self
+            .commands
+            .resolve(*self.by_request.get(&(dev, identity))?)?;
+        let command = self.commands.get(index)?;
+        (command.identity == identity).then_some(index)
+    }
+
+    /// Notes that request `identity` on `dev` now carries command `index`.
+    pub(super) fn name_request(&mut self, dev: u32, identity: u64, index: u32) {
+        if identity == 0 {
+            return;
+        }
+        if let Some(command) = self.commands.get_mut(index) {
+            command.identity = identity;
+            let reference = self.commands.slot_ref(index);
+            self.by_request.insert((dev, identity), reference);
+        }
     }
 
     pub(super) fn io_of_fragment(&self, index: u32) -> Option<&UserIo> {

@@ -3,7 +3,7 @@
 use tracer_common::{BlockEvent, EventKind};
 
 use super::attribution::OwnerSlots;
-use super::chain::{Fragment, FragmentState, Remap, Target, UserIo};
+use super::chain::{DropReason, Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
 use super::split::split_cause;
 use super::stats::op_index;
@@ -256,8 +256,20 @@ impl Engine {
         let end = start.saturating_add(sectors);
         let serial = self.next_command;
         self.next_command += 1;
+        // Raw tracepoints name the request: one still carrying a command that
+        // was not requeued never reported that command's completion.
+        let identity = event.aux_sector;
+        if let Some(stale) = self.command_of_request(event.dev, identity) {
+            if self
+                .commands
+                .get(stale)
+                .is_some_and(|c| c.requeued_ns.is_none())
+            {
+                self.expire_command(stale, DropReason::CompletionLost);
+            }
+        }
 
-        if self.reissue(event.dev, disk, start, end, op_of(event)) {
+        if self.reissue(event.dev, disk, start, end, op_of(event), identity) {
             return;
         }
         let mut target = None;
@@ -283,6 +295,7 @@ impl Engine {
             command_index = self.insert_command(event.dev, start, end, None, Target::default());
             match command_index {
                 Some(index) => {
+                    self.name_request(event.dev, identity, index);
                     (target, ends) = self.gather_fragments(index, event.dev, start, end, serial);
                 }
                 None => self.correlation.unmatched_events += 1,
@@ -328,7 +341,15 @@ impl Engine {
 
     /// An issue of a requeued command: no new command; issue→complete now
     /// runs from here, and the time spent requeued is its own measure.
-    fn reissue(&mut self, dev: u32, disk: u32, start: u64, end: u64, op: Op) -> bool {
+    fn reissue(
+        &mut self,
+        dev: u32,
+        disk: u32,
+        start: u64,
+        end: u64,
+        op: Op,
+        identity: u64,
+    ) -> bool {
         if start == end {
             let waiting = &mut self.devices[disk as usize].requeued_empty[op_index(op)];
             if *waiting == 0 {
@@ -340,7 +361,12 @@ impl Engine {
         let found = self.commands.find(&(dev, start), |command| {
             command.end == end && command.requeued_ns.is_some()
         });
-        let Some(command) = found.and_then(|index| self.commands.get_mut(index)) else {
+        let Some(index) = found else {
+            return false;
+        };
+        // Issued again, perhaps under another tag.
+        self.name_request(dev, identity, index);
+        let Some(command) = self.commands.get_mut(index) else {
             return false;
         };
         let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
@@ -362,9 +388,18 @@ impl Engine {
             return;
         }
         let key = (event.dev, event.sector);
+        // The request's own command when it is known; else by sector, first in first out.
         let found = self
-            .commands
-            .find(&key, |command| command.end - command.start >= done)
+            .command_of_request(event.dev, event.aux_sector)
+            .filter(|&index| {
+                self.commands
+                    .get(index)
+                    .is_some_and(|c| c.start == event.sector)
+            })
+            .or_else(|| {
+                self.commands
+                    .find(&key, |command| command.end - command.start >= done)
+            })
             .or_else(|| self.commands.find(&key, |_| true));
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;

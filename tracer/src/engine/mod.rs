@@ -115,6 +115,8 @@ pub struct Engine {
     fragments: Table<SectorKey, Fragment>,
     commands: Table<SectorKey, Command>,
     remaps: Table<RemapKey, Remap>,
+    /// The command each in-flight request (dev, hctx and tag) carries.
+    by_request: FastMap<(u32, u64), table::SlotRef>,
     dirty: FastMap<u32, DirtyStats>,
     /// The kernel's running dirty-buffer totals per device, as last seen.
     dirty_kernel: FastMap<u32, DirtyCounts>,
@@ -143,6 +145,7 @@ impl Engine {
             fragments: Table::new(cap, reserve),
             commands: Table::new(cap, reserve),
             remaps: Table::new(cap.min(RESERVED_SLOTS), reserve),
+            by_request: FastMap::default(),
             dirty: FastMap::default(),
             dirty_kernel: FastMap::default(),
             tracked: HashSet::default(),
@@ -214,6 +217,8 @@ impl Engine {
                 self.commands.shrink_idle(keep),
                 self.remaps.shrink_idle(keep),
             ];
+            // Nothing in flight: every entry is stale.
+            self.by_request.clear();
             if shrunk.contains(&true) {
                 self.last_shrink = Some(now);
             }

@@ -564,6 +564,85 @@ fn full_table_evicts_the_oldest_chains() {
     assert_eq!(engine.correlation().unmatched_events, 1);
 }
 
+/// An issue or completion naming its request (raw tracepoints' hctx and tag).
+fn named(event: BlockEvent, request: u64) -> BlockEvent {
+    BlockEvent {
+        aux_sector: request,
+        ..event
+    }
+}
+
+#[test]
+fn a_request_issued_again_retires_the_command_whose_completion_never_came() {
+    let mut engine = engine();
+    // Pass 1 at sector 0: issued as request 5; the kernel reports no completion.
+    feed(
+        &mut engine,
+        &[queue(MS, LOOP0, 0, 8), named(issue(2 * MS, LOOP0, 0, 8), 5)],
+    );
+    // Pass 2 at the same sector, on the same request: pass 1's command is gone.
+    feed(
+        &mut engine,
+        &[
+            queue(3 * MS, LOOP0, 0, 8),
+            named(issue(4 * MS, LOOP0, 0, 8), 5),
+            named(complete(5 * MS, LOOP0, 0, 8), 5),
+        ],
+    );
+    let correlation = engine.correlation();
+    assert_eq!(correlation.completion_lost, 1);
+    assert_eq!(correlation.incomplete, 1);
+    assert_eq!(correlation.in_flight, 0, "{correlation:?}");
+    // Pass 2's latency is its own 1 ms, not pass 1's 3 ms.
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(writes.issue_to_complete_us.max, 1000);
+    assert_eq!(writes.commands, 2);
+}
+
+#[test]
+fn a_completion_naming_its_request_skips_older_commands_at_the_same_sector() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            named(issue(2 * MS, LOOP0, 0, 8), 5),
+            queue(3 * MS, LOOP0, 0, 8),
+            named(issue(4 * MS, LOOP0, 0, 8), 6),
+            // The second completes first; by sector alone it would take the first.
+            named(complete(5 * MS, LOOP0, 0, 8), 6),
+        ],
+    );
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!(writes.issue_to_complete_us.max, 1000);
+    engine.ingest(&named(complete(9 * MS, LOOP0, 0, 8), 5));
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_near(writes.issue_to_complete_us.max, 7000);
+    assert_clean(&engine);
+}
+
+#[test]
+fn a_requeued_request_is_not_a_lost_completion() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            named(issue(2 * MS, LOOP0, 0, 8), 5),
+            named(requeue(3 * MS, LOOP0, 0, 8), 5),
+            // Re-issued under another tag; tag 5 goes to other work meanwhile.
+            named(issue(4 * MS, LOOP0, 0, 8), 9),
+            queue(4 * MS, LOOP0, 64, 8),
+            named(issue(4 * MS, LOOP0, 64, 8), 5),
+            named(complete(5 * MS, LOOP0, 0, 8), 9),
+            named(complete(5 * MS, LOOP0, 64, 8), 5),
+        ],
+    );
+    assert_clean(&engine);
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.commands, writes.requeues), (2, 1));
+}
+
 #[test]
 fn idle_tables_give_back_a_burst_and_keep_correlating() {
     let mut engine = engine();

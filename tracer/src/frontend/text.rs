@@ -557,6 +557,12 @@ fn header(out: &mut Out, report: &Report) {
         units::thousands(correlation.aged_out),
         units::thousands(correlation.in_flight),
     ));
+    if correlation.completion_lost > 0 {
+        out.line(&format!(
+            "  {} chains lost their command's completion (the kernel reported none before reusing the request)",
+            units::thousands(correlation.completion_lost)
+        ));
+    }
     if events.dropped > 0 || events.syscall_dropped > 0 {
         out.wrapped(
             "  warning: ",
