@@ -257,8 +257,9 @@ impl Engine {
         let serial = self.next_command;
         self.next_command += 1;
         // Raw tracepoints name the request: one still carrying a command that
-        // was not requeued never reported that command's completion.
-        let identity = event.aux_sector;
+        // was not requeued never reported that command's completion. (Not a
+        // flush: blk-flush's flush request borrows another request's tag.)
+        let identity = if sectors > 0 { event.aux_sector } else { 0 };
         if let Some(stale) = self.command_of_request(event.dev, identity) {
             if self
                 .commands

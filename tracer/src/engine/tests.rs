@@ -622,6 +622,21 @@ fn a_completion_naming_its_request_skips_older_commands_at_the_same_sector() {
 }
 
 #[test]
+fn a_flush_borrowing_a_busy_tag_retires_nothing() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 0, 8),
+            named(issue(2 * MS, LOOP0, 0, 8), 5),
+            named(issue(3 * MS, LOOP0, 0, 0), 5),
+            named(complete(4 * MS, LOOP0, 0, 8), 5),
+        ],
+    );
+    assert_clean(&engine);
+}
+
+#[test]
 fn a_requeued_request_is_not_a_lost_completion() {
     let mut engine = engine();
     feed(
