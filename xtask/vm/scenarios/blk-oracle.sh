@@ -37,8 +37,10 @@ guest-io aiorev "/dev/$part" 16777216 4096 32
 echo 3 > /proc/sys/vm/drop_caches
 dd if="/dev/$part" of=/dev/null bs=65536 count=64
 # Each 1 MiB write is split by max_segments into pieces that each take most of
-# the ring: the second piece finds no room and is requeued.
-guest-io write "/dev/$requeue" 0 1048576 16
+# the ring: the second piece finds no room and is requeued. 256 one-page
+# iovecs with gaps: one segment per page whatever the guest's memory layout (a
+# plain buffer was contiguous by chance in two 6.1 boots: one command, no requeue).
+guest-io writev "/dev/$requeue" 0 4096 256 16
 sync
 sleep 2
 stop_report
