@@ -8,7 +8,9 @@
 //!             | u64 FNV-1a of the payload
 //! ```
 //! Block kinds: [`BlockKind::Header`] (JSON [`RecordHeader`], first),
-//! [`BlockKind::Events`] (tagged records in kernel order) and
+//! [`BlockKind::Events`] (tagged records in kernel order),
+//! [`BlockKind::PackedEvents`] (the same records with each block event
+//! packed into varints before compression, see [`super::pack`]) and
 //! [`BlockKind::Trailer`] (JSON [`Trailer`]; the last one wins). An events
 //! payload is a run of records, each a tag byte and its fixed bytes:
 //! a `BlockEvent`, a `ProcessEvent`, an `OpenEvent`, the dirty-buffer
@@ -20,8 +22,10 @@
 //! format 3) what `run` concluded (u32 length, then JSON [`RunRecord`]), and
 //! block events without an owner stored without it ([`TAG_BLOCK_BARE`]).
 //!
-//! This build writes format 3 and reads 2 and 3: format 2 is format 3
-//! without the run record.
+//! This build writes format 4 and reads 2 to 4: format 3 is format 4
+//! without packed blocks, and format 2 is format 3 without the run record.
+//! The header's `raw length` is what the zstd frame holds: for a packed
+//! block, the packed bytes.
 //!
 //! Each block stands alone, so a file cut short (full disk, killed recorder)
 //! reads up to its last complete block. The event structs are stored as
@@ -35,8 +39,9 @@ use crate::geometry::DiskGeometry;
 
 pub const MAGIC: [u8; 8] = *b"IOSPLTRC";
 /// Bump on any change of the layout below or of the event structs.
-pub const FORMAT_VERSION: u32 = 3;
-/// The oldest format this build still reads (same event layout, fewer tags).
+pub const FORMAT_VERSION: u32 = 4;
+/// The oldest format this build still reads (same event layout, fewer tags
+/// and no packed blocks).
 pub const OLDEST_READABLE: u32 = 2;
 pub const PREAMBLE_BYTES: usize = 16;
 pub const BLOCK_MAGIC: [u8; 4] = *b"BLK\0";
@@ -76,6 +81,8 @@ pub enum BlockKind {
     Header = 1,
     Events = 2,
     Trailer = 3,
+    /// Events, packed (from format 4): see [`super::pack`].
+    PackedEvents = 4,
 }
 
 impl BlockKind {
@@ -84,6 +91,7 @@ impl BlockKind {
             1 => Some(BlockKind::Header),
             2 => Some(BlockKind::Events),
             3 => Some(BlockKind::Trailer),
+            4 => Some(BlockKind::PackedEvents),
             _ => None,
         }
     }
@@ -316,7 +324,7 @@ mod tests {
                 OPEN_EVENT_BYTES,
                 DIRTY_COUNTS_BYTES
             ),
-            (3, 96, 40, 296, 64)
+            (4, 96, 40, 296, 64)
         );
     }
 

@@ -13,6 +13,7 @@
 
 pub mod format;
 pub mod import;
+pub mod pack;
 pub mod reader;
 pub mod writer;
 

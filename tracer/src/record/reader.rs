@@ -16,6 +16,7 @@ use super::format::{
     PROCESS_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY, TAG_GEOMETRY, TAG_INTERVAL,
     TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS, TAG_RUN,
 };
+use super::pack;
 
 /// One recorded item.
 #[derive(Clone, Debug, PartialEq)]
@@ -183,6 +184,13 @@ impl<R: Read> Recording<R> {
             match self.next_block()? {
                 Next::End => return Ok(None),
                 Next::Block(BlockKind::Events, raw) => {
+                    self.raw = raw;
+                    self.cursor = 0;
+                }
+                Next::Block(BlockKind::PackedEvents, packed) => {
+                    let mut raw = std::mem::take(&mut self.raw);
+                    pack::unpack(&packed, &mut raw)
+                        .map_err(|why| self.corrupt(format!("bad packed block: {why}")))?;
                     self.raw = raw;
                     self.cursor = 0;
                 }

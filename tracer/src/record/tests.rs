@@ -194,3 +194,60 @@ fn a_recording_that_never_started_leaves_no_file() {
     drop(writer);
     assert!(!path.exists(), "{} was left behind", path.display());
 }
+
+/// The same recording with its packed blocks stored as format 3 wrote
+/// them (plain records in the zstd frame, version 3 in the preamble).
+fn as_format_3(bytes: &[u8]) -> Vec<u8> {
+    use format::{BlockHeader, BlockKind, BLOCK_HEADER_BYTES, PREAMBLE_BYTES};
+    let mut old = bytes[..PREAMBLE_BYTES].to_vec();
+    old[8..12].copy_from_slice(&3u32.to_le_bytes());
+    let mut at = PREAMBLE_BYTES;
+    while at < bytes.len() {
+        let header =
+            BlockHeader::decode(bytes[at..][..BLOCK_HEADER_BYTES].try_into().unwrap()).unwrap();
+        let payload = &bytes[at + BLOCK_HEADER_BYTES..][..header.payload_len as usize];
+        at += BLOCK_HEADER_BYTES + payload.len();
+        let (kind, payload) = match BlockKind::from_u8(header.kind) {
+            Some(BlockKind::PackedEvents) => {
+                let packed = zstd::bulk::decompress(payload, header.raw_len as usize).unwrap();
+                let mut raw = Vec::new();
+                pack::unpack(&packed, &mut raw).unwrap();
+                (
+                    BlockKind::Events as u8,
+                    zstd::bulk::compress(&raw, 1).unwrap(),
+                )
+            }
+            _ => (header.kind, payload.to_vec()),
+        };
+        let raw_len = match kind == header.kind {
+            true => header.raw_len,
+            false => zstd::bulk::decompress(&payload, 64 << 20).unwrap().len() as u32,
+        };
+        let rewritten = BlockHeader {
+            kind,
+            raw_len,
+            payload_len: payload.len() as u32,
+            checksum: format::checksum(&payload),
+        };
+        old.extend_from_slice(&rewritten.encode());
+        old.extend_from_slice(&payload);
+    }
+    old
+}
+
+#[test]
+fn event_blocks_are_packed_and_format_3_files_read_the_same() {
+    let (bytes, expected) = write_recording("format-3", 2000);
+    let old = as_format_3(&bytes);
+    assert!(
+        bytes.len() < old.len(),
+        "packed {} vs plain {}",
+        bytes.len(),
+        old.len()
+    );
+    let items: Vec<Item> = Recording::new(&old[..])
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(items, expected);
+}

@@ -1,7 +1,7 @@
 //! Recording without cost on the hot path: [`RecordingSink`] copies each
 //! event's fixed bytes into a preallocated buffer (no syscall, allocation,
 //! lock or formatting per event) and hands a full buffer to the writer
-//! thread, which compresses it into one block and appends it. Buffers go
+//! thread, which packs and compresses it into one block and appends it. Buffers go
 //! back to the sink for reuse, so steady state allocates nothing.
 
 use std::fs::File;
@@ -23,6 +23,7 @@ use super::format::{
     BLOCK_RAW_BYTES, OPEN_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY, TAG_GEOMETRY,
     TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS,
 };
+use super::pack;
 
 /// A partial block older than this is shipped anyway, so a killed recorder
 /// loses at most about this much of the trace.
@@ -324,6 +325,7 @@ fn write_blocks(
     let mut out = BlockFile {
         file,
         scratch: Vec::new(),
+        packed: Vec::new(),
         summary: WriteSummary::default(),
         compressor: zstd::bulk::Compressor::new(ZSTD_LEVEL).map_err(RecordError::Write)?,
     };
@@ -348,7 +350,7 @@ fn write_blocks(
                 header_written = true;
                 for buffer in waiting.drain(..) {
                     if result.is_ok() {
-                        result = out.write(BlockKind::Events, &buffer);
+                        result = out.write_events(&buffer);
                     }
                     recycle(buffer, &spares);
                 }
@@ -359,7 +361,7 @@ fn write_blocks(
                 Ok(())
             }
             Message::Events(buffer) => {
-                let result = out.write(BlockKind::Events, &buffer);
+                let result = out.write_events(&buffer);
                 recycle(buffer, &spares);
                 result
             }
@@ -386,6 +388,8 @@ struct BlockFile {
     file: File,
     /// The last block's compressed payload, reused.
     scratch: Vec<u8>,
+    /// The last events block, packed, reused.
+    packed: Vec<u8>,
     /// One compression context for every block (not one per block).
     compressor: zstd::bulk::Compressor<'static>,
     summary: WriteSummary,
@@ -399,6 +403,18 @@ impl BlockFile {
     ) -> std::result::Result<(), RecordError> {
         let json = serde_json::to_vec(value).map_err(RecordError::Encode)?;
         self.write(kind, &json)
+    }
+
+    /// Events packed before compression (zstd's time follows its input's
+    /// size), or as they are if they do not pack.
+    fn write_events(&mut self, raw: &[u8]) -> std::result::Result<(), RecordError> {
+        let mut packed = std::mem::take(&mut self.packed);
+        let result = match pack::pack(raw, &mut packed) {
+            true => self.write(BlockKind::PackedEvents, &packed),
+            false => self.write(BlockKind::Events, raw),
+        };
+        self.packed = packed;
+        result
     }
 
     fn write(&mut self, kind: BlockKind, raw: &[u8]) -> std::result::Result<(), RecordError> {
