@@ -337,6 +337,27 @@ fn foreign_empty_and_future_files_are_refused() {
     );
 }
 
+/// Where the file's last block of events lies (its header included).
+fn last_events_block(bytes: &[u8]) -> std::ops::Range<usize> {
+    let mut at = format::PREAMBLE_BYTES;
+    let mut last = None;
+    while at < bytes.len() {
+        let head: &[u8; format::BLOCK_HEADER_BYTES] = bytes[at..][..format::BLOCK_HEADER_BYTES]
+            .try_into()
+            .unwrap();
+        let header = format::BlockHeader::decode(head).unwrap();
+        let end = at + format::BLOCK_HEADER_BYTES + header.payload_len as usize;
+        if matches!(
+            format::BlockKind::from_u8(header.kind),
+            Some(format::BlockKind::Events | format::BlockKind::PackedEvents)
+        ) {
+            last = Some(at..end);
+        }
+        at = end;
+    }
+    last.expect("the recording has an events block")
+}
+
 #[test]
 fn truncated_and_corrupt_files_say_so() {
     let file = scratch("cut.iotrace");
@@ -346,7 +367,8 @@ fn truncated_and_corrupt_files_say_so() {
 
     // Cut inside the last events block: the report of what is complete, a
     // note, and exit 1.
-    std::fs::write(&file.0, &bytes[..bytes.len() - 300]).unwrap();
+    let last_events = last_events_block(&bytes);
+    std::fs::write(&file.0, &bytes[..(last_events.start + last_events.end) / 2]).unwrap();
     let out = iosplit(&["analyze", file.0.to_str().unwrap(), "--json"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");

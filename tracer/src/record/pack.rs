@@ -128,7 +128,9 @@ pub fn pack(raw: &[u8], out: &mut Vec<u8>) -> bool {
             event[1] = kind;
             let mut used = 2;
             for index in 0..WORDS {
-                let word = u64::from_le_bytes(rest[index * 8..][..8].try_into().unwrap());
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&rest[index * 8..][..8]);
+                let word = u64::from_le_bytes(word);
                 used += put_varint(&mut event[used..], model.encode(kind, index, word));
             }
             out.extend_from_slice(&event[..used]);
