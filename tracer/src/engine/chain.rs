@@ -373,7 +373,7 @@ impl Engine {
             .stats_mut(target.part)
             .get_mut(target.tracked, target.op);
         stats.commands += 1;
-        stats.command_sectors.saturating_record(sectors);
+        stats.command_sectors.record(sectors);
         if sectors > 0 {
             if !start.is_multiple_of(pbs) || !sectors.is_multiple_of(pbs) {
                 stats.misaligned_pbs += 1;
@@ -420,12 +420,8 @@ impl Engine {
         }
         let latency_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
         let stats = self.stats_mut(io.target);
-        stats
-            .fragments_per_io
-            .saturating_record(u64::from(io.fragments));
-        stats
-            .commands_per_io
-            .saturating_record(u64::from(io.commands));
+        stats.fragments_per_io.record(u64::from(io.fragments));
+        stats.commands_per_io.record(u64::from(io.commands));
         stats.queue_to_complete_us.saturating_record(latency_us);
         self.attribution.each(io.owners, |stats| {
             stats

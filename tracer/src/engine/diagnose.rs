@@ -6,7 +6,7 @@
 use super::audit::{audit_disk, place_of};
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
 use super::split::SplitCause;
-use super::stats::{op_index, OpStats, ALL_ORIGINS, OP_COUNT};
+use super::stats::{op_index, quantile_bytes, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use super::what_if;
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
@@ -175,7 +175,7 @@ fn add_live_evidence(live: &mut LiveEvidence, traffic: &DeviceTraffic<'_>) {
     if total.user_ios > 0 {
         live.traffic = Some(ObservedTraffic {
             observed_user_ios: total.user_ios,
-            observed_bio_size_p50: p50_bytes(&total.user_io_sectors),
+            observed_bio_size_p50: quantile_bytes(&total.user_io_sectors, 0.5),
             observed_subpage_bio_share: round3(subpage_share(total)),
             observed_commands: total.commands,
             bios_per_command: round3(ratio(total.user_ios, total.commands)),
@@ -310,7 +310,7 @@ fn uniform_subpage_writes(traffic: &DeviceTraffic<'_>) -> Option<(u64, u64)> {
         return None;
     }
     let write = traffic.op(Op::Write)?;
-    let histogram = &write.user_io_sectors;
+    let histogram = write.user_io_sectors.histogram();
     let sectors = histogram.value_at_quantile(0.5);
     if sectors == 0 || sectors * SECTOR_BYTES >= PAGE_BYTES {
         return None;
@@ -395,8 +395,8 @@ fn split_amplification(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         commands: total.commands,
         split_share: round3(share),
         amplification: round3(amplification),
-        user_io_size_p50: p50_bytes(&total.user_io_sectors),
-        command_size_p50: p50_bytes(&total.command_sectors),
+        user_io_size_p50: quantile_bytes(&total.user_io_sectors, 0.5),
+        command_size_p50: quantile_bytes(&total.command_sectors, 0.5),
         command_size_mean,
         max_sectors_kb: geometry.max_sectors_kb,
         max_hw_sectors_kb: geometry.max_hw_sectors_kb,
@@ -476,7 +476,7 @@ fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> (String, String,
                 let suggested = what_if::suggested_max_sectors_kb(
                     max_kb,
                     hw_kb,
-                    p90_bytes(&traffic.total.user_io_sectors),
+                    quantile_bytes(&traffic.total.user_io_sectors, 0.9),
                 );
                 (
                     detail,
@@ -598,8 +598,8 @@ fn merge_blocked(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     let geometry = &traffic.device.geometry;
     let disk = traffic.disk_name();
     let bios_per_command = ratio(total.user_ios + total.splits, total.commands);
-    let command_p50 = p50_bytes(&total.command_sectors);
-    let bio_p50 = p50_bytes(&total.user_io_sectors);
+    let command_p50 = quantile_bytes(&total.command_sectors, 0.5);
+    let bio_p50 = quantile_bytes(&total.user_io_sectors, 0.5);
     // Sub-page bios on a partition with a sub-page block size are the
     // subpage_block_size finding itself (its explanation names the virt
     // boundary and segment caps); one root cause, one diagnosis.
@@ -722,13 +722,11 @@ fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
             delay.lowest_equivalent(delay.value_at_quantile(q))
         }
     };
-    let command_max = if total.command_sectors.is_empty() {
+    let commands = total.command_sectors.histogram();
+    let command_max = if commands.is_empty() {
         0
     } else {
-        total
-            .command_sectors
-            .lowest_equivalent(total.command_sectors.max())
-            * SECTOR_BYTES
+        commands.lowest_equivalent(commands.max()) * SECTOR_BYTES
     };
     // O_DIRECT from user memory and the page cache give one segment per page.
     let largest_command_segments = command_max
@@ -745,7 +743,7 @@ fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
         requeue_share: round3(share),
         requeue_delay_p50_us: quantile_us(0.5),
         requeue_delay_p99_us: quantile_us(0.99),
-        command_size_p50: p50_bytes(&total.command_sectors),
+        command_size_p50: quantile_bytes(&total.command_sectors, 0.5),
         command_size_max: command_max,
         largest_command_segments,
         max_segments: geometry.max_segments,
@@ -815,23 +813,9 @@ fn requeued_commands(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     ))
 }
 
-fn p50_bytes(histogram: &hdrhistogram::Histogram<u64>) -> u64 {
-    if histogram.is_empty() {
-        return 0;
-    }
-    histogram.lowest_equivalent(histogram.value_at_quantile(0.5)) * SECTOR_BYTES
-}
-
-fn p90_bytes(histogram: &hdrhistogram::Histogram<u64>) -> u64 {
-    if histogram.is_empty() {
-        return 0;
-    }
-    histogram.lowest_equivalent(histogram.value_at_quantile(0.9)) * SECTOR_BYTES
-}
-
 /// Share of user I/Os smaller than a page.
 fn subpage_share(stats: &OpStats) -> f64 {
-    let histogram = &stats.user_io_sectors;
+    let histogram = stats.user_io_sectors.histogram();
     let below = histogram.count_between(1, PAGE_BYTES / SECTOR_BYTES - 1);
     ratio(below, histogram.len())
 }

@@ -129,7 +129,7 @@ impl Engine {
         stats.user_ios += 1;
         stats.fragments += 1;
         stats.bytes += sectors * SECTOR_BYTES;
-        stats.user_io_sectors.saturating_record(sectors);
+        stats.user_io_sectors.record(sectors);
         if sectors == 0 {
             return;
         }

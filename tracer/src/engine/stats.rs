@@ -1,6 +1,7 @@
 //! Counters and histograms of one (disk or partition, origin, operation), and
 //! their conversion into the report model.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
@@ -19,6 +20,77 @@ const HISTOGRAM_SIGFIG: u8 = 2;
 pub fn new_histogram() -> Histogram<u64> {
     Histogram::new_with_bounds(1, HISTOGRAM_HIGH, HISTOGRAM_SIGFIG)
         .expect("constant histogram bounds are valid")
+}
+
+/// A histogram that holds a run of equal values and records the run at once
+/// when a different value comes. Sizes and counts per I/O repeat one value
+/// almost always (8 sectors, 1 fragment, 1 command), and hdrhistogram's record
+/// was the consumer's largest single symbol. No `Deref`: every reader goes
+/// through [`RunHistogram::histogram`], which adds the held run.
+pub struct RunHistogram {
+    recorded: Histogram<u64>,
+    held_value: u64,
+    held_count: u64,
+}
+
+impl Default for RunHistogram {
+    fn default() -> Self {
+        RunHistogram {
+            recorded: new_histogram(),
+            held_value: 0,
+            held_count: 0,
+        }
+    }
+}
+
+impl RunHistogram {
+    #[inline]
+    pub fn record(&mut self, value: u64) {
+        if value == self.held_value {
+            self.held_count += 1;
+        } else {
+            self.flush();
+            self.held_value = value;
+            self.held_count = 1;
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.held_count != 0 {
+            self.recorded
+                .saturating_record_n(self.held_value, self.held_count);
+            self.held_count = 0;
+        }
+    }
+
+    /// Everything recorded, the held run included.
+    pub fn histogram(&self) -> Cow<'_, Histogram<u64>> {
+        if self.held_count == 0 {
+            return Cow::Borrowed(&self.recorded);
+        }
+        let mut whole = self.recorded.clone();
+        whole.saturating_record_n(self.held_value, self.held_count);
+        Cow::Owned(whole)
+    }
+
+    pub fn len(&self) -> u64 {
+        self.recorded.len() + self.held_count
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Adds `other` (its held run too) into `self`.
+    pub fn absorb(&mut self, other: &RunHistogram) {
+        self.flush();
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.recorded.add(&other.recorded);
+        if other.held_count != 0 {
+            self.recorded
+                .saturating_record_n(other.held_value, other.held_count);
+        }
+    }
 }
 
 pub const fn op_index(op: Op) -> usize {
@@ -49,11 +121,11 @@ pub struct OpStats {
     /// previous one was issued: merges that could have happened and did not.
     pub adjacent_unmerged: u64,
     /// User I/O size, in sectors.
-    pub user_io_sectors: Histogram<u64>,
+    pub user_io_sectors: RunHistogram,
     /// Command size, in sectors.
-    pub command_sectors: Histogram<u64>,
-    pub fragments_per_io: Histogram<u64>,
-    pub commands_per_io: Histogram<u64>,
+    pub command_sectors: RunHistogram,
+    pub fragments_per_io: RunHistogram,
+    pub commands_per_io: RunHistogram,
     pub queue_to_complete_us: Histogram<u64>,
     /// From block_bio_queue to the first command carrying the user I/O (Q2D).
     pub queue_to_issue_us: Histogram<u64>,
@@ -79,10 +151,10 @@ impl Default for OpStats {
             misaligned_4k: 0,
             split_causes: [0; SplitCause::COUNT],
             adjacent_unmerged: 0,
-            user_io_sectors: new_histogram(),
-            command_sectors: new_histogram(),
-            fragments_per_io: new_histogram(),
-            commands_per_io: new_histogram(),
+            user_io_sectors: RunHistogram::default(),
+            command_sectors: RunHistogram::default(),
+            fragments_per_io: RunHistogram::default(),
+            commands_per_io: RunHistogram::default(),
             queue_to_complete_us: new_histogram(),
             queue_to_issue_us: new_histogram(),
             issue_to_complete_us: new_histogram(),
@@ -109,10 +181,10 @@ impl OpStats {
         }
         self.adjacent_unmerged += other.adjacent_unmerged;
         // Same bounds on both sides, so adding cannot fail.
-        let _ = self.user_io_sectors.add(&other.user_io_sectors);
-        let _ = self.command_sectors.add(&other.command_sectors);
-        let _ = self.fragments_per_io.add(&other.fragments_per_io);
-        let _ = self.commands_per_io.add(&other.commands_per_io);
+        self.user_io_sectors.absorb(&other.user_io_sectors);
+        self.command_sectors.absorb(&other.command_sectors);
+        self.fragments_per_io.absorb(&other.fragments_per_io);
+        self.commands_per_io.absorb(&other.commands_per_io);
         let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
         let _ = self.queue_to_issue_us.add(&other.queue_to_issue_us);
         let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
@@ -138,10 +210,10 @@ impl OpStats {
             misaligned_pbs_commands: self.misaligned_pbs,
             misaligned_4k_commands: self.misaligned_4k,
             split_causes,
-            user_io_size: distribution(&self.user_io_sectors, SECTOR_BYTES),
-            command_size: distribution(&self.command_sectors, SECTOR_BYTES),
-            fragments_per_io: distribution(&self.fragments_per_io, 1),
-            commands_per_io: distribution(&self.commands_per_io, 1),
+            user_io_size: distribution(&self.user_io_sectors.histogram(), SECTOR_BYTES),
+            command_size: distribution(&self.command_sectors.histogram(), SECTOR_BYTES),
+            fragments_per_io: distribution(&self.fragments_per_io.histogram(), 1),
+            commands_per_io: distribution(&self.commands_per_io.histogram(), 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             queue_to_issue_us: distribution(&self.queue_to_issue_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
@@ -261,6 +333,15 @@ pub fn distribution(histogram: &Histogram<u64>, scale: u64) -> Distribution {
     }
 }
 
+/// The `q` quantile of a histogram of sectors, in bytes (low end of its bucket).
+pub fn quantile_bytes(sectors: &RunHistogram, q: f64) -> u64 {
+    let sectors = sectors.histogram();
+    if sectors.is_empty() {
+        return 0;
+    }
+    quantile(&sectors, q) * SECTOR_BYTES
+}
+
 /// The value at `q`, reported as the low end of its bucket so exact values
 /// (sizes that are multiples of the resolution) come back unchanged.
 fn quantile(histogram: &Histogram<u64>, q: f64) -> u64 {
@@ -319,6 +400,32 @@ mod tests {
     }
 
     #[test]
+    fn a_run_histogram_counts_its_held_run_everywhere_it_is_read() {
+        let mut sizes = RunHistogram::default();
+        assert!(sizes.is_empty());
+        for value in [8, 8, 8, 16, 16, 8, 0] {
+            sizes.record(value);
+        }
+        // The last value (0) is still held, not yet in `recorded`.
+        assert_eq!(sizes.len(), 7);
+        let whole = sizes.histogram();
+        assert_eq!(whole.len(), 7);
+        assert_eq!(whole.count_at(8), 4);
+        assert_eq!(whole.count_at(16), 2);
+        assert_eq!(whole.count_at(0), 1);
+        let mut other = RunHistogram::default();
+        other.record(16);
+        other.record(16);
+        sizes.absorb(&other);
+        let whole = sizes.histogram();
+        assert_eq!(whole.len(), 9);
+        assert_eq!(whole.count_at(16), 4);
+        assert_eq!(whole.count_at(0), 1);
+        assert_eq!(quantile_bytes(&sizes, 0.5), 8 * SECTOR_BYTES);
+        assert_eq!(quantile_bytes(&RunHistogram::default(), 0.5), 0);
+    }
+
+    #[test]
     fn absorb_adds_counts_and_histograms() {
         let mut left = OpStats {
             user_ios: 2,
@@ -326,13 +433,13 @@ mod tests {
             ..OpStats::default()
         };
         left.split_causes[SplitCause::PhysicalBlock.index()] = 3;
-        left.user_io_sectors.saturating_record(8);
+        left.user_io_sectors.record(8);
         let mut right = OpStats {
             user_ios: 5,
             ..OpStats::default()
         };
         right.split_causes[SplitCause::MaxSectors.index()] = 4;
-        right.user_io_sectors.saturating_record(16);
+        right.user_io_sectors.record(16);
         left.absorb(&right);
         assert_eq!(left.user_ios, 7);
         assert_eq!(left.user_io_sectors.len(), 2);

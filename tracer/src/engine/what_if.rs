@@ -21,7 +21,7 @@ use hdrhistogram::Histogram;
 use super::chain::Target;
 use super::diagnose::VIRTIO_HEADER_DESCRIPTORS;
 use super::split::{SplitCause, SplitLimits};
-use super::stats::{new_histogram, op_index, OpStats};
+use super::stats::{new_histogram, op_index, quantile_bytes, OpStats};
 use super::table::SlotRef;
 use super::Engine;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
@@ -335,7 +335,7 @@ pub(super) fn attach(
                 let suggested = suggested_max_sectors_kb(
                     geometry.max_sectors_kb,
                     geometry.max_hw_sectors_kb,
-                    p90_bytes(&total.user_io_sectors),
+                    quantile_bytes(&total.user_io_sectors, 0.9),
                 );
                 evidence.proposed_max_sectors_kb = Some(suggested);
                 let raised = SplitLimits {
@@ -377,14 +377,6 @@ pub(super) fn attach(
     if let Some(predicted) = predicted {
         diagnosis.evidence.set_what_if(predicted);
     }
-}
-
-/// The 90th percentile of a histogram of sectors, in bytes (low end of its bucket).
-fn p90_bytes(sectors: &Histogram<u64>) -> u64 {
-    if sectors.is_empty() {
-        return 0;
-    }
-    sectors.lowest_equivalent(sectors.value_at_quantile(0.9)) * SECTOR_BYTES
 }
 
 /// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
