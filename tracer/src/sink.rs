@@ -14,6 +14,9 @@ use crate::geometry::DiskGeometry;
 
 /// Receives every event in kernel order, on the consumer thread.
 pub trait EventSink: Send + 'static {
+    /// Once, before any event: whether the probes read owners (process,
+    /// cgroup, file). Without them no report shows attribution.
+    fn owners_read(&mut self, _read: bool) {}
     fn block_event(&mut self, event: &BlockEvent);
     /// Only when the process tree is traced (`run`): syscalls and forks.
     fn process_event(&mut self, _event: &ProcessEvent) {}

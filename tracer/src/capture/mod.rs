@@ -187,7 +187,7 @@ pub struct Capture<S: EventSink> {
 
 impl<S: EventSink> Capture<S> {
     /// Checks privileges, loads and attaches the probes, and starts draining into `sink`.
-    pub fn start(config: &CaptureConfig, sink: S) -> Result<Capture<S>> {
+    pub fn start(config: &CaptureConfig, mut sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
         let (mut ebpf, probes, process_probes, decoder, ring_sizes) = load(config, &events_dir)?;
@@ -205,6 +205,8 @@ impl<S: EventSink> Capture<S> {
             events.push(ring);
         }
         let flavor = decoder.flavor();
+        let owners_read = config.read_owners && flavor != ProbeFlavor::Noop;
+        sink.owners_read(owners_read);
         // The probes log only rare failures; drained with the events.
         let logger = aya_log::EbpfLogger::init(&mut ebpf).ok();
         let processes = match config.process_tree {
@@ -225,7 +227,7 @@ impl<S: EventSink> Capture<S> {
             probes,
             process_probes,
             flavor,
-            owners_read: config.read_owners && flavor != ProbeFlavor::Noop,
+            owners_read,
             started: Instant::now(),
         })
     }

@@ -161,6 +161,12 @@ impl Engine {
         engine
     }
 
+    /// Whether to keep the attribution tables (per process, cgroup and file).
+    /// On by default; frontends turn it off when the probes read no owners.
+    pub fn attribute_owners(&mut self, on: bool) {
+        self.attribution.keep(on);
+    }
+
     /// Adds processes whose I/O counts as "tracked" in [`Engine::origins`].
     pub fn track_processes(&mut self, tgids: impl IntoIterator<Item = u32>) {
         self.tracked.extend(tgids);
@@ -278,6 +284,10 @@ impl crate::sink::EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn owners_read(&mut self, read: bool) {
+        Engine::attribute_owners(self, read)
     }
 
     fn events_lost(&mut self) {

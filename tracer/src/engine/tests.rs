@@ -2338,3 +2338,31 @@ fn chains_in_flight_at_a_loss_are_incomplete_and_feed_no_histogram() {
         "the lost command's latency is not recorded"
     );
 }
+
+#[test]
+fn without_owners_the_engine_attributes_nothing_and_measures_the_same() {
+    let a = |event| owned(event, 1, "writer-a", 5, 0);
+    let events = [
+        remap(MS, LOOP0, 2048, 8, P1, 0),
+        a(queue(MS, LOOP0, 2048, 8)),
+        remap(MS, LOOP0, 2056, 8, P1, 8),
+        a(queue(MS, LOOP0, 2056, 8)),
+        backmerge(MS, LOOP0, 2056, 8),
+        issue(3 * MS, LOOP0, 2048, 16),
+        complete(4 * MS, LOOP0, 2048, 16),
+    ];
+    let mut kept = engine();
+    feed(&mut kept, &events);
+    let mut off = engine();
+    off.attribute_owners(false);
+    feed(&mut off, &events);
+    assert_eq!(kept.attribution(attribution::TOP_OWNERS).processes.len(), 1);
+    let nothing = off.attribution(attribution::TOP_OWNERS);
+    assert!(nothing.processes.is_empty() && nothing.cgroups.is_empty() && nothing.files.is_empty());
+    assert_eq!(
+        part_op(&kept, "loop0", "loop0p1", Op::Write),
+        part_op(&off, "loop0", "loop0p1", Op::Write)
+    );
+    assert_eq!(part_op(&off, "loop0", "loop0p1", Op::Write).merges, 1);
+    assert_clean(&off);
+}

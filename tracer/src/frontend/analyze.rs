@@ -163,6 +163,7 @@ pub fn replay<R: Read>(
 ) -> Result<Analysis> {
     let header = recording.header.clone();
     let mut engine = Engine::new(header.geometry.clone(), Default::default());
+    engine.attribute_owners(header.owners);
     let mut span = TimeSpan::default();
     let mut notes = Vec::new();
     let mut intervals = Vec::new();
@@ -257,6 +258,8 @@ pub fn import_text(
     let imported = import::import(&text, format, &geometry)
         .with_context(|| format!("cannot import {}", path.display()))?;
     let mut engine = Engine::new(geometry, Default::default());
+    // blkparse and ftrace text name no owners.
+    engine.attribute_owners(false);
     let mut span = TimeSpan::default();
     for event in &imported.events {
         span.see(event.ts_ns);
@@ -269,7 +272,6 @@ pub fn import_text(
         KernelCounters::default(),
         span.duration(),
         Vec::new(),
-        // blkparse and ftrace text name no owners.
         false,
     );
     Ok(Analysis {

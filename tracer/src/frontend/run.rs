@@ -135,6 +135,10 @@ impl EventSink for RunSink {
         self.engine.dirty_buffer_totals(totals);
     }
 
+    fn owners_read(&mut self, read: bool) {
+        self.engine.attribute_owners(read);
+    }
+
     fn events_lost(&mut self) {
         self.engine.events_lost();
     }

@@ -198,6 +198,10 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
         self.inner.dirty_buffer_totals(totals);
     }
 
+    fn owners_read(&mut self, read: bool) {
+        self.inner.owners_read(read);
+    }
+
     fn events_lost(&mut self) {
         if let Some(recorder) = &mut self.recorder {
             recorder.push(TAG_LOST, &[]);
