@@ -74,6 +74,10 @@ pub struct BenchArgs {
     /// Only these workloads (comma-separated).
     #[arg(long, value_enum, value_delimiter = ',', value_name = "WORKLOAD")]
     workload: Vec<Workload>,
+    /// Only these configurations (comma-separated); the baseline always runs.
+    /// Targets whose peer was left out show as not measured.
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "CONFIG")]
+    config: Vec<Config>,
     /// Leave kernel.bpf_stats_enabled alone (no BPF run-time figures; its
     /// clock reads then cost nothing).
     #[arg(long)]
@@ -106,11 +110,15 @@ impl Plan {
     fn from_args(args: &BenchArgs, notes: &mut Vec<String>) -> Self {
         let (rounds, runtime_s, soak_s) = if args.quick { (1, 2, 0) } else { (3, 4, 60) };
         let mut configs = Config::ALL.to_vec();
-        if !args.classic {
+        let named = |config| args.config.contains(&config);
+        if !args.classic && !named(Config::IosplitClassic) {
             configs.retain(|&c| c != Config::IosplitClassic);
         }
-        if !args.printf {
+        if !args.printf && !named(Config::BpftracePrintf) {
             configs.retain(|&c| c != Config::BpftracePrintf);
+        }
+        if !args.config.is_empty() {
+            configs.retain(|c| *c == Config::Baseline || args.config.contains(c));
         }
         if !on_path("bpftrace") {
             notes.push("bpftrace is not installed: its configurations were skipped".into());
