@@ -301,6 +301,15 @@ pub struct KernelLayout {
     pub bh_size: u32,
     /// Non-zero when `first_minor` directly follows `major` (one read gets both).
     pub disk_ids_adjacent: u32,
+    /// `block_device.bd_start_sect`: a partition's first sector on its disk.
+    pub bdev_start_sect: u32,
+    /// Bytes from the start of `struct block_device` copied in one read (at
+    /// most [`BDEV_SPAN_BYTES`]): `bd_start_sect`, `bd_dev` and `bd_disk`.
+    /// Non-zero turns on remap folding: a queue record names the partition
+    /// its bio was sent to (`arg2` its `dev_t`, `arg` its start sector) and
+    /// the remap probe leaves partition remaps to it, which saves one ring
+    /// record per I/O on a partition.
+    pub bdev_span: u32,
     /// Bytes from the start of `struct bio` the probes copy in one read
     /// (at most [`BIO_SPAN_BYTES`]): the device pointer, the window and the
     /// owner fields; a field beyond it is read on its own.
@@ -410,6 +419,8 @@ impl KernelLayout {
         bh_bdev: 0,
         bh_size: 0,
         disk_ids_adjacent: 0,
+        bdev_start_sect: 0,
+        bdev_span: 0,
         bio_span: 0,
         rq_span: 0,
         owner: OwnerLayout::ABSENT,
@@ -422,6 +433,7 @@ impl KernelLayout {
 pub const BIO_SPAN_BYTES: usize = 128;
 pub const RQ_SPAN_BYTES: usize = 80;
 pub const PAGE_SPAN_BYTES: usize = 32;
+pub const BDEV_SPAN_BYTES: usize = 64;
 pub const INODE_SPAN_BYTES: usize = 80;
 
 /// Bytes of `struct bio` / `struct request` each raw-tracepoint event carries:
@@ -436,11 +448,13 @@ pub const WINDOW_BYTES: usize = 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RawTpEvent {
     pub ts_ns: u64,
-    /// split: `new_sector`; remap: the sector it came from; rq complete: `nr_bytes`.
+    /// split: `new_sector`; remap: the sector it came from; rq complete:
+    /// `nr_bytes`; queue, folding remaps: the partition's start sector.
     pub arg: u64,
     pub tgid: u32,
     pub dev: u32,
-    /// remap: the device it came from; rq complete: `blk_status_t`.
+    /// remap: the device it came from; rq complete: `blk_status_t`; queue,
+    /// folding remaps: the partition the bio was sent to (0: the disk itself).
     pub arg2: u32,
     pub kind: u8,
     pub _pad: [u8; 3],

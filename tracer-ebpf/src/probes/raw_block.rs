@@ -30,8 +30,8 @@ use aya_ebpf::{
 };
 use tracer_common::{
     counter, owner_filter, owner_flags, EventKind, KernelLayout, Owner, OwnerLayout, RawTpEvent,
-    RawTpQueueEvent, BIO_SPAN_BYTES, COMM_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, RQ_SPAN_BYTES,
-    WINDOW_BYTES,
+    RawTpQueueEvent, BDEV_SPAN_BYTES, BIO_SPAN_BYTES, COMM_BYTES, INODE_SPAN_BYTES,
+    PAGE_SPAN_BYTES, RQ_SPAN_BYTES, WINDOW_BYTES,
 };
 
 use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
@@ -159,12 +159,14 @@ const _: () = {
 };
 
 type BioSpan<'a> = Span<'a, { BIO_SPAN_BYTES / 8 }>;
+type BdevSpan<'a> = Span<'a, { BDEV_SPAN_BYTES / 8 }>;
 type RqSpan<'a> = Span<'a, { RQ_SPAN_BYTES / 8 }>;
 
 /// Room for the objects one probe copies at once.
 #[repr(C)]
 pub struct Scratch {
     bio: [u64; BIO_SPAN_BYTES / 8],
+    bdev: [u64; BDEV_SPAN_BYTES / 8],
     rq: [u64; RQ_SPAN_BYTES / 8],
     owner: OwnerScratch,
 }
@@ -212,6 +214,47 @@ fn bio_dev(layout: &KernelLayout, bio: &BioSpan) -> Result<u32, i32> {
     let bdev: u64 = bio.get(layout.bio_bdev)?;
     let disk: u64 = read(bdev + u64::from(layout.bdev_disk))?;
     disk_devt(layout, disk)
+}
+
+/// The bio's block device: its disk (as `bio_dev`), and when remaps are
+/// folded, the device itself (a partition's `dev_t` differs from its disk's)
+/// and its start sector; one read of the device's first bytes either way.
+#[inline(always)]
+fn bio_bdev(
+    layout: &KernelLayout,
+    bio: &BioSpan,
+    bdev_words: &mut [u64; BDEV_SPAN_BYTES / 8],
+) -> Result<Bdev, i32> {
+    if layout.bdev_span == 0 {
+        return Ok(Bdev {
+            disk: bio_dev(layout, bio)?,
+            dev: 0,
+            start: 0,
+        });
+    }
+    let address: u64 = bio.get(layout.bio_bdev)?;
+    let mut bdev = BdevSpan::new(bdev_words);
+    bdev.fill(address, layout.bdev_span)?;
+    Ok(Bdev {
+        disk: disk_devt(layout, bdev.get(layout.bdev_disk)?)?,
+        dev: bdev.get(layout.bdev_dev)?,
+        start: bdev.get(layout.bdev_start_sect)?,
+    })
+}
+
+struct Bdev {
+    disk: u32,
+    /// 0 when remaps are not folded.
+    dev: u32,
+    start: u64,
+}
+
+impl Bdev {
+    /// A partition of `disk`: its queue record carries the remap.
+    #[inline(always)]
+    fn partition(&self) -> Option<(u32, u64)> {
+        (self.dev != 0 && self.dev != self.disk).then_some((self.dev, self.start))
+    }
 }
 
 /// `disk_devt(rq->q->disk)`, or 0 without a disk, as the tracepoints do.
@@ -483,6 +526,7 @@ fn queue_event(address: u64) -> u32 {
     let layout = kernel_layout();
     let Some(Scratch {
         bio,
+        bdev,
         owner: scratch,
         ..
     }) = scratch(EventKind::Queue)
@@ -490,9 +534,11 @@ fn queue_event(address: u64) -> u32 {
         return 0;
     };
     let mut bio = BioSpan::new(bio);
-    let Some(dev) = bio_and_dev(layout, address, &mut bio) else {
+    let Some(bdev) = bio_and_bdev(layout, address, &mut bio, bdev) else {
         return 0;
     };
+    let dev = bdev.disk;
+    let (partition, start) = bdev.partition().unwrap_or((0, 0));
     if !device_wanted(dev) {
         return 0;
     }
@@ -517,10 +563,10 @@ fn queue_event(address: u64) -> u32 {
     let copied = unsafe {
         let event = &raw mut (*record).event;
         (*event).ts_ns = bpf_ktime_get_ns();
-        (*event).arg = 0;
+        (*event).arg = start;
         (*event).tgid = tgid;
         (*event).dev = dev;
-        (*event).arg2 = 0;
+        (*event).arg2 = partition;
         set_kind(event, EventKind::Queue);
         // Not an assignment: the compiler cannot tell the map values apart
         // and calls a byte-loop `memmove`; this is an inlined copy.
@@ -543,6 +589,23 @@ fn bio_and_dev(layout: &KernelLayout, address: u64, bio: &mut BioSpan) -> Option
     let found = bio
         .fill(address, layout.bio_span)
         .and_then(|()| bio_dev(layout, bio));
+    if found.is_err() {
+        bump(counter::READ_FAILED);
+    }
+    found.ok()
+}
+
+/// [`bio_and_dev`] with the device the bio was sent to (see [`bio_bdev`]).
+#[inline(always)]
+fn bio_and_bdev(
+    layout: &KernelLayout,
+    address: u64,
+    bio: &mut BioSpan,
+    bdev: &mut [u64; BDEV_SPAN_BYTES / 8],
+) -> Option<Bdev> {
+    let found = bio
+        .fill(address, layout.bio_span)
+        .and_then(|()| bio_bdev(layout, bio, bdev));
     if found.is_err() {
         bump(counter::READ_FAILED);
     }
@@ -613,6 +676,30 @@ fn rq_event(kind: EventKind, address: u64, arg: u64, arg2: u32) -> u32 {
     emit(kind, &rq, layout.rq_window, dev, arg, arg2)
 }
 
+/// A partition's remap onto its disk, while remaps are folded: the bio
+/// still points at the partition (`blk_partition_remap` moves only its
+/// sector), so its queue record carries the remap and this one is not sent.
+/// A stacked device's remap (dm) names another device than the bio's.
+#[inline(always)]
+fn partition_remap(address: u64, old_dev: u32) -> bool {
+    let layout = kernel_layout();
+    if layout.bdev_span == 0 {
+        return false;
+    }
+    let Some(Scratch { bio, bdev, .. }) = scratch(EventKind::Remap) else {
+        return false;
+    };
+    let mut bio = BioSpan::new(bio);
+    let mut bdev = BdevSpan::new(bdev);
+    let found = bio
+        .fill(address, layout.bio_span)
+        .and_then(|()| bio.get::<u64>(layout.bio_bdev))
+        .and_then(|address| bdev.fill(address, layout.bdev_span))
+        .and_then(|()| bdev.get::<u32>(layout.bdev_dev));
+    // Unreadable: sent as before, where bio_event counts the failure.
+    found.is_ok_and(|dev| dev == old_dev)
+}
+
 /// What each kind's probe reads from its tracepoint's arguments (`TP_PROTO`).
 #[inline(always)]
 fn capture(ctx: &RawTracePointContext, kind: EventKind) -> u32 {
@@ -620,6 +707,9 @@ fn capture(ctx: &RawTracePointContext, kind: EventKind) -> u32 {
         // (struct bio *bio, dev_t dev, sector_t from)
         EventKind::Remap => {
             let old_dev = ctx.arg::<u64>(1) as u32;
+            if partition_remap(ctx.arg(0), old_dev) {
+                return 0;
+            }
             bio_event(kind, ctx.arg(0), ctx.arg(2), old_dev, Some(old_dev))
         }
         // (struct bio *bio)

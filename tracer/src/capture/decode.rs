@@ -162,6 +162,28 @@ impl RawTpDecoder {
         }
         Some(event)
     }
+
+    /// The remap a queue record carries (remaps folded, see
+    /// `KernelLayout::bdev_span`): the one `blk_partition_remap` reported
+    /// for the bio, which it does only for a bio with sectors.
+    #[inline(always)]
+    pub fn folded_remap(object: &RawTpEvent, queue: &BlockEvent) -> Option<BlockEvent> {
+        let partition = object.arg2;
+        if object.kind != EventKind::Queue as u8
+            || partition == 0
+            || partition == object.dev
+            || queue.nr_sector == 0
+        {
+            return None;
+        }
+        Some(BlockEvent {
+            kind: EventKind::Remap as u8,
+            aux_dev: partition,
+            aux_sector: queue.sector.saturating_sub(object.arg),
+            owner: tracer_common::Owner::UNKNOWN,
+            ..*queue
+        })
+    }
 }
 
 #[cfg(test)]
@@ -331,6 +353,45 @@ mod tests {
         assert_eq!((event.aux_dev, event.aux_sector), ((259 << 20) | 1, 0));
         assert_eq!(&event.rwbs[..3], b"WS\0");
         assert_eq!((event.dev, event.tgid, event.ts_ns), ((7 << 20) | 3, 42, 7));
+
+        // A queue record on partition 259:1, which starts at sector 2048,
+        // carries the remap `blk_partition_remap` reported before it.
+        let queue = object(
+            EventKind::Queue,
+            &[
+                (0, &write_sync),
+                (16, &3147776u64.to_ne_bytes()),
+                (24, &4096u32.to_ne_bytes()),
+            ],
+            2048,
+            (259 << 20) | 1,
+        );
+        let queued = decoder.decode(&queue).unwrap();
+        assert_eq!((queued.aux_dev, queued.aux_sector), (0, 0));
+        let folded = RawTpDecoder::folded_remap(&queue, &queued).unwrap();
+        assert_eq!(folded.kind, EventKind::Remap as u8);
+        assert_eq!(
+            (folded.dev, folded.sector, folded.nr_sector),
+            ((7 << 20) | 3, 3147776, 8)
+        );
+        assert_eq!(
+            (folded.aux_dev, folded.aux_sector),
+            ((259 << 20) | 1, 3147776 - 2048)
+        );
+        assert_eq!(
+            (folded.ts_ns, folded.tgid, folded.rwbs),
+            (7, 42, queued.rwbs)
+        );
+        // None for a bio sent to the disk itself, or without sectors (the
+        // kernel remaps only bios with sectors), or for other kinds.
+        let on_disk = RawTpEvent { arg2: 0, ..queue };
+        assert!(RawTpDecoder::folded_remap(&on_disk, &queued).is_none());
+        let empty = BlockEvent {
+            nr_sector: 0,
+            ..queued
+        };
+        assert!(RawTpDecoder::folded_remap(&queue, &empty).is_none());
+        assert!(RawTpDecoder::folded_remap(&remap, &queued).is_none());
 
         let split = object(EventKind::Split, &[(16, &2048u64.to_ne_bytes())], 2176, 0);
         assert_eq!(decoder.decode(&split).unwrap().aux_sector, 2176);

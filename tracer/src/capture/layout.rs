@@ -4,8 +4,8 @@
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
 
 use tracer_common::{
-    EventKind, KernelLayout, OwnerLayout, BIO_SPAN_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES,
-    RQ_SPAN_BYTES, WINDOW_BYTES,
+    EventKind, KernelLayout, OwnerLayout, BDEV_SPAN_BYTES, BIO_SPAN_BYTES, INODE_SPAN_BYTES,
+    PAGE_SPAN_BYTES, RQ_SPAN_BYTES, WINDOW_BYTES,
 };
 
 use super::btf::{Btf, BtfError, Member};
@@ -126,6 +126,8 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
     let bio_size = member("bio", &["bi_iter", "bi_size"], 4)?;
     let bdev_dev = member("block_device", &["bd_dev"], 4)?;
     let bdev_disk = member("block_device", &["bd_disk"], 8)?;
+    // Without it, partition remaps stay records of their own.
+    let bdev_start_sect = member("block_device", &["bd_start_sect"], 8).ok();
     let rq_q = member("request", &["q"], 8)?;
     let rq_flags = member("request", &["cmd_flags"], 4)?;
     let rq_data_len = member("request", &["__data_len"], 4)?;
@@ -213,11 +215,24 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         bh_bdev: bh_bdev.offset,
         bh_size: bh_size.offset,
         disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
+        bdev_start_sect: bdev_start_sect.map_or(0, |member| member.offset),
+        bdev_span: 0,
         bio_span: 0,
         rq_span: 0,
         owner,
     };
     set_spans(&mut kernel);
+    kernel.bdev_span = match bdev_start_sect {
+        Some(start) => span(
+            &[
+                (true, start.offset, 8),
+                (true, kernel.bdev_dev, 4),
+                (true, kernel.bdev_disk, 8),
+            ],
+            BDEV_SPAN_BYTES,
+        ),
+        None => 0,
+    };
     Ok(ObjectLayout {
         kernel,
         fields: WindowFields {
@@ -631,6 +646,16 @@ pub(crate) mod tests {
         assert_eq!(layout.ops.write, 1);
         assert_ne!(layout.ops.fua, 0);
         assert_ne!(layout.kernel.bdev_disk, layout.kernel.bdev_dev);
+        // Remaps fold into queue records: bd_start_sect, bd_dev and bd_disk in one read.
+        let kernel = layout.kernel;
+        assert_ne!(kernel.bdev_span, 0);
+        for (at, size) in [
+            (kernel.bdev_start_sect, 8),
+            (kernel.bdev_dev, 4),
+            (kernel.bdev_disk, 8),
+        ] {
+            assert!(at + size <= kernel.bdev_span, "{kernel:?}");
+        }
         // gendisk starts `int major; int first_minor;` on every kernel since 2.6.
         assert_eq!(layout.kernel.disk_ids_adjacent, 1);
         // This kernel has every owner chain (cgroup, page cache, iomap direct I/O).
@@ -680,5 +705,12 @@ pub(crate) mod tests {
         let owner = owner_layout(&btf);
         assert_eq!(owner.cgroup_enabled, 0);
         assert_eq!(owner.direct_enabled, 0);
+        // 6.18's block_device: bd_start_sect at 0, bd_disk at 16, bd_dev at 52.
+        let kernel = resolve(&btf).unwrap().kernel;
+        assert_eq!(
+            (kernel.bdev_start_sect, kernel.bdev_disk, kernel.bdev_dev),
+            (0, 16, 52)
+        );
+        assert_eq!(kernel.bdev_span, 56);
     }
 }

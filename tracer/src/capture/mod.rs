@@ -376,35 +376,44 @@ impl Decoding {
         }
     }
 
+    /// The block events of one ring record, in kernel order: one, or a
+    /// folded partition remap and then its queue.
     #[inline(always)]
-    fn decode(&self, item: &[u8]) -> Option<BlockEvent> {
+    fn decode(&self, item: &[u8], mut each: impl FnMut(BlockEvent)) {
         match self {
             Decoding::Classic(decoder) => {
                 if item.len() < std::mem::size_of::<ClassicRecord>() {
-                    return None;
+                    return;
                 }
                 // SAFETY: the classic probes write whole `ClassicRecord`s (checked length).
                 let record =
                     unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ClassicRecord>()) };
-                decoder.decode(&record)
+                if let Some(event) = decoder.decode(&record) {
+                    each(event);
+                }
             }
             Decoding::RawTp(decoder) => {
                 if item.len() < std::mem::size_of::<RawTpEvent>() {
-                    return None;
+                    return;
                 }
                 // SAFETY: the raw-tracepoint probes write whole `RawTpEvent`s (checked length).
                 let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
-                let mut decoded = decoder.decode(&event)?;
+                let Some(mut decoded) = decoder.decode(&event) else {
+                    return;
+                };
                 if item.len() >= std::mem::size_of::<RawTpQueueEvent>() {
                     // SAFETY: a record this long is a whole `RawTpQueueEvent` (checked length).
                     let queued = unsafe {
                         std::ptr::read_unaligned(item.as_ptr().cast::<RawTpQueueEvent>())
                     };
                     decoded.owner = queued.owner;
+                    if let Some(remap) = decode::RawTpDecoder::folded_remap(&event, &decoded) {
+                        each(remap);
+                    }
                 }
-                Some(decoded)
+                each(decoded);
             }
-            Decoding::Nothing => None,
+            Decoding::Nothing => {}
         }
     }
 }
@@ -1036,11 +1045,7 @@ fn drain<S: EventSink>(
         }
     }
     for ring in events.iter_mut() {
-        ring.drain(|item| {
-            if let Some(event) = decoder.decode(item) {
-                reorder.push(event);
-            }
-        });
+        ring.drain(|item| decoder.decode(item, |event| reorder.push(event)));
     }
     reorder.release(cutoff_ns, |event| sink.block_event(event));
 }

@@ -117,11 +117,11 @@ mod tests {
         let mut sector = 0;
         let mut clock = [0u64; 3];
         for drain in 1..=40u64 {
-            for ring in 0..3 {
+            for ring_clock in clock.iter_mut() {
                 for _ in 0..next() % 300 {
-                    clock[ring] += next() % 4;
+                    *ring_clock += next() % 4;
                     // Now and then a stamp from before the previous one.
-                    let ts = clock[ring].saturating_sub(if next() % 50 == 0 { 6 } else { 0 });
+                    let ts = ring_clock.saturating_sub(if next() % 50 == 0 { 6 } else { 0 });
                     sector += 1;
                     reorder.push(event(ts, sector));
                     expected_pending.push(event(ts, sector));
