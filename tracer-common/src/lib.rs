@@ -310,6 +310,10 @@ pub struct KernelLayout {
     /// the remap probe leaves partition remaps to it, which saves one ring
     /// record per I/O on a partition.
     pub bdev_span: u32,
+    /// `bio.bi_iter.bi_size`: a lost queue record of a remapped bio (one
+    /// with sectors) counts two events lost, its remap's and its own.
+    pub bio_size: u32,
+    pub _pad: u32,
     /// Bytes from the start of `struct bio` the probes copy in one read
     /// (at most [`BIO_SPAN_BYTES`]): the device pointer, the window and the
     /// owner fields; a field beyond it is read on its own.
@@ -421,6 +425,8 @@ impl KernelLayout {
         disk_ids_adjacent: 0,
         bdev_start_sect: 0,
         bdev_span: 0,
+        bio_size: 0,
+        _pad: 0,
         bio_span: 0,
         rq_span: 0,
         owner: OwnerLayout::ABSENT,

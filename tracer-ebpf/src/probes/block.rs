@@ -105,6 +105,12 @@ fn classic_fields(kind: EventKind) -> FieldOffsets {
 
 #[inline(always)]
 pub fn bump(index: u32) {
+    bump_by(index, 1);
+}
+
+/// [`bump`] by `count`.
+#[inline(always)]
+pub fn bump_by(index: u32, count: u64) {
     if let Some(slot) = COUNTERS.get_ptr_mut(index) {
         // Atomic even though the slot is this CPU's: a probe in interrupt
         // context (a completion) can run between the load and the store of a
@@ -114,7 +120,7 @@ pub fn bump(index: u32) {
         // intrinsic with an unused result is BPF's `lock +=`.)
         unsafe {
             core::intrinsics::atomic_xadd::<u64, u64, { core::intrinsics::AtomicOrdering::Relaxed }>(
-                slot, 1,
+                slot, count,
             )
         };
     }

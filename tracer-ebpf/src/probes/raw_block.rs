@@ -34,7 +34,7 @@ use tracer_common::{
     PAGE_SPAN_BYTES, RQ_SPAN_BYTES, WINDOW_BYTES,
 };
 
-use super::block::{bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
+use super::block::{bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
@@ -539,6 +539,12 @@ fn queue_event(address: u64) -> u32 {
     };
     let dev = bdev.disk;
     let (partition, start) = bdev.partition().unwrap_or((0, 0));
+    // The events a lost record takes with it: a folded remap is one more.
+    let events = match partition != 0 && bio.get::<u32>(layout.bio_size).is_ok_and(|size| size != 0)
+    {
+        true => 2,
+        false => 1,
+    };
     if !device_wanted(dev) {
         return 0;
     }
@@ -553,9 +559,9 @@ fn queue_event(address: u64) -> u32 {
     }
     // Read before reserving, so the slot is held (and blocks the reader) briefly.
     owner_of(&layout.owner, &bio, scratch);
-    let events = ring();
-    let Some(mut entry) = events.reserve::<RawTpQueueEvent>(0) else {
-        bump(counter::DROPPED);
+    let ring = ring();
+    let Some(mut entry) = ring.reserve::<RawTpQueueEvent>(0) else {
+        bump_by(counter::DROPPED, events);
         return 0;
     };
     let record = entry.as_mut_ptr();
@@ -575,10 +581,10 @@ fn queue_event(address: u64) -> u32 {
     };
     if copied.is_err() {
         entry.discard(0);
-        bump(counter::READ_FAILED);
+        bump_by(counter::READ_FAILED, events);
         return 0;
     }
-    submit(events, entry);
+    submit(ring, entry);
     0
 }
 

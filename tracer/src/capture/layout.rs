@@ -217,6 +217,8 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
         bdev_start_sect: bdev_start_sect.map_or(0, |member| member.offset),
         bdev_span: 0,
+        bio_size: bio_size.offset,
+        _pad: 0,
         bio_span: 0,
         rq_span: 0,
         owner,
