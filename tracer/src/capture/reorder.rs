@@ -174,15 +174,19 @@ mod tests {
         assert_eq!(reorder.len(), 0);
     }
 
-    #[test]
-    fn sort_runs_sorts_any_input() {
-        let mut seed = 11u64;
-        let mut next = || {
+    /// A reproducible stream of pseudo-random numbers (an LCG's high bits).
+    fn numbers(mut seed: u64) -> impl FnMut() -> u64 {
+        move || {
             seed = seed
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             seed >> 33
-        };
+        }
+    }
+
+    #[test]
+    fn sort_runs_sorts_any_input() {
+        let mut next = numbers(11);
         let (mut merge, mut runs) = (Vec::new(), Vec::new());
         for len in [0usize, 1, 2, 31, 32, 33, 100, 1000, 5000] {
             for shape in 0..4 {
@@ -205,13 +209,7 @@ mod tests {
     #[test]
     fn release_matches_a_stable_sort_over_many_drains() {
         // Three rings, nearly sorted each, with equal stamps across them.
-        let mut seed = 7u64;
-        let mut next = || {
-            seed = seed
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            seed >> 33
-        };
+        let mut next = numbers(7);
         let mut reorder = Reorder::default();
         let mut expected_pending: Vec<BlockEvent> = Vec::new();
         let mut sector = 0;
@@ -221,7 +219,8 @@ mod tests {
                 for _ in 0..next() % 300 {
                     *ring_clock += next() % 4;
                     // Now and then a stamp from before the previous one.
-                    let ts = ring_clock.saturating_sub(if next() % 50 == 0 { 6 } else { 0 });
+                    let ts =
+                        ring_clock.saturating_sub(if next().is_multiple_of(50) { 6 } else { 0 });
                     sector += 1;
                     reorder.push(event(ts, sector));
                     expected_pending.push(event(ts, sector));

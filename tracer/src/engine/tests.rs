@@ -2149,11 +2149,24 @@ fn owned(mut event: BlockEvent, tgid: u32, comm: &str, cgroup: u64, flags: u32) 
     event
 }
 
+/// Writer A (tgid 1, cgroup 5): two 4 KiB bios on p1, merged into one command.
+fn writer_a_merged_on_p1() -> [BlockEvent; 7] {
+    let a = |event| owned(event, 1, "writer-a", 5, 0);
+    [
+        remap(MS, LOOP0, 2048, 8, P1, 0),
+        a(queue(MS, LOOP0, 2048, 8)),
+        remap(MS, LOOP0, 2056, 8, P1, 8),
+        a(queue(MS, LOOP0, 2056, 8)),
+        backmerge(MS, LOOP0, 2056, 8),
+        issue(3 * MS, LOOP0, 2048, 16),
+        complete(4 * MS, LOOP0, 2048, 16),
+    ]
+}
+
 #[test]
 fn attribution_follows_each_owner_to_its_partition_with_queue_and_device_time() {
     use crate::model::{Dominant, OwnerKnown};
     let mut engine = engine();
-    let a = |event| owned(event, 1, "writer-a", 5, 0);
     let b = |event| owned(event, 2, "writer-b", 6, 0);
     let kernel = |event| {
         owned(
@@ -2164,17 +2177,10 @@ fn attribution_follows_each_owner_to_its_partition_with_queue_and_device_time() 
             tracer_common::owner_flags::KERNEL_THREAD,
         )
     };
+    feed(&mut engine, &writer_a_merged_on_p1());
     feed(
         &mut engine,
         &[
-            // A: two 4 KiB bios on p1, merged into one command.
-            remap(MS, LOOP0, 2048, 8, P1, 0),
-            a(queue(MS, LOOP0, 2048, 8)),
-            remap(MS, LOOP0, 2056, 8, P1, 8),
-            a(queue(MS, LOOP0, 2056, 8)),
-            backmerge(MS, LOOP0, 2056, 8),
-            issue(3 * MS, LOOP0, 2048, 16),
-            complete(4 * MS, LOOP0, 2048, 16),
             // B: one 8 KiB bio on p2, split into two commands.
             remap(5 * MS, LOOP0, 12000, 16, P2, 1759),
             b(queue(5 * MS, LOOP0, 12000, 16)),
@@ -2341,16 +2347,7 @@ fn chains_in_flight_at_a_loss_are_incomplete_and_feed_no_histogram() {
 
 #[test]
 fn without_owners_the_engine_attributes_nothing_and_measures_the_same() {
-    let a = |event| owned(event, 1, "writer-a", 5, 0);
-    let events = [
-        remap(MS, LOOP0, 2048, 8, P1, 0),
-        a(queue(MS, LOOP0, 2048, 8)),
-        remap(MS, LOOP0, 2056, 8, P1, 8),
-        a(queue(MS, LOOP0, 2056, 8)),
-        backmerge(MS, LOOP0, 2056, 8),
-        issue(3 * MS, LOOP0, 2048, 16),
-        complete(4 * MS, LOOP0, 2048, 16),
-    ];
+    let events = writer_a_merged_on_p1();
     let mut kept = engine();
     feed(&mut kept, &events);
     let mut off = engine();
