@@ -898,7 +898,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 176);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 192);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 36);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
