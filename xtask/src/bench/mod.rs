@@ -265,7 +265,7 @@ pub fn bench(args: &BenchArgs) -> Result<()> {
 
     let document = BenchDocument {
         schema: "iosplit-trace/bench",
-        schema_version: 1,
+        schema_version: 2,
         started_unix,
         elapsed_s: started.elapsed().as_secs_f64(),
         kernel,
@@ -307,7 +307,9 @@ struct Bench<'a> {
 
 impl Bench<'_> {
     fn count_runs(&self) -> usize {
-        let per_workload = self.plan.rounds as usize * self.plan.configs.len();
+        // Each round, then the closing baseline.
+        let per_workload = self.plan.rounds as usize * self.plan.configs.len()
+            + usize::from(self.plan.configs.contains(&Config::Baseline));
         let applicable = self
             .plan
             .devices
@@ -345,36 +347,84 @@ impl Bench<'_> {
                 }
             };
             let _split = prepare(workload, &device)?;
-            for round in 0..self.plan.rounds {
-                for &config in &self.plan.configs {
-                    let run = self.run(
-                        config,
-                        workload,
-                        &device,
-                        &target,
-                        round,
-                        self.plan.runtime_s,
-                    );
-                    match run {
-                        Ok(record) => records.push(record),
-                        // A peer tool's failure costs its sample, not the benchmark.
-                        Err(why) if config.loses_only_its_sample() => {
-                            system::check_interrupted()?;
-                            eprintln!("xtask bench: {} failed: {why}", config.title());
-                            notes.push(format!(
-                                "{} {} {} round {}: no sample ({why})",
-                                kind.title(),
-                                workload.key(),
-                                config.title(),
-                                round + 1
-                            ));
-                        }
-                        Err(why) => return Err(why),
+            self.warm_up(workload, &device, &target)?;
+            let slots = self.plan.configs.len() as u32;
+            let rounds = self.plan.rounds;
+            // Each round in the same order, then one closing baseline: a run
+            // is judged against the baselines on either side of it.
+            let places = (0..rounds)
+                .flat_map(|round| {
+                    self.plan
+                        .configs
+                        .iter()
+                        .enumerate()
+                        .map(move |(slot, &config)| {
+                            (
+                                config,
+                                Place {
+                                    round,
+                                    slot: slot as u32,
+                                    slots,
+                                },
+                            )
+                        })
+                })
+                .chain(self.plan.configs.contains(&Config::Baseline).then_some((
+                    Config::Baseline,
+                    Place {
+                        round: rounds,
+                        slot: 0,
+                        slots,
+                    },
+                )))
+                .collect::<Vec<_>>();
+            for (config, place) in places {
+                let round = place.round;
+                let run = self.run(
+                    config,
+                    workload,
+                    &device,
+                    &target,
+                    place,
+                    self.plan.runtime_s,
+                );
+                match run {
+                    Ok(record) => records.push(record),
+                    // A peer tool's failure costs its sample, not the benchmark.
+                    Err(why) if config.loses_only_its_sample() => {
+                        system::check_interrupted()?;
+                        eprintln!("xtask bench: {} failed: {why}", config.title());
+                        notes.push(format!(
+                            "{} {} {} round {}: no sample ({why})",
+                            kind.title(),
+                            workload.key(),
+                            config.title(),
+                            round + 1
+                        ));
                     }
+                    Err(why) => return Err(why),
                 }
             }
         }
         Ok(())
+    }
+
+    /// The workload once, unmeasured and untraced: the first fio run after
+    /// an idle spell ran at 0.55–0.75 of the next ones on this host (in
+    /// 2 s runs, 208k, 265k, 305k, 349k IOPS), a warm-up of the machine,
+    /// not of the device, that would have judged every ratio of the first
+    /// round against a slow baseline.
+    fn warm_up(&mut self, workload: Workload, device: &TestDevice, target: &Path) -> Result<()> {
+        pause(Duration::from_millis(300))?;
+        let report = self.scratch.file("warm-up.json");
+        let seconds = self.plan.runtime_s.max(WARM_UP_MIN_S);
+        let mut fio = Process::spawn(&mut workload.fio(target, device.kind, seconds, &report))?;
+        let (status, _) = fio.wait(Duration::from_secs(u64::from(seconds) * 4 + 60))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("the warm-up {} failed with {status}", fio.name()))
+        }
     }
 
     fn run(
@@ -383,9 +433,10 @@ impl Bench<'_> {
         workload: Workload,
         device: &TestDevice,
         target: &Path,
-        round: u32,
+        place: Place,
         runtime_s: u32,
     ) -> Result<RunRecord> {
+        let Place { round, slot, slots } = place;
         // Let the previous run's writeback and teardown settle.
         pause(Duration::from_millis(300))?;
         let tracer = RunningTracer::start(config, self.binary, device, &self.scratch.path)?;
@@ -410,13 +461,17 @@ impl Bench<'_> {
         };
         self.done += 1;
         eprintln!(
-            "xtask bench: [{}/{}] {} {} {} round {}: {:.0}k IOPS{}",
+            "xtask bench: [{}/{}] {} {} {} {}: {:.0}k IOPS{}",
             self.done,
             self.total,
             device.kind.title(),
             workload.key(),
             config.title(),
-            round + 1,
+            if round == self.plan.rounds {
+                "closing the rounds".to_string()
+            } else {
+                format!("round {}", round + 1)
+            },
             fio_result.iops / 1e3,
             tracer.as_ref().map_or(String::new(), |t| format!(
                 ", {} events, {} dropped, attached in {:.0} ms",
@@ -430,6 +485,8 @@ impl Bench<'_> {
             workload,
             config,
             round,
+            slot,
+            slots,
             fio: fio_result,
             machine_busy_s: busy_between(machine_before, machine_after).as_secs_f64(),
             load_1m,
@@ -506,8 +563,25 @@ impl Bench<'_> {
         let target = row.workload.target(&device)?;
         let _split = prepare(row.workload, &device)?;
         self.total += 1;
-        self.run(config, row.workload, &device, &target, 0, seconds)
+        let place = Place {
+            round: 0,
+            slot: 0,
+            slots: 1,
+        };
+        self.run(config, row.workload, &device, &target, place, seconds)
     }
+}
+
+/// The shortest warm-up before a workload's first round.
+const WARM_UP_MIN_S: u32 = 5;
+
+/// Where a run sits in the benchmark's order.
+#[derive(Clone, Copy)]
+struct Place {
+    round: u32,
+    /// Its position in the round, of `slots`.
+    slot: u32,
+    slots: u32,
 }
 
 /// Queue settings a workload needs, restored when the guard drops.

@@ -14,6 +14,10 @@ pub struct RunRecord {
     pub workload: Workload,
     pub config: Config,
     pub round: u32,
+    /// Where the run sat in its round: 0 opens it, `slots` runs make a round.
+    /// The closing baseline after the last round is round `rounds`, slot 0.
+    pub slot: u32,
+    pub slots: u32,
     pub fio: FioResult,
     /// Busy CPU time of the whole machine while fio ran (all CPUs).
     pub machine_busy_s: f64,
@@ -65,7 +69,8 @@ pub struct Row {
     pub iops_max: f64,
     /// Median IOPS over the baseline's median IOPS, same workload, same run.
     pub iops_ratio: Option<f64>,
-    /// Median over rounds of IOPS / the same round's baseline IOPS.
+    /// Median over rounds of IOPS / the baseline IOPS at the run's place in
+    /// its round (see [`baseline_at`]).
     pub iops_ratio_paired: Option<f64>,
     /// Median over rounds of IOPS / the same round's floor IOPS (the floor:
     /// the same tracepoints with programs that return at once).
@@ -142,7 +147,7 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
     let iops: Vec<f64> = runs.iter().map(|r| r.fio.iops).collect();
     let iops_median = median(&mut iops.clone()).unwrap_or(0.0);
     let base_iops = median_of(baseline, |r| Some(r.fio.iops));
-    // Each run against the baseline run of its own round, which ran minutes
+    // Each run against the baseline of its own round, which ran minutes
     // apart at most: robust to slow drift in the machine's load.
     let paired_with = |reference: &[&RunRecord]| {
         median_of(runs, |r| {
@@ -150,7 +155,7 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
             ratio(r.fio.iops, base.fio.iops)
         })
     };
-    let paired = paired_with(baseline);
+    let paired = median_of(runs, |r| ratio(r.fio.iops, baseline_at(baseline, r)?));
     let tracers: Vec<&TracerOutcome> = runs.iter().filter_map(|r| r.tracer.as_ref()).collect();
     let traced = !tracers.is_empty();
     let per_event =
@@ -216,6 +221,20 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
         scrapes_ok: sum_of(&tracers, |t| Some(t.scrapes.as_ref()?.ok)),
         scrapes_failed: sum_of(&tracers, |t| Some(t.scrapes.as_ref()?.failed)),
     }
+}
+
+/// The baseline IOPS where `run` sat: interpolated between the baseline that
+/// opened its round and the one that opened the next round (or closed the
+/// last), so a configuration late in every round is not judged against a
+/// machine that drifted since the baseline ran. Without a next baseline, the
+/// round's own.
+fn baseline_at(baseline: &[&RunRecord], run: &RunRecord) -> Option<f64> {
+    let opening = baseline.iter().find(|b| b.round == run.round)?.fio.iops;
+    let Some(next) = baseline.iter().find(|b| b.round == run.round + 1) else {
+        return Some(opening);
+    };
+    let along = f64::from(run.slot) / f64::from(run.slots.max(1));
+    Some(opening + (next.fio.iops - opening) * along)
 }
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -716,6 +735,8 @@ mod tests {
             workload: Workload::RandWrite,
             config,
             round,
+            slot: Config::ALL.iter().position(|c| *c == config).unwrap_or(0) as u32,
+            slots: Config::ALL.len() as u32,
             fio: FioResult {
                 iops,
                 total_ios: (iops * 4.0) as u64,
@@ -726,6 +747,11 @@ mod tests {
             load_1m: 1.0,
             tracer,
         }
+    }
+
+    /// `run` at `slot` of `slots` in its round.
+    fn at(run: RunRecord, slot: u32, slots: u32) -> RunRecord {
+        RunRecord { slot, slots, ..run }
     }
 
     fn outcome(events: u64, dropped: u64, consumer_cpu_s: f64, bpf_ns: u64) -> TracerOutcome {
@@ -792,19 +818,38 @@ mod tests {
     #[test]
     fn paired_ratios_compare_each_round_with_its_own_baseline() {
         let traced = || Some(outcome(1_000, 0, 0.0, 0));
+        // Each run opens its round with the baseline: the round's own.
         let records = vec![
-            record(Config::Baseline, 0, 100_000.0, None),
-            record(Config::IosplitTrace, 0, 90_000.0, traced()),
-            record(Config::Baseline, 1, 200_000.0, None),
-            record(Config::IosplitTrace, 1, 210_000.0, traced()),
-            record(Config::Baseline, 2, 300_000.0, None),
-            record(Config::IosplitTrace, 2, 240_000.0, traced()),
+            at(record(Config::Baseline, 0, 100_000.0, None), 0, 1),
+            at(record(Config::IosplitTrace, 0, 90_000.0, traced()), 0, 1),
+            at(record(Config::Baseline, 1, 200_000.0, None), 0, 1),
+            at(record(Config::IosplitTrace, 1, 210_000.0, traced()), 0, 1),
+            at(record(Config::Baseline, 2, 300_000.0, None), 0, 1),
+            at(record(Config::IosplitTrace, 2, 240_000.0, traced()), 0, 1),
         ];
         let rows = rows(&records);
         let ours = &rows[1];
         // Medians 210k / 200k, but round by round 0.9, 1.05, 0.8.
         assert!((ours.iops_ratio.unwrap() - 1.05).abs() < 1e-9);
         assert!((ours.iops_ratio_paired.unwrap() - 0.9).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_run_late_in_its_round_is_paired_with_the_baseline_where_it_ran() {
+        let traced = || Some(outcome(1_000, 0, 0.0, 0));
+        // The machine speeds up from 100k to 200k IOPS over round 0; a run
+        // half-way through it meets a baseline of 150k there.
+        let records = vec![
+            at(record(Config::Baseline, 0, 100_000.0, None), 0, 4),
+            at(record(Config::IosplitTrace, 0, 135_000.0, traced()), 2, 4),
+            at(record(Config::Baseline, 1, 200_000.0, None), 0, 4),
+            at(record(Config::IosplitTrace, 1, 190_000.0, traced()), 2, 4),
+            at(record(Config::Baseline, 2, 200_000.0, None), 0, 4),
+        ];
+        let rows = rows(&records);
+        assert_eq!(rows[0].runs, 3, "the closing baseline is a baseline sample");
+        let paired = rows[1].iops_ratio_paired.unwrap();
+        assert!((paired - (0.9 + 0.95) / 2.0).abs() < 1e-9, "{paired}");
     }
 
     #[test]
