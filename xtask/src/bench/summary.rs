@@ -72,6 +72,8 @@ pub struct Row {
     /// Median over rounds of IOPS / the baseline IOPS at the run's place in
     /// its round (see [`baseline_at`]).
     pub iops_ratio_paired: Option<f64>,
+    /// Each round's paired ratio, by round.
+    pub paired_by_round: Vec<(u32, f64)>,
     /// Median over rounds of IOPS / the same round's floor IOPS (the floor:
     /// the same tracepoints with programs that return at once).
     pub floor_ratio_paired: Option<f64>,
@@ -155,7 +157,11 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
             ratio(r.fio.iops, base.fio.iops)
         })
     };
-    let paired = median_of(runs, |r| ratio(r.fio.iops, baseline_at(baseline, r)?));
+    let paired_by_round: Vec<(u32, f64)> = runs
+        .iter()
+        .filter_map(|r| Some((r.round, ratio(r.fio.iops, baseline_at(baseline, r)?)?)))
+        .collect();
+    let paired = median(&mut paired_by_round.iter().map(|(_, p)| *p).collect::<Vec<_>>());
     let tracers: Vec<&TracerOutcome> = runs.iter().filter_map(|r| r.tracer.as_ref()).collect();
     let traced = !tracers.is_empty();
     let per_event =
@@ -175,6 +181,7 @@ fn row(runs: &[&RunRecord], baseline: &[&RunRecord], floor: &[&RunRecord]) -> Ro
         iops_max: iops.iter().copied().fold(0.0, f64::max),
         iops_ratio: base_iops.and_then(|base| ratio(iops_median, base)),
         iops_ratio_paired: paired,
+        paired_by_round,
         floor_ratio_paired: (config != Config::Baseline)
             .then(|| paired_with(floor))
             .flatten(),
@@ -239,6 +246,29 @@ fn baseline_at(baseline: &[&RunRecord], run: &RunRecord) -> Option<f64> {
 
 const MIB: f64 = 1024.0 * 1024.0;
 
+/// Round by round, how often `row` was ahead of `peer` and the range of the
+/// gaps: a median gap smaller than the rounds' spread is within the noise.
+fn round_gaps(row: &Row, peer: &Row) -> String {
+    let gaps: Vec<f64> = row
+        .paired_by_round
+        .iter()
+        .filter_map(|(round, mine)| {
+            let theirs = peer.paired_by_round.iter().find(|(r, _)| r == round)?.1;
+            Some(mine - theirs)
+        })
+        .collect();
+    if gaps.len() < 2 {
+        return String::new();
+    }
+    let low = gaps.iter().copied().fold(f64::INFINITY, f64::min);
+    let high = gaps.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(
+        "; ahead in {} of {} rounds, gaps {low:.3} to {high:.3}",
+        gaps.iter().filter(|gap| **gap >= 0.0).count(),
+        gaps.len()
+    )
+}
+
 /// The sum over the runs that have the value, or None when none has it.
 fn sum_of(tracers: &[&TracerOutcome], f: impl Fn(&TracerOutcome) -> Option<u64>) -> Option<u64> {
     tracers.iter().filter_map(|t| f(t)).reduce(|a, b| a + b)
@@ -302,10 +332,11 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
             name: format!("vs count(): {}", label(r)),
             goal: "× baseline ≥ bpftrace count()'s",
             measured: format!(
-                "{} vs {} (gap {}){}",
+                "{} vs {} (gap {}{}){}",
                 three(mine),
                 three(count),
                 three(mine.zip(count).map(|(m, c)| m - c)),
+                row_of(Config::BpftraceCount).map_or(String::new(), |c| round_gaps(r, c)),
                 cause(met, Config::BpftraceCount, "count()"),
             ),
             met,
@@ -375,10 +406,12 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
                 goal: "serve (scraped 1/s) × baseline ≥ bpftrace count()'s",
                 measured: match serve {
                     Some(serve) => format!(
-                        "{} vs {} (gap {}); peak RSS {} MiB; scrapes {} ok, {} failed{}",
+                        "{} vs {} (gap {}{}); peak RSS {} MiB; scrapes {} ok, {} failed{}",
                         three(served),
                         three(count),
                         three(served.zip(count).map(|(s, c)| s - c)),
+                        row_of(Config::BpftraceCount)
+                            .map_or(String::new(), |c| round_gaps(serve, c)),
                         serve.peak_rss_mib.map_or("–".into(), |m| format!("{m:.1}")),
                         serve.scrapes_ok.unwrap_or(0),
                         serve.scrapes_failed.unwrap_or(0),
@@ -850,6 +883,50 @@ mod tests {
         assert_eq!(rows[0].runs, 3, "the closing baseline is a baseline sample");
         let paired = rows[1].iops_ratio_paired.unwrap();
         assert!((paired - (0.9 + 0.95) / 2.0).abs() < 1e-9, "{paired}");
+    }
+
+    #[test]
+    fn a_comparison_says_how_often_each_round_was_ahead() {
+        let traced = || Some(outcome(1_000, 0, 0.0, 0));
+        let mut records = Vec::new();
+        for (round, ours, count) in [
+            (0, 80_000.0, 70_000.0),
+            (1, 60_000.0, 75_000.0),
+            (2, 72_000.0, 70_000.0),
+        ] {
+            records.push(at(record(Config::Baseline, round, 100_000.0, None), 0, 3));
+            records.push(at(
+                record(Config::IosplitTrace, round, ours, traced()),
+                1,
+                3,
+            ));
+            records.push(at(
+                record(Config::BpftraceCount, round, count, traced()),
+                2,
+                3,
+            ));
+        }
+        let rows = rows(&records);
+        let ours = rows
+            .iter()
+            .find(|r| r.config == Config::IosplitTrace)
+            .unwrap();
+        let count = rows
+            .iter()
+            .find(|r| r.config == Config::BpftraceCount)
+            .unwrap();
+        assert_eq!(
+            round_gaps(ours, count),
+            "; ahead in 2 of 3 rounds, gaps -0.150 to 0.100"
+        );
+        let targets = targets(&rows, None, &[Config::IosplitTrace, Config::BpftraceCount]);
+        let versus = &targets_named(&targets, "vs count()")[0];
+        assert_eq!(versus.met, Some(true), "median 0.72 against 0.70");
+        assert!(
+            versus.measured.contains("ahead in 2 of 3 rounds"),
+            "{}",
+            versus.measured
+        );
     }
 
     #[test]
