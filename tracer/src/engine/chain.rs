@@ -215,7 +215,47 @@ pub(super) enum DropReason {
 }
 
 impl Engine {
+    /// Holds `remap` for the next event (see `Engine::held_remap`).
     pub(super) fn push_remap(&mut self, key: RemapKey, remap: Remap) {
+        self.store_held_remap();
+        self.held_remap = Some((key, remap, self.now_ns));
+    }
+
+    /// Puts the held remap, if any, in the table.
+    pub(super) fn store_held_remap(&mut self) {
+        if let Some((key, remap, born_ns)) = self.held_remap.take() {
+            self.insert_remap(key, remap, born_ns);
+        }
+    }
+
+    /// Whether the held remap is old enough to age out (as it would have in
+    /// the table).
+    pub(super) fn held_remap_aged(&self) -> bool {
+        let threshold = self.now_ns.checked_sub(self.limits.max_age_ns);
+        match (self.held_remap, threshold) {
+            (Some((_, _, born_ns)), Some(threshold)) => born_ns < threshold,
+            _ => false,
+        }
+    }
+
+    /// The remap a bio's queue carries on from `key`: the held one when the
+    /// table is empty (with entries there, an older one of the same key
+    /// comes first), else the table's oldest of that key.
+    pub(super) fn take_remap(&mut self, key: RemapKey) -> Option<Remap> {
+        match self.held_remap {
+            Some((held, remap, _)) if held == key && self.remaps.len() == 0 => {
+                self.held_remap = None;
+                return Some(remap);
+            }
+            Some(_) => self.store_held_remap(),
+            None => {}
+        }
+        self.remaps
+            .find(&key, |_| true)
+            .and_then(|index| self.remaps.remove(index))
+    }
+
+    fn insert_remap(&mut self, key: RemapKey, remap: Remap, born_ns: u64) {
         if self.remaps.is_full() {
             if let Some((oldest, _)) = self.remaps.oldest() {
                 self.remaps.remove(oldest);
@@ -224,7 +264,7 @@ impl Engine {
         }
         if self
             .remaps
-            .insert(remap, Some(key), self.now_ns, true)
+            .insert(remap, Some(key), born_ns, true)
             .is_none()
         {
             self.correlation.unmatched_events += 1;

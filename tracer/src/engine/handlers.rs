@@ -91,9 +91,7 @@ impl Engine {
     pub(super) fn on_queue(&mut self, event: &BlockEvent) {
         let disk = self.ensure_disk(event.dev);
         let remap = self
-            .remaps
-            .find(&(event.dev, event.sector, event.nr_sector), |_| true)
-            .and_then(|index| self.remaps.remove(index))
+            .take_remap((event.dev, event.sector, event.nr_sector))
             .unwrap_or_default();
         let part = match remap.partition {
             Some(partition) => self.ensure_partition(disk, partition),

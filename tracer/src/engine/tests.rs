@@ -361,6 +361,35 @@ fn remaps_match_queues_first_in_first_out_and_unknown_partitions_appear() {
 }
 
 #[test]
+fn a_remap_waits_for_its_queue_behind_older_remaps_and_other_events() {
+    let mut engine = engine();
+    let unknown_part = DevId::new(259, 7);
+    let read = |event: BlockEvent| BlockEvent {
+        rwbs: rwbs("R"),
+        ..event
+    };
+    feed(
+        &mut engine,
+        &[
+            // The second remap is the newest when the first queue comes, but
+            // the first remap of that range is the one the queue takes.
+            remap(MS, LOOP0, 30000, 8, P2, 19759),
+            remap(MS, LOOP0, 30000, 8, unknown_part, 0),
+            read(queue(MS, LOOP0, 30000, 8)),
+            queue(MS, LOOP0, 30000, 8),
+            // A queue of another range between a remap and its own queue.
+            remap(2 * MS, LOOP0, 2048 + 64, 8, P1, 64),
+            queue(2 * MS, LOOP0, 90000, 8),
+            queue(2 * MS, LOOP0, 2048 + 64, 8),
+        ],
+    );
+    assert_eq!(part_op(&engine, "loop0", "loop0p2", Op::Read).user_ios, 1);
+    assert_eq!(part_op(&engine, "loop0", "259:7", Op::Write).user_ios, 1);
+    assert_eq!(part_op(&engine, "loop0", "loop0p1", Op::Write).user_ios, 1);
+    assert_eq!(engine.correlation().unmatched_events, 0);
+}
+
+#[test]
 fn missing_queue_is_unmatched_but_the_command_still_counts() {
     let mut engine = engine();
     feed(
