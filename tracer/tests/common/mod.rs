@@ -290,6 +290,11 @@ impl BlkTracer {
         std::fs::write(format!("{TRACING}/trace_marker"), text).unwrap();
     }
 
+    /// The trace text so far, without stopping.
+    pub fn trace_so_far(&self) -> String {
+        std::fs::read_to_string(format!("{TRACING}/trace")).unwrap()
+    }
+
     /// Stops tracing and returns the trace text; panics if the buffer overran.
     pub fn finish(&self) -> String {
         std::fs::write(format!("{TRACING}/tracing_on"), "0").unwrap();
