@@ -12,8 +12,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{
-    binary, blk_actions_of, count_actions, dd, privileged, sh, BlkTracer, LoopDisk, PartitionSpec,
-    ScratchFile, Tmux, Tracer,
+    binary, blk_actions_of, count_actions, count_actions_in_init_context, dd, privileged, sh,
+    BlkTracer, LoopDisk, PartitionSpec, ScratchFile, Tmux, Tracer,
 };
 
 /// These tests share the kernel's tracing state (the blk tracer, the list of
@@ -55,14 +55,19 @@ fn partition<'a>(disk: &'a serde_json::Value, name: &str) -> &'a serde_json::Val
         .unwrap_or_else(|| panic!("{name} is not in the report: {}", disk["partitions"]))
 }
 
-/// Per blk action, what the kernel's blk tracer saw minus what we received.
+/// Per blk action, what the kernel's blk tracer saw minus what we received,
+/// beyond what no BPF program could see (see count_actions_in_init_context):
+/// 0 when all is accounted for.
 fn lost_per_action(report: &serde_json::Value, trace: &str, dev: &str) -> Vec<(String, i64)> {
     let theirs = count_actions(trace, dev);
+    let hidden = count_actions_in_init_context(trace, dev);
     blk_actions_of(&report["events"])
         .into_iter()
         .map(|(action, ours)| {
-            let emitted = theirs.get(action).copied().unwrap_or(0);
-            (action.to_string(), emitted as i64 - ours as i64)
+            let emitted = theirs.get(action).copied().unwrap_or(0) as i64;
+            let hidden = hidden.get(action).copied().unwrap_or(0) as i64;
+            let lost = emitted - ours as i64;
+            (action.to_string(), lost - lost.clamp(0, hidden))
         })
         .collect()
 }
@@ -293,17 +298,20 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
         .map(|(action, _)| blk.get(*action).copied().unwrap_or(0))
         .sum();
     let received: u64 = ours.iter().map(|(_, n)| n).sum();
+    let hidden = count_actions_in_init_context(&trace, &dev);
+    let hidden: u64 = ours
+        .iter()
+        .map(|(action, _)| hidden.get(*action).copied().unwrap_or(0))
+        .sum();
     let events = &json["events"];
     let dropped = events["dropped"].as_u64().unwrap();
     eprintln!("blk: {blk:?}\nours: {events}\n{}", json["correlation"]);
     assert!(dropped > 0, "the small rings never overflowed: {events}");
     assert_eq!(events["missed"], 0, "{events}");
-    // Exact in most runs. About one run in ten, 1 to 64 events (under 0.1% of
-    // 65,536; 0.2% allowed) are neither received nor counted as dropped, the
-    // same number in both instances, so upstream of their separate rings, and
-    // only with the blk tracer attached (14 runs without it, counting fio's own
-    // I/Os, were all exact). The cause is not found yet (not recursion misses,
-    // read failures, decoding or the per-CPU counter race, which is fixed).
+    // Exact, but for what no BPF program could see: a softirq that completed
+    // a batch of loop requests while a thread of init was current (see
+    // count_actions_in_init_context). Those are neither received nor dropped,
+    // the same in both instances.
     // Never more dropped than lost.
     let unaccounted = (emitted - received)
         .checked_sub(dropped)
@@ -311,11 +319,11 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
             panic!("dropped {dropped} exceeds emitted {emitted} minus received {received}")
         });
     assert!(
-        unaccounted <= emitted / 500,
+        unaccounted <= hidden,
         "dropped ({dropped}) must be what the probes emitted ({emitted}, the blk tracer's count) minus what was received ({received})"
     );
     if unaccounted > 0 {
-        eprintln!("NOTE: {unaccounted} events neither received nor counted as dropped");
+        eprintln!("NOTE: {unaccounted} events hidden from BPF, neither received nor dropped");
     }
     // No action was received more often than the kernel emitted it.
     let lost = lost_per_action(&json, &trace, &dev);
@@ -328,7 +336,7 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     let text_unaccounted = (emitted - text_received)
         .checked_sub(text_dropped)
         .unwrap_or_else(|| panic!("the text report drops more than was lost:\n{text}"));
-    assert!(text_unaccounted <= emitted / 500, "{text}");
+    assert!(text_unaccounted <= hidden, "{text}");
     if text_unaccounted > 0 {
         eprintln!(
             "NOTE: text report: {text_unaccounted} events neither received nor counted as dropped"

@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{
-    count_actions, count_actions_between, dd, device_named, disk_holding, ops_total, privileged,
+    count_actions, count_actions_between, count_actions_in_init_context,
+    count_actions_in_init_context_between, dd, device_named, disk_holding, ops_total, privileged,
     scattered_direct_writes, split_prone_disk, BlkTracer, LoopDisk, ScratchFile, Tracer,
     BLK_ACTION_KEYS,
 };
@@ -169,6 +170,9 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     };
     let theirs = count_actions(trace, &disk.blk_dev());
     let oracle_count = |action: &str| theirs.get(action).copied().unwrap_or(0);
+    // What no BPF program could see here (see count_actions_in_init_context).
+    let hidden = count_actions_in_init_context(trace, &disk.blk_dev());
+    let hidden_count = |action: &str| hidden.get(action).copied().unwrap_or(0);
 
     assert_eq!(ours("dropped"), 0, "the tracer dropped events");
     assert_missed_only_where_allowed(events, flavor);
@@ -176,17 +180,23 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
     let pairs = BLK_ACTION_KEYS
         .map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
+    // Exact, but for events logged while init was current.
     let mismatches: Vec<String> = pairs
         .iter()
-        .filter(|(action, count)| oracle_count(action) != *count)
+        .filter(|(action, count)| {
+            !(oracle_count(action) - hidden_count(action)..=oracle_count(action)).contains(count)
+        })
         .map(|(action, count)| {
             format!(
-                "{action}: blk tracer {} vs ours {count}",
-                oracle_count(action)
+                "{action}: blk tracer {} ({} hidden from BPF) vs ours {count}",
+                oracle_count(action),
+                hidden_count(action)
             )
         })
         .collect();
-    eprintln!("blk tracer: {theirs:?}\niosplit-trace: {events}");
+    eprintln!(
+        "blk tracer: {theirs:?}\nof which hidden from BPF: {hidden:?}\niosplit-trace: {events}"
+    );
 
     // The engine's totals for the disk agree with the oracle too.
     let device = device_named(report, &disk.name);
@@ -210,10 +220,15 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
             "engine total for {action} differs from the blk tracer"
         );
     }
-    assert_eq!(
-        report["correlation"]["incomplete"], 0,
-        "{}",
-        report["correlation"]
+    // A completion no probe saw leaves its chain incomplete, and the engine
+    // notices when the kernel issues the request again.
+    let correlation = &report["correlation"];
+    let incomplete = correlation["incomplete"].as_u64().unwrap();
+    let unseen = oracle_count("C").saturating_sub(ours("complete") + ours("bio_complete"));
+    assert!(incomplete <= unseen, "{correlation}");
+    assert!(
+        correlation["completion_lost"].as_u64().unwrap() <= unseen,
+        "{correlation}"
     );
 
     // max_sectors_kb=64 cut every large direct write on partition 1.
@@ -288,10 +303,17 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         |from, to| count_actions_between(trace, &dev, &marker(from, flavor), &marker(to, flavor));
     let inside = between(Edge::Attached, Edge::Stopping);
     let around = between(Edge::Starting, Edge::Stopped);
+    // What no BPF program could see (see count_actions_in_init_context).
+    let hidden = count_actions_in_init_context_between(
+        trace,
+        &dev,
+        &marker(Edge::Attached, flavor),
+        &marker(Edge::Stopping, flavor),
+    );
     let count =
         |counts: &BTreeMap<String, u64>, action: &str| counts.get(action).copied().unwrap_or(0);
     eprintln!(
-        "blk tracer while surely attached: {inside:?}\nfrom start to stop: {around:?}\niosplit-trace: {events}"
+        "blk tracer while surely attached: {inside:?}\nof which hidden from BPF: {hidden:?}\nfrom start to stop: {around:?}\niosplit-trace: {events}"
     );
     assert!(
         count(&inside, "R") >= MIN_REQUEUES,
@@ -302,16 +324,7 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         .iter()
         .filter_map(|(action, keys)| {
             let ours: u64 = keys.iter().map(|key| ours(key)).sum();
-            let mut low = count(&inside, action);
-            // Known gap, not yet explained: with every write's tail requeued,
-            // both flavors came up 1-3 of ~65 completions short of the blk
-            // tracer on this disk in about one run in six, with nothing
-            // counted as missed or dropped. Tolerated here (and only for
-            // completions on the shared disk) until it is found; the loop
-            // disk above keeps the exact counts.
-            if *action == "C" {
-                low -= low / 10;
-            }
+            let low = count(&inside, action) - count(&hidden, action);
             let high = count(&around, action);
             (ours < low || ours > high)
                 .then(|| format!("{action}: ours {ours}, blk tracer {low}..={high}"))
@@ -353,4 +366,21 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         eprintln!("nothing else touched {disk} at the edges: the counts are exact");
         assert_eq!(total("commands"), count(&inside, "D") - count(&inside, "R"));
     }
+}
+
+/// The blk tracer's lines name the current task as "comm-tid"; those of
+/// init's threads are the ones BPF cannot see here.
+#[test]
+fn events_logged_while_init_was_current_are_told_apart() {
+    let own = std::process::id();
+    let trace = format!(
+        "# tracer: blk\n\
+         \x20    process_api-1       [000] d.s1.   12.000001: 7,0    C  WS 2048 + 8 [0]\n\
+         \x20 cargo-test-{own}   [001] d.s1.   12.000002: 7,0    C  WS 4096 + 8 [0]\n\
+         \x20    process_api-1       [000] d.s1.   12.000003: 7,16   C  WS 2048 + 8 [0]\n\
+         \x20         <idle>-0       [001] dNs2.   12.000004: 7,0    C  WS 8192 + 8 [0]\n"
+    );
+    let hidden = count_actions_in_init_context(&trace, "7,0");
+    assert_eq!(hidden, BTreeMap::from([("C".to_string(), 1)]));
+    assert_eq!(count_actions(&trace, "7,0")["C"], 3);
 }

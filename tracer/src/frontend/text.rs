@@ -559,7 +559,7 @@ fn header(out: &mut Out, report: &Report) {
     ));
     if correlation.completion_lost > 0 {
         out.line(&format!(
-            "  {} chains lost their command's completion (the kernel reported none before reusing the request)",
+            "  {} chains lost their command's completion (no probe saw it before the request was reused)",
             units::thousands(correlation.completion_lost)
         ));
     }
