@@ -323,7 +323,9 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
         "dropped ({dropped}) must be what the probes emitted ({emitted}, the blk tracer's count) minus what was received ({received})"
     );
     if unaccounted > 0 {
-        eprintln!("NOTE: {unaccounted} events hidden from BPF, neither received nor dropped");
+        eprintln!(
+            "NOTE: {unaccounted} events neither received nor dropped, of {hidden} logged while init was current"
+        );
     }
     // No action was received more often than the kernel emitted it.
     let lost = lost_per_action(&json, &trace, &dev);
@@ -339,7 +341,7 @@ fn a_forced_ring_overflow_is_counted_exactly_and_stated() {
     assert!(text_unaccounted <= hidden, "{text}");
     if text_unaccounted > 0 {
         eprintln!(
-            "NOTE: text report: {text_unaccounted} events neither received nor counted as dropped"
+            "NOTE: text report: {text_unaccounted} events neither received nor dropped, of {hidden} logged while init was current"
         );
     }
     assert!(
