@@ -109,8 +109,7 @@ pub struct CorrelationStats {
     /// Chains dropped because they stayed in flight too long.
     pub aged_out: u64,
     /// Chains dropped because their command's request was issued again with
-    /// no completion reported between (the kernel skipped it): raw
-    /// tracepoints only.
+    /// no completion seen between (no probe ran for it): raw tracepoints only.
     pub completion_lost: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,

@@ -440,6 +440,10 @@ const INCOMPLETE: (&str, &str) = (
     "iosplit_incomplete_chains",
     "User I/Os whose chain missed an event.",
 );
+const CHAINS_DROPPED: (&str, &str) = (
+    "iosplit_chains_dropped",
+    "User I/Os the engine stopped following before their last completion, by reason: aged_out, evicted, completion_lost (their request was issued again before any probe saw its completion).",
+);
 
 const IN_FLIGHT: (&str, &str) = (
     "iosplit_chains_in_flight",
@@ -487,6 +491,17 @@ impl Served {
             .entry((INCOMPLETE.0, Labels::new()))
             .or_default()
             .observe(snapshot.correlation.incomplete);
+        let correlation = &snapshot.correlation;
+        for (reason, value) in [
+            ("aged_out", correlation.aged_out),
+            ("evicted", correlation.evicted),
+            ("completion_lost", correlation.completion_lost),
+        ] {
+            self.counters
+                .entry((CHAINS_DROPPED.0, vec![("reason", reason.to_string())]))
+                .or_default()
+                .observe(value);
+        }
         for (name, value) in [
             (DROPPED.0, snapshot.kernel.dropped),
             (MISSED.0, snapshot.kernel.missed),
@@ -614,6 +629,12 @@ impl Served {
             INCOMPLETE.1,
             MetricType::Counter,
             counters(INCOMPLETE.0),
+        ));
+        families.push(Family::new(
+            CHAINS_DROPPED.0,
+            CHAINS_DROPPED.1,
+            MetricType::Counter,
+            counters(CHAINS_DROPPED.0),
         ));
         families.push(Family::new(
             IN_FLIGHT.0,
@@ -1002,6 +1023,34 @@ mod tests {
         );
         assert!(
             shown.contains("\niosplit_chains_in_flight 0.0\n"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn dropped_chains_are_counted_by_reason_and_survive_an_engine_reset() {
+        let mut served = Served::default();
+        let mut first = snapshot("loop0", 10, &[(4096, 10)]);
+        first.correlation.completion_lost = 3;
+        first.correlation.aged_out = 1;
+        served.absorb(&first);
+        // SIGHUP resets the engine: its counters start again from 0.
+        served.engine_was_reset();
+        let mut second = snapshot("loop0", 2, &[(4096, 2)]);
+        second.correlation.completion_lost = 2;
+        served.absorb(&second);
+        let shown = text(&served, &["loop0"]);
+        let dropped = |reason: &str| {
+            sample(
+                &shown,
+                &format!(r#"iosplit_chains_dropped_total{{reason="{reason}"}}"#),
+            )
+        };
+        assert_eq!(dropped("completion_lost"), Some(5.0), "{shown}");
+        assert_eq!(dropped("aged_out"), Some(1.0), "{shown}");
+        assert_eq!(dropped("evicted"), Some(0.0), "{shown}");
+        assert!(
+            shown.contains("# TYPE iosplit_chains_dropped counter"),
             "{shown}"
         );
     }
