@@ -299,27 +299,16 @@ pub struct KernelLayout {
     pub rq_window: u32,
     pub bh_bdev: u32,
     pub bh_size: u32,
-    /// Non-zero when `first_minor` directly follows `major` (one read gets both).
-    pub disk_ids_adjacent: u32,
     /// `block_device.bd_start_sect`: a partition's first sector on its disk.
     pub bdev_start_sect: u32,
-    /// Bytes from the start of `struct block_device` copied in one read (at
-    /// most [`BDEV_SPAN_BYTES`]): `bd_start_sect`, `bd_dev` and `bd_disk`.
-    /// Non-zero turns on remap folding: a queue record names the partition
-    /// its bio was sent to (`arg2` its `dev_t`, `arg` its start sector) and
-    /// the remap probe leaves partition remaps to it, which saves one ring
-    /// record per I/O on a partition.
-    pub bdev_span: u32,
+    /// Non-zero (the kernel has `bd_start_sect`) turns on remap folding: a
+    /// queue record names the partition its bio was sent to (`arg2` its
+    /// `dev_t`, `arg` its start sector) and the remap probe leaves partition
+    /// remaps to it, which saves one ring record per I/O on a partition.
+    pub fold_remaps: u32,
     /// `bio.bi_iter.bi_size`: a lost queue record of a remapped bio (one
     /// with sectors) counts two events lost, its remap's and its own.
     pub bio_size: u32,
-    pub _pad: u32,
-    /// Bytes from the start of `struct bio` the probes copy in one read
-    /// (at most [`BIO_SPAN_BYTES`]): the device pointer, the window and the
-    /// owner fields; a field beyond it is read on its own.
-    pub bio_span: u32,
-    /// The same for `struct request` (at most [`RQ_SPAN_BYTES`]).
-    pub rq_span: u32,
     /// The owner chains read at `block_bio_queue`; see [`OwnerLayout`].
     pub owner: OwnerLayout,
 }
@@ -422,24 +411,18 @@ impl KernelLayout {
         rq_window: 0,
         bh_bdev: 0,
         bh_size: 0,
-        disk_ids_adjacent: 0,
         bdev_start_sect: 0,
-        bdev_span: 0,
+        fold_remaps: 0,
         bio_size: 0,
-        _pad: 0,
-        bio_span: 0,
-        rq_span: 0,
         owner: OwnerLayout::ABSENT,
     };
 }
 
-/// Most bytes of each kernel object the raw probes copy from its start in
-/// one helper call (one call costs about as much as a 100-byte copy), so
-/// the fields they need cost one call instead of one each. Multiples of 8.
-pub const BIO_SPAN_BYTES: usize = 128;
-pub const RQ_SPAN_BYTES: usize = 80;
+/// Most bytes of a page and an inode the queue probe copies from their
+/// start in one helper call (one call costs about as much as a 100-byte
+/// copy), so the fields it needs cost one call instead of one each; the
+/// verifier cannot type these chains for plain loads. Multiples of 8.
 pub const PAGE_SPAN_BYTES: usize = 32;
-pub const BDEV_SPAN_BYTES: usize = 64;
 pub const INODE_SPAN_BYTES: usize = 80;
 
 /// Bytes of `struct bio` / `struct request` each raw-tracepoint event carries:
@@ -898,7 +881,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 192);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 14 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 36);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

@@ -1,13 +1,13 @@
-//! The floor (`IOSPLIT_PROBES=noop`): one raw-tracepoint program per row of
-//! `with_block_probes!` that returns at once. Attached exactly like the raw
+//! The floor (`IOSPLIT_PROBES=noop`): one BTF-typed raw-tracepoint program
+//! per row of `with_block_probes!` that returns at once. Attached exactly like the raw
 //! flavor, they measure what the tracepoints' dispatch alone costs, which no
 //! tracepoint-based tracer can avoid; they capture nothing.
 //!
 //! Each program is named `noop_` + the row's raw program (the symbol userspace
 //! looks up); a module per row keeps the Rust names apart.
 
-/// Per row: a raw-tracepoint entry point (as `#[raw_tracepoint]` emits it)
-/// with an empty body.
+/// Per row: a BTF-typed raw-tracepoint entry point (as `#[btf_tracepoint]`
+/// emits it) with an empty body.
 macro_rules! noop_programs {
     ($(
         $(#[doc = $doc:literal])*
@@ -17,7 +17,7 @@ macro_rules! noop_programs {
             pub mod $raw {
                 $(#[doc = $doc])*
                 #[unsafe(export_name = concat!("noop_", stringify!($raw)))]
-                #[unsafe(link_section = "raw_tp")]
+                #[unsafe(link_section = "tp_btf")]
                 pub fn program(_ctx: *mut ::core::ffi::c_void) -> u32 {
                     0
                 }

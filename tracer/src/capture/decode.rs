@@ -164,7 +164,7 @@ impl RawTpDecoder {
     }
 
     /// The remap a queue record carries (remaps folded, see
-    /// `KernelLayout::bdev_span`): the one `blk_partition_remap` reported
+    /// `KernelLayout::fold_remaps`): the one `blk_partition_remap` reported
     /// for the bio, which it does only for a bio with sectors.
     #[inline(always)]
     pub fn folded_remap(object: &RawTpEvent, queue: &BlockEvent) -> Option<BlockEvent> {

@@ -4,8 +4,7 @@
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
 
 use tracer_common::{
-    EventKind, KernelLayout, OwnerLayout, BDEV_SPAN_BYTES, BIO_SPAN_BYTES, INODE_SPAN_BYTES,
-    PAGE_SPAN_BYTES, RQ_SPAN_BYTES, WINDOW_BYTES,
+    EventKind, KernelLayout, OwnerLayout, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
 };
 
 use super::btf::{Btf, BtfError, Member};
@@ -214,27 +213,12 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         rq_window,
         bh_bdev: bh_bdev.offset,
         bh_size: bh_size.offset,
-        disk_ids_adjacent: u32::from(disk_first_minor.offset == disk_major.offset + 4),
         bdev_start_sect: bdev_start_sect.map_or(0, |member| member.offset),
-        bdev_span: 0,
+        fold_remaps: u32::from(bdev_start_sect.is_some()),
         bio_size: bio_size.offset,
-        _pad: 0,
-        bio_span: 0,
-        rq_span: 0,
         owner,
     };
     set_spans(&mut kernel);
-    kernel.bdev_span = match bdev_start_sect {
-        Some(start) => span(
-            &[
-                (true, start.offset, 8),
-                (true, kernel.bdev_dev, 4),
-                (true, kernel.bdev_disk, 8),
-            ],
-            BDEV_SPAN_BYTES,
-        ),
-        None => 0,
-    };
     Ok(ObjectLayout {
         kernel,
         fields: WindowFields {
@@ -396,35 +380,12 @@ fn span(fields: &[(bool, u32, u32)], cap: usize) -> u32 {
     end.min(cap as u32)
 }
 
-/// How many bytes of each object the probes copy at once: every field they
-/// read from it while the chains that read it are on. Called again after
-/// chains are turned on or off.
+/// How many bytes of a page and an inode the queue probe copies at once:
+/// every field it reads from them while the file chain is on. Called again
+/// after chains are turned on or off.
 pub fn set_spans(kernel: &mut KernelLayout) {
-    let window = WINDOW_BYTES as u32;
     let owner = kernel.owner;
-    let cgroup = owner.cgroup_enabled != 0;
     let file = owner.file_enabled != 0;
-    let direct = file && owner.direct_enabled != 0;
-    kernel.bio_span = span(
-        &[
-            (true, kernel.bio_bdev, 8),
-            (true, kernel.bio_window, window),
-            (cgroup, owner.bio_blkg, 8),
-            (file, owner.bio_vcnt, 2),
-            (file, owner.bio_io_vec, 8),
-            (direct, owner.bio_end_io, 8),
-            (direct, owner.bio_private, 8),
-        ],
-        BIO_SPAN_BYTES,
-    );
-    kernel.rq_span = span(
-        &[
-            (true, kernel.rq_q, 8),
-            (true, kernel.rq_window, window),
-            (owner.rq_bio != 0, owner.rq_bio, 8),
-        ],
-        RQ_SPAN_BYTES,
-    );
     kernel.owner.page_span = span(
         &[
             (file, owner.page_compound_head, 8),
@@ -506,42 +467,27 @@ pub(crate) mod tests {
     /// The spans cover every field in use, from the object's start, capped.
     #[test]
     fn spans_cover_the_fields_the_probes_read() {
-        // struct bio / request / page / inode offsets on 6.18.
+        // struct page / inode offsets on 6.18.
         let mut kernel = KernelLayout::ABSENT;
-        kernel.bio_bdev = 8;
-        kernel.bio_window = 16;
-        kernel.rq_q = 0;
-        kernel.rq_window = 24;
         let owner = &mut kernel.owner;
-        owner.rq_bio = 56;
-        owner.bio_blkg = 80;
-        owner.bio_vcnt = 104;
-        owner.bio_io_vec = 112;
-        owner.bio_end_io = 64;
-        owner.bio_private = 72;
         owner.page_compound_head = 8;
         owner.page_mapping = 24;
         owner.inode_ino = 64;
         owner.inode_sb = 40;
-        owner.cgroup_enabled = 1;
         owner.file_enabled = 1;
-        owner.direct_enabled = 1;
         set_spans(&mut kernel);
-        assert_eq!((kernel.bio_span, kernel.rq_span), (120, 64));
         assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (32, 72));
 
-        // Owners off (no --owners): only the device pointer and window.
-        kernel.owner.cgroup_enabled = 0;
+        // Owners off (no --owners): nothing is copied.
         kernel.owner.file_enabled = 0;
         set_spans(&mut kernel);
-        assert_eq!(kernel.bio_span, 56);
         assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (0, 0));
 
         // A field past the cap is read on its own; the span stops at the cap.
-        kernel.owner.cgroup_enabled = 1;
-        kernel.owner.bio_blkg = BIO_SPAN_BYTES as u32 + 64;
+        kernel.owner.file_enabled = 1;
+        kernel.owner.inode_ino = INODE_SPAN_BYTES as u32 + 64;
         set_spans(&mut kernel);
-        assert_eq!(kernel.bio_span, BIO_SPAN_BYTES as u32);
+        assert_eq!(kernel.owner.inode_span, INODE_SPAN_BYTES as u32);
     }
 
     #[test]
@@ -582,7 +528,6 @@ pub(crate) mod tests {
         assert_eq!((kernel.bio_window, kernel.rq_window), (16, 16));
         assert_eq!((kernel.rq_q, kernel.q_disk), (0, 104));
         assert_eq!((kernel.bh_bdev, kernel.bh_size), (48, 32));
-        assert_eq!(kernel.disk_ids_adjacent, 1);
         assert_eq!(
             layout.fields,
             WindowFields {
@@ -648,18 +593,8 @@ pub(crate) mod tests {
         assert_eq!(layout.ops.write, 1);
         assert_ne!(layout.ops.fua, 0);
         assert_ne!(layout.kernel.bdev_disk, layout.kernel.bdev_dev);
-        // Remaps fold into queue records: bd_start_sect, bd_dev and bd_disk in one read.
-        let kernel = layout.kernel;
-        assert_ne!(kernel.bdev_span, 0);
-        for (at, size) in [
-            (kernel.bdev_start_sect, 8),
-            (kernel.bdev_dev, 4),
-            (kernel.bdev_disk, 8),
-        ] {
-            assert!(at + size <= kernel.bdev_span, "{kernel:?}");
-        }
-        // gendisk starts `int major; int first_minor;` on every kernel since 2.6.
-        assert_eq!(layout.kernel.disk_ids_adjacent, 1);
+        // Remaps fold into queue records: this kernel has bd_start_sect.
+        assert_eq!(layout.kernel.fold_remaps, 1);
         // This kernel has every owner chain (cgroup, page cache, iomap direct I/O).
         let owner = layout.kernel.owner;
         assert_eq!(
@@ -713,6 +648,6 @@ pub(crate) mod tests {
             (kernel.bdev_start_sect, kernel.bdev_disk, kernel.bdev_dev),
             (0, 16, 52)
         );
-        assert_eq!(kernel.bdev_span, 56);
+        assert_eq!(kernel.fold_remaps, 1);
     }
 }

@@ -24,8 +24,8 @@ use std::{
 
 use aya::{
     maps::{HashMap, MapData, PerCpuArray, PerCpuHashMap, RingBuf},
-    programs::{RawTracePoint, TracePoint},
-    Ebpf, EbpfLoader,
+    programs::{BtfTracePoint, TracePoint},
+    Btf, Ebpf, EbpfLoader,
 };
 use tracer_common::{
     counter, device_filter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts,
@@ -333,7 +333,8 @@ type Loaded = (
 /// Which programs carry the block events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeFlavor {
-    /// Raw tracepoints reading `struct bio`/`struct request` with BTF offsets.
+    /// BTF-typed raw tracepoints (`tp_btf`) reading `struct bio`/`struct request`
+    /// with BTF offsets.
     Raw,
     /// Classic tracepoints reading the formatted record with format-file offsets.
     Classic,
@@ -582,12 +583,22 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
 
     fill_scope(&mut ebpf, config)?;
 
+    // The raw and noop programs are BTF-typed: each is verified against its
+    // tracepoint's prototype in the kernel's BTF (read once).
+    let kernel_btf = match flavor {
+        ProbeFlavor::Classic => None,
+        ProbeFlavor::Raw | ProbeFlavor::Noop => Some(Btf::from_sys_fs().map_err(|err| {
+            Error::failure(format!(
+                "reading the kernel's BTF failed: {err}; set {PROBES_ENV}=classic to use classic tracepoints"
+            ))
+        })?),
+    };
     let mut probes = Vec::new();
     for (kind, offsets) in offsets {
-        let status = match flavor {
-            ProbeFlavor::Classic => offsets.and_then(|_| attach(&mut ebpf, kind)),
-            ProbeFlavor::Raw => attach_raw(&mut ebpf, kind, kind.raw_program()),
-            ProbeFlavor::Noop => attach_raw(&mut ebpf, kind, &noop_program(kind)),
+        let status = match (flavor, &kernel_btf) {
+            (ProbeFlavor::Raw, Some(btf)) => attach_btf(&mut ebpf, kind, kind.raw_program(), btf),
+            (ProbeFlavor::Noop, Some(btf)) => attach_btf(&mut ebpf, kind, &noop_program(kind), btf),
+            _ => offsets.and_then(|_| attach(&mut ebpf, kind)),
         };
         if let Err(ProbeStatus::Unsupported(why) | ProbeStatus::Broken(why)) = &status {
             crate::status::status(format_args!("warning: {why}; continuing without it"));
@@ -620,23 +631,25 @@ fn noop_program(kind: EventKind) -> String {
     format!("noop_{}", kind.raw_program())
 }
 
-fn attach_raw(
+/// `program`, a BTF-typed raw tracepoint (`tp_btf`), on `kind`'s tracepoint.
+fn attach_btf(
     ebpf: &mut Ebpf,
     kind: EventKind,
     program: &str,
+    btf: &Btf,
 ) -> std::result::Result<(), ProbeStatus> {
     let broken = |what: &str, err: &dyn std::fmt::Display| {
         ProbeStatus::Broken(format!("{} (raw): {what} failed: {err}", kind.tracepoint()))
     };
-    let program: &mut RawTracePoint = ebpf
+    let program: &mut BtfTracePoint = ebpf
         .program_mut(program)
         .ok_or_else(|| broken("finding the program", &"not in the object"))?
         .try_into()
         .map_err(|err| broken("program type", &err))?;
-    program.load().map_err(|err| broken("loading", &err))?;
     program
-        .attach(kind.tracepoint())
-        .map_err(|err| broken("attaching", &err))?;
+        .load(kind.tracepoint(), btf)
+        .map_err(|err| broken("loading", &err))?;
+    program.attach().map_err(|err| broken("attaching", &err))?;
     Ok(())
 }
 
