@@ -309,6 +309,21 @@ pub struct KernelLayout {
     /// `bio.bi_iter.bi_size`: a lost queue record of a remapped bio (one
     /// with sectors) counts two events lost, its remap's and its own.
     pub bio_size: u32,
+    /// The window's fields, each loaded into the record at its offset from
+    /// the window's start (one load per field is cheaper than a helper call
+    /// copying the window): `bio.bi_opf`, `bi_status`, `bi_iter.bi_sector`
+    /// (and `bio_size`); `request.cmd_flags`, `__data_len`, `__sector`, and
+    /// with `rq_identity` non-zero `mq_hctx` and `tag`.
+    pub bio_opf: u32,
+    pub bio_status: u32,
+    pub bio_sector: u32,
+    pub rq_flags: u32,
+    pub rq_data_len: u32,
+    pub rq_sector: u32,
+    pub rq_hctx: u32,
+    pub rq_tag: u32,
+    pub rq_identity: u32,
+    pub _pad: u32,
     /// The owner chains read at `block_bio_queue`; see [`OwnerLayout`].
     pub owner: OwnerLayout,
 }
@@ -414,6 +429,16 @@ impl KernelLayout {
         bdev_start_sect: 0,
         fold_remaps: 0,
         bio_size: 0,
+        bio_opf: 0,
+        bio_status: 0,
+        bio_sector: 0,
+        rq_flags: 0,
+        rq_data_len: 0,
+        rq_sector: 0,
+        rq_hctx: 0,
+        rq_tag: 0,
+        rq_identity: 0,
+        _pad: 0,
         owner: OwnerLayout::ABSENT,
     };
 }
@@ -881,7 +906,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
-        assert_eq!(core::mem::size_of::<KernelLayout>(), 14 * 4 + 120);
+        assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 36);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);

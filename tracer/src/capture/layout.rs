@@ -33,6 +33,12 @@ pub enum LayoutError {
         "the fields of struct {strukt} span {span} bytes, more than the {WINDOW_BYTES} copied"
     )]
     WindowTooWide { strukt: &'static str, span: u64 },
+    #[error("struct {strukt}'s field at byte {offset} is not aligned to its {size} bytes")]
+    Misaligned {
+        strukt: &'static str,
+        offset: u32,
+        size: u32,
+    },
     #[error("this kernel's BTF has no {0}")]
     MissingEnumerator(&'static str),
     #[error("{name} is bit {bit}, outside a 32-bit flag word")]
@@ -139,7 +145,17 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
 
     let window =
         |strukt: &'static str, fields: &[Member]| -> Result<(u32, Vec<usize>), LayoutError> {
-            let start = fields.iter().map(|m| m.offset).min().unwrap_or(0);
+            // The probes store each field at its place in the window with a
+            // store of its size: aligned fields and an 8-aligned start keep
+            // every store aligned (the window is 8-aligned in the record).
+            if let Some(m) = fields.iter().find(|m| m.offset % m.size != 0) {
+                return Err(LayoutError::Misaligned {
+                    strukt,
+                    offset: m.offset,
+                    size: m.size,
+                });
+            }
+            let start = fields.iter().map(|m| m.offset).min().unwrap_or(0) & !7;
             let end = fields.iter().map(|m| m.offset + m.size).max().unwrap_or(0);
             if (end - start) as usize > WINDOW_BYTES {
                 return Err(LayoutError::WindowTooWide {
@@ -157,13 +173,22 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
     let identity = member("request", &["mq_hctx"], 8)
         .ok()
         .zip(member("request", &["tag"], 4).ok());
-    let (rq_window, rq, rq_identity) = match identity
-        .map(|(hctx, tag)| window("request", &[rq_flags, rq_data_len, rq_sector, hctx, tag]))
-    {
-        Some(Ok((start, offsets))) => (start, offsets.clone(), Some((offsets[3], offsets[4]))),
+    let (rq_window, rq, rq_identity, identity_members) = match identity.map(|(hctx, tag)| {
+        (
+            window("request", &[rq_flags, rq_data_len, rq_sector, hctx, tag]),
+            hctx,
+            tag,
+        )
+    }) {
+        Some((Ok((start, offsets)), hctx, tag)) => (
+            start,
+            offsets.clone(),
+            Some((offsets[3], offsets[4])),
+            Some((hctx, tag)),
+        ),
         _ => {
             let (start, offsets) = window("request", &[rq_flags, rq_data_len, rq_sector])?;
-            (start, offsets, None)
+            (start, offsets, None, None)
         }
     };
 
@@ -216,6 +241,16 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         bdev_start_sect: bdev_start_sect.map_or(0, |member| member.offset),
         fold_remaps: u32::from(bdev_start_sect.is_some()),
         bio_size: bio_size.offset,
+        bio_opf: bio_opf.offset,
+        bio_status: bio_status.offset,
+        bio_sector: bio_sector.offset,
+        rq_flags: rq_flags.offset,
+        rq_data_len: rq_data_len.offset,
+        rq_sector: rq_sector.offset,
+        rq_hctx: identity_members.map_or(0, |(hctx, _)| hctx.offset),
+        rq_tag: identity_members.map_or(0, |(_, tag)| tag.offset),
+        rq_identity: u32::from(identity_members.is_some()),
+        _pad: 0,
         owner,
     };
     set_spans(&mut kernel);
@@ -539,6 +574,22 @@ pub(crate) mod tests {
             }
         );
         assert_eq!(layout.ops, ops_6_18());
+        // The probes load each field at the window position userspace decodes it from.
+        let fields = layout.fields;
+        let (bio, rq) = (kernel.bio_window, kernel.rq_window);
+        let at = |offset: u32, start: u32| (offset - start) as usize;
+        assert_eq!(at(kernel.bio_opf, bio), fields.bio_opf);
+        assert_eq!(at(kernel.bio_status, bio), fields.bio_status);
+        assert_eq!(at(kernel.bio_sector, bio), fields.bio_sector);
+        assert_eq!(at(kernel.bio_size, bio), fields.bio_size);
+        assert_eq!(at(kernel.rq_flags, rq), fields.rq_flags);
+        assert_eq!(at(kernel.rq_data_len, rq), fields.rq_data_len);
+        assert_eq!(at(kernel.rq_sector, rq), fields.rq_sector);
+        assert_eq!(kernel.rq_identity, 1);
+        assert_eq!(
+            Some((at(kernel.rq_hctx, rq), at(kernel.rq_tag, rq))),
+            fields.rq_identity
+        );
     }
 
     /// Regression: a prototype without even the leading `void *` once
