@@ -3,8 +3,9 @@
 //! Two programs per block tracepoint, one per flavor, both generated from the
 //! probe table (`tracer_common::with_block_probes!`); userspace loads one
 //! flavor (or, for the floor measurement, `probes/noop.rs`'s programs that
-//! return at once). Raw tracepoints (`probes/raw_block.rs`) read `struct bio` /
-//! `struct request` with BTF offsets from the `KERNEL_LAYOUT` global; the
+//! return at once). BTF-typed raw tracepoints (`tp_btf`, `probes/raw_block.rs`)
+//! load `struct bio` / `struct request` fields at BTF offsets from the
+//! `KERNEL_LAYOUT` global; the
 //! classic fallback (`probes/block.rs`) copies the formatted record, with
 //! format-file offsets from the `CLASSIC_FIELDS` global. Both are set at load
 //! time, so the same object runs on kernels whose layouts differ. Each hit
