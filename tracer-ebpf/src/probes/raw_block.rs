@@ -64,8 +64,8 @@ fn read<T>(address: u64) -> Result<T, i32> {
 /// knows each pointer's type, the layout's offsets are constants to it
 /// (`.rodata` is frozen before the programs load), and the JIT guards the
 /// load against faults, where `bpf_probe_read_kernel` is a helper call
-/// (~20 ns here) per field. Pointer fields only; scalars wider or narrower
-/// than their field are refused by the verifier.
+/// (~20 ns here) per field. Each load must be of its field's size: the
+/// verifier refuses one across two fields or over part of a pointer.
 #[inline(always)]
 fn load<T: Copy>(address: u64) -> T {
     // SAFETY: a BTF-typed kernel pointer plus a field offset from the same
@@ -228,7 +228,12 @@ fn disk_devt(layout: &KernelLayout, disk: u64) -> u32 {
 /// `bio_dev(bio)`: the disk of `bio->bi_bdev`, even when that is a partition.
 #[inline(always)]
 fn bio_dev(layout: &KernelLayout, bio: u64) -> u32 {
-    let bdev: u64 = load(bio + u64::from(layout.bio_bdev));
+    bdev_disk(layout, load(bio + u64::from(layout.bio_bdev)))
+}
+
+/// The whole disk of a block device (a partition or the disk itself).
+#[inline(always)]
+fn bdev_disk(layout: &KernelLayout, bdev: u64) -> u32 {
     disk_devt(layout, load(bdev + u64::from(layout.bdev_disk)))
 }
 
@@ -238,7 +243,7 @@ fn bio_dev(layout: &KernelLayout, bio: u64) -> u32 {
 #[inline(always)]
 fn bio_bdev(layout: &KernelLayout, bio: u64) -> Bdev {
     let bdev: u64 = load(bio + u64::from(layout.bio_bdev));
-    let disk = disk_devt(layout, load(bdev + u64::from(layout.bdev_disk)));
+    let disk = bdev_disk(layout, bdev);
     if layout.fold_remaps == 0 {
         return Bdev {
             disk,
