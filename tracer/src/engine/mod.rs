@@ -315,25 +315,3 @@ impl Engine {
         }
     }
 }
-
-impl crate::sink::EventSink for Engine {
-    fn block_event(&mut self, event: &BlockEvent) {
-        self.ingest(event)
-    }
-
-    fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
-        Engine::dirty_buffer_totals(self, totals)
-    }
-
-    fn owners_read(&mut self, read: bool) {
-        Engine::attribute_owners(self, read)
-    }
-
-    fn events_lost(&mut self) {
-        Engine::events_lost(self)
-    }
-
-    fn drained(&mut self, now: std::time::Instant) {
-        Engine::drained(self, now)
-    }
-}
