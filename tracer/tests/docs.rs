@@ -379,7 +379,7 @@ fn remap(ts: u64, dev: DevId, sector: u64, nr: u32, old: DevId, old_sector: u64)
     }
 }
 
-/// A queue event with the owner the raw probe reads.
+/// A queue event with the owner the BTF probe reads.
 fn owned(mut event: BlockEvent, tgid: u32, comm: &str, flags: u32) -> BlockEvent {
     event.tgid = tgid;
     event.owner.comm[..comm.len()].copy_from_slice(comm.as_bytes());
@@ -627,7 +627,7 @@ fn write_recording(
     writer.header(RecordHeader {
         tool: "docs test".into(),
         kernel_release: "6.18.0-test".into(),
-        probe_flavor: "raw tracepoints".into(),
+        probe_flavor: "BTF tracepoints".into(),
         recorded_by: if run.is_some() { "run" } else { "report" }.into(),
         geometry: disks,
         unsupported_probes: vec!["block_bio_complete: not in this kernel (test)".into()],
