@@ -5,7 +5,7 @@
 //! Regular files on a block device are targets too: their writes' file
 //! offsets become device bytes through the file's extent map, which the
 //! frontend reads (FIEMAP) after the command and hands in with
-//! [`RunRecorder::set_file_map`].
+//! [`RunMatcher::set_file_map`].
 //!
 //! Pure: files are named through the injected [`FdResolver`] (the /proc-based
 //! one lives in `frontend::run`), so it is unit-tested with a fake.
@@ -55,9 +55,10 @@ pub trait FdResolver: Send {
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
 pub const MAX_WRITES: usize = 1 << 21;
 pub const MAX_COMMANDS: usize = 1 << 21;
+pub const MAX_BIOS: usize = 1 << 21;
 /// Open file descriptions whose position is followed.
 const MAX_DESCRIPTIONS: usize = 1 << 20;
-/// How far back a requeued command is looked for among the recorded ones.
+/// How far back a requeued command is looked for among the kept ones.
 const REQUEUE_LOOKBACK: usize = 4096;
 
 #[derive(Clone, Copy, Debug)]
@@ -70,7 +71,7 @@ struct WriteCall {
 
 /// A write command issued, or a write bio queued, on a whole disk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct DeviceRange {
+struct DiskRange {
     disk: u32,
     sector: u64,
     nr_sector: u32,
@@ -85,7 +86,7 @@ pub struct TargetCalls {
     pub write_size: Option<Histogram<u64>>,
     pub fsync_calls: u64,
     /// Writes whose offset was unknown (plain write/writev), not matchable.
-    pub unmatched_writes: u64,
+    pub unknown_offset_writes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<Result<FileMap, String>>,
 }
@@ -129,7 +130,10 @@ struct OpenTarget {
     description: Option<usize>,
 }
 
-pub struct RunRecorder<R: FdResolver> {
+/// Follows the traced tree's write syscalls to their targets, keeps the
+/// device's write commands and bios, and matches the two by sector range.
+/// In memory only: nothing here is written to a recording.
+pub struct RunMatcher<R: FdResolver> {
     resolver: R,
     fds: HashMap<(u32, u32), Option<OpenTarget>>,
     /// The fds an exec closes (opened O_CLOEXEC, or marked by close_range).
@@ -142,10 +146,10 @@ pub struct RunRecorder<R: FdResolver> {
     /// Where each target is in `targets` (a build opens thousands of files).
     target_index: HashMap<FdTarget, usize>,
     writes: Vec<WriteCall>,
-    commands: Vec<DeviceRange>,
+    commands: Vec<DiskRange>,
     /// Write bios as queued (after partition remapping): a file's bios are
     /// those over its sectors, whoever submitted them (writeback included).
-    bios: Vec<DeviceRange>,
+    bios: Vec<DiskRange>,
     /// `writes`, `commands` and `bios` are in matching order (see `sort_for_matching`).
     sorted: bool,
     longest_command: HashMap<u32, u64>,
@@ -158,9 +162,9 @@ pub struct RunRecorder<R: FdResolver> {
     pub failed_syscalls: u64,
 }
 
-impl<R: FdResolver> RunRecorder<R> {
+impl<R: FdResolver> RunMatcher<R> {
     pub fn new(resolver: R) -> Self {
-        RunRecorder {
+        RunMatcher {
             resolver,
             fds: HashMap::new(),
             close_on_exec: HashSet::new(),
@@ -208,7 +212,7 @@ impl<R: FdResolver> RunRecorder<R> {
             write_bytes: 0,
             write_size: None,
             fsync_calls: 0,
-            unmatched_writes: 0,
+            unknown_offset_writes: 0,
             file_map: None,
         });
         Some(index)
@@ -376,7 +380,7 @@ impl<R: FdResolver> RunRecorder<R> {
             })
         };
         if offset.is_none() {
-            calls.unmatched_writes += 1;
+            calls.unknown_offset_writes += 1;
         }
         if self.writes.len() < MAX_WRITES {
             self.sorted = false;
@@ -390,13 +394,15 @@ impl<R: FdResolver> RunRecorder<R> {
         }
     }
 
-    /// Records device write commands (block_rq_issue, and bio completions on bio-based devices).
+    /// Keeps write commands as issued (block_rq_issue) and write bios as
+    /// queued (block_bio_queue). Bio-based devices issue no requests: no
+    /// command of theirs is kept.
     pub fn block_event(&mut self, event: &BlockEvent) {
         if !is_write(&event.rwbs) {
             return;
         }
         if event.kind == EventKind::Requeue as u8 {
-            // Its re-issue will be recorded again: one command, not two. A
+            // Its re-issue will be kept again: one command, not two. A
             // partly completed command is requeued with its remaining range.
             // It was issued at most a queue depth of commands ago.
             let end = event.sector.saturating_add(u64::from(event.nr_sector));
@@ -415,9 +421,9 @@ impl<R: FdResolver> RunRecorder<R> {
             if event.nr_sector == 0 {
                 return;
             }
-            if self.bios.len() < MAX_COMMANDS {
+            if self.bios.len() < MAX_BIOS {
                 self.sorted = false;
-                self.bios.push(DeviceRange {
+                self.bios.push(DiskRange {
                     disk: event.dev,
                     sector: event.sector,
                     nr_sector: event.nr_sector,
@@ -432,7 +438,7 @@ impl<R: FdResolver> RunRecorder<R> {
         }
         if self.commands.len() < MAX_COMMANDS {
             self.sorted = false;
-            self.commands.push(DeviceRange {
+            self.commands.push(DiskRange {
                 disk: event.dev,
                 sector: event.sector,
                 nr_sector: event.nr_sector,
@@ -470,7 +476,7 @@ impl<R: FdResolver> RunRecorder<R> {
     /// absolute sector range (only writes with a known offset), and where
     /// the written bytes ended up.
     ///
-    /// Called once the run is over: it sorts what was recorded, so a command
+    /// Called once the run is over: it sorts what was kept, so a command
     /// writing thousands of files is matched file by file in one pass each.
     pub fn match_writes(&mut self, target: usize) -> WriteMatch {
         self.sort_for_matching();
@@ -583,14 +589,14 @@ impl<R: FdResolver> RunRecorder<R> {
 }
 
 /// The ones on `disk`, of ranges sorted by disk.
-fn on_disk(sorted: &[DeviceRange], disk: u32) -> &[DeviceRange] {
+fn on_disk(sorted: &[DiskRange], disk: u32) -> &[DiskRange] {
     let from = sorted.partition_point(|c| c.disk < disk);
     let to = sorted.partition_point(|c| c.disk <= disk);
     &sorted[from..to]
 }
 
 /// Each disk's longest range, in bytes.
-fn longest_by_disk(ranges: &[DeviceRange]) -> HashMap<u32, u64> {
+fn longest_by_disk(ranges: &[DiskRange]) -> HashMap<u32, u64> {
     let mut longest: HashMap<u32, u64> = HashMap::new();
     for range in ranges {
         let bytes = longest.entry(range.disk).or_insert(0);
@@ -602,7 +608,7 @@ fn longest_by_disk(ranges: &[DeviceRange]) -> HashMap<u32, u64> {
 /// Calls `each(index, start, end)` for the ranges of `sorted` (one disk's,
 /// by sector, none longer than `longest` bytes) that overlap [first, end).
 fn for_each_overlapping(
-    sorted: &[DeviceRange],
+    sorted: &[DiskRange],
     longest: u64,
     first: u64,
     end: u64,
@@ -621,7 +627,7 @@ fn for_each_overlapping(
     }
 }
 
-impl DeviceRange {
+impl DiskRange {
     /// Its device byte range, [start, end).
     fn bytes(&self) -> (u64, u64) {
         let start = self.sector * SECTOR_BYTES;
@@ -785,18 +791,18 @@ mod tests {
 
     #[test]
     fn each_32k_write_split_into_512b_commands_is_counted_both_ways() {
-        let mut recorder = RunRecorder::new(OnePartition);
+        let mut matcher = RunMatcher::new(OnePartition);
         // Two 32 KiB writes at partition offsets 0 and 32 KiB.
-        recorder.process_event(&write(3, 0, 32768));
-        recorder.process_event(&write(3, 32768, 32768));
+        matcher.process_event(&write(3, 0, 32768));
+        matcher.process_event(&write(3, 32768, 32768));
         // Device saw one-sector commands for the first write, one 64-sector command for the second.
         for sector in 1000..1064 {
-            recorder.block_event(&issue(sector, 1));
+            matcher.block_event(&issue(sector, 1));
         }
-        recorder.block_event(&issue(1064, 64));
-        let calls = &recorder.targets()[0];
+        matcher.block_event(&issue(1064, 64));
+        let calls = &matcher.targets()[0];
         assert_eq!((calls.write_syscalls, calls.write_bytes), (2, 65536));
-        let matched = recorder.match_writes(0);
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.commands_per_write.len(), 2);
         assert_eq!(matched.commands_per_write.max(), 64);
         assert_eq!(matched.commands_per_write.min(), 1);
@@ -806,31 +812,31 @@ mod tests {
 
     #[test]
     fn a_merged_command_carries_several_writes() {
-        let mut recorder = RunRecorder::new(OnePartition);
+        let mut matcher = RunMatcher::new(OnePartition);
         for n in 0..4 {
-            recorder.process_event(&write(3, n * 4096, 4096));
+            matcher.process_event(&write(3, n * 4096, 4096));
         }
-        recorder.block_event(&issue(1000, 32));
-        let matched = recorder.match_writes(0);
+        matcher.block_event(&issue(1000, 32));
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.writes_per_command.max(), 4);
         assert_eq!(matched.commands_per_write.max(), 1);
     }
 
     #[test]
     fn other_files_reads_failures_and_unknown_offsets_are_kept_apart() {
-        let mut recorder = RunRecorder::new(OnePartition);
-        recorder.process_event(&write(9, 0, 100)); // not a block device
-        recorder.process_event(&write(3, 0, -5)); // EIO
+        let mut matcher = RunMatcher::new(OnePartition);
+        matcher.process_event(&write(9, 0, 100)); // not a block device
+        matcher.process_event(&write(3, 0, -5)); // EIO
         let mut plain = write(3, UNKNOWN_OFFSET, 512);
         plain.kind = ProcessEventKind::Write as u8;
-        recorder.process_event(&plain);
+        matcher.process_event(&plain);
         let mut read_command = issue(1000, 1);
         read_command.rwbs = *b"R\0\0\0\0\0\0\0";
-        recorder.block_event(&read_command);
-        assert_eq!(recorder.failed_syscalls, 1);
-        let calls = &recorder.targets()[0];
-        assert_eq!((calls.write_syscalls, calls.unmatched_writes), (1, 1));
-        let matched = recorder.match_writes(0);
+        matcher.block_event(&read_command);
+        assert_eq!(matcher.failed_syscalls, 1);
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.unknown_offset_writes), (1, 1));
+        let matched = matcher.match_writes(0);
         assert_eq!(
             matched.commands_per_write.len(),
             0,
@@ -859,29 +865,29 @@ mod tests {
 
     #[test]
     fn opens_name_fds_and_forks_inherit_them() {
-        let mut recorder = RunRecorder::new(OnePartition);
+        let mut matcher = RunMatcher::new(OnePartition);
         // fd 5 opened as the partition; fd 3 reopened as a regular file.
-        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
-        recorder.open_event(&open(42, 3, "/tmp/log"));
-        recorder.process_event(&write(5, 0, 4096));
-        recorder.process_event(&write(3, 0, 4096));
+        matcher.open_event(&open(42, 5, "/dev/loop0p2"));
+        matcher.open_event(&open(42, 3, "/tmp/log"));
+        matcher.process_event(&write(5, 0, 4096));
+        matcher.process_event(&write(3, 0, 4096));
         let fork = ProcessEvent {
             tgid: 43,
             fd: 42,
             kind: ProcessEventKind::Fork as u8,
             ..ProcessEvent::ZERO
         };
-        recorder.process_event(&fork);
+        matcher.process_event(&fork);
         let mut child_write = write(5, 4096, 4096);
         child_write.tgid = 43;
-        recorder.process_event(&child_write);
-        let calls = &recorder.targets()[0];
-        assert_eq!(recorder.targets().len(), 1);
+        matcher.process_event(&child_write);
+        let calls = &matcher.targets()[0];
+        assert_eq!(matcher.targets().len(), 1);
         assert_eq!(
             calls.write_syscalls, 2,
             "the parent's and the child's writes to fd 5"
         );
-        assert_eq!(recorder.processes, 1);
+        assert_eq!(matcher.processes, 1);
     }
 
     /// A process that has exited: /proc knows none of its fds any more.
@@ -920,88 +926,88 @@ mod tests {
 
     #[test]
     fn dd_writes_through_the_fd_it_dup2ed_its_output_to() {
-        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
+        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
         // What coreutils dd does with of=: open as 3, dup2 onto 1, close 3.
-        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
-        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
-        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        matcher.open_event(&open(42, 3, "/dev/loop0p2"));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
         for _ in 0..32 {
-            recorder.process_event(&plain_write(1));
+            matcher.process_event(&plain_write(1));
         }
         // fd 3 is closed: a write there is not the device's.
-        recorder.process_event(&plain_write(3));
-        assert_eq!(recorder.targets().len(), 1);
-        let calls = &recorder.targets()[0];
+        matcher.process_event(&plain_write(3));
+        assert_eq!(matcher.targets().len(), 1);
+        let calls = &matcher.targets()[0];
         assert_eq!(calls.target, loop0p2());
         assert_eq!((calls.write_syscalls, calls.write_bytes), (32, 32 * 65536));
         assert_eq!(
-            recorder.resolver.fd_lookups, 1,
+            matcher.resolver.fd_lookups, 1,
             "only the closed fd 3 was looked up, not fd 1"
         );
     }
 
     #[test]
     fn a_closed_fd_number_reused_for_another_file_is_not_the_device() {
-        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
-        recorder.open_event(&open(42, 5, "/dev/loop0p2"));
-        recorder.process_event(&write(5, 0, 4096));
-        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
-        recorder.open_event(&open(42, 5, "/tmp/log"));
-        recorder.process_event(&write(5, 0, 4096));
+        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
+        matcher.open_event(&open(42, 5, "/dev/loop0p2"));
+        matcher.process_event(&write(5, 0, 4096));
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        matcher.open_event(&open(42, 5, "/tmp/log"));
+        matcher.process_event(&write(5, 0, 4096));
         // Closed again and reused by something not opened (a pipe): asked afresh.
-        recorder.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
-        recorder.process_event(&write(5, 0, 4096));
-        assert_eq!(recorder.targets()[0].write_syscalls, 1);
-        assert_eq!(recorder.resolver.fd_lookups, 1);
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
+        matcher.process_event(&write(5, 0, 4096));
+        assert_eq!(matcher.targets()[0].write_syscalls, 1);
+        assert_eq!(matcher.resolver.fd_lookups, 1);
         // dup2 onto an fd that was the device makes it the new file instead.
-        recorder.open_event(&open(42, 6, "/dev/loop0p2"));
-        recorder.open_event(&open(42, 7, "/tmp/log"));
-        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 7, 6));
-        recorder.process_event(&write(6, 0, 4096));
-        assert_eq!(recorder.targets()[0].write_syscalls, 1);
+        matcher.open_event(&open(42, 6, "/dev/loop0p2"));
+        matcher.open_event(&open(42, 7, "/tmp/log"));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup2, 7, 6));
+        matcher.process_event(&write(6, 0, 4096));
+        assert_eq!(matcher.targets()[0].write_syscalls, 1);
     }
 
     #[test]
     fn dup_dup3_and_fcntl_dupfd_copy_the_target_and_forks_inherit_it() {
-        let mut recorder = RunRecorder::new(Exited { fd_lookups: 0 });
-        recorder.open_event(&open(42, 3, "/dev/loop0p2"));
-        recorder.process_event(&fd_call(ProcessEventKind::Dup, 3, 7));
-        recorder.process_event(&fd_call(ProcessEventKind::Dup3, 7, 8));
-        recorder.process_event(&fd_call(ProcessEventKind::Fcntl, 8, 10));
+        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
+        matcher.open_event(&open(42, 3, "/dev/loop0p2"));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup, 3, 7));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup3, 7, 8));
+        matcher.process_event(&fd_call(ProcessEventKind::Fcntl, 8, 10));
         // A failed dup (EBADF) maps nothing and is not a failed write.
-        recorder.process_event(&fd_call(ProcessEventKind::Dup, 30, -9));
-        recorder.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
-        recorder.process_event(&ProcessEvent {
+        matcher.process_event(&fd_call(ProcessEventKind::Dup, 30, -9));
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        matcher.process_event(&ProcessEvent {
             tgid: 43,
             fd: 42,
             kind: ProcessEventKind::Fork as u8,
             ..ProcessEvent::ZERO
         });
         for fd in [7, 8, 10] {
-            recorder.process_event(&write(fd, 0, 512));
+            matcher.process_event(&write(fd, 0, 512));
         }
-        recorder.process_event(&ProcessEvent {
+        matcher.process_event(&ProcessEvent {
             tgid: 43,
             ..write(10, 512, 512)
         });
-        assert_eq!(recorder.targets()[0].write_syscalls, 4);
-        assert_eq!(recorder.failed_syscalls, 0);
-        assert_eq!(recorder.resolver.fd_lookups, 0);
+        assert_eq!(matcher.targets()[0].write_syscalls, 4);
+        assert_eq!(matcher.failed_syscalls, 0);
+        assert_eq!(matcher.resolver.fd_lookups, 0);
     }
 
     #[test]
     fn a_requeued_command_is_matched_once() {
-        let mut recorder = RunRecorder::new(OnePartition);
-        recorder.process_event(&write(3, 0, 1 << 20));
+        let mut matcher = RunMatcher::new(OnePartition);
+        matcher.process_event(&write(3, 0, 1 << 20));
         // A 2048-sector write split 2032 + 16; the tail requeued, then issued again.
-        recorder.block_event(&issue(1000, 2032));
-        recorder.block_event(&issue(3032, 16));
-        recorder.block_event(&BlockEvent {
+        matcher.block_event(&issue(1000, 2032));
+        matcher.block_event(&issue(3032, 16));
+        matcher.block_event(&BlockEvent {
             kind: EventKind::Requeue as u8,
             ..issue(3032, 16)
         });
-        recorder.block_event(&issue(3032, 16));
-        let matched = recorder.match_writes(0);
+        matcher.block_event(&issue(3032, 16));
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.commands_per_write.max(), 2);
         assert_eq!(matched.writes_per_command.len(), 2);
     }
@@ -1100,10 +1106,10 @@ mod tests {
 
     use crate::geometry::fiemap::FileExtent;
 
-    /// Matches `recorder`'s writes against one extent (file 0..1 MiB at
+    /// Matches `matcher`'s writes against one extent (file 0..1 MiB at
     /// partition byte 1 MiB) and one 64 KiB command at each of `at`.
-    fn matched_with_commands_at(mut recorder: RunRecorder<OneFile>, at: &[u64]) -> WriteBytes {
-        recorder.set_file_map(
+    fn matched_with_commands_at(mut matcher: RunMatcher<OneFile>, at: &[u64]) -> WriteBytes {
+        matcher.set_file_map(
             0,
             Ok(FileMap {
                 extents: vec![extent(0, 1 << 20, 1 << 20, ExtentKind::Mapped)],
@@ -1111,96 +1117,96 @@ mod tests {
             }),
         );
         for offset in at {
-            recorder.block_event(&issue(1000 + ((1 << 20) + offset) / 512, 128));
+            matcher.block_event(&issue(1000 + ((1 << 20) + offset) / 512, 128));
         }
-        recorder.match_writes(0).bytes
+        matcher.match_writes(0).bytes
     }
 
     /// Whether a write on `fd` still counts for the file target.
-    fn counts_for_the_file(recorder: &mut RunRecorder<OneFile>, fd: u32) -> bool {
-        let before = recorder.targets.first().map_or(0, |t| t.write_syscalls);
-        recorder.process_event(&plain_write(fd));
-        recorder.targets.first().map_or(0, |t| t.write_syscalls) > before
+    fn counts_for_the_file(matcher: &mut RunMatcher<OneFile>, fd: u32) -> bool {
+        let before = matcher.targets.first().map_or(0, |t| t.write_syscalls);
+        matcher.process_event(&plain_write(fd));
+        matcher.targets.first().map_or(0, |t| t.write_syscalls) > before
     }
 
     #[test]
     fn an_exec_closes_close_on_exec_fds_and_keeps_the_rest() {
-        let mut recorder = RunRecorder::new(OneFile);
+        let mut matcher = RunMatcher::new(OneFile);
         let mut cloexec = open(42, 3, "/mnt/f");
         cloexec.event.offset = O_CLOEXEC | 0o1;
-        recorder.open_event(&cloexec);
-        recorder.open_event(&open(42, 4, "/mnt/f"));
+        matcher.open_event(&cloexec);
+        matcher.open_event(&open(42, 4, "/mnt/f"));
         // dup2 makes fd 5 a copy without close-on-exec.
-        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 5));
-        recorder.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 5));
+        matcher.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
         // fd 3 is gone (a pipe could have its number now); 4 and 5 stay.
-        assert!(!counts_for_the_file(&mut recorder, 3));
-        assert!(counts_for_the_file(&mut recorder, 4));
-        assert!(counts_for_the_file(&mut recorder, 5));
+        assert!(!counts_for_the_file(&mut matcher, 3));
+        assert!(counts_for_the_file(&mut matcher, 4));
+        assert!(counts_for_the_file(&mut matcher, 5));
     }
 
     #[test]
     fn close_range_closes_or_marks_its_range() {
-        let mut recorder = RunRecorder::new(OneFile);
+        let mut matcher = RunMatcher::new(OneFile);
         for fd in 3..=6 {
-            recorder.open_event(&open(42, fd, "/mnt/f"));
+            matcher.open_event(&open(42, fd, "/mnt/f"));
         }
         // close_range(3, 4, 0) closes 3 and 4; close_range(5, ~0, CLOEXEC) marks 5 and 6.
-        recorder.process_event(&ProcessEvent {
+        matcher.process_event(&ProcessEvent {
             offset: 4,
             ..fd_call(ProcessEventKind::CloseRange, 3, 0)
         });
-        recorder.process_event(&ProcessEvent {
+        matcher.process_event(&ProcessEvent {
             offset: (CLOSE_RANGE_CLOEXEC << 32) | 0xffff_ffff,
             ..fd_call(ProcessEventKind::CloseRange, 5, 0)
         });
-        assert!(!counts_for_the_file(&mut recorder, 3));
-        assert!(!counts_for_the_file(&mut recorder, 4));
-        assert!(counts_for_the_file(&mut recorder, 5));
-        recorder.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
-        assert!(!counts_for_the_file(&mut recorder, 5));
-        assert!(!counts_for_the_file(&mut recorder, 6));
+        assert!(!counts_for_the_file(&mut matcher, 3));
+        assert!(!counts_for_the_file(&mut matcher, 4));
+        assert!(counts_for_the_file(&mut matcher, 5));
+        matcher.process_event(&fd_call(ProcessEventKind::Exec, 0, 0));
+        assert!(!counts_for_the_file(&mut matcher, 5));
+        assert!(!counts_for_the_file(&mut matcher, 6));
     }
 
     #[test]
     fn lseek_moves_the_followed_position() {
-        let mut recorder = RunRecorder::new(OneFile);
-        recorder.open_event(&open(42, 3, "/mnt/f"));
+        let mut matcher = RunMatcher::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
         // write at 0, lseek to 512 KiB (the kernel's answer), write there.
-        recorder.process_event(&plain_write(3));
-        recorder.process_event(&fd_call(ProcessEventKind::Lseek, 3, 512 << 10));
-        recorder.process_event(&plain_write(3));
+        matcher.process_event(&plain_write(3));
+        matcher.process_event(&fd_call(ProcessEventKind::Lseek, 3, 512 << 10));
+        matcher.process_event(&plain_write(3));
         // A failed lseek changes nothing and is not a failed write.
-        recorder.process_event(&fd_call(ProcessEventKind::Lseek, 3, -22));
-        let bytes = matched_with_commands_at(recorder, &[0, 512 << 10]);
+        matcher.process_event(&fd_call(ProcessEventKind::Lseek, 3, -22));
+        let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 0);
     }
 
     #[test]
     fn o_append_writes_have_unknown_offsets_not_guessed_ones() {
-        let mut recorder = RunRecorder::new(OneFile);
+        let mut matcher = RunMatcher::new(OneFile);
         let mut appending = open(42, 3, "/mnt/f");
         appending.event.offset = O_APPEND | 0o1; // O_WRONLY | O_APPEND
-        recorder.open_event(&appending);
-        recorder.process_event(&plain_write(3));
+        matcher.open_event(&appending);
+        matcher.process_event(&plain_write(3));
         // A command sits where a position of 0 would have guessed.
-        let bytes = matched_with_commands_at(recorder, &[0]);
+        let bytes = matched_with_commands_at(matcher, &[0]);
         assert_eq!(bytes.matched, 0, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 65536);
     }
 
     #[test]
     fn plain_writes_to_a_file_follow_its_position_across_dups_and_extents() {
-        let mut recorder = RunRecorder::new(OneFile);
+        let mut matcher = RunMatcher::new(OneFile);
         // dd: open as 3, dup2 onto 1, four 64 KiB write()s without offsets.
-        recorder.open_event(&open(42, 3, "/mnt/f"));
-        recorder.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
         for _ in 0..4 {
-            recorder.process_event(&plain_write(1));
+            matcher.process_event(&plain_write(1));
         }
         // File bytes 0..128K at partition byte 1 MiB, 128K..256K at 4 MiB.
-        recorder.set_file_map(
+        matcher.set_file_map(
             0,
             Ok(FileMap {
                 extents: vec![
@@ -1218,17 +1224,17 @@ mod tests {
             (4 << 20, 0),
             (4 << 20, 65536),
         ] {
-            recorder.block_event(&issue(sector(at + offset), 128));
+            matcher.block_event(&issue(sector(at + offset), 128));
         }
-        recorder.block_event(&issue(sector(8 << 20), 8));
+        matcher.block_event(&issue(sector(8 << 20), 8));
         // Bios as queued: two 64 KiB and one 128 KiB over the file, one elsewhere.
         for (at, sectors) in [(1 << 20, 128), (1 << 20, 256), (4 << 20, 256), (8 << 20, 8)] {
-            recorder.block_event(&BlockEvent {
+            matcher.block_event(&BlockEvent {
                 kind: EventKind::Queue as u8,
                 ..issue(sector(at), sectors)
             });
         }
-        let matched = recorder.match_writes(0);
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.bios, 3);
         assert_eq!(matched.bio_size.min(), 65536);
         assert_eq!(matched.bio_size.count_between(131072, 131072), 2);
@@ -1252,11 +1258,11 @@ mod tests {
 
     #[test]
     fn a_write_across_two_extents_counts_a_command_over_both_once() {
-        let mut recorder = RunRecorder::new(OneFile);
-        recorder.open_event(&open(42, 3, "/mnt/f"));
-        recorder.process_event(&write(3, 0, 8192));
+        let mut matcher = RunMatcher::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        matcher.process_event(&write(3, 0, 8192));
         // Two physically adjacent extents, one command over both.
-        recorder.set_file_map(
+        matcher.set_file_map(
             0,
             Ok(FileMap {
                 extents: vec![
@@ -1266,8 +1272,8 @@ mod tests {
                 truncated: false,
             }),
         );
-        recorder.block_event(&issue(1000, 16));
-        let matched = recorder.match_writes(0);
+        matcher.block_event(&issue(1000, 16));
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.commands_per_write.max(), 1);
         assert_eq!(matched.writes_per_command.max(), 1);
         assert_eq!(matched.bytes.matched, 8192);
@@ -1275,23 +1281,23 @@ mod tests {
 
     #[test]
     fn dirty_delalloc_holes_and_unknown_offsets_are_not_matched_and_say_why() {
-        let mut recorder = RunRecorder::new(OneFile);
-        recorder.open_event(&open(42, 3, "/mnt/f"));
+        let mut matcher = RunMatcher::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
         for n in 0..4 {
-            recorder.process_event(&write(3, n * 4096, 4096));
+            matcher.process_event(&write(3, n * 4096, 4096));
         }
         // A write through an fd inherited from before tracing.
-        recorder.fds.insert(
+        matcher.fds.insert(
             (42, 9),
             Some(OpenTarget {
                 target: 0,
                 description: None,
             }),
         );
-        recorder.process_event(&plain_write(9));
+        matcher.process_event(&plain_write(9));
         // Block 0 written back; block 1 allocated but still dirty; block 2
         // delalloc; block 3 a hole (punched after the write).
-        recorder.set_file_map(
+        matcher.set_file_map(
             0,
             Ok(FileMap {
                 extents: vec![
@@ -1301,8 +1307,8 @@ mod tests {
                 truncated: false,
             }),
         );
-        recorder.block_event(&issue(1000, 8));
-        let matched = recorder.match_writes(0);
+        matcher.block_event(&issue(1000, 8));
+        let matched = matcher.match_writes(0);
         assert_eq!(
             matched.bytes,
             WriteBytes {
@@ -1314,8 +1320,8 @@ mod tests {
             }
         );
         // Without a map, nothing of the file can be placed.
-        recorder.set_file_map(0, Err("removed".into()));
-        let matched = recorder.match_writes(0);
+        matcher.set_file_map(0, Err("removed".into()));
+        let matched = matcher.match_writes(0);
         assert_eq!(matched.bytes.unmappable, 4 * 4096);
         assert_eq!(matched.commands, 0);
     }
