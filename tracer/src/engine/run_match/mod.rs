@@ -9,6 +9,10 @@
 //!
 //! Pure: files are named through the injected [`FdResolver`] (the /proc-based
 //! one lives in `frontend::run`), so it is unit-tested with a fake.
+//!
+//! `engine_totals`: what the engine itself counted on the devices `run` touched.
+
+mod engine_totals;
 
 use std::collections::{HashMap, HashSet};
 
@@ -18,11 +22,10 @@ use tracer_common::{
     O_APPEND, O_CLOEXEC, UNKNOWN_OFFSET,
 };
 
-use super::stats::{self, new_histogram as histogram, OpStats, OP_COUNT};
+use super::stats::new_histogram as histogram;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::fiemap::{ExtentKind, FileMap};
 use crate::geometry::DevId;
-use crate::model::{Measures, Op, OpMeasures};
 
 /// A block device a file descriptor pointed at, or a regular file on one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -671,67 +674,6 @@ fn device_ranges(
     tally.unmappable += end - cursor;
 }
 
-impl super::Engine {
-    /// Writes the tracked processes queued on `device` itself (a partition's
-    /// own, or a whole disk's not through a partition), as measures.
-    pub fn tracked_writes_on(&self, device: &str) -> Option<OpMeasures> {
-        let stats = self.devices.iter().find_map(|disk| {
-            if disk.name == device {
-                return Some(&disk.whole);
-            }
-            disk.parts
-                .iter()
-                .find(|part| part.name == device)
-                .map(|part| &part.stats)
-        })?;
-        stats
-            .get(true, Op::Write)
-            .filter(|writes| writes.user_ios > 0)
-            .map(OpStats::to_model)
-    }
-
-    /// Other tasks' traffic on `devices` (a named disk with its partitions,
-    /// or a named partition alone), summed per op.
-    pub fn other_traffic_on(&self, devices: &[String]) -> Measures {
-        let named = |name: &str| devices.iter().any(|device| device == name);
-        let mut per_op: [Option<OpStats>; OP_COUNT] = Default::default();
-        for disk in &self.devices {
-            let whole_disk = named(&disk.name);
-            if whole_disk {
-                disk.whole.collect_into(&[false], &mut per_op);
-            }
-            for part in disk
-                .parts
-                .iter()
-                .filter(|part| whole_disk || named(&part.name))
-            {
-                part.stats.collect_into(&[false], &mut per_op);
-            }
-        }
-        stats::measures(&per_op)
-    }
-
-    /// Disks (their own traffic) and partitions the tracked processes wrote.
-    pub fn devices_written_by_tracked(&self) -> Vec<String> {
-        let mut written = Vec::new();
-        for disk in &self.devices {
-            if self.tracked_writes_on(&disk.name).is_some() {
-                written.push(disk.name.clone());
-            }
-            for part in &disk.parts {
-                if part
-                    .stats
-                    .get(true, Op::Write)
-                    .is_some_and(|w| w.user_ios > 0)
-                {
-                    written.push(part.name.clone());
-                }
-            }
-        }
-        written
-    }
-}
-
 /// True for a write command: the op letter after an optional preflush `F`.
 fn is_write(rwbs: &[u8; 8]) -> bool {
     let op = match rwbs {
@@ -1010,66 +952,6 @@ mod tests {
         let matched = matcher.match_writes(0);
         assert_eq!(matched.commands_per_write.max(), 2);
         assert_eq!(matched.writes_per_command.len(), 2);
-    }
-
-    #[test]
-    fn background_is_other_tasks_traffic_on_the_devices_named() {
-        use crate::engine::{Engine, EngineLimits};
-        use crate::geometry::{DiskGeometry, PartitionGeometry};
-        let part = DevId::new(259, 1);
-        let disk = DiskGeometry {
-            name: "loop0".into(),
-            dev: Some(DevId::new(7, 0)),
-            request_based: true,
-            partitions: vec![PartitionGeometry {
-                name: "loop0p2".into(),
-                dev: Some(part),
-                start: 1000,
-                size: 1000,
-                ..PartitionGeometry::default()
-            }],
-            ..DiskGeometry::default()
-        };
-        let mut engine = Engine::new(vec![disk], EngineLimits::default());
-        engine.track_processes([42]);
-        // Through the partition: one write by the command (42), two by others.
-        for (n, tgid) in [(0u64, 42u32), (8, 7), (16, 7)] {
-            let remap = BlockEvent {
-                kind: EventKind::Remap as u8,
-                dev: DevId::new(7, 0).to_kernel(),
-                sector: 1000 + n,
-                nr_sector: 8,
-                aux_dev: part.to_kernel(),
-                aux_sector: n,
-                tgid,
-                rwbs: *b"W\0\0\0\0\0\0\0",
-                ..BlockEvent::ZERO
-            };
-            engine.ingest(&remap);
-            engine.ingest(&BlockEvent {
-                kind: EventKind::Queue as u8,
-                ..remap
-            });
-        }
-        // Straight to the disk by another task.
-        engine.ingest(&BlockEvent {
-            kind: EventKind::Queue as u8,
-            dev: DevId::new(7, 0).to_kernel(),
-            sector: 0,
-            nr_sector: 8,
-            tgid: 7,
-            rwbs: *b"W\0\0\0\0\0\0\0",
-            ..BlockEvent::ZERO
-        });
-        let on_part = engine.other_traffic_on(&["loop0p2".to_string()]);
-        assert_eq!(on_part.op(Op::Write).map(|w| w.user_ios), Some(2));
-        let on_disk = engine.other_traffic_on(&["loop0".to_string()]);
-        assert_eq!(on_disk.op(Op::Write).map(|w| w.user_ios), Some(3));
-        assert_eq!(
-            engine.devices_written_by_tracked(),
-            vec!["loop0p2".to_string()]
-        );
-        assert_eq!(engine.tracked_writes_on("loop0").map(|w| w.user_ios), None);
     }
 
     /// `/mnt/f` on loop0p2 (partition start 1000), opened as fd 3 while traced.
