@@ -10,22 +10,31 @@
 //! Pure: files are named through the injected [`FdResolver`] (the /proc-based
 //! one lives in `frontend::run`), so it is unit-tested with a fake.
 //!
-//! `engine_totals`: what the engine itself counted on the devices `run` touched.
+//! Where things live:
+//! - `sector_match`: the writes, commands and bios kept, and their matching.
+//! - `block_events`: the one place block events come in.
+//! - `engine_totals`: what the engine itself counted on the devices `run` touched.
 
+mod block_events;
 mod engine_totals;
+mod sector_match;
+#[cfg(test)]
+mod test_fixtures;
 
 use std::collections::{HashMap, HashSet};
 
 use hdrhistogram::Histogram;
 use tracer_common::{
-    BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC,
-    O_APPEND, O_CLOEXEC, UNKNOWN_OFFSET,
+    OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC,
+    UNKNOWN_OFFSET,
 };
 
-use super::stats::new_histogram as histogram;
-use crate::blk::SECTOR_BYTES;
-use crate::geometry::fiemap::{ExtentKind, FileMap};
+use super::stats::new_histogram;
+use crate::geometry::fiemap::FileMap;
 use crate::geometry::DevId;
+use sector_match::SectorMatcher;
+
+pub use sector_match::{WriteBytes, WriteMatch};
 
 /// A block device a file descriptor pointed at, or a regular file on one.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -61,23 +70,24 @@ pub const MAX_COMMANDS: usize = 1 << 21;
 pub const MAX_BIOS: usize = 1 << 21;
 /// Open file descriptions whose position is followed.
 const MAX_DESCRIPTIONS: usize = 1 << 20;
-/// How far back a requeued command is looked for among the kept ones.
-const REQUEUE_LOOKBACK: usize = 4096;
 
+/// A write syscall placed on its target: the hand-over to `sector_match`.
 #[derive(Clone, Copy, Debug)]
 struct WriteCall {
+    /// Index into [`RunMatcher::targets`].
     target: usize,
-    /// Byte offset within the target, when the syscall carried one.
+    /// Byte offset within the target, when the syscall carried one or the
+    /// file position was followed.
     offset: Option<u64>,
     bytes: u64,
 }
 
-/// A write command issued, or a write bio queued, on a whole disk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct DiskRange {
-    disk: u32,
-    sector: u64,
-    nr_sector: u32,
+/// What the caps dropped: writes, commands and bios not kept for matching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotKept {
+    pub writes: u64,
+    pub commands: u64,
+    pub bios: u64,
 }
 
 /// Per target: the syscalls the command made to it.
@@ -92,36 +102,6 @@ pub struct TargetCalls {
     pub unknown_offset_writes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<Result<FileMap, String>>,
-}
-
-/// Matching of writes to the device commands covering their sectors.
-pub struct WriteMatch {
-    pub commands_per_write: Histogram<u64>,
-    pub writes_per_command: Histogram<u64>,
-    /// Commands that carried at least one of the writes.
-    pub commands: u64,
-    /// Bios over the writes' sectors (any submitter), and their sizes in bytes.
-    pub bios: u64,
-    pub bio_size: Histogram<u64>,
-    pub bytes: WriteBytes,
-}
-
-/// Where the bytes of a target's writes ended up; the parts sum to the
-/// bytes written.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct WriteBytes {
-    /// On sectors that device commands wrote during the run.
-    pub matched: u64,
-    /// On sectors no command wrote during the run: still dirty at exit (or
-    /// written back later).
-    pub not_written_back: u64,
-    /// In delayed-allocation extents: still dirty, and no sectors yet.
-    pub delalloc: u64,
-    /// No device address: extents FIEMAP could not place, holes (cut or
-    /// punched since), or a map that could not be read.
-    pub unmappable: u64,
-    /// Writes whose file offset was not known.
-    pub unknown_offset: u64,
 }
 
 /// An fd of the traced tree that is a target: which one, and the open file
@@ -148,20 +128,11 @@ pub struct RunMatcher<R: FdResolver> {
     targets: Vec<TargetCalls>,
     /// Where each target is in `targets` (a build opens thousands of files).
     target_index: HashMap<FdTarget, usize>,
-    writes: Vec<WriteCall>,
-    commands: Vec<DiskRange>,
-    /// Write bios as queued (after partition remapping): a file's bios are
-    /// those over its sectors, whoever submitted them (writeback included).
-    bios: Vec<DiskRange>,
-    /// `writes`, `commands` and `bios` are in matching order (see `sort_for_matching`).
-    sorted: bool,
-    longest_command: HashMap<u32, u64>,
-    longest_bio: HashMap<u32, u64>,
+    /// The writes, commands and bios kept for matching.
+    sectors: SectorMatcher,
     /// Processes (and threads) the command's tree forked, itself included.
     pub processes: u64,
-    pub writes_not_kept: u64,
-    pub commands_not_kept: u64,
-    pub bios_not_kept: u64,
+    /// Writes and syncs that failed, on any fd.
     pub failed_syscalls: u64,
 }
 
@@ -174,16 +145,8 @@ impl<R: FdResolver> RunMatcher<R> {
             positions: Vec::new(),
             targets: Vec::new(),
             target_index: HashMap::new(),
-            writes: Vec::new(),
-            commands: Vec::new(),
-            bios: Vec::new(),
-            sorted: false,
-            longest_command: HashMap::new(),
-            longest_bio: HashMap::new(),
+            sectors: SectorMatcher::default(),
             processes: 0,
-            writes_not_kept: 0,
-            commands_not_kept: 0,
-            bios_not_kept: 0,
             failed_syscalls: 0,
         }
     }
@@ -369,7 +332,7 @@ impl<R: FdResolver> RunMatcher<R> {
         calls.write_bytes += bytes;
         let _ = calls
             .write_size
-            .get_or_insert_with(histogram)
+            .get_or_insert_with(new_histogram)
             .record(bytes.max(1));
         let offset = if event.offset != UNKNOWN_OFFSET {
             Some(event.offset)
@@ -385,70 +348,11 @@ impl<R: FdResolver> RunMatcher<R> {
         if offset.is_none() {
             calls.unknown_offset_writes += 1;
         }
-        if self.writes.len() < MAX_WRITES {
-            self.sorted = false;
-            self.writes.push(WriteCall {
-                target,
-                offset,
-                bytes,
-            });
-        } else {
-            self.writes_not_kept += 1;
-        }
-    }
-
-    /// Keeps write commands as issued (block_rq_issue) and write bios as
-    /// queued (block_bio_queue). Bio-based devices issue no requests: no
-    /// command of theirs is kept.
-    pub fn block_event(&mut self, event: &BlockEvent) {
-        if !is_write(&event.rwbs) {
-            return;
-        }
-        if event.kind == EventKind::Requeue as u8 {
-            // Its re-issue will be kept again: one command, not two. A
-            // partly completed command is requeued with its remaining range.
-            // It was issued at most a queue depth of commands ago.
-            let end = event.sector.saturating_add(u64::from(event.nr_sector));
-            let recent = self.commands.len().saturating_sub(REQUEUE_LOOKBACK);
-            let issued = self.commands[recent..].iter().rposition(|command| {
-                command.disk == event.dev
-                    && command.sector <= event.sector
-                    && command.sector.saturating_add(u64::from(command.nr_sector)) == end
-            });
-            if let Some(index) = issued {
-                self.commands.remove(recent + index);
-            }
-            return;
-        }
-        if event.kind == EventKind::Queue as u8 {
-            if event.nr_sector == 0 {
-                return;
-            }
-            if self.bios.len() < MAX_BIOS {
-                self.sorted = false;
-                self.bios.push(DiskRange {
-                    disk: event.dev,
-                    sector: event.sector,
-                    nr_sector: event.nr_sector,
-                });
-            } else {
-                self.bios_not_kept += 1;
-            }
-            return;
-        }
-        if event.kind != EventKind::Issue as u8 {
-            return;
-        }
-        if self.commands.len() < MAX_COMMANDS {
-            self.sorted = false;
-            self.commands.push(DiskRange {
-                disk: event.dev,
-                sector: event.sector,
-                nr_sector: event.nr_sector,
-            });
-        } else {
-            self.commands_not_kept += 1;
-        }
+        self.sectors.keep_write(WriteCall {
+            target,
+            offset,
+            bytes,
+        });
     }
 
     pub fn targets(&self) -> &[TargetCalls] {
@@ -482,287 +386,22 @@ impl<R: FdResolver> RunMatcher<R> {
     /// Called once the run is over: it sorts what was kept, so a command
     /// writing thousands of files is matched file by file in one pass each.
     pub fn match_writes(&mut self, target: usize) -> WriteMatch {
-        self.sort_for_matching();
-        let mut result = WriteMatch {
-            commands_per_write: histogram(),
-            writes_per_command: histogram(),
-            commands: 0,
-            bios: 0,
-            bio_size: histogram(),
-            bytes: WriteBytes::default(),
-        };
-        let Some(calls) = self.targets.get(target) else {
-            return result;
-        };
-        let disk = calls.target.disk_dev.to_kernel();
-        let commands = on_disk(&self.commands, disk);
-        let bios = on_disk(&self.bios, disk);
-        let mut carried_bios: HashSet<usize> = HashSet::new();
-        let longest_bio = self.longest_bio.get(&disk).copied().unwrap_or(0);
-        // Per command that carried any of the writes: how many, and the last
-        // one counted, so a write that spans several extents counts it once.
-        let mut carried_writes: HashMap<usize, (u64, usize)> = HashMap::new();
-        // Commands never exceed this length, so a search window of it is complete.
-        let longest = self.longest_command.get(&disk).copied().unwrap_or(0);
-        let base = calls.target.start_sector * SECTOR_BYTES;
-        let mut ranges = Vec::new();
-        let writes = {
-            let from = self.writes.partition_point(|w| w.target < target);
-            let to = self.writes.partition_point(|w| w.target <= target);
-            &self.writes[from..to]
-        };
-        for (number, write) in writes.iter().enumerate() {
-            let Some(offset) = write.offset else {
-                result.bytes.unknown_offset += write.bytes;
-                continue;
-            };
-            if write.bytes == 0 {
-                continue;
-            }
-            ranges.clear();
-            match &calls.target.file {
-                None => ranges.push((base + offset, write.bytes)),
-                Some(_) => match &calls.file_map {
-                    Some(Ok(map)) => device_ranges(
-                        map,
-                        base,
-                        offset,
-                        write.bytes,
-                        &mut ranges,
-                        &mut result.bytes,
-                    ),
-                    _ => {
-                        result.bytes.unmappable += write.bytes;
-                        continue;
-                    }
-                },
-            }
-            let mut carried = 0;
-            for &(first, length) in &ranges {
-                let end = first + length;
-                // Union of the commands' overlap with [first, end), in start order.
-                let mut covered_to = first;
-                let mut covered = 0;
-                for_each_overlapping(commands, longest, first, end, |index, start, stop| {
-                    let (writes, last) = carried_writes.entry(index).or_insert((0, usize::MAX));
-                    if *last != number {
-                        *last = number;
-                        *writes += 1;
-                        carried += 1;
-                    }
-                    let (from, to) = (start.max(covered_to), stop.min(end));
-                    if to > from {
-                        covered += to - from;
-                        covered_to = to;
-                    }
-                });
-                result.bytes.matched += covered;
-                result.bytes.not_written_back += length - covered;
-                for_each_overlapping(bios, longest_bio, first, end, |index, _, _| {
-                    carried_bios.insert(index);
-                });
-            }
-            let _ = result.commands_per_write.record(carried);
-        }
-        for (count, _) in carried_writes.into_values() {
-            result.commands += 1;
-            let _ = result.writes_per_command.record(count);
-        }
-        for index in carried_bios {
-            result.bios += 1;
-            let (start, stop) = bios[index].bytes();
-            let _ = result.bio_size.record((stop - start).max(1));
-        }
-        result
+        self.sectors.match_writes(target, self.targets.get(target))
     }
 
-    /// Commands by disk and sector, writes by target (each target's in
-    /// program order), and each disk's longest command.
-    fn sort_for_matching(&mut self) {
-        if self.sorted {
-            return;
-        }
-        self.commands.sort();
-        self.bios.sort();
-        self.writes.sort_by_key(|write| write.target);
-        self.longest_command = longest_by_disk(&self.commands);
-        self.longest_bio = longest_by_disk(&self.bios);
-        self.sorted = true;
+    /// What the caps dropped.
+    pub fn not_kept(&self) -> NotKept {
+        self.sectors.not_kept
     }
-}
-
-/// The ones on `disk`, of ranges sorted by disk.
-fn on_disk(sorted: &[DiskRange], disk: u32) -> &[DiskRange] {
-    let from = sorted.partition_point(|c| c.disk < disk);
-    let to = sorted.partition_point(|c| c.disk <= disk);
-    &sorted[from..to]
-}
-
-/// Each disk's longest range, in bytes.
-fn longest_by_disk(ranges: &[DiskRange]) -> HashMap<u32, u64> {
-    let mut longest: HashMap<u32, u64> = HashMap::new();
-    for range in ranges {
-        let bytes = longest.entry(range.disk).or_insert(0);
-        *bytes = (*bytes).max(u64::from(range.nr_sector) * SECTOR_BYTES);
-    }
-    longest
-}
-
-/// Calls `each(index, start, end)` for the ranges of `sorted` (one disk's,
-/// by sector, none longer than `longest` bytes) that overlap [first, end).
-fn for_each_overlapping(
-    sorted: &[DiskRange],
-    longest: u64,
-    first: u64,
-    end: u64,
-    mut each: impl FnMut(usize, u64, u64),
-) {
-    let lower = first.saturating_sub(longest);
-    let from = sorted.partition_point(|c| c.sector * SECTOR_BYTES < lower);
-    for (index, range) in sorted.iter().enumerate().skip(from) {
-        let (start, stop) = range.bytes();
-        if start >= end {
-            break;
-        }
-        if stop > first {
-            each(index, start, stop);
-        }
-    }
-}
-
-impl DiskRange {
-    /// Its device byte range, [start, end).
-    fn bytes(&self) -> (u64, u64) {
-        let start = self.sector * SECTOR_BYTES;
-        (start, start + u64::from(self.nr_sector) * SECTOR_BYTES)
-    }
-}
-
-/// The device byte ranges (disk-absolute) holding file bytes
-/// [offset, offset + length), into `ranges`; what has none is tallied.
-fn device_ranges(
-    map: &FileMap,
-    base: u64,
-    offset: u64,
-    length: u64,
-    ranges: &mut Vec<(u64, u64)>,
-    tally: &mut WriteBytes,
-) {
-    let end = offset.saturating_add(length);
-    let mut cursor = offset;
-    let from = map.extents.partition_point(|extent| extent.end() <= offset);
-    for extent in &map.extents[from..] {
-        if extent.logical >= end {
-            break;
-        }
-        let (first, last) = (extent.logical.max(cursor), extent.end().min(end));
-        if last <= first {
-            continue;
-        }
-        // A gap before this extent is a hole.
-        tally.unmappable += first - cursor;
-        match extent.kind {
-            ExtentKind::Mapped => ranges.push((
-                base + extent.physical + (first - extent.logical),
-                last - first,
-            )),
-            ExtentKind::Delalloc => tally.delalloc += last - first,
-            ExtentKind::Unmappable => tally.unmappable += last - first,
-        }
-        cursor = last;
-    }
-    tally.unmappable += end - cursor;
-}
-
-/// True for a write command: the op letter after an optional preflush `F`.
-fn is_write(rwbs: &[u8; 8]) -> bool {
-    let op = match rwbs {
-        [b'F', next, ..] if *next != 0 => *next,
-        [first, ..] => *first,
-    };
-    op == b'W'
 }
 
 #[cfg(test)]
 mod tests {
+    use super::test_fixtures::{
+        extent, fd_call, issue, loop0p2, open, plain_write, write, OneFile, OnePartition,
+    };
     use super::*;
-
-    struct OnePartition;
-
-    fn loop0p2() -> FdTarget {
-        FdTarget {
-            device: "loop0p2".into(),
-            disk_dev: DevId::new(7, 0),
-            start_sector: 1000,
-            file: None,
-        }
-    }
-
-    impl FdResolver for OnePartition {
-        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
-            (path == "/dev/loop0p2").then(loop0p2)
-        }
-
-        fn resolve_fd(&mut self, _tgid: u32, fd: u32) -> Option<FdTarget> {
-            (fd == 3).then(loop0p2)
-        }
-    }
-
-    fn write(fd: u32, offset: u64, bytes: i64) -> ProcessEvent {
-        ProcessEvent {
-            ts_ns: 1,
-            offset,
-            result: bytes,
-            tgid: 42,
-            fd,
-            kind: ProcessEventKind::Pwrite64 as u8,
-            _pad: [0; 7],
-        }
-    }
-
-    fn issue(sector: u64, nr_sector: u32) -> BlockEvent {
-        BlockEvent {
-            kind: EventKind::Issue as u8,
-            dev: DevId::new(7, 0).to_kernel(),
-            sector,
-            nr_sector,
-            rwbs: *b"WS\0\0\0\0\0\0",
-            ..BlockEvent::ZERO
-        }
-    }
-
-    #[test]
-    fn each_32k_write_split_into_512b_commands_is_counted_both_ways() {
-        let mut matcher = RunMatcher::new(OnePartition);
-        // Two 32 KiB writes at partition offsets 0 and 32 KiB.
-        matcher.process_event(&write(3, 0, 32768));
-        matcher.process_event(&write(3, 32768, 32768));
-        // Device saw one-sector commands for the first write, one 64-sector command for the second.
-        for sector in 1000..1064 {
-            matcher.block_event(&issue(sector, 1));
-        }
-        matcher.block_event(&issue(1064, 64));
-        let calls = &matcher.targets()[0];
-        assert_eq!((calls.write_syscalls, calls.write_bytes), (2, 65536));
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.commands_per_write.len(), 2);
-        assert_eq!(matched.commands_per_write.max(), 64);
-        assert_eq!(matched.commands_per_write.min(), 1);
-        assert_eq!(matched.writes_per_command.len(), 65);
-        assert_eq!(matched.writes_per_command.max(), 1);
-    }
-
-    #[test]
-    fn a_merged_command_carries_several_writes() {
-        let mut matcher = RunMatcher::new(OnePartition);
-        for n in 0..4 {
-            matcher.process_event(&write(3, n * 4096, 4096));
-        }
-        matcher.block_event(&issue(1000, 32));
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.writes_per_command.max(), 4);
-        assert_eq!(matched.commands_per_write.max(), 1);
-    }
+    use crate::geometry::fiemap::ExtentKind;
 
     #[test]
     fn other_files_reads_failures_and_unknown_offsets_are_kept_apart() {
@@ -789,20 +428,6 @@ mod tests {
             0,
             "reads are not write commands"
         );
-    }
-
-    fn open(tgid: u32, fd: i64, path: &str) -> OpenEvent {
-        let mut event = OpenEvent {
-            event: ProcessEvent {
-                result: fd,
-                tgid,
-                kind: ProcessEventKind::Openat as u8,
-                ..ProcessEvent::ZERO
-            },
-            path: [0; tracer_common::PATH_BYTES],
-        };
-        event.path[..path.len()].copy_from_slice(path.as_bytes());
-        event
     }
 
     #[test]
@@ -845,24 +470,6 @@ mod tests {
         fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<FdTarget> {
             self.fd_lookups += 1;
             None
-        }
-    }
-
-    fn fd_call(kind: ProcessEventKind, fd: u32, result: i64) -> ProcessEvent {
-        ProcessEvent {
-            tgid: 42,
-            fd,
-            result,
-            kind: kind as u8,
-            ..ProcessEvent::ZERO
-        }
-    }
-
-    fn plain_write(fd: u32) -> ProcessEvent {
-        ProcessEvent {
-            offset: UNKNOWN_OFFSET,
-            kind: ProcessEventKind::Write as u8,
-            ..write(fd, 0, 65536)
         }
     }
 
@@ -936,57 +543,6 @@ mod tests {
         assert_eq!(matcher.failed_syscalls, 0);
         assert_eq!(matcher.resolver.fd_lookups, 0);
     }
-
-    #[test]
-    fn a_requeued_command_is_matched_once() {
-        let mut matcher = RunMatcher::new(OnePartition);
-        matcher.process_event(&write(3, 0, 1 << 20));
-        // A 2048-sector write split 2032 + 16; the tail requeued, then issued again.
-        matcher.block_event(&issue(1000, 2032));
-        matcher.block_event(&issue(3032, 16));
-        matcher.block_event(&BlockEvent {
-            kind: EventKind::Requeue as u8,
-            ..issue(3032, 16)
-        });
-        matcher.block_event(&issue(3032, 16));
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.commands_per_write.max(), 2);
-        assert_eq!(matched.writes_per_command.len(), 2);
-    }
-
-    /// `/mnt/f` on loop0p2 (partition start 1000), opened as fd 3 while traced.
-    struct OneFile;
-
-    fn file_on_loop0p2() -> FdTarget {
-        FdTarget {
-            file: Some(TargetFile {
-                path: "/mnt/f".into(),
-                inode: 12,
-            }),
-            ..loop0p2()
-        }
-    }
-
-    impl FdResolver for OneFile {
-        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<FdTarget> {
-            (path == "/mnt/f").then(file_on_loop0p2)
-        }
-
-        fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<FdTarget> {
-            None
-        }
-    }
-
-    fn extent(logical: u64, physical: u64, length: u64, kind: ExtentKind) -> FileExtent {
-        FileExtent {
-            logical,
-            physical,
-            length,
-            kind,
-        }
-    }
-
-    use crate::geometry::fiemap::FileExtent;
 
     /// Matches `matcher`'s writes against one extent (file 0..1 MiB at
     /// partition byte 1 MiB) and one 64 KiB command at each of `at`.
@@ -1076,143 +632,5 @@ mod tests {
         let bytes = matched_with_commands_at(matcher, &[0]);
         assert_eq!(bytes.matched, 0, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 65536);
-    }
-
-    #[test]
-    fn plain_writes_to_a_file_follow_its_position_across_dups_and_extents() {
-        let mut matcher = RunMatcher::new(OneFile);
-        // dd: open as 3, dup2 onto 1, four 64 KiB write()s without offsets.
-        matcher.open_event(&open(42, 3, "/mnt/f"));
-        matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
-        for _ in 0..4 {
-            matcher.process_event(&plain_write(1));
-        }
-        // File bytes 0..128K at partition byte 1 MiB, 128K..256K at 4 MiB.
-        matcher.set_file_map(
-            0,
-            Ok(FileMap {
-                extents: vec![
-                    extent(131072, 4 << 20, 131072, ExtentKind::Mapped),
-                    extent(0, 1 << 20, 131072, ExtentKind::Mapped),
-                ],
-                truncated: false,
-            }),
-        );
-        let sector = |partition_bytes: u64| 1000 + partition_bytes / 512;
-        // One 128-sector command per write; a journal write elsewhere.
-        for (at, offset) in [
-            (1 << 20, 0),
-            (1 << 20, 65536),
-            (4 << 20, 0),
-            (4 << 20, 65536),
-        ] {
-            matcher.block_event(&issue(sector(at + offset), 128));
-        }
-        matcher.block_event(&issue(sector(8 << 20), 8));
-        // Bios as queued: two 64 KiB and one 128 KiB over the file, one elsewhere.
-        for (at, sectors) in [(1 << 20, 128), (1 << 20, 256), (4 << 20, 256), (8 << 20, 8)] {
-            matcher.block_event(&BlockEvent {
-                kind: EventKind::Queue as u8,
-                ..issue(sector(at), sectors)
-            });
-        }
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.bios, 3);
-        assert_eq!(matched.bio_size.min(), 65536);
-        assert_eq!(matched.bio_size.count_between(131072, 131072), 2);
-        assert_eq!(matched.commands, 4, "the journal write is not the file's");
-        assert_eq!(matched.commands_per_write.len(), 4);
-        assert_eq!(
-            (
-                matched.commands_per_write.min(),
-                matched.commands_per_write.max()
-            ),
-            (1, 1)
-        );
-        assert_eq!(
-            matched.bytes,
-            WriteBytes {
-                matched: 4 * 65536,
-                ..WriteBytes::default()
-            }
-        );
-    }
-
-    #[test]
-    fn a_write_across_two_extents_counts_a_command_over_both_once() {
-        let mut matcher = RunMatcher::new(OneFile);
-        matcher.open_event(&open(42, 3, "/mnt/f"));
-        matcher.process_event(&write(3, 0, 8192));
-        // Two physically adjacent extents, one command over both.
-        matcher.set_file_map(
-            0,
-            Ok(FileMap {
-                extents: vec![
-                    extent(0, 0, 4096, ExtentKind::Mapped),
-                    extent(4096, 4096, 4096, ExtentKind::Mapped),
-                ],
-                truncated: false,
-            }),
-        );
-        matcher.block_event(&issue(1000, 16));
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.commands_per_write.max(), 1);
-        assert_eq!(matched.writes_per_command.max(), 1);
-        assert_eq!(matched.bytes.matched, 8192);
-    }
-
-    #[test]
-    fn dirty_delalloc_holes_and_unknown_offsets_are_not_matched_and_say_why() {
-        let mut matcher = RunMatcher::new(OneFile);
-        matcher.open_event(&open(42, 3, "/mnt/f"));
-        for n in 0..4 {
-            matcher.process_event(&write(3, n * 4096, 4096));
-        }
-        // A write through an fd inherited from before tracing.
-        matcher.fds.insert(
-            (42, 9),
-            Some(OpenTarget {
-                target: 0,
-                description: None,
-            }),
-        );
-        matcher.process_event(&plain_write(9));
-        // Block 0 written back; block 1 allocated but still dirty; block 2
-        // delalloc; block 3 a hole (punched after the write).
-        matcher.set_file_map(
-            0,
-            Ok(FileMap {
-                extents: vec![
-                    extent(0, 0, 8192, ExtentKind::Mapped),
-                    extent(8192, 0, 4096, ExtentKind::Delalloc),
-                ],
-                truncated: false,
-            }),
-        );
-        matcher.block_event(&issue(1000, 8));
-        let matched = matcher.match_writes(0);
-        assert_eq!(
-            matched.bytes,
-            WriteBytes {
-                matched: 4096,
-                not_written_back: 4096,
-                delalloc: 4096,
-                unmappable: 4096,
-                unknown_offset: 65536,
-            }
-        );
-        // Without a map, nothing of the file can be placed.
-        matcher.set_file_map(0, Err("removed".into()));
-        let matched = matcher.match_writes(0);
-        assert_eq!(matched.bytes.unmappable, 4 * 4096);
-        assert_eq!(matched.commands, 0);
-    }
-
-    #[test]
-    fn preflush_write_counts_as_write() {
-        assert!(is_write(b"FWS\0\0\0\0\0"));
-        assert!(is_write(b"WFS\0\0\0\0\0"));
-        assert!(!is_write(b"F\0\0\0\0\0\0\0"));
-        assert!(!is_write(b"RA\0\0\0\0\0\0"));
     }
 }
