@@ -24,7 +24,7 @@
 //! - `fd_table`: the process model. What each fd of the traced tree points
 //!   at (a target, or nothing) across open, dup, close, close_range, fork
 //!   and exec, and each open file's position (lseek, plain writes): a write
-//!   syscall becomes a [`WriteCall`] (target, offset, bytes).
+//!   syscall becomes a `WriteCall` (target, offset, bytes).
 //! - `sector_match`: the writes, commands and bios kept, and their
 //!   matching: a write's offsets become disk bytes (a device's own offsets,
 //!   or a file's through its extent map), then the commands and bios over

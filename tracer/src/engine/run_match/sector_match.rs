@@ -63,6 +63,8 @@ pub(super) struct SectorMatcher {
     bios: Vec<DiskRange>,
     /// `writes`, `commands` and `bios` are in matching order (see `sort_for_matching`).
     sorted: bool,
+    /// Per disk, its longest command and bio in bytes: how far before a
+    /// write's first byte the sorted search must start.
     longest_command: HashMap<u32, u64>,
     longest_bio: HashMap<u32, u64>,
     pub(super) not_kept: NotKept,
