@@ -1,9 +1,9 @@
 //! The seam between capture and everything that consumes events.
 //!
-//! Capture drives an [`EventSink`]; the engine and `run`'s sink (the engine
-//! plus its write matcher) implement one. It lives here, not in `capture`,
-//! so the pure engine never imports the aya-facing capture module, and
-//! tests can drive a sink with a synthetic or recorded stream.
+//! Capture drives an [`EventSink`]; the engine and `run`'s recorder implement
+//! one. It lives here, not in `capture`, so the pure engine never imports the
+//! aya-facing capture module, and tests can drive a sink with a synthetic or
+//! recorded stream.
 
 use std::time::Instant;
 
