@@ -161,7 +161,6 @@ const CASES: &[Case] = &[
             requeues: Some(3),
             q2c: Some((33.783, 115.106)),
             i2c: Some((12.554, 28.043)),
-            ..OP
         }],
         notes: &["10 G, 12 I"],
     },
