@@ -264,14 +264,19 @@ pub fn import_text(
     geometry: Vec<DiskGeometry>,
     views: &mut Views,
 ) -> Result<Analysis> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = String::from_utf8_lossy(&bytes);
     let mut notes = Vec::new();
     if geometry.is_empty() {
         notes.push("no --geometry: devices are unnamed and geometry diagnoses are off".into());
     }
-    let imported = import::import(&text, format, &geometry)
-        .with_context(|| format!("cannot import {}", path.display()))?;
+    let imported = match format {
+        TextFormat::Blktrace => crate::record::blktrace::import_files(path, &geometry),
+        _ => {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            import::import(&String::from_utf8_lossy(&bytes), format, &geometry)
+        }
+    }
+    .with_context(|| format!("cannot import {}", path.display()))?;
     let mut engine = Engine::new(geometry, Default::default());
     // blkparse and ftrace text name no owners.
     engine.attribute_owners(false);
