@@ -117,7 +117,9 @@ pub struct RunSink {
 impl EventSink for RunSink {
     fn block_event(&mut self, event: &BlockEvent) {
         self.engine.ingest(event);
-        self.matcher.block_event(event);
+        for outcome in self.engine.drain_outcomes() {
+            self.matcher.outcome(&outcome);
+        }
     }
 
     fn process_event(&mut self, event: &ProcessEvent) {
@@ -183,8 +185,11 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let mut out = Output::to(args.output.as_deref())?;
     let disks = session::read_geometry(&[])?;
     let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
+    let mut engine = Engine::new(disks.clone(), Default::default());
+    // The matcher reads the engine's commands, not the raw events.
+    engine.keep_outcomes();
     let sink = RunSink {
-        engine: Engine::new(disks.clone(), Default::default()),
+        engine,
         matcher: RunMatcher::new(ProcFdResolver::default()),
         own_pid: std::process::id(),
     };

@@ -287,14 +287,14 @@ mod tests {
     use tracer_common::{ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC};
 
     use super::super::test_fixtures::{
-        extent, fd_call, issue, loop0p2, open, plain_write, write, OneFile, OnePartition,
+        extent, fd_call, issue, loop0p2, open, plain_write, write, OneFile, OnePartition, Traced,
     };
     use super::super::{FdResolver, FdTarget, RunMatcher, WriteBytes};
     use crate::geometry::fiemap::{ExtentKind, FileMap};
 
     #[test]
     fn opens_name_fds_and_forks_inherit_them() {
-        let mut matcher = RunMatcher::new(OnePartition);
+        let mut matcher = Traced::new(OnePartition);
         // fd 5 opened as the partition; fd 3 reopened as a regular file.
         matcher.open_event(&open(42, 5, "/dev/loop0p2"));
         matcher.open_event(&open(42, 3, "/tmp/log"));
@@ -337,7 +337,7 @@ mod tests {
 
     #[test]
     fn dd_writes_through_the_fd_it_dup2ed_its_output_to() {
-        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
+        let mut matcher = Traced::new(Exited { fd_lookups: 0 });
         // What coreutils dd does with of=: open as 3, dup2 onto 1, close 3.
         matcher.open_event(&open(42, 3, "/dev/loop0p2"));
         matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
@@ -359,7 +359,7 @@ mod tests {
 
     #[test]
     fn a_closed_fd_number_reused_for_another_file_is_not_the_device() {
-        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
+        let mut matcher = Traced::new(Exited { fd_lookups: 0 });
         matcher.open_event(&open(42, 5, "/dev/loop0p2"));
         matcher.process_event(&write(5, 0, 4096));
         matcher.process_event(&fd_call(ProcessEventKind::Close, 5, 0));
@@ -380,7 +380,7 @@ mod tests {
 
     #[test]
     fn dup_dup3_and_fcntl_dupfd_copy_the_target_and_forks_inherit_it() {
-        let mut matcher = RunMatcher::new(Exited { fd_lookups: 0 });
+        let mut matcher = Traced::new(Exited { fd_lookups: 0 });
         matcher.open_event(&open(42, 3, "/dev/loop0p2"));
         matcher.process_event(&fd_call(ProcessEventKind::Dup, 3, 7));
         matcher.process_event(&fd_call(ProcessEventKind::Dup3, 7, 8));
@@ -408,7 +408,7 @@ mod tests {
 
     /// Matches `matcher`'s writes against one extent (file 0..1 MiB at
     /// partition byte 1 MiB) and one 64 KiB command at each of `at`.
-    fn matched_with_commands_at(mut matcher: RunMatcher<OneFile>, at: &[u64]) -> WriteBytes {
+    fn matched_with_commands_at(mut matcher: Traced<OneFile>, at: &[u64]) -> WriteBytes {
         matcher.set_file_map(
             0,
             Ok(FileMap {
@@ -431,7 +431,7 @@ mod tests {
 
     #[test]
     fn an_exec_closes_close_on_exec_fds_and_keeps_the_rest() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         let mut cloexec = open(42, 3, "/mnt/f");
         cloexec.event.offset = O_CLOEXEC | 0o1;
         matcher.open_event(&cloexec);
@@ -447,7 +447,7 @@ mod tests {
 
     #[test]
     fn close_range_closes_or_marks_its_range() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         for fd in 3..=6 {
             matcher.open_event(&open(42, fd, "/mnt/f"));
         }
@@ -470,7 +470,7 @@ mod tests {
 
     #[test]
     fn lseek_moves_the_followed_position() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         matcher.open_event(&open(42, 3, "/mnt/f"));
         // write at 0, lseek to 512 KiB (the kernel's answer), write there.
         matcher.process_event(&plain_write(3));
@@ -485,7 +485,7 @@ mod tests {
 
     #[test]
     fn o_append_writes_have_unknown_offsets_not_guessed_ones() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         let mut appending = open(42, 3, "/mnt/f");
         appending.event.offset = O_APPEND | 0o1; // O_WRONLY | O_APPEND
         matcher.open_event(&appending);

@@ -241,12 +241,11 @@ impl<R: FdResolver> RunMatcher<R> {
 mod tests {
     use tracer_common::{ProcessEventKind, UNKNOWN_OFFSET};
 
-    use super::test_fixtures::{issue, write, OnePartition};
-    use super::*;
+    use super::test_fixtures::{issue, write, OnePartition, Traced};
 
     #[test]
     fn other_files_reads_failures_and_unknown_offsets_are_kept_apart() {
-        let mut matcher = RunMatcher::new(OnePartition);
+        let mut matcher = Traced::new(OnePartition);
         matcher.process_event(&write(9, 0, 100)); // not a block device
         matcher.process_event(&write(3, 0, -5)); // EIO
         let mut plain = write(3, UNKNOWN_OFFSET, 512);

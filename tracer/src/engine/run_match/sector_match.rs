@@ -98,19 +98,6 @@ impl SectorMatcher {
         }
     }
 
-    /// Forgets the latest of the last `lookback` commands kept that `is_it`
-    /// picks, if any.
-    pub(super) fn forget_recent_command(
-        &mut self,
-        lookback: usize,
-        is_it: impl FnMut(&DiskRange) -> bool,
-    ) {
-        let recent = self.commands.len().saturating_sub(lookback);
-        if let Some(index) = self.commands[recent..].iter().rposition(is_it) {
-            self.commands.remove(recent + index);
-        }
-    }
-
     /// The writes to target number `target` (whose tally is `calls`; none
     /// matches nothing) matched: see [`super::RunMatcher::match_writes`].
     pub(super) fn match_writes(
@@ -278,11 +265,6 @@ impl DiskRange {
         let start = self.sector * SECTOR_BYTES;
         (start, start + u64::from(self.nr_sector) * SECTOR_BYTES)
     }
-
-    /// The sector after its last.
-    pub(super) fn end_sector(&self) -> u64 {
-        self.sector.saturating_add(u64::from(self.nr_sector))
-    }
 }
 
 /// The disk byte ranges (absolute, not the partition's) holding file bytes
@@ -326,14 +308,13 @@ mod tests {
     use tracer_common::{BlockEvent, EventKind, ProcessEventKind};
 
     use super::super::test_fixtures::{
-        extent, fd_call, issue, open, plain_write, write, OneFile, OnePartition,
+        extent, fd_call, issue, open, plain_write, write, OneFile, OnePartition, Traced,
     };
-    use super::super::RunMatcher;
     use super::*;
 
     #[test]
     fn each_32k_write_split_into_512b_commands_is_counted_both_ways() {
-        let mut matcher = RunMatcher::new(OnePartition);
+        let mut matcher = Traced::new(OnePartition);
         // Two 32 KiB writes at partition offsets 0 and 32 KiB.
         matcher.process_event(&write(3, 0, 32768));
         matcher.process_event(&write(3, 32768, 32768));
@@ -354,7 +335,7 @@ mod tests {
 
     #[test]
     fn a_merged_command_carries_several_writes() {
-        let mut matcher = RunMatcher::new(OnePartition);
+        let mut matcher = Traced::new(OnePartition);
         for n in 0..4 {
             matcher.process_event(&write(3, n * 4096, 4096));
         }
@@ -366,7 +347,7 @@ mod tests {
 
     #[test]
     fn plain_writes_to_a_file_follow_its_position_across_dups_and_extents() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         // dd: open as 3, dup2 onto 1, four 64 KiB write()s without offsets.
         matcher.open_event(&open(42, 3, "/mnt/f"));
         matcher.process_event(&fd_call(ProcessEventKind::Dup2, 3, 1));
@@ -426,7 +407,7 @@ mod tests {
 
     #[test]
     fn a_write_across_two_extents_counts_a_command_over_both_once() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         matcher.open_event(&open(42, 3, "/mnt/f"));
         matcher.process_event(&write(3, 0, 8192));
         // Two physically adjacent extents, one command over both.
@@ -449,7 +430,7 @@ mod tests {
 
     #[test]
     fn dirty_delalloc_holes_and_unknown_offsets_are_not_matched_and_say_why() {
-        let mut matcher = RunMatcher::new(OneFile);
+        let mut matcher = Traced::new(OneFile);
         matcher.open_event(&open(42, 3, "/mnt/f"));
         for n in 0..4 {
             matcher.process_event(&write(3, n * 4096, 4096));

@@ -5,7 +5,8 @@ use tracer_common::{
     BlockEvent, EventKind, OpenEvent, ProcessEvent, ProcessEventKind, UNKNOWN_OFFSET,
 };
 
-use super::{FdResolver, FdTarget, TargetFile};
+use super::{FdResolver, FdTarget, RunMatcher, TargetFile};
+use crate::engine::Engine;
 use crate::geometry::fiemap::{ExtentKind, FileExtent};
 use crate::geometry::DevId;
 
@@ -122,5 +123,43 @@ pub(super) fn extent(logical: u64, physical: u64, length: u64, kind: ExtentKind)
         physical,
         length,
         kind,
+    }
+}
+
+/// A matcher fed as `run` feeds it: block events go through a real engine,
+/// whose outcomes reach the matcher; everything else goes straight to it.
+pub(super) struct Traced<R: FdResolver> {
+    engine: Engine,
+    matcher: RunMatcher<R>,
+}
+
+impl<R: FdResolver> Traced<R> {
+    pub(super) fn new(resolver: R) -> Traced<R> {
+        let mut engine = Engine::new(Vec::new(), Default::default());
+        engine.keep_outcomes();
+        Traced {
+            engine,
+            matcher: RunMatcher::new(resolver),
+        }
+    }
+
+    pub(super) fn block_event(&mut self, event: &BlockEvent) {
+        self.engine.ingest(event);
+        for outcome in self.engine.drain_outcomes() {
+            self.matcher.outcome(&outcome);
+        }
+    }
+}
+
+impl<R: FdResolver> std::ops::Deref for Traced<R> {
+    type Target = RunMatcher<R>;
+    fn deref(&self) -> &RunMatcher<R> {
+        &self.matcher
+    }
+}
+
+impl<R: FdResolver> std::ops::DerefMut for Traced<R> {
+    fn deref_mut(&mut self) -> &mut RunMatcher<R> {
+        &mut self.matcher
     }
 }
