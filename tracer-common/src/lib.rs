@@ -11,8 +11,9 @@
 /// list of probes (the [`EventKind`] enum and its names here, the programs in
 /// tracer-ebpf, the counters in the report) is generated from these rows and
 /// none can fall out of step. Adding a probe is a row here, its bodies in
-/// tracer-ebpf (raw) and in `capture/format.rs` (classic fields), and the
-/// engine's handler.
+/// tracer-ebpf (btf) and in `capture/format.rs` (classic fields), and the
+/// engine's handler. The tracer-ebpf macros ignore the columns after
+/// `arguments`, so a new consumer's column touches only this file.
 ///
 /// A row: `Kind: tracepoint, json_key, classic_program, btf_program, object, arguments;`
 /// - `tracepoint`: the kernel tracepoint, in the `block` category;
@@ -27,27 +28,27 @@ macro_rules! with_block_probes {
     ($callback:ident) => {
         $callback! {
             /// `block_bio_remap`: a bio moved from a partition (or upper device) to its disk.
-            Remap: block_bio_remap, remap, bio_remap, btf_bio_remap, Bio, 3;
+            Remap: block_bio_remap, remap, bio_remap, btf_bio_remap, Bio, 3, "A", 15, "args->nr_sector, args->old_sector";
             /// `block_bio_queue`: a bio submitted to the block layer.
-            Queue: block_bio_queue, queue, bio_queue, btf_bio_queue, Bio, 1;
+            Queue: block_bio_queue, queue, bio_queue, btf_bio_queue, Bio, 1, "Q", 1, "args->nr_sector, 0";
             /// `block_split`: a bio cut at `new_sector`.
-            Split: block_split, split, split, btf_split, Bio, 2;
+            Split: block_split, split, split, btf_split, Bio, 2, "X", 13, "0, args->new_sector";
             /// `block_bio_backmerge`: a bio appended to a pending request.
-            Backmerge: block_bio_backmerge, backmerge, bio_backmerge, btf_bio_backmerge, Bio, 1;
+            Backmerge: block_bio_backmerge, backmerge, bio_backmerge, btf_bio_backmerge, Bio, 1, "M", 2, "args->nr_sector, 0";
             /// `block_bio_frontmerge`: a bio prepended to a pending request.
-            Frontmerge: block_bio_frontmerge, frontmerge, bio_frontmerge, btf_bio_frontmerge, Bio, 1;
+            Frontmerge: block_bio_frontmerge, frontmerge, bio_frontmerge, btf_bio_frontmerge, Bio, 1, "F", 3, "args->nr_sector, 0";
             /// `block_rq_merge`: two pending requests merged.
-            RqMerge: block_rq_merge, rq_merge, rq_merge, btf_rq_merge, Request, 1;
+            RqMerge: block_rq_merge, rq_merge, rq_merge, btf_rq_merge, Request, 1, "M", 2, "args->nr_sector, 0";
             /// `block_rq_issue`: a request handed to the driver (a device command).
-            Issue: block_rq_issue, issue, rq_issue, btf_rq_issue, Request, 1;
+            Issue: block_rq_issue, issue, rq_issue, btf_rq_issue, Request, 1, "D", 7, "args->nr_sector, 0";
             /// `block_rq_complete`: a request completed, possibly in part.
-            Complete: block_rq_complete, complete, rq_complete, btf_rq_complete, Request, 3;
+            Complete: block_rq_complete, complete, rq_complete, btf_rq_complete, Request, 3, "C", 8, "args->nr_sector, args->error";
             /// `block_bio_complete`: a bio completed on a bio-based device.
-            BioComplete: block_bio_complete, bio_complete, bio_complete, btf_bio_complete, Bio, 2;
+            BioComplete: block_bio_complete, bio_complete, bio_complete, btf_bio_complete, Bio, 2, "C", 8, "args->nr_sector, args->error";
             /// `block_dirty_buffer`: a buffer head dirtied (counted in the kernel).
-            DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, btf_dirty_buffer, BufferHead, 1;
+            DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, btf_dirty_buffer, BufferHead, 1, "", 0, "args->size, 0";
             /// `block_rq_requeue`: the driver gave an issued request back; it is issued again later.
-            Requeue: block_rq_requeue, requeue, rq_requeue, btf_rq_requeue, Request, 1;
+            Requeue: block_rq_requeue, requeue, rq_requeue, btf_rq_requeue, Request, 1, "R", 6, "args->nr_sector, 0";
         }
     };
 }
@@ -66,7 +67,7 @@ pub enum ProbeObject {
 macro_rules! define_event_kind {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal, $blk:literal, $ta:literal, $bpftrace:literal;
     )*) => {
         /// Which block tracepoint produced a [`BlockEvent`]; one per row of
         /// [`with_block_probes!`].
@@ -124,6 +125,27 @@ macro_rules! define_event_kind {
                     $(EventKind::$kind => $arguments,)*
                 }
             }
+
+            /// The blkparse / ftrace `blk` action letter, "" when none.
+            pub const fn blk_action(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => $blk,)*
+                }
+            }
+
+            /// The `__BLK_TA_*` action in blktrace's binary records, 0 when none.
+            pub const fn blk_ta(self) -> u16 {
+                match self {
+                    $(EventKind::$kind => $ta,)*
+                }
+            }
+
+            /// What a bpftrace printf prints for this event (two numbers).
+            pub const fn bpftrace_fields(self) -> &'static str {
+                match self {
+                    $(EventKind::$kind => $bpftrace,)*
+                }
+            }
         }
     };
 }
@@ -131,6 +153,26 @@ macro_rules! define_event_kind {
 with_block_probes!(define_event_kind);
 
 impl EventKind {
+    /// The first row whose blk action letter is `letter`: a blkparse `M` is
+    /// a bio back merge, a `C` a request completion (the importers tell bio
+    /// completions apart by the device).
+    pub fn from_blk_action(letter: &str) -> Option<EventKind> {
+        if letter.is_empty() {
+            return None;
+        }
+        Self::ALL
+            .into_iter()
+            .find(|kind| kind.blk_action() == letter)
+    }
+
+    /// The first row whose `__BLK_TA_*` action is `action` (as [`EventKind::from_blk_action`]).
+    pub fn from_blk_ta(action: u16) -> Option<EventKind> {
+        if action == 0 {
+            return None;
+        }
+        Self::ALL.into_iter().find(|kind| kind.blk_ta() == action)
+    }
+
     pub const fn from_u8(value: u8) -> Option<EventKind> {
         if (value as usize) < Self::COUNT {
             Some(Self::ALL[value as usize])

@@ -265,7 +265,7 @@ fn read_failed(ctx: &TracePointContext, kind: EventKind, errno: i32) -> u32 {
 macro_rules! classic_programs {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal $(, $rest:literal)*;
     )*) => {
         $(
             $(#[doc = $doc])*

@@ -692,7 +692,7 @@ fn capture(ctx: &BtfTracePointContext, kind: EventKind) -> u32 {
 macro_rules! btf_programs {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal $(, $rest:literal)*;
     )*) => {
         $(
             $(#[doc = $doc])*

@@ -11,7 +11,7 @@
 macro_rules! noop_programs {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal $(, $rest:literal)*;
     )*) => {
         $(
             pub mod $btf {

@@ -293,28 +293,16 @@ fn event_of(record: &Record, pdu: &[u8], request_based: Option<&[u32]>) -> Parse
         true => pdu.get(8..).unwrap_or(&[]),
         false => pdu,
     };
-    let kind = match (record.action & 0xffff) & !CGROUP {
-        1 => EventKind::Queue,
-        2 => EventKind::Backmerge,
-        3 => EventKind::Frontmerge,
-        4 => return Parsed::Skipped("G"),
-        5 => return Parsed::Skipped("S"),
-        6 => EventKind::Requeue,
-        7 => EventKind::Issue,
-        8 if request_based.is_some_and(|disks| !disks.contains(&record.device)) => {
+    let action = (record.action & 0xffff) & !CGROUP;
+    // The actions are the probe table's (`with_block_probes!`); the rest are skipped by name.
+    let kind = match EventKind::from_blk_ta(action as u16) {
+        Some(EventKind::Complete)
+            if request_based.is_some_and(|disks| !disks.contains(&record.device)) =>
+        {
             EventKind::BioComplete
         }
-        8 => EventKind::Complete,
-        9 => return Parsed::Skipped("P"),
-        10 => return Parsed::Skipped("U"),
-        11 => return Parsed::Skipped("UT"),
-        12 => return Parsed::Skipped("I"),
-        13 => EventKind::Split,
-        14 => return Parsed::Skipped("B"),
-        15 => EventKind::Remap,
-        16 => return Parsed::Skipped("abort"),
-        17 => return Parsed::Skipped("driver data"),
-        _ => return Parsed::Bad,
+        Some(kind) => kind,
+        None => return skipped_ta(action),
     };
     if record.action & (category::PC << 16) != 0 {
         return Parsed::Skipped("passthrough");
@@ -469,4 +457,20 @@ mod tests {
             .iter()
             .any(|n| n.contains("ends inside a record")));
     }
+}
+
+/// Why a record of a `__BLK_TA_*` action the engine has no use for is skipped.
+fn skipped_ta(action: u32) -> Parsed {
+    Parsed::Skipped(match action {
+        4 => "G",
+        5 => "S",
+        9 => "P",
+        10 => "U",
+        11 => "UT",
+        12 => "I",
+        14 => "B",
+        16 => "abort",
+        17 => "driver data",
+        _ => return Parsed::Bad,
+    })
 }

@@ -568,18 +568,14 @@ fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>, statuses: &mut S
         // "m N bfq [bfq_limit_depth] wr_busy 0 …": a scheduler's or md's message.
         return Parsed::Skipped("notify");
     }
-    let kind = match fields.action {
-        "Q" => EventKind::Queue,
-        "X" => EventKind::Split,
-        "M" => EventKind::Backmerge,
-        "F" => EventKind::Frontmerge,
-        "A" => EventKind::Remap,
-        "D" => EventKind::Issue,
-        "R" => EventKind::Requeue,
-        "C" if request_based.is_some_and(|disks| !disks.contains(&dev)) => EventKind::BioComplete,
-        "C" => EventKind::Complete,
-        action => {
-            return match skipped_action(action) {
+    // The letters are the probe table's (`with_block_probes!`).
+    let kind = match EventKind::from_blk_action(fields.action) {
+        Some(EventKind::Complete) if request_based.is_some_and(|disks| !disks.contains(&dev)) => {
+            EventKind::BioComplete
+        }
+        Some(kind) => kind,
+        None => {
+            return match skipped_action(fields.action) {
                 Some(name) => Parsed::Skipped(name),
                 None => Parsed::Bad,
             }

@@ -564,31 +564,31 @@ impl Tracer {
 }
 
 /// Our events as the blk tracer's actions (A remap, Q queue, X split, M/F
-/// merges, D issue, C completions), from a report's `events`.
+/// merges, D issue, C completions, R requeues), from a report's `events`:
+/// each probe table row's count under its blk action letter.
 pub fn blk_actions_of(events: &serde_json::Value) -> Vec<(&'static str, u64)> {
-    let ours = |key: &str| {
-        events[key]
-            .as_u64()
-            .unwrap_or_else(|| panic!("events.{key} missing: {events}"))
-    };
-    vec![
-        ("A", ours("remap")),
-        ("Q", ours("queue")),
-        ("X", ours("split")),
-        ("M", ours("backmerge") + ours("rq_merge")),
-        ("F", ours("frontmerge")),
-        ("D", ours("issue")),
-        ("C", ours("complete") + ours("bio_complete")),
-    ]
-    .into_iter()
-    // Requeues, where the probes report them.
-    .chain(
-        events
-            .get("requeue")
-            .and_then(|n| n.as_u64())
-            .map(|n| ("R", n)),
-    )
-    .collect()
+    let mut actions: Vec<(&'static str, u64)> = Vec::new();
+    for kind in tracer_common::EventKind::ALL {
+        let letter = kind.blk_action();
+        if letter.is_empty() {
+            continue;
+        }
+        let Some(count) = events.get(kind.json_key()).and_then(|n| n.as_u64()) else {
+            // Requeues only where the probes report them; every other row must be there.
+            assert_eq!(
+                kind,
+                tracer_common::EventKind::Requeue,
+                "events.{} missing: {events}",
+                kind.json_key()
+            );
+            continue;
+        };
+        match actions.iter_mut().find(|(seen, _)| *seen == letter) {
+            Some((_, total)) => *total += count,
+            None => actions.push((letter, count)),
+        }
+    }
+    actions
 }
 
 impl Drop for Tracer {

@@ -126,23 +126,6 @@ impl Config {
 const SERVE_LISTEN: &str = "127.0.0.1:0";
 const SERVE_LISTENING: &str = "serving http://";
 
-/// The tracepoints iosplit-trace attaches (the probe table's rows, in its
-/// order; a test holds them together), with the fields a printf line carries
-/// for each (the streaming equivalent of its 56-byte event).
-const TRACEPOINTS: [(&str, &str, &str); EventKind::COUNT] = [
-    ("block_bio_remap", "A", "args->nr_sector, args->old_sector"),
-    ("block_bio_queue", "Q", "args->nr_sector, 0"),
-    ("block_split", "X", "0, args->new_sector"),
-    ("block_bio_backmerge", "M", "args->nr_sector, 0"),
-    ("block_bio_frontmerge", "F", "args->nr_sector, 0"),
-    ("block_rq_merge", "m", "args->nr_sector, 0"),
-    ("block_rq_issue", "D", "args->nr_sector, 0"),
-    ("block_rq_complete", "C", "args->nr_sector, args->error"),
-    ("block_bio_complete", "B", "args->nr_sector, args->error"),
-    ("block_dirty_buffer", "d", "args->size, 0"),
-    ("block_rq_requeue", "R", "args->nr_sector, 0"),
-];
-
 /// Printed from BEGIN, which bpftrace runs after every probe is attached.
 const BPFTRACE_ATTACHED: &str = "BENCH-ATTACHED";
 const IOSPLIT_ATTACHED: &str = "probes attached";
@@ -157,9 +140,10 @@ fn device_filter(kernel_devs: &[u32]) -> String {
 
 /// bpftrace program: one `count()` per tracepoint, in-kernel, printed at exit.
 pub fn bpftrace_count_script(kernel_devs: &[u32]) -> String {
-    let probes: Vec<String> = TRACEPOINTS
+    // The tracepoints iosplit-trace attaches: the probe table's rows.
+    let probes: Vec<String> = EventKind::ALL
         .iter()
-        .map(|(name, _, _)| format!("tracepoint:block:{name}"))
+        .map(|kind| format!("tracepoint:block:{}", kind.tracepoint()))
         .collect();
     format!(
         "BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n{}\n{} {{ @[probe] = count(); }}\n",
@@ -173,9 +157,10 @@ pub fn bpftrace_count_script(kernel_devs: &[u32]) -> String {
 pub fn bpftrace_printf_script(kernel_devs: &[u32]) -> String {
     let filter = device_filter(kernel_devs);
     let mut script = format!("BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n");
-    for (name, tag, fields) in TRACEPOINTS {
+    for kind in EventKind::ALL {
+        let (name, tag, fields) = (kind.tracepoint(), kind.json_key(), kind.bpftrace_fields());
         // block_dirty_buffer has no rwbs.
-        let (rwbs_format, rwbs_arg) = if name == "block_dirty_buffer" {
+        let (rwbs_format, rwbs_arg) = if kind == EventKind::DirtyBuffer {
             ("", String::new())
         } else {
             (" %s", ", args->rwbs".to_string())
@@ -515,7 +500,7 @@ fn parse_bpftrace_lost(text: &str) -> u64 {
 
 /// Event lines of the printf program: a kind tag, a space, a timestamp.
 fn count_printf_lines(stdout: &str) -> u64 {
-    let tags: Vec<&str> = TRACEPOINTS.iter().map(|(_, tag, _)| *tag).collect();
+    let tags: Vec<&str> = EventKind::ALL.iter().map(|kind| kind.json_key()).collect();
     stdout
         .lines()
         .filter(|line| {
@@ -594,19 +579,14 @@ mod tests {
     }
 
     #[test]
-    fn tracepoints_are_the_probe_tables_rows() {
-        let names: Vec<&str> = TRACEPOINTS.iter().map(|(name, _, _)| *name).collect();
-        let table: Vec<&str> = EventKind::ALL.iter().map(|k| k.tracepoint()).collect();
-        assert_eq!(names, table);
-        assert!(names.contains(&"block_rq_requeue"));
-        let mut tags: Vec<&str> = TRACEPOINTS.iter().map(|(_, tag, _)| *tag).collect();
-        tags.sort();
-        tags.dedup();
-        assert_eq!(
-            tags.len(),
-            TRACEPOINTS.len(),
-            "printf tags must be distinct"
-        );
+    fn the_printf_script_has_one_distinct_line_per_probe_table_row() {
+        let script = bpftrace_printf_script(&[7 << 20]);
+        for kind in EventKind::ALL {
+            let line = format!("tracepoint:block:{} ", kind.tracepoint());
+            assert_eq!(script.matches(&line).count(), 1, "{line}");
+            assert!(script.contains(&format!("printf(\"{} %llu", kind.json_key())));
+        }
+        assert!(script.contains("block_rq_requeue"));
     }
 
     #[test]
@@ -621,8 +601,8 @@ mod tests {
 
     #[test]
     fn printf_lines_are_counted_but_not_notices() {
-        let stdout = "Attaching 11 probes...\nBENCH-ATTACHED\nQ 123 7340033 2048 8 0 42 WS\n\
-                      Lost 5 events\nd 124 7340034 9 512 0 42\nC 125 7340033 2048 8 0 0 WS\n";
+        let stdout = "Attaching 11 probes...\nBENCH-ATTACHED\nqueue 123 7340033 2048 8 0 42 WS\n\
+                      Lost 5 events\ndirty_buffer 124 7340034 9 512 0 42\ncomplete 125 7340033 2048 8 0 0 WS\n";
         assert_eq!(count_printf_lines(stdout), 3);
     }
 
@@ -630,7 +610,7 @@ mod tests {
     fn scripts_cover_every_tracepoint_and_filter_on_the_devices() {
         let devs = [7 << 20, (259 << 20) | 1];
         for script in [bpftrace_count_script(&devs), bpftrace_printf_script(&devs)] {
-            for (name, _, _) in TRACEPOINTS {
+            for name in EventKind::ALL.map(EventKind::tracepoint) {
                 assert!(
                     script.contains(&format!("tracepoint:block:{name}")),
                     "{name}"
@@ -640,7 +620,7 @@ mod tests {
             assert!(script.contains(BPFTRACE_ATTACHED));
         }
         let printf = bpftrace_printf_script(&devs);
-        assert_eq!(printf.matches("printf(").count(), TRACEPOINTS.len() + 1);
+        assert_eq!(printf.matches("printf(").count(), EventKind::COUNT + 1);
         assert!(!printf
             .lines()
             .any(|line| line.contains("block_dirty_buffer") && line.contains("rwbs")));

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use tracer_common::EventKind;
+
 /// Actions counted per device: `(major, minor)` -> action letter -> lines.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct BlkCounts {
@@ -83,35 +85,36 @@ pub fn lines_with_data(text: &str, dev: (u32, u32), action: &str) -> (u64, u64) 
 /// One row of the comparison: the report's events against the tracer's actions.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Agreement {
-    pub label: &'static str,
+    pub label: String,
     pub report: u64,
     pub oracle: u64,
 }
 
-/// How iosplit-trace's event kinds map onto blk tracer actions.
-/// M covers back merges and request merges; C both completion tracepoints.
-/// D counts every issue, re-issues after a requeue (R) included.
-const MAPPING: &[(&str, &[&str], &str)] = &[
-    ("A remap", &["remap"], "A"),
-    ("Q queue", &["queue"], "Q"),
-    ("X split", &["split"], "X"),
-    ("M backmerge+rq_merge", &["backmerge", "rq_merge"], "M"),
-    ("F frontmerge", &["frontmerge"], "F"),
-    ("D issue", &["issue"], "D"),
-    ("R requeue", &["requeue"], "R"),
-    (
-        "C complete+bio_complete",
-        &["complete", "bio_complete"],
-        "C",
-    ),
-];
+/// How iosplit-trace's event kinds map onto blk tracer actions: the probe
+/// table's letters. M covers back merges and request merges; C both
+/// completion tracepoints. D counts every issue, re-issues after a requeue
+/// (R) included.
+pub fn mapping() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut rows: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for kind in EventKind::ALL {
+        let letter = kind.blk_action();
+        if letter.is_empty() {
+            continue;
+        }
+        match rows.iter_mut().find(|(seen, _)| *seen == letter) {
+            Some((_, keys)) => keys.push(kind.json_key()),
+            None => rows.push((letter, vec![kind.json_key()])),
+        }
+    }
+    rows
+}
 
 /// Compares the `events` object of a report against the tracer's counts (all devices).
 pub fn compare(events: &serde_json::Value, oracle: &BlkCounts) -> Vec<Agreement> {
-    MAPPING
-        .iter()
-        .map(|(label, keys, action)| Agreement {
-            label,
+    mapping()
+        .into_iter()
+        .map(|(action, keys)| Agreement {
+            label: format!("{action} {}", keys.join("+")),
             report: keys
                 .iter()
                 .map(|key| {
@@ -219,7 +222,7 @@ mod tests {
     #[test]
     fn only_declared_misses_excuse_a_shortfall() {
         let row = |report, oracle| Agreement {
-            label: "C complete+bio_complete",
+            label: "C complete+bio_complete".into(),
             report,
             oracle,
         };

@@ -660,8 +660,9 @@ fn blk_oracle(results: &Results, line: &Line) -> Vec<Check> {
     checks.push(match results.text("blk.trace") {
         Ok(trace) => {
             let counts = super::oracle::parse_blk_trace(&trace);
-            let absent: Vec<&str> = ["A", "Q", "X", "M", "F", "D", "R", "C"]
+            let absent: Vec<&str> = super::oracle::mapping()
                 .into_iter()
+                .map(|(action, _)| action)
                 .filter(|action| counts.total(action) == 0)
                 .collect();
             Check::new(
