@@ -22,6 +22,7 @@ pub mod test_reports;
 pub mod text;
 pub mod tui;
 pub mod units;
+pub mod words;
 
 use std::process::ExitCode;
 

@@ -10,8 +10,9 @@ use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
     Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Evidence,
     LiveEvidence, Measures, MisalignedStartEvidence, Op, OpMeasures, PartitionPlace,
-    PartitionReport, Report, RunReport, RunTarget, Severity, SplitAmplificationEvidence,
-    SubpageBlockSizeEvidence, SCHEMA_NAME, SCHEMA_VERSION,
+    PartitionReport, Report, RequeueCause, RequeuedCommandsEvidence, RunReport, RunTarget,
+    Severity, SplitAmplificationEvidence, SubpageBlockSizeEvidence, WhatIf, SCHEMA_NAME,
+    SCHEMA_VERSION,
 };
 
 /// loop0p2 of the seed report: odd start and size.
@@ -105,6 +106,78 @@ pub fn split_disk_writes() -> OpMeasures {
     write.splits = 700;
     write.split_causes = BTreeMap::from([("max_sectors".to_string(), 700)]);
     write
+}
+
+/// vda: 527 direct 1 MiB writes, 66 times sent back by a full virtio ring.
+pub fn requeued_writes() -> OpMeasures {
+    let mut write = writes(&[(1 << 20, 527)], &[(1 << 20, 527)]);
+    write.requeues = 66;
+    write.requeue_delay_us = distribution(&[(440, 60), (2100, 6)]);
+    write
+}
+
+/// `requeued_commands` on `device` with both predictions: the host-side fix
+/// (each command issued once) and the guest-side workaround (smaller I/O).
+pub fn requeued_diagnosis(device: &str) -> Diagnosis {
+    Diagnosis::new(
+        device.to_string(),
+        Severity::Warning,
+        Evidence::RequeuedCommands(RequeuedCommandsEvidence {
+            requeues: 66,
+            commands: 527,
+            requeue_share: 0.125,
+            requeue_delay_p50_us: 440,
+            requeue_delay_p99_us: 2100,
+            command_size_p50: 1 << 20,
+            command_size_max: 1 << 20,
+            largest_command_segments: 256,
+            max_segments: 254,
+            max_sectors_kb: 4096,
+            nr_requests: 256,
+            hw_queue_tags: 128,
+            virtio_indirect_desc: Some(false),
+            cause: Some(RequeueCause::VirtioRingFull),
+            partition: None,
+            what_if: Some(WhatIf {
+                commands_now: 593,
+                commands_after_fix: 527,
+                time_now_ms: None,
+                time_after_fix_ms: None,
+            }),
+            workaround_what_if: Some(WhatIf {
+                commands_now: 593,
+                commands_after_fix: 357,
+                time_now_ms: None,
+                time_after_fix_ms: None,
+            }),
+        }),
+        format!(
+            "The driver of {device} sent commands back 66 times: its virtio ring has no \
+             indirect descriptors, and one large command fills it."
+        ),
+        "Enable indirect descriptors on the host (virtio-blk indirect_desc=on).\n\
+         Or write with O_DIRECT in pieces of at most 256 KiB."
+            .to_string(),
+    )
+}
+
+/// The seed report plus vda, whose direct writes were requeued.
+pub fn requeued_report() -> Report {
+    let mut report = seed_report();
+    let mut geometry = disk_geometry("vda", 0, 1 << 29);
+    geometry.dev = Some(DevId::new(254, 0));
+    geometry.max_segments = 254;
+    geometry.max_sectors_kb = 4096;
+    report.devices.push(DeviceReport {
+        name: "vda".to_string(),
+        dev: "254:0".to_string(),
+        geometry,
+        measures: measures(requeued_writes()),
+        partitions: Vec::new(),
+        gone: false,
+    });
+    report.diagnoses.push(requeued_diagnosis("vda"));
+    report
 }
 
 fn sum(parts: &[&OpMeasures]) -> OpMeasures {

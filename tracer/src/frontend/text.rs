@@ -14,7 +14,7 @@ use crate::model::{
     OwnerView, Report, RunFile, RunReport, Severity,
 };
 
-use super::units;
+use super::{units, words};
 
 /// Width used when the caller has no terminal to measure.
 pub const DEFAULT_WIDTH: u16 = 80;
@@ -59,7 +59,7 @@ pub fn render_report(report: &Report, width: u16) -> String {
     }
     if !report.diagnoses.is_empty() {
         out.blank();
-        diagnoses(&mut out, &report.diagnoses);
+        diagnoses(&mut out, report, &report.diagnoses);
     }
     if !report.other_findings.is_empty() {
         out.blank();
@@ -68,7 +68,11 @@ pub fn render_report(report: &Report, width: u16) -> String {
             report.other_findings.len()
         ));
         for diagnosis in by_severity(&report.other_findings) {
-            diagnosis_block(&mut out, diagnosis);
+            diagnosis_block(
+                &mut out,
+                diagnosis,
+                words::measures_of(report, &diagnosis.device),
+            );
         }
     }
     for device in &report.devices {
@@ -132,8 +136,9 @@ fn owner_section(out: &mut Out, attribution: &Attribution, view: OwnerView) {
         let m = &entry.measures;
         out.line(&format!("  {} on {}:", owner_name(entry), entry.device));
         out.line(&format!(
-            "    {} user I/Os -> {} commands ({} per user I/O), {}",
+            "    {} user I/Os (avg {}) -> {} commands ({} per user I/O), {}",
             units::thousands(m.user_ios),
+            units::bytes(words::bytes_per_user_io(m.bytes, m.user_ios)),
             units::thousands(m.commands),
             units::ratio(m.amplification),
             units::bytes(m.bytes as f64),
@@ -354,51 +359,6 @@ pub fn severity_label(severity: Severity) -> &'static str {
     }
 }
 
-/// `key=value` pairs of a diagnosis's evidence as in its JSON, keys sorted;
-/// strings without quotes.
-pub fn evidence_line(diagnosis: &Diagnosis) -> String {
-    diagnosis
-        .evidence
-        .to_map()
-        .iter()
-        // Told in its own sentence.
-        .filter(|(key, _)| key.as_str() != WHAT_IF)
-        .map(|(key, value)| match value {
-            serde_json::Value::String(text) => format!("{key}={text}"),
-            other => format!("{key}={other}"),
-        })
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-/// The evidence key of a fix's predicted effect.
-const WHAT_IF: &str = "what_if";
-
-/// "the fix would take these I/Os from 1,000 commands to ~130 (7.7x fewer)",
-/// from `evidence.what_if`.
-pub fn what_if_sentence(diagnosis: &Diagnosis) -> Option<String> {
-    let what_if = diagnosis.evidence.what_if()?;
-    let (now, after) = (what_if.commands_now, what_if.commands_after_fix);
-    let change = if after == 0 || after == now {
-        String::new()
-    } else if after < now {
-        format!(" ({}x fewer)", units::ratio(now as f64 / after as f64))
-    } else {
-        format!(" ({}x more)", units::ratio(after as f64 / now as f64))
-    };
-    let mut sentence = format!(
-        "the fix would take these I/Os from {} commands to ~{}{change}",
-        units::thousands(now),
-        units::thousands(after)
-    );
-    if let (Some(time_now), Some(time_after)) = (what_if.time_now_ms, what_if.time_after_fix_ms) {
-        sentence.push_str(&format!(
-            ", and their device time from {time_now:.0} ms to ~{time_after:.0} ms"
-        ));
-    }
-    Some(sentence)
-}
-
 /// Side-by-side log2 histograms of user I/O size and command size, each bar
 /// scaled to its own column's largest bucket. Lines start with `indent` and
 /// fit `width` columns.
@@ -599,13 +559,17 @@ fn no_io_seen(report: &Report) -> bool {
         })
 }
 
-fn diagnoses(out: &mut Out, diagnoses: &[Diagnosis]) {
+fn diagnoses(out: &mut Out, report: &Report, diagnoses: &[Diagnosis]) {
     out.line(&format!(
         "Diagnoses ({}, most severe first)",
         diagnoses.len()
     ));
     for diagnosis in by_severity(diagnoses) {
-        diagnosis_block(out, diagnosis);
+        diagnosis_block(
+            out,
+            diagnosis,
+            words::measures_of(report, &diagnosis.device),
+        );
     }
 }
 
@@ -613,24 +577,30 @@ fn diagnoses(out: &mut Out, diagnoses: &[Diagnosis]) {
 /// `check` prints its findings with this too.
 pub fn render_diagnosis(diagnosis: &Diagnosis, width: u16) -> String {
     let mut out = Out::new(width);
-    diagnosis_block(&mut out, diagnosis);
+    diagnosis_block(&mut out, diagnosis, None);
     out.text
 }
 
-fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis) {
+/// `measures` are the diagnosed device's, when known: they name the
+/// operation a prediction is about.
+fn diagnosis_block(out: &mut Out, diagnosis: &Diagnosis, measures: Option<&Measures>) {
     out.line(&format!(
         "  {} {} on {}",
         severity_label(diagnosis.severity),
         diagnosis.code,
         diagnosis.device
     ));
-    let evidence = evidence_line(diagnosis);
+    let evidence = words::evidence_line(diagnosis);
     if !evidence.is_empty() {
         out.wrapped("    evidence: ", "      ", &evidence);
     }
     out.wrapped("    ", "    ", &diagnosis.explanation);
-    if let Some(what_if) = what_if_sentence(diagnosis) {
-        out.wrapped("    what if: ", "      ", &what_if);
+    for said in words::what_ifs(diagnosis, measures) {
+        out.wrapped(
+            &format!("    {}: ", said.prediction.label()),
+            "      ",
+            &said.sentence,
+        );
     }
     for (index, fix) in diagnosis
         .fix
@@ -807,6 +777,13 @@ fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
             None => {}
         }
     }
+    if let Some(requeues) = words::requeues(m) {
+        out.wrapped(
+            &format!("{inner}requeues: "),
+            &format!("{inner}  "),
+            &requeues,
+        );
+    }
     if !m.split_causes.is_empty() {
         let causes = m
             .split_causes
@@ -927,7 +904,98 @@ fn cut_at_width(text: &str, width: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frontend::test_reports::{distribution, empty_report, seed_report, seed_run};
+    use crate::frontend::test_reports::{
+        distribution, empty_report, requeued_report, seed_report, seed_run,
+    };
+
+    /// The text with every run of whitespace (line breaks of the wrap
+    /// included) turned into one space.
+    fn squeezed(text: &str) -> String {
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    }
+
+    #[test]
+    fn requeues_and_both_predictions_are_said_in_words() {
+        let report = requeued_report();
+        for width in [80u16, 120] {
+            let text = render_report(&report, width);
+            assert_fits(&text, usize::from(width));
+            let flat = squeezed(&text);
+            assert!(
+                flat.contains(
+                    "requeues: 66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue"
+                ),
+                "{text}"
+            );
+            assert!(
+                flat.contains(
+                    "what if: the fix would take these writes from 593 device issues to ~527 (1.13x fewer); time not estimated"
+                ),
+                "{text}"
+            );
+            assert!(
+                flat.contains(
+                    "what if: the workaround would take these writes from 593 device issues to ~357 (1.66x fewer); time not estimated"
+                ),
+                "{text}"
+            );
+            assert!(!text.contains("{\""), "JSON in the text report: {text}");
+            assert!(!text.contains("what_if"), "{text}");
+        }
+    }
+
+    #[test]
+    fn quiet_devices_say_nothing_of_requeues() {
+        let text = render_report(&seed_report(), 80);
+        assert!(!text.contains("requeue"), "{text}");
+        // Only vda was requeued in this one.
+        let text = render_report(&requeued_report(), 80);
+        let vda = text.find("vda (254:0)").unwrap();
+        assert_eq!(text.matches("requeues: ").count(), 1, "{text}");
+        assert!(text.rfind("requeues: ").unwrap() > vda, "{text}");
+    }
+
+    #[test]
+    fn no_json_in_any_diagnosis_or_finding() {
+        let mut report = requeued_report();
+        report.other_findings = vec![crate::frontend::test_reports::requeued_diagnosis("vdb")];
+        let text = render_report(&report, 80);
+        assert!(!text.contains("{\"") && !text.contains("\":"), "{text}");
+        // Elsewhere (`check`) the device's measures are unknown: the op is not named.
+        let alone = render_diagnosis(&report.other_findings[0], 80);
+        assert!(squeezed(&alone).contains("the fix would take these I/Os from 593 device issues"));
+        assert!(!alone.contains('{'), "{alone}");
+    }
+
+    #[test]
+    fn an_owner_says_its_bytes_per_user_io_as_json_has_them() {
+        use crate::model::{OwnerKnown, OwnerMeasures};
+        let mut dd = OwnerEntry::new(
+            OwnerKnown::Known,
+            "vda".into(),
+            OwnerMeasures {
+                user_ios: 1600,
+                commands: 800,
+                bytes: 1600 * 65230,
+                amplification: 0.5,
+                ..OwnerMeasures::default()
+            },
+        );
+        dd.pid = Some(101);
+        dd.comm = Some("dd".into());
+        let mut report = seed_report();
+        report.attribution = Some(Attribution {
+            processes: vec![dd],
+            text_views: vec![OwnerView::Process],
+            ..Attribution::default()
+        });
+        let text = render_report(&report, 80);
+        assert!(
+            text.contains("1,600 user I/Os (avg 63.7 KiB) -> 800 commands"),
+            "{text}"
+        );
+        assert!(!text.contains("127"), "{text}");
+    }
 
     /// `--by process,file`: the sections appear in the order asked, the
     /// kworker and the unknown file say so, and nothing is wider than the page.

@@ -6,8 +6,9 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
+use crate::frontend::{text, words};
 use crate::geometry::{DevId, DiskGeometry};
-use crate::model::{Distribution, Report};
+use crate::model::{Distribution, Measures, OpMeasures, Report};
 
 use super::series::{Series, LATENCY_ROWS, OFFSET_ROWS, TIME_BINS};
 
@@ -19,11 +20,25 @@ const COMMAND_COLOR: RGBColor = RGBColor(214, 39, 40);
 /// The whole page.
 pub fn page(report: &Report, series: &Series, geometry: &[DiskGeometry], source: &str) -> String {
     let mut html = String::with_capacity(256 * 1024);
+    // The requeues the report counted (each requeued command is still one command).
+    let mut total = OpMeasures::default();
+    for device in &report.devices {
+        for op in device.measures.ops.values() {
+            total.add_counts(op);
+        }
+    }
+    let requeues = match total.requeues {
+        0 => String::new(),
+        n => format!(
+            "<p class=\"meta\">{} requeues (commands the driver gave back to be issued again; each counts once above)</p>",
+            crate::frontend::units::thousands(n)
+        ),
+    };
     let _ = write!(
         html,
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <title>iosplit-trace: {}</title><style>{}</style></head><body>\
-         <h1>iosplit-trace report</h1><p class=\"meta\">{} · {:.2} s traced · {} user I/Os · {} commands</p>",
+         <h1>iosplit-trace report</h1><p class=\"meta\">{} · {:.2} s traced · {} user I/Os · {} commands</p>{requeues}",
         escape(source),
         STYLE,
         escape(source),
@@ -61,14 +76,16 @@ pub fn page(report: &Report, series: &Series, geometry: &[DiskGeometry], source:
     }
     html.push_str("</section>");
     section(&mut html, "Split causes", &split_causes(report));
+    section(&mut html, "Measures per device", &devices(report));
     html.push_str("</body></html>\n");
     html
 }
 
 const STYLE: &str = "body{font-family:sans-serif;max-width:900px;margin:1em auto;color:#222}\
 h2{border-bottom:1px solid #ccc}.meta{color:#555}.diag{border-left:4px solid #d62728;padding:.3em .8em;margin:.8em 0;background:#fafafa}\
-.diag.info{border-color:#1f77b4}.diag.warning{border-color:#ff7f0e}pre{background:#f3f3f3;padding:.5em;overflow:auto;font-size:12px}\
-table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}";
+.diag.info{border-color:#1f77b4}.diag.warning{border-color:#ff7f0e}\
+table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}\
+table.evidence th{text-align:left;font-weight:normal;color:#555}";
 
 fn section(html: &mut String, title: &str, body: &str) {
     let _ = write!(html, "<section><h2>{}</h2>{body}</section>", escape(title));
@@ -79,35 +96,86 @@ fn diagnoses(html: &mut String, report: &Report) {
     if report.diagnoses.is_empty() {
         html.push_str("<p>No findings.</p>");
     }
-    for diagnosis in &report.diagnoses {
-        let severity = serde_json::to_value(diagnosis.severity)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
-        let evidence = serde_json::to_string_pretty(&diagnosis.evidence).unwrap_or_default();
+    for diagnosis in text::by_severity(&report.diagnoses) {
+        let severity = text::severity_label(diagnosis.severity).to_lowercase();
+        let fix = diagnosis
+            .fix
+            .lines()
+            .filter(|line| !line.trim().is_empty())
+            .map(|line| escape(line.trim()))
+            .collect::<Vec<_>>()
+            .join("<br>");
         let _ = write!(
             html,
-            "<div class=\"diag {severity}\"><h3>{} on {} ({severity})</h3><p>{}</p><p><b>Fix:</b> {}</p>",
+            "<div class=\"diag {severity}\"><h3>{} on {} ({severity})</h3><p>{}</p><p><b>Fix:</b> {fix}</p>",
             escape(diagnosis.code),
             escape(&diagnosis.device),
             escape(&diagnosis.explanation),
-            escape(&diagnosis.fix),
         );
-        if let Some(what_if) = diagnosis.evidence.what_if() {
-            let what_if = serde_json::to_string_pretty(what_if).unwrap_or_default();
+        let measures = words::measures_of(report, &diagnosis.device);
+        for said in words::what_ifs(diagnosis, measures) {
             let _ = write!(
                 html,
-                "<p><b>What if:</b></p><pre>{}</pre>",
-                escape(&what_if)
+                "<p><b>{}:</b> {}</p>",
+                escape(&capitalized(said.prediction.label())),
+                escape(&said.sentence)
             );
         }
-        let _ = write!(
-            html,
-            "<details><summary>Evidence</summary><pre>{}</pre></details></div>",
-            escape(&evidence)
-        );
+        html.push_str("<details><summary>Evidence</summary><table class=\"evidence\">");
+        for (key, value) in words::evidence_pairs(diagnosis) {
+            let _ = write!(
+                html,
+                "<tr><th>{}</th><td>{}</td></tr>",
+                escape(&key),
+                escape(&value)
+            );
+        }
+        html.push_str("</table></details></div>");
     }
     html.push_str("</section>");
+}
+
+/// A sentence's first letter in upper case.
+fn capitalized(sentence: &str) -> String {
+    let mut chars = sentence.chars();
+    match chars.next() {
+        Some(first) => first.to_uppercase().chain(chars).collect(),
+        None => String::new(),
+    }
+}
+
+/// Every disk and partition with I/O: each operation's measures in words
+/// (requeues only where there were some).
+fn devices(report: &Report) -> String {
+    let mut html = String::new();
+    let mut shown = |name: &str, measures: &Measures| {
+        let ops: Vec<_> = measures
+            .ops
+            .iter()
+            .filter(|(_, op)| op.user_ios > 0 || op.commands > 0)
+            .collect();
+        if ops.is_empty() {
+            return;
+        }
+        let _ = write!(html, "<h3 class=\"device\">{}</h3>", escape(name));
+        for (op, measures) in ops {
+            let _ = write!(html, "<p><b>{}</b></p><ul>", op.as_str());
+            for sentence in words::op_sentences(*op, measures) {
+                let _ = write!(html, "<li>{}</li>", escape(&sentence));
+            }
+            html.push_str("</ul>");
+        }
+    };
+    for device in &report.devices {
+        shown(&device.name, &device.measures);
+        for part in &device.partitions {
+            shown(&part.name, &part.measures);
+        }
+    }
+    if html.is_empty() {
+        html.push_str("<p>No I/O was recorded.</p>");
+    }
+    html
 }
 
 /// Log2 bucket counts summed over every device and op.
@@ -469,6 +537,73 @@ mod tests {
         assert!(html.contains("empty &lt;file&gt;"));
         assert!(!html.contains("plot failed"));
         assert!(html.ends_with("</html>\n"));
+    }
+
+    fn requeued_page() -> String {
+        let report = crate::frontend::test_reports::requeued_report();
+        let series = super::super::Collector::default().finish(&|_| None);
+        page(&report, &series, &[], "vda.iotrace")
+    }
+
+    #[test]
+    fn predictions_are_sentences_and_evidence_a_table_never_json() {
+        let html = requeued_page();
+        assert!(
+            html.contains(
+                "<p><b>What if:</b> the fix would take these writes from 593 device issues to ~527 (1.13x fewer); time not estimated</p>"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<p><b>What if:</b> the workaround would take these writes from 593 device issues to ~357"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<tr><th>cause</th><td>virtio_ring_full</td></tr>"),
+            "{html}"
+        );
+        assert!(html.contains("<tr><th>causes</th><td>max_sectors:700</td></tr>"));
+        // The fix's second line is a line of its own.
+        assert!(html.contains("shrink it to 65,536 sectors.<br>Or write with O_DIRECT"));
+        assert!(
+            !html.contains("{&quot;") && !html.contains("{\""),
+            "JSON on the page"
+        );
+        assert!(
+            !html.contains("<pre>") && !html.contains("what_if"),
+            "{html}"
+        );
+    }
+
+    #[test]
+    fn measures_per_device_say_requeues_where_there_were_some() {
+        let html = requeued_page();
+        let at = html.find("<h2>Measures per device</h2>").unwrap();
+        let measures = &html[at..];
+        assert!(
+            measures.contains("<h3 class=\"device\">vda</h3>"),
+            "{measures}"
+        );
+        assert!(
+            measures.contains(
+                "<li>66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue</li>"
+            ),
+            "{measures}"
+        );
+        assert_eq!(measures.matches("requeue").count(), 1, "{measures}");
+        assert!(measures
+            .contains("<li>700 splits (700.0% of user I/Os), by cause: max_sectors 700</li>"));
+        // The idle partition has no heading; the header says the requeues.
+        assert!(!measures.contains(">loop0p3<"), "{measures}");
+        assert!(
+            html.contains(
+                " commands</p><p class=\"meta\">66 requeues (commands the driver gave back to be issued again; each counts once above)</p>"
+            ),
+            "{}",
+            &html[..html.find("</p>").unwrap()]
+        );
     }
 
     #[test]

@@ -12,6 +12,7 @@ use crate::model::{
 };
 
 use crate::frontend::text::by_severity;
+use crate::frontend::{units, words};
 
 /// Keys the TUI reacts to, decoded from terminal events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -92,15 +93,23 @@ pub struct Totals {
     pub splits: u64,
     pub merges: u64,
     pub misaligned_pbs_commands: u64,
+    /// Bytes the commands carried, where `commands_sized`.
     pub command_bytes: f64,
+    /// Whether commands were measured by size: a device's are, an owner's
+    /// are not (see [`Totals::of_owner`]).
+    pub commands_sized: bool,
     /// Worst p99 queue→complete latency of any operation class, µs; `None`
     /// before any latency was measured.
     pub p99_us: Option<u64>,
 }
 
 impl Totals {
-    /// An owner's totals: its bytes stand for its commands' (an owner's
-    /// commands carry its user I/Os), alignment is not kept per owner.
+    /// An owner's totals, as the report's attribution has them. Its bytes
+    /// are its user I/Os' bytes, counted at queue; its commands are those
+    /// whose first fragment is its own. So bytes over commands is no command
+    /// size (a command credited elsewhere, or merged with another owner's
+    /// bios, moves it: half the commands made it read twice the size), and
+    /// no size per command is kept; alignment is not kept per owner either.
     pub fn of_owner(measures: &OwnerMeasures) -> Totals {
         Totals {
             user_ios: measures.user_ios,
@@ -109,7 +118,8 @@ impl Totals {
             splits: measures.splits,
             merges: measures.merges,
             misaligned_pbs_commands: 0,
-            command_bytes: measures.bytes as f64,
+            command_bytes: 0.0,
+            commands_sized: false,
             p99_us: (measures.queue_to_complete_us.count > 0)
                 .then_some(measures.queue_to_complete_us.p99),
         }
@@ -132,6 +142,7 @@ impl Totals {
         totals.splits = counts.splits;
         totals.merges = counts.merges;
         totals.misaligned_pbs_commands = counts.misaligned_pbs_commands;
+        totals.commands_sized = true;
         totals
     }
 
@@ -151,12 +162,15 @@ impl Totals {
         ratio(self.misaligned_pbs_commands, self.commands)
     }
 
+    /// Bytes per user I/O: for an owner the number the report's
+    /// attribution gives (its `bytes` over its `user_ios`).
     pub fn avg_user_io_bytes(&self) -> f64 {
-        ratio(self.bytes, self.user_ios)
+        words::bytes_per_user_io(self.bytes, self.user_ios)
     }
 
+    /// Bytes per command, where `commands_sized` (0 otherwise, and without commands).
     pub fn avg_command_bytes(&self) -> f64 {
-        if self.commands == 0 {
+        if self.commands == 0 || !self.commands_sized {
             0.0
         } else {
             self.command_bytes / self.commands as f64
@@ -189,6 +203,12 @@ pub struct Detail<'a> {
     pub splits: u64,
     pub split_causes: BTreeMap<String, u64>,
     pub diagnoses: Vec<&'a Diagnosis>,
+    /// The row's device measures (none for owners): they name the operation
+    /// a diagnosis's prediction is about.
+    pub measures: Option<&'a Measures>,
+    /// Per operation, what only some devices have (requeues), in words;
+    /// empty on a quiet device.
+    pub notes: Vec<String>,
     /// Owner rows: queue->issue against issue->complete, and which dominates.
     pub times: Vec<String>,
 }
@@ -403,6 +423,13 @@ impl App {
                 *split_causes.entry(cause.clone()).or_insert(0) += count;
             }
         }
+        let notes = measures
+            .ops
+            .iter()
+            .filter_map(|(op, m)| {
+                words::requeues(m).map(|said| format!("{}: {said}", words::op_plural(*op)))
+            })
+            .collect();
         Some(Detail {
             name: &row.name,
             user_io_size: merged(measures.ops.values().map(|op| &op.user_io_size)),
@@ -413,11 +440,14 @@ impl App {
                 .into_iter()
                 .filter(|diagnosis| diagnosis.device == row.name)
                 .collect(),
+            measures: Some(measures),
+            notes,
             times: Vec::new(),
         })
     }
 
-    /// An owner row's detail: its timing; sizes and diagnoses are per device.
+    /// An owner row's detail: its counts and timing; sizes and diagnoses
+    /// are per device. Lines are short and wrapped by the pane, never cut.
     fn owner_detail<'a>(
         &'a self,
         report: &'a Report,
@@ -436,15 +466,26 @@ impl App {
             if dist.count == 0 {
                 "-".to_string()
             } else {
-                crate::frontend::units::micros(dist.p99)
+                units::micros(dist.p99)
             }
         };
         let verdict = match measures.dominant {
             Some(crate::model::Dominant::Queue) => "queue time dominates",
             Some(crate::model::Dominant::Device) => "device time dominates",
-            None => "too few commands to compare queue and device time",
+            None => "too few commands to tell queue from device time",
         };
         let times = vec![
+            format!(
+                "{} user I/Os (avg {}) -> {} commands",
+                units::thousands(measures.user_ios),
+                units::bytes(words::bytes_per_user_io(measures.bytes, measures.user_ios)),
+                units::thousands(measures.commands),
+            ),
+            format!(
+                "splits {}, merges {} of user I/Os",
+                units::percent(measures.split_share),
+                units::percent(measures.merge_share)
+            ),
             format!("queue->issue p99     {}", p99(&measures.queue_to_issue_us)),
             format!(
                 "issue->complete p99  {}",
@@ -455,7 +496,7 @@ impl App {
                 p99(&measures.queue_to_complete_us)
             ),
             verdict.to_string(),
-            "(sizes and diagnoses are per device: v to the devices)".to_string(),
+            "sizes, diagnoses: per device (v)".to_string(),
         ];
         Some(Detail {
             name: &row.name,
@@ -464,6 +505,8 @@ impl App {
             splits: measures.splits,
             split_causes: BTreeMap::new(),
             diagnoses: Vec::new(),
+            measures: None,
+            notes: Vec::new(),
             times,
         })
     }
@@ -591,6 +634,97 @@ mod tests {
         app.on_snapshot(empty_report(), secs(1));
         app.on_key(Key::Char('v'));
         assert!(app.rows.is_empty() && app.detail().is_none());
+    }
+
+    /// Three `dd bs=64k oflag=direct` runs as the report's attribution has
+    /// them: 65,230 B per user I/O each; the engine credited the first with
+    /// half as many commands as user I/Os and the last with twice as many.
+    fn three_dd_runs() -> Report {
+        use crate::model::{Attribution, FoldedOwners};
+        let processes = [(101, 800), (102, 1600), (103, 3200)]
+            .into_iter()
+            .map(|(pid, commands)| {
+                let measures = OwnerMeasures {
+                    user_ios: 1600,
+                    commands,
+                    bytes: 1600 * 65230,
+                    amplification: ratio(commands, 1600),
+                    ..OwnerMeasures::default()
+                };
+                let mut dd = OwnerEntry::new(OwnerKnown::Known, "vda".into(), measures);
+                dd.pid = Some(pid);
+                dd.comm = Some("dd".into());
+                dd
+            })
+            .collect();
+        let mut report = seed_report();
+        report.attribution = Some(Attribution {
+            processes,
+            cgroups: Vec::new(),
+            files: Vec::new(),
+            folded: FoldedOwners::default(),
+            text_views: Vec::new(),
+        });
+        report
+    }
+
+    #[test]
+    fn owner_rows_show_the_reports_bytes_per_user_io_and_no_command_size() {
+        let mut app = App::new();
+        app.on_snapshot(three_dd_runs(), secs(1));
+        app.on_key(Key::Char('v'));
+        assert_eq!(app.rows.len(), 3);
+        for row in &app.rows {
+            // JSON: bytes / user_ios = 65,230 for every run.
+            assert_eq!(row.totals.avg_user_io_bytes(), 65230.0, "{}", row.name);
+            // Bytes over the commands credited to the owner is no command size.
+            assert!(!row.totals.commands_sized, "{}", row.name);
+            assert_eq!(row.totals.avg_command_bytes(), 0.0);
+        }
+        // Device rows keep their command sizes.
+        let devices = Totals::of(&seed_report().devices[1].measures);
+        assert!(devices.commands_sized);
+        assert_eq!(devices.avg_command_bytes(), 131072.0);
+
+        let screen = super::super::render::testing::screen(&app, 80, 24);
+        let rows: Vec<&String> = screen
+            .iter()
+            .filter(|line| line.contains("dd 10"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{}", screen.join("\n"));
+        for row in rows {
+            assert!(row.contains("63.7K"), "{row}");
+            assert!(!row.contains("127K") && !row.contains("31.9K"), "{row}");
+        }
+    }
+
+    #[test]
+    fn owner_detail_counts_its_user_ios_like_the_report() {
+        let mut app = App::new();
+        app.on_snapshot(three_dd_runs(), secs(1));
+        app.on_key(Key::Char('v'));
+        app.on_key(Key::Enter);
+        let detail = app.detail().unwrap();
+        assert_eq!(
+            detail.times[0],
+            "1,600 user I/Os (avg 63.7 KiB) -> 800 commands"
+        );
+        assert!(detail.notes.is_empty() && detail.measures.is_none());
+    }
+
+    #[test]
+    fn device_detail_says_requeues_per_op_only_where_there_were_some() {
+        let mut app = App::new();
+        app.on_snapshot(crate::frontend::test_reports::requeued_report(), secs(1));
+        app.selected = app.rows.iter().position(|r| r.name == "vda").unwrap();
+        let detail = app.detail().unwrap();
+        assert_eq!(
+            detail.notes,
+            ["writes: 66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue"]
+        );
+        assert!(detail.measures.is_some());
+        app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
+        assert!(app.detail().unwrap().notes.is_empty());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The detail pane of the selected row: size histograms on the left, split
-//! causes and the diagnoses in full on the right.
+//! causes, requeues and the diagnoses in full on the right; an owner row's
+//! counts and timing across the whole pane. Every line wraps, none is cut.
 
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Modifier, Style};
@@ -8,9 +9,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::severity_style;
-use crate::frontend::text::{evidence_line, severity_label, size_histogram, what_if_sentence};
+use crate::frontend::text::{severity_label, size_histogram};
 use crate::frontend::tui::app::{App, Detail};
-use crate::frontend::units;
+use crate::frontend::{units, words};
 
 /// Inner width from which histograms and findings split the pane evenly.
 const WIDE: u16 = 100;
@@ -28,6 +29,12 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
         .title(format!(" detail: {} (Enter/Tab closes) ", detail.name));
     let inner = block.inner(area);
     frame.render_widget(block, area);
+    if !detail.times.is_empty() {
+        // An owner: a few short lines, nothing to put beside them.
+        let lines: Vec<Line> = detail.times.iter().cloned().map(Line::from).collect();
+        frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), inner);
+        return;
+    }
     // Narrow terminals give the findings the larger share: the fix is wordy.
     let sizes_width = if inner.width >= WIDE {
         inner.width / 2
@@ -48,9 +55,7 @@ fn draw_sizes(frame: &mut Frame, area: Rect, detail: &Detail) {
         // Leave a gap before the findings column.
         usize::from(area.width).saturating_sub(2),
     );
-    let lines: Vec<Line> = if !detail.times.is_empty() {
-        detail.times.iter().cloned().map(Line::from).collect()
-    } else if histogram.is_empty() {
+    let lines: Vec<Line> = if histogram.is_empty() {
         vec![Line::from(format!("no I/O seen on {}", detail.name))]
     } else {
         histogram.into_iter().map(Line::from).collect()
@@ -76,6 +81,9 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
             )));
         }
     }
+    for note in &detail.notes {
+        lines.push(Line::from(note.clone()));
+    }
     if detail.diagnoses.is_empty() {
         lines.push(Line::from("no diagnosis"));
     }
@@ -95,13 +103,13 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
                 Span::raw(fix.trim().to_string()),
             ]));
         }
-        if let Some(what_if) = what_if_sentence(diagnosis) {
+        for said in words::what_ifs(diagnosis, detail.measures) {
             lines.push(Line::from(vec![
-                Span::styled("what if: ", bold),
-                Span::raw(what_if),
+                Span::styled(format!("{}: ", said.prediction.label()), bold),
+                Span::raw(said.sentence),
             ]));
         }
-        let evidence = evidence_line(diagnosis);
+        let evidence = words::evidence_line(diagnosis);
         if !evidence.is_empty() {
             lines.push(Line::from(evidence));
         }
@@ -140,7 +148,7 @@ mod tests {
         let text = screen(&app, 160, 50).join(" ");
         let squeezed: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
-            squeezed.contains("what if: the fix would take these I/Os from 129 commands to ~17"),
+            squeezed.contains("what if: the fix would take these writes from 129 commands to ~17"),
             "{text}"
         );
         assert!(

@@ -206,6 +206,124 @@ mod tests {
         assert!(text.contains("max_sectors 700"), "{text}");
     }
 
+    /// The detail pane's text: the rows under the table's bottom border,
+    /// inside the pane's side borders, joined with single spaces.
+    fn pane_text(screen: &[String]) -> String {
+        let top = screen
+            .iter()
+            .position(|line| line.contains(" detail: "))
+            .unwrap_or_else(|| panic!("no detail pane in\n{}", screen.join("\n")));
+        screen[top + 1..]
+            .iter()
+            .filter_map(|line| {
+                let inner = line.strip_prefix('│')?.strip_suffix('│')?;
+                Some(inner.split_whitespace().collect::<Vec<_>>().join(" "))
+            })
+            .filter(|line| !line.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn owner_app() -> App {
+        use crate::model::{Attribution, OwnerEntry, OwnerKnown, OwnerMeasures};
+        let measures = OwnerMeasures {
+            user_ios: 1600,
+            commands: 1600,
+            bytes: 1600 * 65230,
+            amplification: 1.0,
+            ..OwnerMeasures::default()
+        };
+        let mut dd = OwnerEntry::new(OwnerKnown::Known, "vda".into(), measures);
+        dd.pid = Some(4242);
+        dd.comm = Some("dd".into());
+        let mut report = seed_report();
+        report.attribution = Some(Attribution {
+            processes: vec![dd],
+            ..Attribution::default()
+        });
+        let mut app = App::new();
+        app.on_snapshot(report, Duration::from_secs(4));
+        app.on_key(Key::Char('v'));
+        app.on_key(Key::Enter);
+        app
+    }
+
+    #[test]
+    fn owner_detail_lines_wrap_and_none_is_cut() {
+        let app = owner_app();
+        let lines = app.detail().unwrap().times;
+        for (width, height) in [(80, 24), (60, 16)] {
+            let screen = screen(&app, width, height);
+            let pane = pane_text(&screen);
+            for line in &lines {
+                let line = line.split_whitespace().collect::<Vec<_>>().join(" ");
+                assert!(
+                    pane.contains(&line),
+                    "{line:?} cut or missing at {width}x{height}:\n{}",
+                    screen.join("\n")
+                );
+            }
+            assert!(pane.contains("sizes, diagnoses: per device (v)"), "{pane}");
+        }
+    }
+
+    /// vda alone: its requeues and its finding's two predictions.
+    fn requeued_app() -> App {
+        let mut report = crate::frontend::test_reports::requeued_report();
+        report.devices.retain(|device| device.name == "vda");
+        report
+            .diagnoses
+            .retain(|diagnosis| diagnosis.device == "vda");
+        let mut app = App::new();
+        app.on_snapshot(report, Duration::from_secs(4));
+        app.on_key(Key::Enter);
+        app
+    }
+
+    #[test]
+    fn detail_pane_says_requeues_and_predictions_in_words_at_80x24_and_narrower() {
+        let app = requeued_app();
+        for (width, height) in [(80, 24), (60, 30)] {
+            let screen = screen(&app, width, height);
+            let pane = pane_text(&screen);
+            let all = screen.join("\n");
+            assert!(
+                pane.contains(
+                    "writes: 66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue"
+                ),
+                "{width}x{height}:\n{all}"
+            );
+            assert!(
+                pane.contains(
+                    "what if: the fix would take these writes from 593 device issues to ~527"
+                ),
+                "{width}x{height}:\n{all}"
+            );
+            assert!(
+                pane.contains(
+                    "what if: the workaround would take these writes from 593 device issues to ~357"
+                ),
+                "{width}x{height}:\n{all}"
+            );
+            assert!(!all.contains("{\"") && !all.contains("what_if"), "{all}");
+        }
+    }
+
+    #[test]
+    fn no_json_in_any_detail_pane() {
+        let mut app = App::new();
+        app.on_snapshot(
+            crate::frontend::test_reports::requeued_report(),
+            Duration::from_secs(4),
+        );
+        app.on_key(Key::Enter);
+        for selected in 0..app.rows.len() {
+            app.selected = selected;
+            let all = screen(&app, 200, 60).join("\n");
+            assert!(!all.contains("{\"") && !all.contains("\":"), "{all}");
+        }
+    }
+
     #[test]
     fn paused_and_drops_are_highlighted_in_text() {
         let mut app = seeded();

@@ -140,9 +140,12 @@ fn table_row(row: &AppRow, shown: &[usize]) -> Row<'static> {
         right(per_user_io(units::compact_bytes(
             totals.avg_user_io_bytes(),
         ))),
-        right(per_command(units::compact_bytes(
-            totals.avg_command_bytes(),
-        ))),
+        // An owner's commands are not measured by size (Totals::of_owner).
+        right(if totals.commands_sized {
+            per_command(units::compact_bytes(totals.avg_command_bytes()))
+        } else {
+            NONE.to_string()
+        }),
         right(
             totals
                 .p99_us

@@ -1,0 +1,504 @@
+//! Measures and predictions as sentences: the one place the human views
+//! (the text report, the TUI detail pane, the HTML page) take their words
+//! from, so they say the same thing the same way and none of them prints a
+//! measure as JSON. The JSON output is serialized from the model and does
+//! not pass through here.
+//!
+//! A view picks where a sentence goes and how it is wrapped; what the
+//! sentence says, and which measures it leaves out because they are zero,
+//! is decided here.
+
+use serde_json::Value;
+
+use super::units;
+use crate::model::{
+    ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report, WhatIf,
+};
+
+/// Evidence keys told in their own sentences (see [`what_ifs`]), not in the
+/// evidence line.
+const PREDICTION_KEYS: [&str; 2] = ["what_if", "workaround_what_if"];
+
+/// `write` → "writes": what a sentence calls an operation's I/Os.
+pub fn op_plural(op: Op) -> &'static str {
+    match op {
+        Op::Read => "reads",
+        Op::Write => "writes",
+        Op::Discard => "discards",
+        Op::Flush => "flushes",
+        Op::Other => "other I/Os",
+    }
+}
+
+/// A disk's or partition's measures in the report, by name.
+pub fn measures_of<'a>(report: &'a Report, device: &str) -> Option<&'a Measures> {
+    report.devices.iter().find_map(|disk| {
+        if disk.name == device {
+            return Some(&disk.measures);
+        }
+        disk.partitions
+            .iter()
+            .find(|part| part.name == device)
+            .map(|part| &part.measures)
+    })
+}
+
+/// Which of a diagnosis's predictions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Prediction {
+    /// `evidence.what_if`: what the fix would buy.
+    Fix,
+    /// `evidence.workaround_what_if`: what the workaround the fix names would buy.
+    Workaround,
+}
+
+impl Prediction {
+    /// The label a view puts before the sentence; the sentence itself says
+    /// whether the fix or the workaround is meant.
+    pub fn label(self) -> &'static str {
+        "what if"
+    }
+}
+
+/// One prediction of a diagnosis, in words.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Said {
+    pub prediction: Prediction,
+    pub sentence: String,
+}
+
+/// The operation a diagnosis's predictions are about, when it is known:
+/// the sub-page finding replays the writes; a requeue finding the
+/// operation with the most requeues on its device (as the engine picks it);
+/// the others replay all data I/O together.
+pub fn what_if_op(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Option<Op> {
+    match &diagnosis.evidence {
+        Evidence::SubpageBlockSize(_) => Some(Op::Write),
+        Evidence::RequeuedCommands(_) => measures?
+            .ops
+            .iter()
+            .max_by_key(|(_, op)| op.requeues)
+            .filter(|(_, op)| op.requeues > 0)
+            .map(|(op, _)| *op),
+        _ => None,
+    }
+}
+
+/// Every prediction of a diagnosis, fix first, as a sentence. `measures`
+/// are the diagnosed device's, to name the operation (see [`what_if_op`]).
+pub fn what_ifs(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Vec<Said> {
+    let subject = match what_if_op(diagnosis, measures) {
+        Some(op) => op_plural(op),
+        None => "I/Os",
+    };
+    let (counted, workaround) = match &diagnosis.evidence {
+        // Requeue predictions count what the device was handed: each
+        // command once, plus once more per requeue.
+        Evidence::RequeuedCommands(evidence) => {
+            ("device issues", evidence.workaround_what_if.as_ref())
+        }
+        _ => ("commands", None),
+    };
+    let mut said = Vec::new();
+    if let Some(fix) = diagnosis.evidence.what_if() {
+        said.push(Said {
+            prediction: Prediction::Fix,
+            sentence: what_if_sentence(fix, Prediction::Fix, subject, counted),
+        });
+    }
+    if let Some(workaround) = workaround {
+        said.push(Said {
+            prediction: Prediction::Workaround,
+            sentence: what_if_sentence(workaround, Prediction::Workaround, subject, counted),
+        });
+    }
+    said
+}
+
+/// "the fix would take these writes from 1,000 commands to ~130 (7.69x
+/// fewer); time not estimated". Every field of [`WhatIf`] is said: the
+/// times when present, and that they are not estimated when absent.
+pub fn what_if_sentence(
+    what_if: &WhatIf,
+    prediction: Prediction,
+    subject: &str,
+    counted: &str,
+) -> String {
+    let (now, after) = (what_if.commands_now, what_if.commands_after_fix);
+    let change = if after == 0 || after == now {
+        String::new()
+    } else if after < now {
+        format!(" ({}x fewer)", units::ratio(now as f64 / after as f64))
+    } else if now == 0 {
+        String::new()
+    } else {
+        format!(" ({}x more)", units::ratio(after as f64 / now as f64))
+    };
+    let who = match prediction {
+        Prediction::Fix => "the fix",
+        Prediction::Workaround => "the workaround",
+    };
+    let mut sentence = format!(
+        "{who} would take these {subject} from {} {counted} to ~{}{change}",
+        units::thousands(now),
+        units::thousands(after)
+    );
+    let time = |ms: f64| units::micros((ms.max(0.0) * 1000.0).round() as u64);
+    match (what_if.time_now_ms, what_if.time_after_fix_ms) {
+        (Some(now), Some(after)) => sentence.push_str(&format!(
+            ", and their device time from {} to ~{}",
+            time(now),
+            time(after)
+        )),
+        (Some(now), None) => sentence.push_str(&format!(
+            "; device time now {}, after it not estimated",
+            time(now)
+        )),
+        (None, Some(after)) => {
+            sentence.push_str(&format!("; device time after it ~{}", time(after)))
+        }
+        (None, None) => sentence.push_str("; time not estimated"),
+    }
+    sentence
+}
+
+/// "66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms
+/// before re-issue"; `None` when nothing was requeued, so quiet devices stay
+/// quiet. A command can be requeued more than once, so the share is
+/// requeues per command.
+pub fn requeues(measures: &OpMeasures) -> Option<String> {
+    if measures.requeues == 0 {
+        return None;
+    }
+    let delay = &measures.requeue_delay_us;
+    let waited = if delay.count == 0 {
+        "no re-issue seen yet".to_string()
+    } else {
+        format!(
+            "waiting p50 {} / p99 {} before re-issue",
+            units::micros(delay.p50),
+            units::micros(delay.p99)
+        )
+    };
+    Some(format!(
+        "{} requeue{} for {} commands ({}), {waited}",
+        units::thousands(measures.requeues),
+        if measures.requeues == 1 { "" } else { "s" },
+        units::thousands(measures.commands),
+        units::percent(measures.requeue_share()),
+    ))
+}
+
+/// An owner's average user I/O: its bytes over its user I/Os, as the
+/// report's attribution counts both (at queue). The TUI's owner rows and
+/// the text report's owner sections both show this number.
+pub fn bytes_per_user_io(bytes: u64, user_ios: u64) -> f64 {
+    ratio(bytes, user_ios)
+}
+
+/// Every measure of one operation on one device, a sentence each; zero
+/// counts that would only say "nothing happened" are left out.
+pub fn op_sentences(op: Op, m: &OpMeasures) -> Vec<String> {
+    let mut said = vec![format!(
+        "{} {} (user I/Os, {} in all, avg {}) became {} fragments and {} commands (avg {}): {} commands per user I/O",
+        units::thousands(m.user_ios),
+        op_plural(op),
+        units::bytes(m.bytes as f64),
+        units::bytes(m.user_io_size.mean),
+        units::thousands(m.fragments),
+        units::thousands(m.commands),
+        units::bytes(m.command_size.mean),
+        units::ratio(m.amplification),
+    )];
+    if m.splits > 0 {
+        let causes = m
+            .split_causes
+            .iter()
+            .map(|(cause, count)| format!("{cause} {}", units::thousands(*count)))
+            .collect::<Vec<_>>();
+        let causes = match causes.is_empty() {
+            true => String::new(),
+            false => format!(", by cause: {}", causes.join(", ")),
+        };
+        said.push(format!(
+            "{} splits ({} of user I/Os){causes}",
+            units::thousands(m.splits),
+            units::percent(m.split_share())
+        ));
+    }
+    if m.merges > 0 {
+        said.push(format!(
+            "{} merges ({} of user I/Os)",
+            units::thousands(m.merges),
+            units::percent(m.merge_share())
+        ));
+    }
+    if m.misaligned_pbs_commands > 0 || m.misaligned_4k_commands > 0 {
+        said.push(format!(
+            "{} commands ({}) not aligned to the physical block, {} ({}) not aligned to 4 KiB",
+            units::thousands(m.misaligned_pbs_commands),
+            units::percent(m.misaligned_pbs_share()),
+            units::thousands(m.misaligned_4k_commands),
+            units::percent(m.misaligned_4k_share()),
+        ));
+    }
+    let latencies = [
+        ("queue to complete", &m.queue_to_complete_us),
+        ("queue to issue", &m.queue_to_issue_us),
+        ("issue to complete", &m.issue_to_complete_us),
+    ]
+    .into_iter()
+    .filter_map(|(label, dist)| percentiles(dist).map(|p| format!("{label} {p}")))
+    .collect::<Vec<_>>();
+    if !latencies.is_empty() {
+        let dominant = match m.dominant {
+            Some(Dominant::Queue) => "; queue time dominates",
+            Some(Dominant::Device) => "; device time dominates",
+            None => "",
+        };
+        said.push(format!("latency {}{dominant}", latencies.join(", ")));
+    }
+    if m.commands_per_io.count > 0 {
+        said.push(format!(
+            "commands per user I/O p50 {}, p99 {}, max {}",
+            m.commands_per_io.p50, m.commands_per_io.p99, m.commands_per_io.max
+        ));
+    }
+    said.extend(requeues(m));
+    said
+}
+
+/// "p50 1 ms / p99 4.1 ms", or `None` without samples.
+fn percentiles(dist: &Distribution) -> Option<String> {
+    (dist.count > 0).then(|| {
+        format!(
+            "p50 {} / p99 {}",
+            units::micros(dist.p50),
+            units::micros(dist.p99)
+        )
+    })
+}
+
+/// A diagnosis's evidence as `(key, value)` pairs, keys sorted as in its
+/// JSON, values in plain text (nested maps as `key:value` lists); the
+/// predictions are left out, told by [`what_ifs`].
+pub fn evidence_pairs(diagnosis: &Diagnosis) -> Vec<(String, String)> {
+    diagnosis
+        .evidence
+        .to_map()
+        .into_iter()
+        .filter(|(key, _)| !PREDICTION_KEYS.contains(&key.as_str()))
+        .map(|(key, value)| (key, plain(&value)))
+        .collect()
+}
+
+/// The evidence as one `key=value` line (see [`evidence_pairs`]).
+pub fn evidence_line(diagnosis: &Diagnosis) -> String {
+    evidence_pairs(diagnosis)
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// A JSON value without JSON's punctuation: strings bare, maps as
+/// `key:value` joined by commas, lists joined by commas.
+fn plain(value: &Value) -> String {
+    match value {
+        Value::String(text) => text.clone(),
+        Value::Null => "none".to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        Value::Number(number) => number.to_string(),
+        Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(","),
+        Value::Object(map) => map
+            .iter()
+            .map(|(key, value)| format!("{key}:{}", plain(value)))
+            .collect::<Vec<_>>()
+            .join(","),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::frontend::test_reports::{requeued_diagnosis, requeued_writes, seed_report, writes};
+
+    fn what_if(now: u64, after: u64) -> WhatIf {
+        WhatIf {
+            commands_now: now,
+            commands_after_fix: after,
+            time_now_ms: None,
+            time_after_fix_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_what_if_names_its_op_its_counts_and_says_time_was_not_estimated() {
+        assert_eq!(
+            what_if_sentence(&what_if(128, 16), Prediction::Fix, "writes", "commands"),
+            "the fix would take these writes from 128 commands to ~16 (8.00x fewer); time not estimated"
+        );
+        assert_eq!(
+            what_if_sentence(&what_if(10, 10), Prediction::Fix, "I/Os", "commands"),
+            "the fix would take these I/Os from 10 commands to ~10; time not estimated"
+        );
+        assert_eq!(
+            what_if_sentence(
+                &what_if(593, 700),
+                Prediction::Workaround,
+                "writes",
+                "device issues"
+            ),
+            "the workaround would take these writes from 593 device issues to ~700 (1.18x more); time not estimated"
+        );
+    }
+
+    #[test]
+    fn a_what_if_says_the_times_it_has() {
+        let both = WhatIf {
+            time_now_ms: Some(45.0),
+            time_after_fix_ms: Some(6.2),
+            ..what_if(1000, 130)
+        };
+        assert_eq!(
+            what_if_sentence(&both, Prediction::Fix, "writes", "commands"),
+            "the fix would take these writes from 1,000 commands to ~130 (7.69x fewer), and their device time from 45 ms to ~6.2 ms"
+        );
+        let now_only = WhatIf {
+            time_now_ms: Some(1500.0),
+            ..what_if(1000, 130)
+        };
+        assert!(
+            what_if_sentence(&now_only, Prediction::Fix, "writes", "commands")
+                .ends_with("; device time now 1.5 s, after it not estimated")
+        );
+        let after_only = WhatIf {
+            time_after_fix_ms: Some(0.4),
+            ..what_if(1000, 130)
+        };
+        assert!(
+            what_if_sentence(&after_only, Prediction::Fix, "writes", "commands")
+                .ends_with("; device time after it ~400 µs")
+        );
+    }
+
+    #[test]
+    fn the_op_of_a_what_if_is_named_when_known() {
+        let report = seed_report();
+        let subpage = report
+            .diagnoses
+            .iter()
+            .find(|d| d.code == "subpage_block_size")
+            .unwrap();
+        assert_eq!(what_if_op(subpage, None), Some(Op::Write));
+        let split = report
+            .diagnoses
+            .iter()
+            .find(|d| d.code == "split_amplification")
+            .unwrap();
+        assert_eq!(what_if_op(split, measures_of(&report, "loop1")), None);
+
+        let requeued = requeued_diagnosis("vda");
+        let mut measures = Measures {
+            ops: BTreeMap::from([
+                (Op::Read, writes(&[(4096, 10)], &[(4096, 10)])),
+                (Op::Write, requeued_writes()),
+            ]),
+        };
+        assert_eq!(what_if_op(&requeued, Some(&measures)), Some(Op::Write));
+        let said = what_ifs(&requeued, Some(&measures));
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert_eq!(said[0].prediction, Prediction::Fix);
+        assert_eq!(
+            said[0].sentence,
+            "the fix would take these writes from 593 device issues to ~527 (1.13x fewer); time not estimated"
+        );
+        assert_eq!(said[1].prediction, Prediction::Workaround);
+        assert!(
+            said[1].sentence.starts_with(
+                "the workaround would take these writes from 593 device issues to ~357"
+            ),
+            "{said:?}"
+        );
+        // Unknown without the device's measures, or without requeues in them.
+        assert_eq!(what_if_op(&requeued, None), None);
+        for op in measures.ops.values_mut() {
+            op.requeues = 0;
+        }
+        assert_eq!(what_if_op(&requeued, Some(&measures)), None);
+        assert!(what_ifs(&requeued, Some(&measures))[0]
+            .sentence
+            .contains("these I/Os"));
+    }
+
+    #[test]
+    fn requeues_are_said_only_when_there_are_some() {
+        let quiet = writes(&[(4096, 10)], &[(4096, 10)]);
+        assert_eq!(requeues(&quiet), None);
+        assert_eq!(
+            requeues(&requeued_writes()).unwrap(),
+            "66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue"
+        );
+        let mut unseen = requeued_writes();
+        unseen.requeues = 1;
+        unseen.requeue_delay_us = Distribution::default();
+        assert_eq!(
+            requeues(&unseen).unwrap(),
+            "1 requeue for 527 commands (0.2%), no re-issue seen yet"
+        );
+    }
+
+    #[test]
+    fn op_sentences_say_every_nonzero_measure() {
+        let said = op_sentences(Op::Write, &requeued_writes()).join("\n");
+        assert!(said.contains("527 writes (user I/Os"), "{said}");
+        assert!(
+            said.contains("became 527 fragments and 527 commands"),
+            "{said}"
+        );
+        assert!(said.contains("latency queue to complete p50"), "{said}");
+        assert!(said.contains("66 requeues for 527 commands"), "{said}");
+        let quiet = op_sentences(Op::Write, &writes(&[(4096, 10)], &[(4096, 10)])).join("\n");
+        assert!(!quiet.contains("requeue"), "{quiet}");
+        assert!(
+            !quiet.contains("splits") && !quiet.contains("merges"),
+            "{quiet}"
+        );
+        let split = op_sentences(
+            Op::Write,
+            &crate::frontend::test_reports::split_disk_writes(),
+        );
+        assert!(
+            split
+                .iter()
+                .any(|line| line == "700 splits (700.0% of user I/Os), by cause: max_sectors 700"),
+            "{split:?}"
+        );
+    }
+
+    #[test]
+    fn evidence_is_plain_text_without_the_predictions() {
+        let line = evidence_line(&requeued_diagnosis("vda"));
+        assert!(line.contains("requeues=66"), "{line}");
+        assert!(line.contains("cause=virtio_ring_full"), "{line}");
+        assert!(line.contains("virtio_indirect_desc=false"), "{line}");
+        assert!(!line.contains("what_if"), "{line}");
+        assert!(!line.contains('{') && !line.contains('"'), "{line}");
+        let split = seed_report()
+            .diagnoses
+            .into_iter()
+            .find(|d| d.code == "split_amplification")
+            .unwrap();
+        assert!(evidence_line(&split).contains("causes=max_sectors:700"));
+        let nested = serde_json::json!({"512": 640, "4096": [1, 2], "x": null});
+        assert_eq!(plain(&nested), "4096:1,2,512:640,x:none");
+    }
+
+    #[test]
+    fn owner_bytes_per_user_io_guard_zero() {
+        assert_eq!(bytes_per_user_io(0, 0), 0.0);
+        assert_eq!(bytes_per_user_io(65230 * 3, 3), 65230.0);
+    }
+}
