@@ -342,6 +342,22 @@ fn event_of(record: &Record, pdu: &[u8], request_based: Option<&[u32]>) -> Parse
     Parsed::Event(event)
 }
 
+/// Why a record of a `__BLK_TA_*` action the engine has no use for is skipped.
+fn skipped_ta(action: u32) -> Parsed {
+    Parsed::Skipped(match action {
+        4 => "G",
+        5 => "S",
+        9 => "P",
+        10 => "U",
+        11 => "UT",
+        12 => "I",
+        14 => "B",
+        16 => "abort",
+        17 => "driver data",
+        _ => return Parsed::Bad,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -457,20 +473,4 @@ mod tests {
             .iter()
             .any(|n| n.contains("ends inside a record")));
     }
-}
-
-/// Why a record of a `__BLK_TA_*` action the engine has no use for is skipped.
-fn skipped_ta(action: u32) -> Parsed {
-    Parsed::Skipped(match action {
-        4 => "G",
-        5 => "S",
-        9 => "P",
-        10 => "U",
-        11 => "UT",
-        12 => "I",
-        14 => "B",
-        16 => "abort",
-        17 => "driver data",
-        _ => return Parsed::Bad,
-    })
 }
