@@ -23,9 +23,73 @@ pub fn predicted_block_size(size_sectors: u64, logical_block_size: u32) -> u32 {
     block_size
 }
 
+/// The errno the kernel reports for a `blk_status_t` (`blk_status_to_errno`,
+/// block/blk-core.c), negative; an unknown status is -EIO, as there. BTF
+/// tracepoints see the raw status, classic ones and blktrace the errno.
+pub fn errno_of_blk_status(status: u8) -> i32 {
+    -match status {
+        0 => 0,
+        1 => 95,   // NOTSUPP: EOPNOTSUPP
+        2 => 110,  // TIMEOUT: ETIMEDOUT
+        3 => 28,   // NOSPC: ENOSPC
+        4 => 67,   // TRANSPORT: ENOLINK
+        5 => 121,  // TARGET: EREMOTEIO
+        6 => 52,   // NEXUS, later RESV_CONFLICT: EBADE
+        7 => 61,   // MEDIUM: ENODATA
+        8 => 84,   // PROTECTION: EILSEQ
+        9 => 12,   // RESOURCE: ENOMEM
+        11 => 78,  // DM_REQUEUE: EREMCHG
+        12 => 11,  // AGAIN: EAGAIN
+        13 => 16,  // DEV_RESOURCE: EBUSY
+        14 => 109, // ZONE_OPEN_RESOURCE: ETOOMANYREFS
+        15 => 75,  // ZONE_ACTIVE_RESOURCE: EOVERFLOW
+        16 => 19,  // OFFLINE: ENODEV
+        17 => 62,  // DURATION_LIMIT: ETIME
+        19 => 22,  // INVAL: EINVAL
+        _ => 5,    // IOERR and anything newer: EIO
+    }
+}
+
+/// The name of a completion's (negative) errno, as users read it in dmesg.
+pub fn errno_name(error: i32) -> String {
+    let name = match error.unsigned_abs() {
+        5 => "EIO",
+        11 => "EAGAIN",
+        12 => "ENOMEM",
+        16 => "EBUSY",
+        19 => "ENODEV",
+        22 => "EINVAL",
+        28 => "ENOSPC",
+        52 => "EBADE",
+        61 => "ENODATA",
+        62 => "ETIME",
+        67 => "ENOLINK",
+        75 => "EOVERFLOW",
+        78 => "EREMCHG",
+        84 => "EILSEQ",
+        95 => "EOPNOTSUPP",
+        109 => "ETOOMANYREFS",
+        110 => "ETIMEDOUT",
+        121 => "EREMOTEIO",
+        other => return format!("errno {other}"),
+    };
+    name.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn block_statuses_read_as_the_kernels_errnos() {
+        assert_eq!(errno_of_blk_status(0), 0);
+        assert_eq!(errno_name(errno_of_blk_status(10)), "EIO");
+        assert_eq!(errno_name(errno_of_blk_status(2)), "ETIMEDOUT");
+        assert_eq!(errno_name(errno_of_blk_status(3)), "ENOSPC");
+        assert_eq!(errno_name(errno_of_blk_status(1)), "EOPNOTSUPP");
+        assert_eq!(errno_name(errno_of_blk_status(200)), "EIO");
+        assert_eq!(errno_name(-4095), "errno 4095");
+    }
 
     #[test]
     fn predicted_block_size_follows_the_seed_table() {

@@ -206,6 +206,15 @@ pub struct OpMeasures {
     pub requeues: u64,
     /// Microseconds from each requeue to the command's next issue.
     pub requeue_delay_us: Distribution,
+    /// Commands that completed with an error status (EIO, ETIMEDOUT, …).
+    #[serde(default)]
+    pub failed_commands: u64,
+    /// User I/Os a failed command carried part of: failed, not complete.
+    #[serde(default)]
+    pub failed_user_ios: u64,
+    /// Failed commands by status name ("EIO", "ETIMEDOUT", …).
+    #[serde(default)]
+    pub errors: BTreeMap<String, u64>,
 }
 
 impl OpMeasures {
@@ -219,6 +228,11 @@ impl OpMeasures {
         self.splits += other.splits;
         self.merges += other.merges;
         self.requeues += other.requeues;
+        self.failed_commands += other.failed_commands;
+        self.failed_user_ios += other.failed_user_ios;
+        for (status, count) in &other.errors {
+            *self.errors.entry(status.clone()).or_insert(0) += count;
+        }
         self.misaligned_pbs_commands += other.misaligned_pbs_commands;
         self.misaligned_4k_commands += other.misaligned_4k_commands;
         for (cause, count) in &other.split_causes {

@@ -129,7 +129,7 @@ impl BtfDecoder {
                 if kind == EventKind::Complete {
                     event.sector = position;
                     event.nr_sector = (object.arg >> 9) as u32;
-                    event.error = -(object.arg2 as i32);
+                    event.error = crate::blk::errno_of_blk_status(object.arg2 as u8);
                 } else {
                     event.sector = match passthrough || position == u64::MAX {
                         true => 0,
@@ -154,7 +154,7 @@ impl BtfDecoder {
                     EventKind::Split => event.aux_sector = object.arg,
                     EventKind::BioComplete => {
                         let status = window.get(fields.bio_status).copied().unwrap_or(0);
-                        event.error = -i32::from(status);
+                        event.error = crate::blk::errno_of_blk_status(status);
                     }
                     _ => {}
                 }
@@ -427,7 +427,8 @@ mod tests {
             10,
         );
         let event = decoder.decode(&complete).unwrap();
-        assert_eq!((event.sector, event.nr_sector, event.error), (2048, 8, -10));
+        // Status 10 is BLK_STS_IOERR: -EIO, as the classic tracepoint says.
+        assert_eq!((event.sector, event.nr_sector, event.error), (2048, 8, -5));
         // Passthrough commands have no range, as in blk_rq_trace_sector().
         let passthrough = object(
             EventKind::Issue,

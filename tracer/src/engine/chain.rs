@@ -86,6 +86,8 @@ pub(super) struct UserIo {
     pub(super) incomplete: bool,
     /// Counted once in `evicted` or `aged_out`.
     pub(super) dropped: bool,
+    /// A command carrying part of it completed with an error.
+    pub(super) failed: bool,
     pub(super) epoch: u32,
 }
 
@@ -166,9 +168,11 @@ pub(super) struct Command {
     /// In flight when events were lost: the completion it gets may be another
     /// command's, so its latency is not recorded.
     pub(super) lost: bool,
-    /// Which request carries it (hardware queue and tag, from raw
+    /// Which request carries it (hardware queue and tag, from BTF
     /// tracepoints); 0 when unknown.
     pub(super) identity: u64,
+    /// A completion of it reported an error (counted once).
+    pub(super) failed: bool,
 }
 
 impl Default for Command {
@@ -186,6 +190,7 @@ impl Default for Command {
             tail: NIL,
             lost: false,
             identity: 0,
+            failed: false,
         }
     }
 }
@@ -464,8 +469,8 @@ impl Engine {
         }
     }
 
-    /// A fragment finished normally.
-    pub(super) fn complete_fragment(&mut self, index: u32) {
+    /// A fragment finished, successfully unless `failed`.
+    pub(super) fn complete_fragment(&mut self, index: u32, failed: bool) {
         let Some(fragment) = self.fragments.remove(index) else {
             return;
         };
@@ -474,6 +479,7 @@ impl Engine {
         };
         let finished = match self.user_ios.get_mut(io_index) {
             Some(io) => {
+                io.failed |= failed;
                 io.outstanding = io.outstanding.saturating_sub(1);
                 io.outstanding == 0
             }
@@ -493,7 +499,15 @@ impl Engine {
             io: IoId::of(reference),
             ts_ns: self.now_ns,
             complete: !io.incomplete,
+            failed: io.failed,
         });
+        if io.failed {
+            // Failed, not complete: it feeds no completion measure.
+            if io.epoch == self.epoch {
+                self.stats_mut(io.target).failed_user_ios += 1;
+            }
+            return;
+        }
         if io.incomplete {
             self.correlation.incomplete += 1;
             return;
@@ -640,6 +654,7 @@ impl Engine {
             tail: NIL,
             lost: false,
             identity: 0,
+            failed: false,
         };
         self.commands
             .insert(command, Some((dev, start)), self.now_ns, true)

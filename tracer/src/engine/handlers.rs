@@ -157,6 +157,7 @@ impl Engine {
             owners,
             incomplete: false,
             dropped: false,
+            failed: false,
             epoch: self.epoch,
         };
         let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
@@ -451,6 +452,13 @@ impl Engine {
         let Some(command) = self.commands.get(index).copied() else {
             return;
         };
+        let failed = event.error != 0;
+        if failed && !command.failed {
+            if let Some(command) = self.commands.get_mut(index) {
+                command.failed = true;
+            }
+            self.count_failure(command.target, event.error);
+        }
         let mut head = command.head;
         while head != NIL {
             let Some(fragment) = self.fragments.get_mut(head) else {
@@ -459,7 +467,7 @@ impl Engine {
             };
             if fragment.end <= done_end {
                 let next = fragment.next;
-                self.complete_fragment(head);
+                self.complete_fragment(head, failed);
                 head = next;
             } else {
                 if fragment.start < done_end {
@@ -478,6 +486,7 @@ impl Engine {
             whole,
             last_issue_ns: command.issue_ns,
             latency_us: measured.then_some(latency_us),
+            error: event.error,
         });
         if whole {
             if measured {
@@ -494,7 +503,7 @@ impl Engine {
                     .fragments
                     .get(head)
                     .map_or(NIL, |fragment| fragment.next);
-                self.complete_fragment(head);
+                self.complete_fragment(head, failed);
                 head = next;
             }
             self.commands.remove(index);
@@ -532,9 +541,27 @@ impl Engine {
         let Some(fragment) = self.fragments.get(index).copied() else {
             return;
         };
+        let failed = event.error != 0;
         if fragment.state == FragmentState::Pending && bio_based {
             self.count_bio_command(event.dev, fragment.io, fragment.start, length);
+            if failed {
+                // The bio was this device's command: it failed here.
+                let known = self
+                    .user_ios
+                    .resolve(fragment.io)
+                    .and_then(|io| self.user_ios.get(io))
+                    .map(|io| io.target);
+                let target = known.unwrap_or_else(|| self.fallback_target(event));
+                self.count_failure(target, event.error);
+            }
         }
-        self.complete_fragment(index);
+        self.complete_fragment(index, failed);
+    }
+
+    /// One failed command on `target`, with the completion's errno.
+    fn count_failure(&mut self, target: Target, error: i32) {
+        let stats = self.stats_mut(target);
+        stats.failed_commands += 1;
+        stats.add_errors(error, 1);
     }
 }

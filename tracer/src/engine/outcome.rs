@@ -83,7 +83,8 @@ pub enum Outcome {
     /// A completion covered the command's sectors up to `done_to`. `whole`
     /// when that was its last sector; then `latency_us` is its
     /// issue→complete time from its last issue, when the report measured it
-    /// (not across a reset, nor after lost events).
+    /// (not across a reset, nor after lost events). `error` is the
+    /// completion's negative errno, 0 when it succeeded.
     Completed {
         command: CommandId,
         ts_ns: u64,
@@ -91,6 +92,7 @@ pub enum Outcome {
         whole: bool,
         last_issue_ns: u64,
         latency_us: Option<u64>,
+        error: i32,
     },
     /// The command was given up without its completion.
     CommandDropped {
@@ -98,11 +100,13 @@ pub enum Outcome {
         reason: DropReason,
     },
     /// The user I/O's last fragment ended; `complete` is false when an event
-    /// of its chain was missed or dropped.
+    /// of its chain was missed or dropped, `failed` when a command carrying
+    /// part of it completed with an error.
     Finished {
         io: IoId,
         ts_ns: u64,
         complete: bool,
+        failed: bool,
     },
     /// A fragment of the user I/O was given up (counted once per user I/O).
     Dropped { io: IoId, reason: DropReason },

@@ -136,6 +136,12 @@ pub struct OpStats {
     pub requeues: u64,
     /// From a requeue to the command's next issue.
     pub requeue_delay_us: Histogram<u64>,
+    /// Commands that completed with an error status.
+    pub failed_commands: u64,
+    /// User I/Os with at least one failed fragment.
+    pub failed_user_ios: u64,
+    /// Failed commands by (negative) errno; short, grown only on failure.
+    pub errors: Vec<(i32, u64)>,
 }
 
 impl Default for OpStats {
@@ -161,6 +167,9 @@ impl Default for OpStats {
             streams: StreamSizes::default(),
             requeues: 0,
             requeue_delay_us: new_histogram(),
+            failed_commands: 0,
+            failed_user_ios: 0,
+            errors: Vec::new(),
         }
     }
 }
@@ -191,6 +200,19 @@ impl OpStats {
         self.streams.absorb(&other.streams);
         self.requeues += other.requeues;
         let _ = self.requeue_delay_us.add(&other.requeue_delay_us);
+        self.failed_commands += other.failed_commands;
+        self.failed_user_ios += other.failed_user_ios;
+        for &(error, count) in &other.errors {
+            self.add_errors(error, count);
+        }
+    }
+
+    /// Counts `count` failed commands with `error`.
+    pub fn add_errors(&mut self, error: i32, count: u64) {
+        match self.errors.iter_mut().find(|(seen, _)| *seen == error) {
+            Some((_, total)) => *total += count,
+            None => self.errors.push((error, count)),
+        }
     }
 
     pub fn to_model(&self) -> OpMeasures {
@@ -223,6 +245,13 @@ impl OpStats {
             ),
             requeues: self.requeues,
             requeue_delay_us: distribution(&self.requeue_delay_us, 1),
+            failed_commands: self.failed_commands,
+            failed_user_ios: self.failed_user_ios,
+            errors: self
+                .errors
+                .iter()
+                .map(|&(error, count)| (crate::blk::errno_name(error), count))
+                .collect(),
         }
     }
 
@@ -246,6 +275,7 @@ impl OpStats {
             && self.splits == 0
             && self.merges == 0
             && self.requeues == 0
+            && self.failed_commands == 0
     }
 }
 
