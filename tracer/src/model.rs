@@ -11,7 +11,9 @@ use tracer_common::EventKind;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 
+mod code;
 mod evidence;
+pub use code::Code;
 pub use evidence::*;
 
 /// Version of the JSON document layout.
@@ -497,21 +499,11 @@ pub enum Severity {
     Critical,
 }
 
-/// Stable diagnosis codes (part of the JSON schema).
-pub mod code {
-    pub const SUBPAGE_BLOCK_SIZE: &str = "subpage_block_size";
-    pub const MISALIGNED_START: &str = "misaligned_start";
-    pub const MISALIGNED_IO_OPT: &str = "misaligned_io_opt";
-    pub const SPLIT_AMPLIFICATION: &str = "split_amplification";
-    pub const MERGE_BLOCKED: &str = "merge_blocked";
-    pub const REQUEUED_COMMANDS: &str = "requeued_commands";
-}
-
 /// One finding: evidence in numbers, an explanation, and the fix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnosis {
     /// Always `evidence.code()`; kept as a field for the JSON and for readers.
-    pub code: &'static str,
+    pub code: Code,
     /// Device name, e.g. "loop0p2".
     pub device: String,
     pub severity: Severity,

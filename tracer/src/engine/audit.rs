@@ -474,7 +474,7 @@ fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Prop
 mod tests {
     use super::*;
     use crate::geometry::DevId;
-    use crate::model::code;
+    use crate::model::Code;
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
     /// sectors, io_min = io_opt = 4096 (seed README).
@@ -506,11 +506,11 @@ mod tests {
         }
     }
 
-    fn codes(found: &[Diagnosis]) -> Vec<&'static str> {
+    fn codes(found: &[Diagnosis]) -> Vec<Code> {
         found.iter().map(|d| d.code).collect()
     }
 
-    fn find<'a>(found: &'a [Diagnosis], code: &str) -> &'a Diagnosis {
+    fn find(found: &[Diagnosis], code: Code) -> &Diagnosis {
         found.iter().find(|d| d.code == code).unwrap()
     }
 
@@ -519,9 +519,9 @@ mod tests {
         let found = audit_disk(&seed_disk(14_281_785, 41_929_649));
         assert_eq!(
             codes(&found),
-            [code::MISALIGNED_START, code::SUBPAGE_BLOCK_SIZE]
+            [Code::MisalignedStart, Code::SubpageBlockSize]
         );
-        let subpage = find(&found, code::SUBPAGE_BLOCK_SIZE);
+        let subpage = find(&found, Code::SubpageBlockSize);
         assert_eq!(subpage.device, "sdc2");
         assert_eq!(subpage.severity, Severity::Critical);
         assert_eq!(subpage.evidence.to_map()["block_size"], 512);
@@ -536,7 +536,7 @@ mod tests {
             subpage.explanation
         );
 
-        let start = find(&found, code::MISALIGNED_START);
+        let start = find(&found, Code::MisalignedStart);
         assert_eq!(start.evidence.to_map()["granularity"], 4096);
         assert_eq!(start.evidence.to_map()["offset_bytes"], 512);
         // What the kernel puts in sdc2/alignment_offset and mkfs prints.
@@ -558,7 +558,7 @@ mod tests {
     #[test]
     fn seed_layout_2_has_1024_byte_blocks_and_is_aligned() {
         let found = audit_disk(&seed_disk(14_282_752, 41_929_649));
-        assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
+        assert_eq!(codes(&found), [Code::SubpageBlockSize]);
         let subpage = &found[0];
         assert_eq!(subpage.evidence.to_map()["block_size"], 1024);
         assert_eq!(subpage.evidence.to_map()["partition_size"], 27_646_898);
@@ -596,7 +596,7 @@ mod tests {
         // Mounted with 4 KiB blocks: the problem waits for raw access.
         disk.partitions[0].block_size = Some(4096);
         let found = audit_disk(&disk);
-        assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
+        assert_eq!(codes(&found), [Code::SubpageBlockSize]);
         assert_eq!(found[0].severity, Severity::Info);
         assert_eq!(found[0].evidence.to_map()["block_size"], 1024);
         assert_eq!(found[0].evidence.to_map()["current_block_size"], 4096);
@@ -615,7 +615,7 @@ mod tests {
     fn sector_63_on_a_512e_disk_is_misaligned_unless_the_disk_says_so() {
         let disk = seed_disk(63, 63 + 8 * 1000 - 1);
         let found = audit_disk(&disk);
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
         // 63 * 512 = 32256 = 7 * 4096 + 3584.
         assert_eq!(found[0].evidence.to_map()["offset_bytes"], 3584);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 512);
@@ -632,7 +632,7 @@ mod tests {
         assert!(audit_disk(&shifted).is_empty());
         shifted.partitions[0].start = 2048;
         let found = audit_disk(&shifted);
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 3584);
         // Next start that is 7 sectors past a 1 MiB boundary.
         assert!(found[0].fix.contains("start=2055,"), "{}", found[0].fix);
@@ -650,7 +650,7 @@ mod tests {
         assert!(audit_disk(&striped(1 << 20, 0, 4096)).is_empty());
 
         let found = audit_disk(&striped(1 << 20, 0, 2056));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].severity, Severity::Info);
         assert_eq!(found[0].evidence.to_map()["optimal_io_size"], 1 << 20);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 8 * 512);
@@ -659,7 +659,7 @@ mod tests {
         // Three data disks of 64 KiB: io_opt 192 KiB = 384 sectors; 2048 is
         // 128 sectors past a stripe; lcm(2048, 384) = 6144.
         let found = audit_disk(&striped(3 * 65536, 0, 2048));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 128 * 512);
         assert!(found[0].fix.contains("start=6144,"), "{}", found[0].fix);
         assert!(found[0].fix.contains("3 MiB"), "{}", found[0].fix);
@@ -671,14 +671,14 @@ mod tests {
         assert!(audit_disk(&striped(33_553_920, 0, 2048)).is_empty());
         // Equal to the physical block: misaligned_start covers it.
         let found = audit_disk(&striped(4096, 0, 2049));
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
     }
 
     #[test]
     fn chunk_boundaries_are_absolute() {
         assert!(audit_disk(&striped(0, 256, 2048)).is_empty());
         let found = audit_disk(&striped(0, 256, 2056));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].severity, Severity::Warning);
         assert_eq!(found[0].evidence.to_map()["chunk_offset_sectors"], 8);
         assert_eq!(found[0].evidence.to_map()["chunk_sectors"], 256);
@@ -691,7 +691,7 @@ mod tests {
         let found = audit_disk(&disk);
         assert_eq!(
             codes(&found),
-            [code::MISALIGNED_START, code::SUBPAGE_BLOCK_SIZE]
+            [Code::MisalignedStart, Code::SubpageBlockSize]
         );
         assert!(found[0].fix.contains("too small"), "{}", found[0].fix);
     }

@@ -12,7 +12,7 @@ use super::what_if;
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    code, ratio, Diagnosis, DirtyBuffers, Evidence, LiveEvidence, MergeBlockedEvidence,
+    ratio, Code, Diagnosis, DirtyBuffers, Evidence, LiveEvidence, MergeBlockedEvidence,
     ObservedTraffic, Op, PartitionPlace, RequeueCause, RequeuedCommandsEvidence, Severity,
     SplitAmplificationEvidence, SubpageBlockSizeEvidence,
 };
@@ -137,7 +137,7 @@ pub(super) fn diagnose_with(
         }
         for traffic in &observed {
             let audited_subpage = audited.iter().any(|diagnosis| {
-                diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == traffic.name
+                diagnosis.code == Code::SubpageBlockSize && diagnosis.device == traffic.name
             });
             if !audited_subpage {
                 found.extend(live_subpage(traffic));

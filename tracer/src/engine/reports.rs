@@ -90,7 +90,7 @@ impl Engine {
                 .severity
                 .cmp(&left.severity)
                 .then_with(|| left.device.cmp(&right.device))
-                .then_with(|| left.code.cmp(right.code))
+                .then_with(|| left.code.cmp(&right.code))
         });
         found
     }

@@ -6,7 +6,7 @@ use super::*;
 use crate::frontend::test_reports::misaligned_start_evidence;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
-    code, DeviceReport, Diagnosis, Evidence, LiveEvidence, Op, OpMeasures, PartitionPlace,
+    Code, DeviceReport, Diagnosis, Evidence, LiveEvidence, Op, OpMeasures, PartitionPlace,
     Severity, SubpageBlockSizeEvidence,
 };
 
@@ -1258,7 +1258,7 @@ fn misaligned_partition_raises_split_amplification_by_physical_block() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .find(|diagnosis| diagnosis.code == Code::SplitAmplification)
         .expect("split_amplification");
     assert_eq!(found.device, "loop0p2");
     assert_eq!(found.severity, Severity::Critical);
@@ -1284,7 +1284,7 @@ fn too_few_splits_raise_nothing() {
     assert!(engine
         .diagnoses()
         .iter()
-        .all(|diagnosis| diagnosis.code != code::SPLIT_AMPLIFICATION));
+        .all(|diagnosis| diagnosis.code != Code::SplitAmplification));
 }
 
 /// `count` 512-sector writes straight to loop0 from sector 0, each split at
@@ -1314,7 +1314,7 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .find(|diagnosis| diagnosis.code == Code::SplitAmplification)
         .expect("split_amplification");
     assert_eq!(found.device, "loop0");
     assert_eq!(found.evidence.to_map()["cause"], "max_sectors");
@@ -1352,7 +1352,7 @@ fn adjacent_unmerged_commands_raise_merge_blocked() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .find(|diagnosis| diagnosis.code == Code::MergeBlocked)
         .expect("merge_blocked");
     assert_eq!(found.device, "loop0");
     assert_eq!(found.evidence.to_map()["adjacent_unmerged_commands"], 31);
@@ -1371,7 +1371,7 @@ fn nomerges_is_named_as_the_fix() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .find(|diagnosis| diagnosis.code == Code::MergeBlocked)
         .expect("merge_blocked");
     assert_eq!(found.fix, "echo 0 > /sys/block/loop0/queue/nomerges");
 }
@@ -1395,7 +1395,7 @@ fn synchronous_sequential_writes_are_not_merge_blocked() {
     let live: Vec<_> = engine
         .diagnoses()
         .into_iter()
-        .filter(|d| d.code == code::MERGE_BLOCKED || d.code == code::SPLIT_AMPLIFICATION)
+        .filter(|d| d.code == Code::MergeBlocked || d.code == Code::SplitAmplification)
         .collect();
     assert!(live.is_empty(), "{live:?}");
 }
@@ -1430,7 +1430,7 @@ fn merges_that_would_exceed_max_segments_are_not_missed_merges() {
     let blocked: Vec<_> = engine
         .diagnoses()
         .into_iter()
-        .filter(|d| d.code == code::MERGE_BLOCKED)
+        .filter(|d| d.code == Code::MergeBlocked)
         .collect();
     assert!(blocked.is_empty(), "{blocked:?}");
 }
@@ -1448,7 +1448,7 @@ fn subpage_dirty_buffers_raise_subpage_block_size() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
+        .find(|d| d.code == Code::SubpageBlockSize)
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.device, "loop0p2");
     assert_eq!(found.evidence.to_map()["block_size"], 512);
@@ -1494,10 +1494,10 @@ fn every_diagnosis_is_complete() {
         engine.ingest(&buffer);
     }
     let diagnoses = engine.diagnoses();
-    let codes: Vec<&str> = diagnoses.iter().map(|diagnosis| diagnosis.code).collect();
-    assert!(codes.contains(&code::SPLIT_AMPLIFICATION), "{codes:?}");
-    assert!(codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
-    assert!(codes.contains(&code::SUBPAGE_BLOCK_SIZE), "{codes:?}");
+    let codes: Vec<Code> = diagnoses.iter().map(|diagnosis| diagnosis.code).collect();
+    assert!(codes.contains(&Code::SplitAmplification), "{codes:?}");
+    assert!(codes.contains(&Code::MergeBlocked), "{codes:?}");
+    assert!(codes.contains(&Code::SubpageBlockSize), "{codes:?}");
     for diagnosis in &diagnoses {
         assert!(!diagnosis.device.is_empty());
         assert_eq!(diagnosis.code, diagnosis.evidence.code());
@@ -1606,7 +1606,7 @@ fn audit_findings_get_live_evidence() {
     let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
     let p2 = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p2")
+        .find(|diagnosis| diagnosis.code == Code::MisalignedStart && diagnosis.device == "loop0p2")
         .unwrap();
     assert_eq!(
         p2.evidence.to_map()["partition_start"],
@@ -1623,7 +1623,7 @@ fn audit_findings_get_live_evidence() {
     // No traffic on p1: its finding is left as the audit made it.
     let p1 = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MISALIGNED_START && diagnosis.device == "loop0p1")
+        .find(|diagnosis| diagnosis.code == Code::MisalignedStart && diagnosis.device == "loop0p1")
         .unwrap();
     let Evidence::MisalignedStart(p1) = &p1.evidence else {
         panic!("{p1:?}");
@@ -1687,7 +1687,7 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
     // loop0p2's own finding comes from the audit; this one from the bios alone.
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SUBPAGE_BLOCK_SIZE && diagnosis.device == "259:9")
+        .find(|diagnosis| diagnosis.code == Code::SubpageBlockSize && diagnosis.device == "259:9")
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.severity, Severity::Info);
     assert_eq!(found.evidence.to_map()["block_size"], 1024);
@@ -1703,9 +1703,13 @@ fn uniform_subpage_writes_on_an_unknown_partition_raise_subpage_info() {
             ],
         );
     }
-    assert!(engine.diagnoses().iter().all(
-        |diagnosis| diagnosis.code != code::SUBPAGE_BLOCK_SIZE || diagnosis.device != "loop0p1"
-    ));
+    assert!(
+        engine
+            .diagnoses()
+            .iter()
+            .all(|diagnosis| diagnosis.code != Code::SubpageBlockSize
+                || diagnosis.device != "loop0p1")
+    );
 }
 
 /// Repeated mixed traffic is counted exactly and stays clean; prints the hot
@@ -1826,7 +1830,7 @@ fn kernel_dirty_totals_count_only_what_grew_and_survive_a_reset() {
     let found = engine
         .diagnoses()
         .into_iter()
-        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE)
+        .find(|d| d.code == Code::SubpageBlockSize)
         .expect("subpage_block_size");
     assert_eq!(found.evidence.to_map()["dirty_buffers"], 100);
     engine.reset();
@@ -1897,7 +1901,7 @@ fn pieces_of_one_split_are_never_missed_merges() {
     let write = disk_op(&engine, "loop0", Op::Write);
     assert_eq!((write.user_ios, write.splits, write.commands), (32, 32, 64));
     let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
-    assert!(!codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+    assert!(!codes.contains(&Code::MergeBlocked), "{codes:?}");
 }
 
 #[test]
@@ -1910,7 +1914,7 @@ fn a_piece_cut_at_the_segment_limit_takes_no_merge_from_its_neighbour() {
     assert_clean(&engine);
     assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 64);
     let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
-    assert!(!codes.contains(&code::MERGE_BLOCKED), "{codes:?}");
+    assert!(!codes.contains(&Code::MergeBlocked), "{codes:?}");
 }
 
 #[test]
@@ -1920,7 +1924,7 @@ fn a_split_into_pieces_that_are_still_large_commands_is_info() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .find(|diagnosis| diagnosis.code == Code::SplitAmplification)
         .expect("split_amplification");
     assert_eq!(found.evidence.cause(), Some("max_segments"));
     assert_eq!(found.severity, Severity::Info);
@@ -1967,7 +1971,7 @@ fn a_split_that_merges_absorb_is_info() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::SPLIT_AMPLIFICATION)
+        .find(|diagnosis| diagnosis.code == Code::SplitAmplification)
         .expect("split_amplification");
     assert_eq!(found.severity, Severity::Info);
     assert!(
@@ -2018,7 +2022,7 @@ fn requeued_tails_on_a_virtio_disk_without_indirect_descriptors() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .find(|diagnosis| diagnosis.code == Code::RequeuedCommands)
         .unwrap_or_else(|| panic!("requeued_commands: {diagnoses:?}"));
     assert_eq!(found.device, "loop0");
     assert_eq!(found.severity, Severity::Warning);
@@ -2051,7 +2055,7 @@ fn a_few_requeues_raise_nothing() {
     requeued_tails(&mut engine, 8, 2000);
     split_megabyte_writes(&mut engine, 32, 1);
     let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
-    assert!(!codes.contains(&code::REQUEUED_COMMANDS), "{codes:?}");
+    assert!(!codes.contains(&Code::RequeuedCommands), "{codes:?}");
 }
 
 #[test]
@@ -2065,7 +2069,7 @@ fn requeues_with_indirect_descriptors_have_no_known_cause() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .find(|diagnosis| diagnosis.code == Code::RequeuedCommands)
         .expect("requeued_commands");
     assert_eq!(found.evidence.cause(), None);
     assert!(found.fix.contains("nr_requests"), "{}", found.fix);
@@ -2078,7 +2082,7 @@ fn the_virtio_ring_fix_names_the_host_setting_and_the_io_size() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::REQUEUED_COMMANDS)
+        .find(|diagnosis| diagnosis.code == Code::RequeuedCommands)
         .expect("requeued_commands");
     // Half of the 256-descriptor ring is 126 pages of data.
     assert!(found.fix.contains("indirect_desc=on"), "{}", found.fix);
@@ -2106,7 +2110,7 @@ fn subpage_buffers_on_a_page_sized_partition_are_a_filesystem_choice_and_info() 
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p1")
+        .find(|d| d.code == Code::SubpageBlockSize && d.device == "loop0p1")
         .unwrap_or_else(|| panic!("{diagnoses:?}"));
     assert_eq!(found.severity, Severity::Info);
     assert_eq!(found.evidence.block_size(), Some(1024));
@@ -2129,7 +2133,7 @@ fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .find(|diagnosis| diagnosis.code == Code::MergeBlocked)
         .expect("merge_blocked");
     assert_eq!(found.severity, Severity::Warning);
     assert!(
@@ -2148,7 +2152,7 @@ fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
     let diagnoses = engine.diagnoses();
     let found = diagnoses
         .iter()
-        .find(|diagnosis| diagnosis.code == code::MERGE_BLOCKED)
+        .find(|diagnosis| diagnosis.code == Code::MergeBlocked)
         .expect("merge_blocked");
     assert_eq!(found.severity, Severity::Info);
     assert!(

@@ -580,7 +580,7 @@ mod engine_tests {
 
     use super::super::{Engine, EngineLimits};
     use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-    use crate::model::{code, Evidence};
+    use crate::model::{Code, Evidence};
 
     const DISK: DevId = DevId::new(7, 0);
     const ODD: DevId = DevId::new(259, 1);
@@ -656,7 +656,7 @@ mod engine_tests {
         let diagnoses = engine.diagnoses();
         let split = diagnoses
             .iter()
-            .find(|d| d.code == code::SPLIT_AMPLIFICATION)
+            .find(|d| d.code == Code::SplitAmplification)
             .unwrap_or_else(|| panic!("no split_amplification: {diagnoses:?}"));
         let Evidence::SplitAmplification(evidence) = &split.evidence else {
             panic!("{split:?}");
@@ -692,7 +692,7 @@ mod engine_tests {
         let diagnoses = engine.diagnoses();
         let subpage = diagnoses
             .iter()
-            .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p2")
+            .find(|d| d.code == Code::SubpageBlockSize && d.device == "loop0p2")
             .unwrap_or_else(|| panic!("no subpage_block_size: {diagnoses:?}"));
         let what_if = subpage.evidence.what_if().expect("evidence.what_if");
         assert_eq!(what_if.commands_now, 16, "{what_if:?}");

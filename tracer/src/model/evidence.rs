@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{code, WhatIf};
+use super::{Code, WhatIf};
 
 /// The evidence of one diagnosis; the variant decides its code.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -26,14 +26,14 @@ pub enum Evidence {
 
 impl Evidence {
     /// The diagnosis code this evidence supports.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Evidence::SubpageBlockSize(_) => code::SUBPAGE_BLOCK_SIZE,
-            Evidence::MisalignedStart(_) => code::MISALIGNED_START,
-            Evidence::MisalignedIoOpt(_) => code::MISALIGNED_IO_OPT,
-            Evidence::SplitAmplification(_) => code::SPLIT_AMPLIFICATION,
-            Evidence::MergeBlocked(_) => code::MERGE_BLOCKED,
-            Evidence::RequeuedCommands(_) => code::REQUEUED_COMMANDS,
+            Evidence::SubpageBlockSize(_) => Code::SubpageBlockSize,
+            Evidence::MisalignedStart(_) => Code::MisalignedStart,
+            Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
+            Evidence::SplitAmplification(_) => Code::SplitAmplification,
+            Evidence::MergeBlocked(_) => Code::MergeBlocked,
+            Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
         }
     }
 
@@ -425,7 +425,7 @@ mod tests {
     #[test]
     fn stable_keys_are_typed_accessors() {
         let evidence = Evidence::SubpageBlockSize(subpage());
-        assert_eq!(evidence.code(), code::SUBPAGE_BLOCK_SIZE);
+        assert_eq!(evidence.code(), Code::SubpageBlockSize);
         assert_eq!(evidence.block_size(), Some(512));
         assert_eq!(evidence.cause(), None);
         assert_eq!(

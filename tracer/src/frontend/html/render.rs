@@ -87,7 +87,7 @@ fn diagnoses(html: &mut String, report: &Report) {
         let _ = write!(
             html,
             "<div class=\"diag {severity}\"><h3>{} on {} ({severity})</h3><p>{}</p><p><b>Fix:</b> {}</p>",
-            escape(diagnosis.code),
+            escape(diagnosis.code.as_str()),
             escape(&diagnosis.device),
             escape(&diagnosis.explanation),
             escape(&diagnosis.fix),

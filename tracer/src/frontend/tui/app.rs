@@ -521,7 +521,7 @@ fn merged<'a>(parts: impl Iterator<Item = &'a Distribution>) -> Distribution {
 mod tests {
     use super::*;
     use crate::frontend::test_reports::{empty_report, seed_report};
-    use crate::model::Op;
+    use crate::model::{Code, Op};
 
     fn secs(value: u64) -> Duration {
         Duration::from_secs(value)
@@ -756,7 +756,7 @@ mod tests {
         );
         assert_eq!(detail.command_size.count, 129);
         let codes: Vec<_> = detail.diagnoses.iter().map(|d| d.code).collect();
-        assert_eq!(codes, vec!["subpage_block_size", "misaligned_start"]);
+        assert_eq!(codes, vec![Code::SubpageBlockSize, Code::MisalignedStart]);
 
         app.selected = app.rows.iter().position(|r| r.name == "loop1").unwrap();
         let detail = app.detail().unwrap();
