@@ -11,8 +11,10 @@ use tracer_common::EventKind;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 
+mod cause;
 mod code;
 mod evidence;
+pub use cause::{RequeueCause, SplitCause};
 pub use code::Code;
 pub use evidence::*;
 
@@ -185,7 +187,7 @@ pub struct OpMeasures {
     /// Commands whose start or length is not a multiple of 4 KiB.
     pub misaligned_4k_commands: u64,
     /// Split count by inferred cause (keys as in `split_amplification`'s `cause`).
-    pub split_causes: BTreeMap<String, u64>,
+    pub split_causes: BTreeMap<SplitCause, u64>,
     /// User I/O size in bytes.
     pub user_io_size: Distribution,
     /// Command size in bytes.
@@ -224,7 +226,7 @@ impl OpMeasures {
         self.misaligned_pbs_commands += other.misaligned_pbs_commands;
         self.misaligned_4k_commands += other.misaligned_4k_commands;
         for (cause, count) in &other.split_causes {
-            *self.split_causes.entry(cause.clone()).or_insert(0) += count;
+            *self.split_causes.entry(*cause).or_insert(0) += count;
         }
         self.amplification = ratio(self.commands, self.user_ios);
     }

@@ -383,11 +383,11 @@ fn split_amplification(traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
     let amplification = ratio(total.commands, total.user_ios);
     let command_size_mean = total.bytes.checked_div(total.commands).unwrap_or(0);
     let evidence = SplitAmplificationEvidence {
-        cause: cause.key(),
+        cause,
         causes: SplitCause::ALL
             .iter()
             .filter(|cause| total.split_causes[cause.index()] != 0)
-            .map(|cause| (cause.key(), total.split_causes[cause.index()]))
+            .map(|&cause| (cause, total.split_causes[cause.index()]))
             .collect(),
         splits: total.splits,
         user_ios: total.user_ios,

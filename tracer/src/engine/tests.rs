@@ -7,7 +7,7 @@ use crate::frontend::test_reports::misaligned_start_evidence;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use crate::model::{
     Code, DeviceReport, Diagnosis, Evidence, LiveEvidence, Op, OpMeasures, PartitionPlace,
-    Severity, SubpageBlockSizeEvidence,
+    Severity, SplitCause, SubpageBlockSizeEvidence,
 };
 
 const LOOP0: DevId = DevId::new(7, 0);
@@ -225,7 +225,7 @@ fn one_bio_split_into_three_commands() {
     assert_eq!(write.commands, 3);
     assert_eq!(write.bytes, 768 * 512);
     assert!((write.amplification - 3.0).abs() < 1e-9);
-    assert_eq!(write.split_causes.get("max_sectors"), Some(&2));
+    assert_eq!(write.split_causes.get(&SplitCause::MaxSectors), Some(&2));
     assert_eq!(write.fragments_per_io.p50, 3);
     assert_eq!(write.commands_per_io.p50, 3);
     assert_eq!(write.command_size.p50, 256 * 512);
@@ -1252,7 +1252,7 @@ fn misaligned_partition_raises_split_amplification_by_physical_block() {
     assert_clean(&engine);
     let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
     assert_eq!(p2.splits, 20);
-    assert_eq!(p2.split_causes.get("physical_block"), Some(&20));
+    assert_eq!(p2.split_causes.get(&SplitCause::PhysicalBlock), Some(&20));
     assert_eq!(p2.commands, 40);
     assert_eq!(p2.misaligned_pbs_commands, 40);
     let diagnoses = engine.diagnoses();
@@ -1804,7 +1804,7 @@ fn events_without_a_chain_are_counted_where_they_landed() {
     let p2 = part_op(&engine, "loop0", "loop0p2", Op::Write);
     assert_eq!(p2.splits, 1);
     assert_eq!(p2.merges, 1);
-    assert_eq!(p2.split_causes.get("physical_block"), Some(&1));
+    assert_eq!(p2.split_causes.get(&SplitCause::PhysicalBlock), Some(&1));
     assert!(
         engine.devices()[1].measures.ops.is_empty(),
         "zram saw no I/O"

@@ -11,7 +11,7 @@ use crate::model::{
     Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Evidence,
     LiveEvidence, Measures, MisalignedStartEvidence, Op, OpMeasures, PartitionPlace,
     PartitionReport, Report, RunReport, RunTarget, Severity, SplitAmplificationEvidence,
-    SubpageBlockSizeEvidence, SCHEMA_NAME, SCHEMA_VERSION,
+    SplitCause, SubpageBlockSizeEvidence, SCHEMA_NAME, SCHEMA_VERSION,
 };
 
 /// loop0p2 of the seed report: odd start and size.
@@ -103,7 +103,7 @@ pub fn split_disk_writes() -> OpMeasures {
     let mut write = writes(&[(1 << 20, 100)], &[(131072, 800)]);
     write.fragments = 800;
     write.splits = 700;
-    write.split_causes = BTreeMap::from([("max_sectors".to_string(), 700)]);
+    write.split_causes = BTreeMap::from([(SplitCause::MaxSectors, 700)]);
     write
 }
 
@@ -190,8 +190,8 @@ fn split_diagnosis() -> Diagnosis {
         "loop1".to_string(),
         Severity::Warning,
         Evidence::SplitAmplification(SplitAmplificationEvidence {
-            cause: "max_sectors",
-            causes: BTreeMap::from([("max_sectors", 700)]),
+            cause: SplitCause::MaxSectors,
+            causes: BTreeMap::from([(SplitCause::MaxSectors, 700)]),
             splits: 700,
             user_ios: 100,
             fragments: 800,

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{Code, WhatIf};
+use super::{Code, RequeueCause, SplitCause, WhatIf};
 
 /// The evidence of one diagnosis; the variant decides its code.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -48,7 +48,7 @@ impl Evidence {
     /// Stable key `cause`.
     pub fn cause(&self) -> Option<&'static str> {
         match self {
-            Evidence::SplitAmplification(evidence) => Some(evidence.cause),
+            Evidence::SplitAmplification(evidence) => Some(evidence.cause.key()),
             Evidence::RequeuedCommands(evidence) => evidence.cause.map(RequeueCause::key),
             _ => None,
         }
@@ -252,9 +252,9 @@ pub struct MisalignedIoOptEvidence {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SplitAmplificationEvidence {
     /// The dominant split cause (a key of `split_causes`).
-    pub cause: &'static str,
+    pub cause: SplitCause,
     /// Splits by cause.
-    pub causes: BTreeMap<&'static str, u64>,
+    pub causes: BTreeMap<SplitCause, u64>,
     pub splits: u64,
     pub user_ios: u64,
     pub fragments: u64,
@@ -307,23 +307,6 @@ pub struct MergeBlockedEvidence {
     pub partition: Option<PartitionPlace>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
-}
-
-/// Why a driver sent commands back, where it can be known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequeueCause {
-    /// virtio without indirect descriptors: a command takes one ring
-    /// descriptor per segment plus two, and one large command fills the ring.
-    VirtioRingFull,
-}
-
-impl RequeueCause {
-    pub const fn key(self) -> &'static str {
-        match self {
-            RequeueCause::VirtioRingFull => "virtio_ring_full",
-        }
-    }
 }
 
 /// `requeued_commands`.

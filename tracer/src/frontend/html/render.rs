@@ -352,7 +352,7 @@ fn split_causes(report: &Report) -> String {
     for device in &report.devices {
         for measures in device.measures.ops.values() {
             for (cause, count) in &measures.split_causes {
-                *causes.entry(cause).or_insert(0) += count;
+                *causes.entry(cause.key()).or_insert(0) += count;
             }
         }
     }

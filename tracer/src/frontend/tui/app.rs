@@ -400,7 +400,7 @@ impl App {
         let mut split_causes = BTreeMap::new();
         for op in measures.ops.values() {
             for (cause, count) in &op.split_causes {
-                *split_causes.entry(cause.clone()).or_insert(0) += count;
+                *split_causes.entry(cause.key().to_string()).or_insert(0) += count;
             }
         }
         Some(Detail {
