@@ -1,21 +1,14 @@
-//! Static geometry audit: the diagnoses that geometry alone can support.
-//!
-//! - `subpage_block_size`: a partition size that is not a multiple of the page
-//!   size gives the partition a 512/1024/2048-byte block size.
-//! - `misaligned_start`: the start is not on a physical block / minimum I/O
-//!   boundary, computed the way the kernel computes `alignment_offset`.
-//! - `misaligned_io_opt`: the start is on such a boundary but not on an
-//!   optimal I/O size or `chunk_sectors` boundary.
-//!
-//! Every diagnosis carries its numbers and the aligned geometry to use instead.
+//! Static geometry audit: where a partition sits against its disk's
+//! alignment boundaries ([`Placement`]), the aligned geometry to use instead
+//! ([`propose`]), and the entry points [`audit_disk`] and [`audit_partition`].
+//! The diagnoses geometry alone supports (`misaligned_start`,
+//! `misaligned_io_opt`, `subpage_block_size`) are each in their code's file
+//! under `engine/diagnose/`, with the code's live side.
 
-use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
+use super::diagnose::CHECKS;
+use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
-use crate::model::{
-    BlockSizeSource, ChunkOffset, Diagnosis, Evidence, IoOptOffset, LiveEvidence,
-    MisalignedIoOptEvidence, MisalignedStartEvidence, PartitionPlace, ProposedPlace, Severity,
-    SubpageBlockSizeEvidence,
-};
+use crate::model::{Diagnosis, PartitionPlace, ProposedPlace};
 
 /// fdisk's and parted's default alignment: 1 MiB.
 const DEFAULT_GRAIN_SECTORS: u64 = 2048;
@@ -33,18 +26,25 @@ pub fn audit_disk(disk: &DiskGeometry) -> Vec<Diagnosis> {
 /// misaligned_io_opt, subpage_block_size.
 pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Diagnosis> {
     let placement = Placement::of(disk, part.start);
-    let proposal = propose(disk, part, &placement);
-    let mut found = Vec::new();
-    if placement.start_offset_bytes != 0 {
-        found.push(misaligned_start(disk, part, &placement, proposal));
-    }
-    if placement.io_opt_offset_bytes != 0 || placement.chunk_offset_sectors != 0 {
-        found.push(misaligned_io_opt(disk, part, &placement, proposal));
-    }
-    if let Some(diagnosis) = subpage_block_size(disk, part, proposal) {
-        found.push(diagnosis);
-    }
-    found
+    let audit = PartitionAudit {
+        disk,
+        part,
+        placement,
+        proposal: propose(disk, part, &placement),
+    };
+    CHECKS
+        .iter()
+        .filter_map(|check| check.audit(&audit))
+        .collect()
+}
+
+/// One partition as the audit sees it: its disk, where it sits, and the
+/// aligned geometry proposed for it (the same one for every code).
+pub(crate) struct PartitionAudit<'a> {
+    pub disk: &'a DiskGeometry,
+    pub part: &'a PartitionGeometry,
+    pub placement: Placement,
+    pub proposal: Option<Proposal>,
 }
 
 /// Where a start sector sits relative to the disk's alignment boundaries.
@@ -196,233 +196,19 @@ pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
     }
 }
 
-fn proposed_place(proposal: Option<Proposal>) -> Option<ProposedPlace> {
+pub(crate) fn proposed_place(proposal: Option<Proposal>) -> Option<ProposedPlace> {
     proposal.map(|proposal| ProposedPlace {
         proposed_start: proposal.start,
         proposed_size: proposal.size,
     })
 }
 
-fn subpage_block_size(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    proposal: Option<Proposal>,
-) -> Option<Diagnosis> {
-    let predicted = predicted_block_size(part.size, disk.logical_block_size);
-    if u64::from(predicted) >= PAGE_BYTES {
-        return None;
-    }
-    // BLKBSZGET wins, unless someone holds the partition open with a larger
-    // block size (a mounted filesystem): then raw I/O gets the predicted one
-    // only once they let go.
-    let held_larger = part.block_size.filter(|&current| current > predicted);
-    let block_size = match (part.block_size, held_larger) {
-        (Some(current), None) => current,
-        _ => predicted,
-    };
-    let size_mod_8 = part.size % 8;
-    let evidence = SubpageBlockSizeEvidence {
-        block_size,
-        block_size_source: Some(if part.block_size.is_some() && held_larger.is_none() {
-            BlockSizeSource::Blkbszget
-        } else {
-            BlockSizeSource::Predicted
-        }),
-        current_block_size: held_larger,
-        size_mod_8: Some(size_mod_8),
-        partition: Some(place_of(part)),
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let severity = if held_larger.is_some() {
-        Severity::Info
-    } else if block_size <= 512 {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
-    let per_page = PAGE_BYTES / u64::from(block_size.max(1));
-    let mut explanation = format!(
-        "{name} is {size} sectors long; {size} mod 8 = {size_mod_8}, so its size in bytes is \
-         not a multiple of {page}. The kernel gives a partition the largest power-of-two block \
-         size up to {page} bytes that divides its size (set_init_blocksize): {predicted} bytes \
-         here. Buffered I/O to the raw partition (mkfs, dd without O_DIRECT, databases on raw \
-         devices) reaches the block layer as one bio per {block_size}-byte buffer, {per_page} \
-         times as many as with {page}-byte blocks.",
-        name = part.name,
-        size = part.size,
-        page = PAGE_BYTES,
-    );
-    if let Some(current) = held_larger {
-        explanation.push_str(&format!(
-            " It is open with a {current}-byte block size right now (e.g. mounted); raw \
-             I/O gets {predicted} bytes again once nothing holds it."
-        ));
-    }
-    explanation.push_str(&merge_context(disk, block_size));
-    Some(Diagnosis::new(
-        part.name.clone(),
-        severity,
-        Evidence::SubpageBlockSize(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    ))
-}
-
-/// Why many small bios hurt on this particular disk.
-fn merge_context(disk: &DiskGeometry, block_size: u32) -> String {
-    if disk.nomerges >= 2 {
-        return format!(
-            " Merging is off on {} (nomerges={}), so each of those bios becomes its own device \
-             command.",
-            disk.name, disk.nomerges
-        );
-    }
-    let mut context = String::new();
-    if disk.virt_boundary_mask != 0 {
-        context.push_str(&format!(
-            " {} has a virtual boundary (mask {:#x}): bios that do not meet on a boundary \
-             cannot be merged, so many can reach the device as separate commands.",
-            disk.name, disk.virt_boundary_mask
-        ));
-    }
-    let merged_cap = u64::from(disk.max_segments) * u64::from(block_size);
-    let request_cap = u64::from(disk.max_sectors_kb) * 1024;
-    if disk.max_segments > 0 && merged_cap < request_cap {
-        context.push_str(&format!(
-            " Even merged, a request holds at most max_segments = {} of them: {} x {} B = {}, \
-             below max_sectors_kb = {}.",
-            disk.max_segments,
-            disk.max_segments,
-            block_size,
-            exact_size(merged_cap),
-            disk.max_sectors_kb
-        ));
-    }
-    context
-}
-
-fn misaligned_start(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    placement: &Placement,
-    proposal: Option<Proposal>,
-) -> Diagnosis {
-    let evidence = MisalignedStartEvidence {
-        partition: place_of(part),
-        granularity: placement.granularity,
-        offset_bytes: placement.start_offset_bytes,
-        alignment_offset: placement.kernel_alignment_offset,
-        physical_block_size: disk.physical_block_size,
-        minimum_io_size: disk.minimum_io_size,
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let disk_offset = if disk.alignment_offset != 0 {
-        format!(
-            " ({} reports its natural alignment offset by {} bytes)",
-            disk.name, disk.alignment_offset
-        )
-    } else {
-        String::new()
-    };
-    let explanation = format!(
-        "{name} starts at sector {start}, {past} bytes past a {gran}-byte boundary of {disk} \
-         (physical block size {pbs} B, minimum I/O size {io_min} B){disk_offset}; the kernel \
-         reports alignment_offset {kernel} bytes, which mkfs prints as \"alignment is offset \
-         by {kernel} bytes\". Every {gran}-byte block the filesystem writes straddles two \
-         physical blocks, so the device reads, modifies and writes both, and the kernel splits \
-         large I/O at physical-block boundaries of the whole disk, adding a short piece per \
-         request.",
-        name = part.name,
-        start = part.start,
-        past = placement.start_offset_bytes,
-        gran = placement.granularity,
-        disk = disk.name,
-        pbs = disk.physical_block_size,
-        io_min = disk.minimum_io_size,
-        kernel = placement.kernel_alignment_offset,
-    );
-    Diagnosis::new(
-        part.name.clone(),
-        Severity::Warning,
-        Evidence::MisalignedStart(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    )
-}
-
-fn misaligned_io_opt(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    placement: &Placement,
-    proposal: Option<Proposal>,
-) -> Diagnosis {
-    let io_opt = (placement.io_opt_offset_bytes != 0).then_some(IoOptOffset {
-        optimal_io_size: placement.io_opt,
-        io_opt_offset_bytes: placement.io_opt_offset_bytes,
-    });
-    let chunk = (placement.chunk_offset_sectors != 0).then_some(ChunkOffset {
-        chunk_sectors: disk.chunk_sectors,
-        chunk_offset_sectors: placement.chunk_offset_sectors,
-    });
-    let evidence = MisalignedIoOptEvidence {
-        partition: place_of(part),
-        io_opt,
-        chunk,
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let mut reasons = Vec::new();
-    if placement.io_opt_offset_bytes != 0 {
-        reasons.push(format!(
-            "{} bytes past a boundary of the optimal I/O size ({})",
-            placement.io_opt_offset_bytes,
-            exact_size(placement.io_opt)
-        ));
-    }
-    if placement.chunk_offset_sectors != 0 {
-        reasons.push(format!(
-            "{} sectors past a chunk boundary (chunk_sectors {}, {})",
-            placement.chunk_offset_sectors,
-            disk.chunk_sectors,
-            exact_size(u64::from(disk.chunk_sectors) * SECTOR_BYTES)
-        ));
-    }
-    let chunked = placement.chunk_offset_sectors != 0;
-    let consequence = if chunked {
-        "The kernel splits every bio at chunk boundaries counted from the start of the disk, \
-         so I/O the filesystem aligns to its own start straddles them and becomes two device \
-         commands instead of one."
-    } else {
-        "Large I/O the filesystem aligns to its own start straddles the device's stripes, so \
-         the device does partial-stripe work (read-modify-write on RAID, extra internal \
-         operations on SSDs) and splits at max_sectors_kb fall off those boundaries."
-    };
-    let explanation = format!(
-        "{name} starts at sector {start}, {reasons}. {consequence}",
-        name = part.name,
-        start = part.start,
-        reasons = reasons.join(" and "),
-    );
-    Diagnosis::new(
-        part.name.clone(),
-        if chunked {
-            Severity::Warning
-        } else {
-            Severity::Info
-        },
-        Evidence::MisalignedIoOpt(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    )
-}
-
 /// The aligned geometry as sfdisk and parted commands.
-fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Proposal>) -> String {
+pub(crate) fn fix_text(
+    disk: &DiskGeometry,
+    part: &PartitionGeometry,
+    proposal: Option<Proposal>,
+) -> String {
     let Some(proposal) = proposal else {
         return format!(
             "{} is too small to hold an aligned, whole-page partition; remove it or grow it.",
@@ -474,7 +260,7 @@ fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Prop
 mod tests {
     use super::*;
     use crate::geometry::DevId;
-    use crate::model::Code;
+    use crate::model::{Code, Severity};
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
     /// sectors, io_min = io_opt = 4096 (seed README).

@@ -19,14 +19,12 @@
 use hdrhistogram::Histogram;
 
 use super::chain::Target;
-use super::diagnose::VIRTIO_HEADER_DESCRIPTORS;
-use super::split::{SplitCause, SplitLimits};
-use super::stats::{new_histogram, op_index, quantile_bytes, OpStats};
+use super::split::SplitLimits;
+use super::stats::{new_histogram, op_index};
 use super::table::SlotRef;
 use super::Engine;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
-use crate::geometry::DiskGeometry;
-use crate::model::{Diagnosis, Evidence, RequeueCause, WhatIf};
+use crate::model::WhatIf;
 
 /// Sectors in a page: the segment a page-sized or larger bio is counted in.
 const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
@@ -307,88 +305,6 @@ pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
     )
 }
 
-/// What a diagnosis' device saw, for [`attach`].
-pub(super) struct Traffic<'a> {
-    /// Data operations, all origins.
-    pub(super) total: &'a OpStats,
-    pub(super) writes: Option<&'a OpStats>,
-    /// The operation with the most requeues.
-    pub(super) most_requeued: Option<&'a OpStats>,
-}
-
-/// Sets `evidence.what_if` where the diagnosis' fix can be replayed.
-pub(super) fn attach(
-    diagnosis: &mut Diagnosis,
-    geometry: &DiskGeometry,
-    limits: &SplitLimits,
-    traffic: Traffic<'_>,
-) {
-    let total = traffic.total;
-    let predicted = match &mut diagnosis.evidence {
-        Evidence::SubpageBlockSize(_) => traffic
-            .writes
-            .and_then(|writes| page_sized_buffers(&writes.streams, writes.commands, limits)),
-        Evidence::SplitAmplification(evidence) => match total.dominant_cause() {
-            Some(SplitCause::MaxSectors)
-                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
-            {
-                let suggested = suggested_max_sectors_kb(
-                    geometry.max_sectors_kb,
-                    geometry.max_hw_sectors_kb,
-                    quantile_bytes(&total.user_io_sectors, 0.9),
-                );
-                evidence.proposed_max_sectors_kb = Some(suggested);
-                let raised = SplitLimits {
-                    max_sectors: suggested * 1024 / SECTOR_BYTES,
-                    ..*limits
-                };
-                with_limits(&total.streams, total.commands, limits, &raised)
-            }
-            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
-                without_splits(total.commands, total.split_causes[cause.index()])
-            }
-            _ => None,
-        },
-        Evidence::MergeBlocked(_) if geometry.nomerges != 0 => {
-            merging_allowed(&total.streams, total.commands, limits)
-        }
-        Evidence::RequeuedCommands(evidence) => traffic.most_requeued.and_then(|stats| {
-            // A ring filler's guest-side workaround: I/O of at most half the ring's pages.
-            if evidence.cause == Some(RequeueCause::VirtioRingFull) {
-                let half_ring_pages = u64::from(evidence.hw_queue_tags)
-                    .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
-                    .max(1);
-                let smaller_io = SplitLimits {
-                    max_sectors: half_ring_pages * PAGE_SECTORS,
-                    ..*limits
-                };
-                evidence.workaround_what_if = without_requeues(
-                    &stats.streams,
-                    stats.commands,
-                    stats.requeues,
-                    limits,
-                    &smaller_io,
-                );
-            }
-            issued_once(stats.commands, stats.requeues)
-        }),
-        _ => None,
-    };
-    if let Some(predicted) = predicted {
-        diagnosis.evidence.set_what_if(predicted);
-    }
-}
-
-/// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
-/// percentile user I/O, at least twice the current cap, a power of two, at
-/// most the hardware's limit.
-pub fn suggested_max_sectors_kb(max_kb: u32, hw_kb: u32, user_io_p90_bytes: u64) -> u64 {
-    (user_io_p90_bytes / 1024)
-        .max(u64::from(max_kb) * 2)
-        .next_power_of_two()
-        .min(u64::from(hw_kb))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -564,13 +480,6 @@ mod tests {
         let seed = one_stream_of(16384, 1);
         let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();
         assert_eq!(merged.commands_after_fix, 128);
-    }
-
-    #[test]
-    fn suggestion_is_a_power_of_two_within_the_hardware_limit() {
-        assert_eq!(suggested_max_sectors_kb(64, 1280, 1 << 20), 1024);
-        assert_eq!(suggested_max_sectors_kb(64, 100, 1 << 20), 100);
-        assert_eq!(suggested_max_sectors_kb(512, 4096, 4096), 1024);
     }
 }
 
