@@ -14,9 +14,11 @@ use crate::geometry::{DiskGeometry, PartitionGeometry};
 mod cause;
 mod code;
 mod evidence;
+mod fix;
 pub use cause::{RequeueCause, SplitCause};
 pub use code::Code;
 pub use evidence::*;
+pub use fix::*;
 
 /// Version of the JSON document layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -501,7 +503,38 @@ pub enum Severity {
     Critical,
 }
 
-/// One finding: evidence in numbers, an explanation, and the fix.
+/// One finding as the engine makes it: the device, how severe, and the
+/// evidence, which also holds the fix the engine decided on. Typed, no
+/// prose: `crate::explain` words it into a [`Diagnosis`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// Always `evidence.code()`.
+    pub code: Code,
+    /// Device name, e.g. "loop0p2".
+    pub device: String,
+    /// The disk `device` is, or is a partition of: where the fix's queue
+    /// settings and partition table are.
+    pub disk: String,
+    pub severity: Severity,
+    /// Numbers behind the finding and its fix, typed per code (see [`Evidence`]).
+    pub evidence: Evidence,
+}
+
+impl Finding {
+    /// A finding whose code is the one its evidence supports.
+    pub fn new(device: String, disk: String, severity: Severity, evidence: Evidence) -> Finding {
+        Finding {
+            code: evidence.code(),
+            device,
+            disk,
+            severity,
+            evidence,
+        }
+    }
+}
+
+/// One finding as a report carries it: evidence in numbers, an
+/// explanation, and the fix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnosis {
     /// Always `evidence.code()`; kept as a field for the JSON and for readers.
@@ -529,6 +562,18 @@ impl Diagnosis {
             device,
             severity,
             evidence,
+            explanation,
+            fix,
+        }
+    }
+
+    /// `finding` with its words (`crate::explain::diagnosis` makes them).
+    pub fn worded(finding: Finding, explanation: String, fix: String) -> Diagnosis {
+        Diagnosis {
+            code: finding.code,
+            device: finding.device,
+            severity: finding.severity,
+            evidence: finding.evidence,
             explanation,
             fix,
         }

@@ -8,14 +8,14 @@
 use super::diagnose::CHECKS;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
-use crate::model::{Diagnosis, PartitionPlace, ProposedPlace};
+use crate::model::{Finding, PartitionPlace, ProposedPlace};
 
 /// fdisk's and parted's default alignment: 1 MiB.
 const DEFAULT_GRAIN_SECTORS: u64 = 2048;
 
 /// Diagnoses for one disk and its partitions from geometry alone
 /// (`subpage_block_size`, `misaligned_start`, `misaligned_io_opt`).
-pub fn audit_disk(disk: &DiskGeometry) -> Vec<Diagnosis> {
+pub fn audit_disk(disk: &DiskGeometry) -> Vec<Finding> {
     disk.partitions
         .iter()
         .flat_map(|part| audit_partition(disk, part))
@@ -24,7 +24,7 @@ pub fn audit_disk(disk: &DiskGeometry) -> Vec<Diagnosis> {
 
 /// Diagnoses for one partition of `disk`, in the order misaligned_start,
 /// misaligned_io_opt, subpage_block_size.
-pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Diagnosis> {
+pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Finding> {
     let placement = Placement::of(disk, part.start);
     let audit = PartitionAudit {
         disk,
@@ -44,7 +44,8 @@ pub(crate) struct PartitionAudit<'a> {
     pub disk: &'a DiskGeometry,
     pub part: &'a PartitionGeometry,
     pub placement: Placement,
-    pub proposal: Option<Proposal>,
+    /// `None` when the partition is too small to hold an aligned page.
+    pub proposal: Option<ProposedPlace>,
 }
 
 /// Where a start sector sits relative to the disk's alignment boundaries.
@@ -123,15 +124,6 @@ fn io_opt_that_matters(disk: &DiskGeometry) -> u64 {
     }
 }
 
-/// The geometry to use instead: start and size in sectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Proposal {
-    pub start: u64,
-    pub size: u64,
-    /// Sectors the start is rounded to (0 when the start stays).
-    pub start_step: u64,
-}
-
 /// Start rounded up to the next boundary of 1 MiB, the granularity, io_opt
 /// and chunk (only if the current one is misaligned); size rounded down to a
 /// whole number of pages so the end stays inside the current partition.
@@ -140,7 +132,7 @@ pub fn propose(
     disk: &DiskGeometry,
     part: &PartitionGeometry,
     placement: &Placement,
-) -> Option<Proposal> {
+) -> Option<ProposedPlace> {
     let end = part.start.checked_add(part.size)?;
     let (start, start_step) = if placement.misaligned() {
         let step = [
@@ -160,10 +152,11 @@ pub fn propose(
     };
     let size_step = (PAGE_BYTES.max(u64::from(disk.logical_block_size)) / SECTOR_BYTES).max(1);
     let size = end.checked_sub(start)? / size_step * size_step;
-    (size > 0).then_some(Proposal {
-        start,
-        size,
+    (size > 0).then_some(ProposedPlace {
+        proposed_start: start,
+        proposed_size: size,
         start_step,
+        partition_number: part.number,
     })
 }
 
@@ -179,16 +172,6 @@ fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
 
-/// "1 MiB", "192 KiB", "3584 B": exact, in the largest unit that divides.
-pub fn exact_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    UNITS
-        .iter()
-        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
-        .map(|(unit, name)| format!("{} {name}", bytes / unit))
-        .unwrap_or_else(|| format!("{bytes} B"))
-}
-
 pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
     PartitionPlace {
         partition_start: part.start,
@@ -196,75 +179,15 @@ pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
     }
 }
 
-pub(crate) fn proposed_place(proposal: Option<Proposal>) -> Option<ProposedPlace> {
-    proposal.map(|proposal| ProposedPlace {
-        proposed_start: proposal.start,
-        proposed_size: proposal.size,
-    })
-}
-
-/// The aligned geometry as sfdisk and parted commands.
-pub(crate) fn fix_text(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    proposal: Option<Proposal>,
-) -> String {
-    let Some(proposal) = proposal else {
-        return format!(
-            "{} is too small to hold an aligned, whole-page partition; remove it or grow it.",
-            part.name
-        );
-    };
-    let disk_node = format!("/dev/{}", disk.name);
-    let last = proposal.start + proposal.size - 1;
-    let sfdisk = format!(
-        "echo 'start={}, size={}' | sfdisk -N {} {disk_node}",
-        proposal.start, proposal.size, part.number
-    );
-    if proposal.start != part.start {
-        let step = proposal.start_step;
-        let step_text = if step == DEFAULT_GRAIN_SECTORS {
-            format!("a 1 MiB ({step}-sector) boundary")
-        } else {
-            format!(
-                "a {} ({step}-sector) boundary, a multiple of 1 MiB, the physical block, \
-                 io_opt and chunk",
-                exact_size(step * SECTOR_BYTES)
-            )
-        };
-        format!(
-            "Back up {name} first: moving its start destroys its contents. Recreate it with \
-             the start rounded up to {step_text} and the size rounded down to a multiple of 8 \
-             sectors, ending inside the old partition:\n  {sfdisk}\nor with parted:\n  \
-             parted {disk_node} unit s rm {number} mkpart primary {start}s {last}s\nthen \
-             recreate the filesystem on /dev/{name}.",
-            name = part.name,
-            number = part.number,
-            start = proposal.start,
-        )
-    } else {
-        let cut = part.size - proposal.size;
-        format!(
-            "Shrink {name} by {cut} sector{plural} to {size} (a multiple of 8 sectors), after \
-             shrinking any filesystem on it below that:\n  {sfdisk}\nor with parted:\n  \
-             parted {disk_node} unit s resizepart {number} {last}s",
-            name = part.name,
-            plural = if cut == 1 { "" } else { "s" },
-            size = proposal.size,
-            number = part.number,
-        )
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::geometry::DevId;
-    use crate::model::{Code, Severity};
+    use crate::model::{Code, Evidence, Severity, SubpageFix};
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
     /// sectors, io_min = io_opt = 4096 (seed README).
-    fn seed_disk(start: u64, end_inclusive: u64) -> DiskGeometry {
+    pub(crate) fn seed_disk(start: u64, end_inclusive: u64) -> DiskGeometry {
         DiskGeometry {
             name: "sdc".into(),
             dev: Some(DevId::new(8, 32)),
@@ -292,12 +215,34 @@ mod tests {
         }
     }
 
-    fn codes(found: &[Diagnosis]) -> Vec<Code> {
+    fn codes(found: &[Finding]) -> Vec<Code> {
         found.iter().map(|d| d.code).collect()
     }
 
-    fn find(found: &[Diagnosis], code: Code) -> &Diagnosis {
+    fn find(found: &[Finding], code: Code) -> &Finding {
         found.iter().find(|d| d.code == code).unwrap()
+    }
+
+    /// The partition geometry a static finding proposes (its fix).
+    fn proposed(finding: &Finding) -> Option<ProposedPlace> {
+        match &finding.evidence {
+            Evidence::MisalignedStart(evidence) => evidence.proposed,
+            Evidence::MisalignedIoOpt(evidence) => evidence.proposed,
+            Evidence::SubpageBlockSize(evidence) => match evidence.fix {
+                SubpageFix::Partition(place) => place,
+                other => panic!("not the audit's fix: {other:?}"),
+            },
+            other => panic!("not a static finding: {other:?}"),
+        }
+    }
+
+    fn place(start: u64, size: u64, start_step: u64) -> Option<ProposedPlace> {
+        Some(ProposedPlace {
+            proposed_start: start,
+            proposed_size: size,
+            start_step,
+            partition_number: 2,
+        })
     }
 
     #[test]
@@ -315,12 +260,6 @@ mod tests {
         assert_eq!(subpage.evidence.to_map()["partition_start"], 14_281_785);
         assert_eq!(subpage.evidence.to_map()["partition_size"], 27_647_865);
         assert_eq!(subpage.evidence.to_map()["size_mod_8"], 1);
-        // 128 segments x 512 B: requests stop at 64 KiB.
-        assert!(
-            subpage.explanation.contains("= 64 KiB"),
-            "{}",
-            subpage.explanation
-        );
 
         let start = find(&found, Code::MisalignedStart);
         assert_eq!(start.evidence.to_map()["granularity"], 4096);
@@ -329,16 +268,12 @@ mod tests {
         assert_eq!(start.evidence.to_map()["alignment_offset"], 3584);
         // Start rounded up to 1 MiB: 6974 * 2048; the old end is 41929650
         // (exclusive), 27646898 sectors away, rounded down to 8.
-        let line = "echo 'start=14282752, size=27646896' | sfdisk -N 2 /dev/sdc";
-        assert!(start.fix.contains(line), "{}", start.fix);
-        assert!(
-            start
-                .fix
-                .contains("parted /dev/sdc unit s rm 2 mkpart primary 14282752s 41929647s"),
-            "{}",
-            start.fix
+        assert_eq!(proposed(start), place(14_282_752, 27_646_896, 2048));
+        assert_eq!(
+            proposed(subpage),
+            proposed(start),
+            "one geometry fixes both"
         );
-        assert_eq!(subpage.fix, start.fix, "one geometry fixes both");
     }
 
     #[test]
@@ -351,19 +286,7 @@ mod tests {
         assert_eq!(subpage.evidence.to_map()["size_mod_8"], 2);
         assert_eq!(subpage.severity, Severity::Warning);
         // The start stays; only the size shrinks by 2 sectors.
-        assert!(
-            subpage
-                .fix
-                .contains("echo 'start=14282752, size=27646896' | sfdisk -N 2 /dev/sdc"),
-            "{}",
-            subpage.fix
-        );
-        assert!(
-            subpage.fix.contains("resizepart 2 41929647s"),
-            "{}",
-            subpage.fix
-        );
-        assert!(subpage.fix.contains("by 2 sectors"), "{}", subpage.fix);
+        assert_eq!(proposed(subpage), place(14_282_752, 27_646_896, 0));
     }
 
     #[test]
@@ -405,11 +328,7 @@ mod tests {
         // 63 * 512 = 32256 = 7 * 4096 + 3584.
         assert_eq!(found[0].evidence.to_map()["offset_bytes"], 3584);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 512);
-        assert!(
-            found[0].fix.contains("start=2048, size=6008"),
-            "{}",
-            found[0].fix
-        );
+        assert_eq!(proposed(&found[0]), place(2048, 6008, 2048));
 
         // An "XP-compatible" drive that reports alignment_offset 3584 is
         // aligned at sector 63.
@@ -421,10 +340,10 @@ mod tests {
         assert_eq!(codes(&found), [Code::MisalignedStart]);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 3584);
         // Next start that is 7 sectors past a 1 MiB boundary.
-        assert!(found[0].fix.contains("start=2055,"), "{}", found[0].fix);
+        assert_eq!(proposed(&found[0]).unwrap().proposed_start, 2055);
     }
 
-    fn striped(io_opt: u32, chunk_sectors: u32, start: u64) -> DiskGeometry {
+    pub(crate) fn striped(io_opt: u32, chunk_sectors: u32, start: u64) -> DiskGeometry {
         let mut disk = seed_disk(start, start + 8 * 100_000 - 1);
         disk.optimal_io_size = io_opt;
         disk.chunk_sectors = chunk_sectors;
@@ -440,15 +359,16 @@ mod tests {
         assert_eq!(found[0].severity, Severity::Info);
         assert_eq!(found[0].evidence.to_map()["optimal_io_size"], 1 << 20);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 8 * 512);
-        assert!(found[0].fix.contains("start=4096,"), "{}", found[0].fix);
+        assert_eq!(proposed(&found[0]).unwrap().proposed_start, 4096);
 
         // Three data disks of 64 KiB: io_opt 192 KiB = 384 sectors; 2048 is
         // 128 sectors past a stripe; lcm(2048, 384) = 6144.
         let found = audit_disk(&striped(3 * 65536, 0, 2048));
         assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 128 * 512);
-        assert!(found[0].fix.contains("start=6144,"), "{}", found[0].fix);
-        assert!(found[0].fix.contains("3 MiB"), "{}", found[0].fix);
+        let proposal = proposed(&found[0]).unwrap();
+        assert_eq!(proposal.proposed_start, 6144);
+        assert_eq!(proposal.start_step, 6144, "3 MiB");
     }
 
     #[test]
@@ -479,14 +399,7 @@ mod tests {
             codes(&found),
             [Code::MisalignedStart, Code::SubpageBlockSize]
         );
-        assert!(found[0].fix.contains("too small"), "{}", found[0].fix);
-    }
-
-    #[test]
-    fn exact_sizes_use_the_largest_dividing_unit() {
-        assert_eq!(exact_size(1 << 20), "1 MiB");
-        assert_eq!(exact_size(3 * 65536), "192 KiB");
-        assert_eq!(exact_size(3584), "3584 B");
-        assert_eq!(exact_size(0), "0 B");
+        assert_eq!(proposed(&found[0]), None, "too small");
+        assert_eq!(proposed(&found[1]), None);
     }
 }

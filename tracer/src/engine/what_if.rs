@@ -24,7 +24,7 @@ use super::stats::{new_histogram, op_index};
 use super::table::SlotRef;
 use super::Engine;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
-use crate::model::WhatIf;
+use crate::model::{RequeueFix, SplitFix, WhatIf};
 
 /// Sectors in a page: the segment a page-sized or larger bio is counted in.
 const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
@@ -295,6 +295,32 @@ pub fn issued_once(commands: u64, requeues: u64) -> Option<WhatIf> {
     prediction(issues, issues, commands)
 }
 
+/// The queue limits a `split_amplification` fix leaves: `max_sectors_kb`
+/// raised to the proposed value (the one its fix text names); `None` for a
+/// fix that changes no limit.
+pub fn limits_after_split_fix(fix: &SplitFix, now: &SplitLimits) -> Option<SplitLimits> {
+    match *fix {
+        SplitFix::RaiseMaxSectorsKb { to_kb } => Some(SplitLimits {
+            max_sectors: to_kb * 1024 / SECTOR_BYTES,
+            ..*now
+        }),
+        _ => None,
+    }
+}
+
+/// The limits the guest-side workaround of a virtio ring filler leaves:
+/// direct I/O of at most the proposed pages (the ones its fix text names);
+/// `None` for a fix without that workaround.
+pub fn limits_after_requeue_workaround(fix: &RequeueFix, now: &SplitLimits) -> Option<SplitLimits> {
+    match *fix {
+        RequeueFix::IndirectDescriptors { io_pages, .. } => Some(SplitLimits {
+            max_sectors: io_pages * PAGE_SECTORS,
+            ..*now
+        }),
+        RequeueFix::LowerNrRequests { .. } => None,
+    }
+}
+
 /// A fix that removes the splits of one alignment cause: each such split
 /// cut one extra command off a piece that would otherwise have stayed whole.
 pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
@@ -489,7 +515,7 @@ mod engine_tests {
 
     use super::super::{Engine, EngineLimits};
     use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-    use crate::model::{Code, Evidence};
+    use crate::model::{Code, Evidence, SplitFix};
 
     const DISK: DevId = DevId::new(7, 0);
     const ODD: DevId = DevId::new(259, 1);
@@ -570,7 +596,8 @@ mod engine_tests {
         let Evidence::SplitAmplification(evidence) = &split.evidence else {
             panic!("{split:?}");
         };
-        assert_eq!(evidence.proposed_max_sectors_kb, Some(1024));
+        assert_eq!(evidence.fix, SplitFix::RaiseMaxSectorsKb { to_kb: 1024 });
+        assert_eq!(split.evidence.to_map()["proposed_max_sectors_kb"], 1024);
         let what_if = split.evidence.what_if().expect("evidence.what_if");
         // 1 MiB bios of one segment per page: 128 segments cap a command at 512 KiB.
         assert_eq!(

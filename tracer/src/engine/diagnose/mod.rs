@@ -4,6 +4,10 @@
 //! them all; the audit ([`crate::engine::audit::audit_partition`]) and the
 //! live diagnosis here walk that one list.
 //!
+//! A check decides; it does not write. Its [`Finding`] holds the numbers,
+//! the severity and the fix it chose (`model/fix.rs`), which its what-if
+//! replays; `crate::explain` words it for the report.
+//!
 //! The live diagnosis enriches the audit's findings with what the traffic
 //! showed, and adds those only traffic can support. A code the audit raised
 //! for a device is not raised again from its traffic.
@@ -25,7 +29,7 @@ use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    ratio, Code, Diagnosis, DirtyBuffers, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
+    ratio, Code, DirtyBuffers, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
 };
 
 /// One diagnosis code: its static side, its live side, or both, and its
@@ -36,18 +40,18 @@ pub(crate) trait Check: Sync {
     fn code(&self) -> Code;
 
     /// From geometry alone: one partition of a disk.
-    fn audit(&self, _partition: &PartitionAudit<'_>) -> Option<Diagnosis> {
+    fn audit(&self, _partition: &PartitionAudit<'_>) -> Option<Finding> {
         None
     }
 
     /// From the traffic of one disk (its own) or one partition.
-    fn diagnose(&self, _traffic: &DeviceTraffic<'_>) -> Option<Diagnosis> {
+    fn diagnose(&self, _traffic: &DeviceTraffic<'_>) -> Option<Finding> {
         None
     }
 
-    /// Sets the fix's predicted effect on this traffic into the evidence of
-    /// `diagnosis` (one of this code's, on the traffic's device).
-    fn what_if(&self, _diagnosis: &mut Diagnosis, _traffic: &DeviceTraffic<'_>) {}
+    /// Sets the predicted effect of the fix `finding` proposes (one of this
+    /// code's, on the traffic's device) into its evidence.
+    fn what_if(&self, _finding: &mut Finding, _traffic: &DeviceTraffic<'_>) {}
 }
 
 /// Every diagnosis code, once. The order is the audit's order on one
@@ -72,7 +76,7 @@ pub(crate) struct DeviceTraffic<'a> {
     partition: Option<&'a PartitionGeometry>,
     /// Data operations (everything but flushes), all origins.
     total: OpStats,
-    /// The operation with the most user I/Os, named in explanations.
+    /// The operation with the most user I/Os, which the findings' counts name.
     main_op: Op,
     /// Each operation on its own, all origins.
     per_op: [Option<OpStats>; OP_COUNT],
@@ -137,10 +141,7 @@ fn traffic_of<'a>(
     observed
 }
 
-pub(super) fn diagnose(
-    devices: &[DeviceState],
-    dirty: &FastMap<u32, DirtyStats>,
-) -> Vec<Diagnosis> {
+pub(super) fn diagnose(devices: &[DeviceState], dirty: &FastMap<u32, DirtyStats>) -> Vec<Finding> {
     diagnose_with(devices, dirty, audit_disk)
 }
 
@@ -148,8 +149,8 @@ pub(super) fn diagnose(
 pub(super) fn diagnose_with(
     devices: &[DeviceState],
     dirty: &FastMap<u32, DirtyStats>,
-    audit: impl Fn(&DiskGeometry) -> Vec<Diagnosis>,
-) -> Vec<Diagnosis> {
+    audit: impl Fn(&DiskGeometry) -> Vec<Finding>,
+) -> Vec<Finding> {
     let mut found = Vec::new();
     for device in devices {
         let first_of_device = found.len();
@@ -159,29 +160,29 @@ pub(super) fn diagnose_with(
             Vec::new()
         };
         let observed = traffic_of(device, dirty);
-        for diagnosis in &mut audited {
+        for finding in &mut audited {
             let traffic = observed
                 .iter()
-                .find(|traffic| traffic.name == diagnosis.device);
-            if let (Some(traffic), Some(live)) = (traffic, diagnosis.evidence.live_mut()) {
+                .find(|traffic| traffic.name == finding.device);
+            if let (Some(traffic), Some(live)) = (traffic, finding.evidence.live_mut()) {
                 add_live_evidence(live, traffic);
             }
         }
         for traffic in &observed {
             for check in CHECKS {
-                let audited_here = audited.iter().any(|diagnosis| {
-                    diagnosis.code == check.code() && diagnosis.device == traffic.name
-                });
+                let audited_here = audited
+                    .iter()
+                    .any(|finding| finding.code == check.code() && finding.device == traffic.name);
                 if !audited_here {
                     found.extend(check.diagnose(traffic));
                 }
             }
         }
         found.extend(audited);
-        for diagnosis in &mut found[first_of_device..] {
-            let traffic = observed.iter().find(|t| t.name == diagnosis.device);
-            if let (Some(traffic), Some(check)) = (traffic, check_of(diagnosis.code)) {
-                check.what_if(diagnosis, traffic);
+        for finding in &mut found[first_of_device..] {
+            let traffic = observed.iter().find(|t| t.name == finding.device);
+            if let (Some(traffic), Some(check)) = (traffic, check_of(finding.code)) {
+                check.what_if(finding, traffic);
             }
         }
     }

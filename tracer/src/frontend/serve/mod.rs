@@ -253,7 +253,7 @@ impl Exporter {
             }
             let snapshot = Snapshot {
                 devices: engine.devices(),
-                diagnoses: engine.diagnoses(),
+                diagnoses: crate::explain::diagnoses(engine.diagnoses()),
                 events: engine.events(),
                 correlation: engine.correlation(),
                 kernel,
