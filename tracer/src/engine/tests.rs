@@ -125,20 +125,13 @@ pub(crate) fn complete(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent 
 pub(crate) fn backmerge(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
     event(EventKind::Backmerge, ts, dev, sector, nr)
 }
-pub(crate) fn split(ts: u64, dev: DevId, sector: u64, new_sector: u64) -> BlockEvent {
+fn split(ts: u64, dev: DevId, sector: u64, new_sector: u64) -> BlockEvent {
     BlockEvent {
         aux_sector: new_sector,
         ..event(EventKind::Split, ts, dev, sector, 0)
     }
 }
-pub(crate) fn remap(
-    ts: u64,
-    dev: DevId,
-    sector: u64,
-    nr: u32,
-    old: DevId,
-    old_sector: u64,
-) -> BlockEvent {
+fn remap(ts: u64, dev: DevId, sector: u64, nr: u32, old: DevId, old_sector: u64) -> BlockEvent {
     BlockEvent {
         aux_dev: k(old),
         aux_sector: old_sector,
@@ -155,7 +148,7 @@ pub(crate) fn feed(engine: &mut Engine, events: &[BlockEvent]) {
     }
 }
 
-pub(crate) fn device<'a>(reports: &'a [DeviceReport], name: &str) -> &'a DeviceReport {
+fn device<'a>(reports: &'a [DeviceReport], name: &str) -> &'a DeviceReport {
     reports
         .iter()
         .find(|report| report.name == name)
@@ -798,7 +791,7 @@ fn a_reissue_whose_requeue_was_not_seen_counts_again_and_completes_once() {
     assert_eq!(disk_op(&engine, "loop0", Op::Write).commands, 2);
 }
 
-pub(crate) fn requeue(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+fn requeue(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
     event(EventKind::Requeue, ts, dev, sector, nr)
 }
 
