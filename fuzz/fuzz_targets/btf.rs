@@ -1,5 +1,5 @@
 //! `/sys/kernel/btf/vmlinux` as a hostile kernel might write it: parsing and
-//! every lookup the raw-tracepoint probes depend on must refuse, never panic
+//! every lookup the BTF-typed probes depend on must refuse, never panic
 //! or hang.
 #![no_main]
 

@@ -14,12 +14,12 @@
 /// tracer-ebpf (raw) and in `capture/format.rs` (classic fields), and the
 /// engine's handler.
 ///
-/// A row: `Kind: tracepoint, json_key, classic_program, raw_program, object, arguments;`
+/// A row: `Kind: tracepoint, json_key, classic_program, btf_program, object, arguments;`
 /// - `tracepoint`: the kernel tracepoint, in the `block` category;
 /// - `json_key`: the key in the report's `events` object;
-/// - `classic_program`, `raw_program`: the eBPF programs of each flavor;
-/// - `object`: the [`ProbeObject`] the raw tracepoint's first argument points to;
-/// - `arguments`: the raw tracepoint's arguments (`TP_PROTO`), checked against BTF.
+/// - `classic_program`, `btf_program`: the eBPF programs of each flavor;
+/// - `object`: the [`ProbeObject`] the BTF tracepoint's first argument points to;
+/// - `arguments`: the BTF tracepoint's arguments (`TP_PROTO`), checked against BTF.
 ///
 /// Rows are in wire order (the kind's value); new rows go at the end.
 #[macro_export]
@@ -27,32 +27,32 @@ macro_rules! with_block_probes {
     ($callback:ident) => {
         $callback! {
             /// `block_bio_remap`: a bio moved from a partition (or upper device) to its disk.
-            Remap: block_bio_remap, remap, bio_remap, raw_bio_remap, Bio, 3;
+            Remap: block_bio_remap, remap, bio_remap, btf_bio_remap, Bio, 3;
             /// `block_bio_queue`: a bio submitted to the block layer.
-            Queue: block_bio_queue, queue, bio_queue, raw_bio_queue, Bio, 1;
+            Queue: block_bio_queue, queue, bio_queue, btf_bio_queue, Bio, 1;
             /// `block_split`: a bio cut at `new_sector`.
-            Split: block_split, split, split, raw_split, Bio, 2;
+            Split: block_split, split, split, btf_split, Bio, 2;
             /// `block_bio_backmerge`: a bio appended to a pending request.
-            Backmerge: block_bio_backmerge, backmerge, bio_backmerge, raw_bio_backmerge, Bio, 1;
+            Backmerge: block_bio_backmerge, backmerge, bio_backmerge, btf_bio_backmerge, Bio, 1;
             /// `block_bio_frontmerge`: a bio prepended to a pending request.
-            Frontmerge: block_bio_frontmerge, frontmerge, bio_frontmerge, raw_bio_frontmerge, Bio, 1;
+            Frontmerge: block_bio_frontmerge, frontmerge, bio_frontmerge, btf_bio_frontmerge, Bio, 1;
             /// `block_rq_merge`: two pending requests merged.
-            RqMerge: block_rq_merge, rq_merge, rq_merge, raw_rq_merge, Request, 1;
+            RqMerge: block_rq_merge, rq_merge, rq_merge, btf_rq_merge, Request, 1;
             /// `block_rq_issue`: a request handed to the driver (a device command).
-            Issue: block_rq_issue, issue, rq_issue, raw_rq_issue, Request, 1;
+            Issue: block_rq_issue, issue, rq_issue, btf_rq_issue, Request, 1;
             /// `block_rq_complete`: a request completed, possibly in part.
-            Complete: block_rq_complete, complete, rq_complete, raw_rq_complete, Request, 3;
+            Complete: block_rq_complete, complete, rq_complete, btf_rq_complete, Request, 3;
             /// `block_bio_complete`: a bio completed on a bio-based device.
-            BioComplete: block_bio_complete, bio_complete, bio_complete, raw_bio_complete, Bio, 2;
+            BioComplete: block_bio_complete, bio_complete, bio_complete, btf_bio_complete, Bio, 2;
             /// `block_dirty_buffer`: a buffer head dirtied (counted in the kernel).
-            DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, raw_dirty_buffer, BufferHead, 1;
+            DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, btf_dirty_buffer, BufferHead, 1;
             /// `block_rq_requeue`: the driver gave an issued request back; it is issued again later.
-            Requeue: block_rq_requeue, requeue, rq_requeue, raw_rq_requeue, Request, 1;
+            Requeue: block_rq_requeue, requeue, rq_requeue, btf_rq_requeue, Request, 1;
         }
     };
 }
 
-/// What a block raw tracepoint's first argument points to.
+/// What a block BTF tracepoint's first argument points to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeObject {
     /// `struct bio *` (for `block_bio_complete`, the second argument).
@@ -66,7 +66,7 @@ pub enum ProbeObject {
 macro_rules! define_event_kind {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
     )*) => {
         /// Which block tracepoint produced a [`BlockEvent`]; one per row of
         /// [`with_block_probes!`].
@@ -104,21 +104,21 @@ macro_rules! define_event_kind {
                 }
             }
 
-            /// The raw-tracepoint program (BTF layouts).
-            pub const fn raw_program(self) -> &'static str {
+            /// The BTF-tracepoint program (BTF layouts).
+            pub const fn btf_program(self) -> &'static str {
                 match self {
-                    $(EventKind::$kind => stringify!($raw),)*
+                    $(EventKind::$kind => stringify!($btf),)*
                 }
             }
 
-            /// What the raw tracepoint's (first) argument points to.
+            /// What the BTF tracepoint's (first) argument points to.
             pub const fn object(self) -> ProbeObject {
                 match self {
                     $(EventKind::$kind => ProbeObject::$object,)*
                 }
             }
 
-            /// The raw tracepoint's arguments (its `TP_PROTO`).
+            /// The BTF tracepoint's arguments (its `TP_PROTO`).
             pub const fn arguments(self) -> usize {
                 match self {
                     $(EventKind::$kind => $arguments,)*
@@ -281,7 +281,7 @@ impl Owner {
 }
 
 /// Byte offsets into kernel structs, read from BTF at start-up, for the
-/// raw-tracepoint probes (which get `struct bio *` / `struct request *`
+/// BTF-typed probes (which get `struct bio *` / `struct request *`
 /// arguments instead of a formatted record).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -450,17 +450,17 @@ impl KernelLayout {
 pub const PAGE_SPAN_BYTES: usize = 32;
 pub const INODE_SPAN_BYTES: usize = 80;
 
-/// Bytes of `struct bio` / `struct request` each raw-tracepoint event carries:
+/// Bytes of `struct bio` / `struct request` each BTF-tracepoint event carries:
 /// from the op flags to the sector and size, which sit together in both.
 pub const WINDOW_BYTES: usize = 40;
 
-/// What the raw-tracepoint probes send per block event, 72 bytes: the device
+/// What the BTF-typed probes send per block event, 72 bytes: the device
 /// (resolved in the kernel, where it is needed for filtering), the
 /// tracepoint's scalar arguments, and a window of the bio or request that
 /// userspace decodes with the BTF offsets.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawTpEvent {
+pub struct BtfEvent {
     pub ts_ns: u64,
     /// split: `new_sector`; remap: the sector it came from; rq complete:
     /// `nr_bytes`; queue, folding remaps: the partition's start sector.
@@ -475,13 +475,13 @@ pub struct RawTpEvent {
     pub window: [u8; WINDOW_BYTES],
 }
 
-/// What the raw `block_bio_queue` probe sends, 112 bytes: the event and its
+/// What the BTF-typed `block_bio_queue` probe sends, 112 bytes: the event and its
 /// owner. Only queue events carry an owner, so the others stay 72 bytes;
 /// userspace tells them apart by length.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawTpQueueEvent {
-    pub event: RawTpEvent,
+pub struct BtfQueueEvent {
+    pub event: BtfEvent,
     pub owner: Owner,
 }
 
@@ -861,7 +861,7 @@ pub mod names {
     /// probe instead of looked up in `DEVICES` (see [`super::device_filter`]).
     pub const DEVICE_LIST: &str = "DEVICE_LIST";
     pub const FILTER_PIDS: &str = "FILTER_PIDS";
-    /// Owner filters (`-p`, `--cgroup`, `--comm`; raw probes only): which
+    /// Owner filters (`-p`, `--cgroup`, `--comm`; BTF probes only): which
     /// kinds are on ([`super::owner_filter`] bits), and the values of each.
     pub const FILTER_OWNERS: &str = "FILTER_OWNERS";
     pub const OWNER_PIDS: &str = "OWNER_PIDS";
@@ -888,8 +888,8 @@ mod user {
     unsafe impl aya::Pod for OpenEvent {}
     unsafe impl aya::Pod for DirtyCounts {}
     unsafe impl aya::Pod for KernelLayout {}
-    unsafe impl aya::Pod for RawTpEvent {}
-    unsafe impl aya::Pod for RawTpQueueEvent {}
+    unsafe impl aya::Pod for BtfEvent {}
+    unsafe impl aya::Pod for BtfQueueEvent {}
     unsafe impl aya::Pod for Owner {}
     unsafe impl aya::Pod for OwnerLayout {}
 }
@@ -902,10 +902,10 @@ mod tests {
     fn wire_sizes_have_no_hidden_padding() {
         assert_eq!(core::mem::size_of::<BlockEvent>(), 96);
         assert_eq!(core::mem::size_of::<Owner>(), 40);
-        assert_eq!(core::mem::size_of::<RawTpQueueEvent>(), 112);
+        assert_eq!(core::mem::size_of::<BtfQueueEvent>(), 112);
         assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
-        assert_eq!(core::mem::size_of::<RawTpEvent>(), 72);
+        assert_eq!(core::mem::size_of::<BtfEvent>(), 72);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 36);
@@ -933,10 +933,10 @@ mod tests {
             }
             // No program name is used twice, across both flavors.
             for b in &EventKind::ALL {
-                assert_ne!(a.program(), b.raw_program());
+                assert_ne!(a.program(), b.btf_program());
                 if a != b {
                     assert_ne!(a.program(), b.program());
-                    assert_ne!(a.raw_program(), b.raw_program());
+                    assert_ne!(a.btf_program(), b.btf_program());
                 }
             }
         }

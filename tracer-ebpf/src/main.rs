@@ -3,7 +3,7 @@
 //! Two programs per block tracepoint, one per flavor, both generated from the
 //! probe table (`tracer_common::with_block_probes!`); userspace loads one
 //! flavor (or, for the floor measurement, `probes/noop.rs`'s programs that
-//! return at once). BTF-typed raw tracepoints (`tp_btf`, `probes/raw_block.rs`)
+//! return at once). BTF-typed tracepoints (`tp_btf`, `probes/btf.rs`)
 //! load `struct bio` / `struct request` fields at BTF offsets from the
 //! `KERNEL_LAYOUT` global; the
 //! classic fallback (`probes/block.rs`) copies the formatted record, with

@@ -225,10 +225,13 @@ pub struct AnalyzeArgs {
     pub by: Vec<ByView>,
 }
 
+/// Where `serve` listens unless told otherwise (loopback: exposing it is a choice).
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:9788";
+
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address and port to serve /metrics on.
-    #[arg(long, value_name = "ADDR:PORT", default_value = crate::frontend::serve::DEFAULT_LISTEN)]
+    #[arg(long, value_name = "ADDR:PORT", default_value = DEFAULT_LISTEN)]
     pub listen: std::net::SocketAddr,
     /// Also serve counters by who caused the I/O: process, cgroup or file
     /// (repeatable); the top owners per device plus `other`.

@@ -1,9 +1,10 @@
 //! The seam between capture and everything that consumes events.
 //!
-//! Capture drives an [`EventSink`]; the engine and `run`'s recorder implement
+//! Capture drives an [`EventSink`]; the engine and `run`'s matcher implement
 //! one. It lives here, not in `capture`, so the pure engine never imports the
 //! aya-facing capture module, and tests can drive a sink with a synthetic or
-//! recorded stream.
+//! recorded stream. The engine's impls are here too: the engine knows
+//! nothing of sinks.
 
 use std::time::Instant;
 
@@ -34,6 +35,28 @@ pub trait EventSink: Send + 'static {
 /// a recording in front of it keeps each change in order with the events.
 pub trait DiskSink: EventSink {
     fn refresh_disks(&mut self, disks: Vec<DiskGeometry>);
+}
+
+impl EventSink for Engine {
+    fn block_event(&mut self, event: &BlockEvent) {
+        self.ingest(event)
+    }
+
+    fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
+        Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn owners_read(&mut self, read: bool) {
+        Engine::attribute_owners(self, read)
+    }
+
+    fn events_lost(&mut self) {
+        Engine::events_lost(self)
+    }
+
+    fn drained(&mut self, now: std::time::Instant) {
+        Engine::drained(self, now)
+    }
 }
 
 impl DiskSink for Engine {

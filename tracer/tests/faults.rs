@@ -204,7 +204,7 @@ fn sigkill_leaves_no_program_link_or_map_behind() {
     }
     let _serial = one_at_a_time();
     let disk = LoopDisk::new("kill", 16, &[]);
-    for flavor in ["raw", "classic"] {
+    for flavor in ["btf", "classic"] {
         let before = BpfObjects::now();
         let tracer =
             Tracer::start_with(&["report", "-d", &disk.name], &[("IOSPLIT_PROBES", flavor)]);

@@ -22,10 +22,10 @@ fn floor_report_attaches_every_probe_and_says_nothing_was_captured() {
         .expect("iosplit-trace runs");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "stderr: {stderr}");
-    // Every row of the probe table, on its raw tracepoint.
+    // Every row of the probe table, on its BTF tracepoint.
     let rows = tracer_common::EventKind::COUNT;
     let attached =
-        format!("({rows}/{rows} probes attached, noop raw tracepoints, capturing nothing)");
+        format!("({rows}/{rows} probes attached, noop BTF tracepoints, capturing nothing)");
     assert!(stderr.contains(&attached), "{stderr}");
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report["schema"], "iosplit-trace/floor");

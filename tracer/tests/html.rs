@@ -61,7 +61,7 @@ fn synthetic_recording(path: &Path) {
     let mut sink = RecordingSink::new(Nothing, Some(&mut writer));
     writer.header(RecordHeader {
         tool: "test".into(),
-        probe_flavor: "raw tracepoints".into(),
+        probe_flavor: "BTF tracepoints".into(),
         recorded_by: "record".into(),
         geometry: vec![DiskGeometry {
             name: "loop9".into(),

@@ -49,7 +49,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
     let scratch = ScratchFile(scratch_dir.join(format!("oracle-{}.img", std::process::id())));
     let oracle = BlkTracer::start_disks(&[&disk.name, &root_disk]);
     let args = ["report", "--json", "-d", &disk.name];
-    let raw = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "raw")]);
+    let raw = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "btf")]);
     let classic = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "classic")]);
 
     let p1 = disk.partition(1);
@@ -96,7 +96,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
     let (raw, classic) = (parse(raw), parse(classic));
 
     let root_args = ["report", "--json", "-d", &root_disk];
-    let root_reports = ["raw", "classic"].map(|flavor| {
+    let root_reports = ["btf", "classic"].map(|flavor| {
         oracle.marker(&marker(Edge::Starting, flavor));
         let tracer = Tracer::start_with(&root_args, &[("IOSPLIT_PROBES", flavor)]);
         oracle.marker(&marker(Edge::Attached, flavor));
@@ -107,7 +107,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
         (flavor, report)
     });
     let trace = oracle.finish();
-    for (flavor, report) in [("raw", &raw), ("classic", &classic)] {
+    for (flavor, report) in [("btf", &raw), ("classic", &classic)] {
         eprintln!("--- {flavor} tracepoints");
         check_against_oracle(report, &trace, &disk, flavor);
     }
@@ -125,12 +125,12 @@ fn event_counts_match_the_kernels_blk_tracer() {
 /// Raw tracepoints are skipped only when a probe re-enters itself: never
 /// here. Classic ones are also skipped whenever another BPF program runs on
 /// the CPU, as the raw tracer's do beside them for every block event on the
-/// machine (the README's reason for raw tracepoints); on the traced disk the
+/// machine (the README's reason for BTF tracepoints); on the traced disk the
 /// exact per-action comparison catches any such loss.
 fn assert_missed_only_where_allowed(events: &serde_json::Value, flavor: &str) {
     let missed = events["missed"].as_u64().expect("events.missed");
     match flavor {
-        "raw" => assert_eq!(missed, 0, "the kernel skipped raw probe runs"),
+        "btf" => assert_eq!(missed, 0, "the kernel skipped BTF probe runs"),
         _ if missed > 0 => eprintln!("{flavor}: the kernel skipped {missed} probe runs"),
         _ => {}
     }

@@ -89,7 +89,7 @@ static FILTER_PIDS: Global<u8> = Global::new(0);
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
 
-/// Every kind's record offsets, indexed by kind (`ABSENT` under raw tracepoints).
+/// Every kind's record offsets, indexed by kind (`ABSENT` under BTF tracepoints).
 #[unsafe(no_mangle)]
 static CLASSIC_FIELDS: Global<ClassicFields> =
     Global::new([FieldOffsets::ABSENT; EventKind::COUNT]);
@@ -265,7 +265,7 @@ fn read_failed(ctx: &TracePointContext, kind: EventKind, errno: i32) -> u32 {
 macro_rules! classic_programs {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
     )*) => {
         $(
             $(#[doc = $doc])*

@@ -1,14 +1,14 @@
 //! Block tracepoints and the write-family syscalls of a traced process tree.
 //!
 //! Contract: for every row of `with_block_probes!` (the `block/*`
-//! tracepoints), a raw-tracepoint program producing `RawTpEvent`s (offsets
-//! from BTF, `raw_block`) and a classic one producing `ClassicRecord`s
+//! tracepoints), a BTF-tracepoint program producing `BtfEvent`s (offsets
+//! from BTF, `btf`) and a classic one producing `ClassicRecord`s
 //! (offsets from the format files, `block`); `sched/sched_process_fork` to
 //! follow a process tree, and `syscalls/sys_{enter,exit}_*` to produce
 //! `ProcessEvent`s for it (`process`); and, for the floor measurement, a
-//! raw-tracepoint program per row that returns at once (`noop`).
+//! BTF-tracepoint program per row that returns at once (`noop`).
 
 pub mod block;
+pub mod btf;
 pub mod noop;
 pub mod process;
-pub mod raw_block;

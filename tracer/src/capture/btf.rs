@@ -1,5 +1,5 @@
 //! A small reader for the kernel's BTF (`/sys/kernel/btf/vmlinux`): struct
-//! member offsets and enumerator values, which is all the raw-tracepoint
+//! member offsets and enumerator values, which is all the BTF-tracepoint
 //! probes need to read `struct bio` and `struct request` on any kernel.
 
 use std::ops::Range;

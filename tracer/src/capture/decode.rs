@@ -1,11 +1,11 @@
 //! Probe records → [`BlockEvent`], one decoder per probe flavor: the classic
 //! tracepoints' record bytes with the format-file offsets
-//! ([`ClassicDecoder`]), and the raw tracepoints' windows of `struct bio` and
-//! `struct request` with the BTF offsets ([`RawTpDecoder`]). Pure, so each
+//! ([`ClassicDecoder`]), and the BTF tracepoints' windows of `struct bio` and
+//! `struct request` with the BTF offsets ([`BtfDecoder`]). Pure, so each
 //! kernel layout is unit-tested.
 
 use tracer_common::{
-    BlockEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject, RawTpEvent,
+    BlockEvent, BtfEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject,
     CLASSIC_RECORD_BYTES, CLASSIC_RECORD_START, NO_FIELD, RWBS_BYTES,
 };
 
@@ -71,20 +71,20 @@ impl ClassicDecoder {
     }
 }
 
-/// Decodes the raw-tracepoint probes' `RawTpEvent`s the way the classic
+/// Decodes the BTF-typed probes' `BtfEvent`s the way the classic
 /// tracepoints would have formatted them (`TP_fast_assign` of each event).
 #[derive(Clone, Copy, Debug)]
-pub struct RawTpDecoder {
+pub struct BtfDecoder {
     layout: ObjectLayout,
 }
 
-impl RawTpDecoder {
-    pub fn new(layout: ObjectLayout) -> RawTpDecoder {
-        RawTpDecoder { layout }
+impl BtfDecoder {
+    pub fn new(layout: ObjectLayout) -> BtfDecoder {
+        BtfDecoder { layout }
     }
 
     #[inline(always)]
-    pub fn decode(&self, object: &RawTpEvent) -> Option<BlockEvent> {
+    pub fn decode(&self, object: &BtfEvent) -> Option<BlockEvent> {
         let kind = EventKind::from_u8(object.kind)?;
         let window = &object.window;
         let u32_at = |at: usize| {
@@ -167,7 +167,7 @@ impl RawTpDecoder {
     /// `KernelLayout::fold_remaps`): the one `blk_partition_remap` reported
     /// for the bio, which it does only for a bio with sectors.
     #[inline(always)]
-    pub fn folded_remap(object: &RawTpEvent, queue: &BlockEvent) -> Option<BlockEvent> {
+    pub fn folded_remap(object: &BtfEvent, queue: &BlockEvent) -> Option<BlockEvent> {
         let partition = object.arg2;
         if object.kind != EventKind::Queue as u8
             || partition == 0
@@ -316,7 +316,7 @@ mod tests {
         use tracer_common::{KernelLayout, WINDOW_BYTES};
         let ops = ops_6_18();
         let fields = fields_6_18();
-        let decoder = RawTpDecoder::new(ObjectLayout {
+        let decoder = BtfDecoder::new(ObjectLayout {
             kernel: KernelLayout::ABSENT,
             fields,
             ops,
@@ -326,7 +326,7 @@ mod tests {
             for (at, bytes) in put {
                 window[*at..*at + bytes.len()].copy_from_slice(bytes);
             }
-            RawTpEvent {
+            BtfEvent {
                 ts_ns: 7,
                 arg,
                 tgid: 42,
@@ -368,7 +368,7 @@ mod tests {
         );
         let queued = decoder.decode(&queue).unwrap();
         assert_eq!((queued.aux_dev, queued.aux_sector), (0, 0));
-        let folded = RawTpDecoder::folded_remap(&queue, &queued).unwrap();
+        let folded = BtfDecoder::folded_remap(&queue, &queued).unwrap();
         assert_eq!(folded.kind, EventKind::Remap as u8);
         assert_eq!(
             (folded.dev, folded.sector, folded.nr_sector),
@@ -384,14 +384,14 @@ mod tests {
         );
         // None for a bio sent to the disk itself, or without sectors (the
         // kernel remaps only bios with sectors), or for other kinds.
-        let on_disk = RawTpEvent { arg2: 0, ..queue };
-        assert!(RawTpDecoder::folded_remap(&on_disk, &queued).is_none());
+        let on_disk = BtfEvent { arg2: 0, ..queue };
+        assert!(BtfDecoder::folded_remap(&on_disk, &queued).is_none());
         let empty = BlockEvent {
             nr_sector: 0,
             ..queued
         };
-        assert!(RawTpDecoder::folded_remap(&queue, &empty).is_none());
-        assert!(RawTpDecoder::folded_remap(&remap, &queued).is_none());
+        assert!(BtfDecoder::folded_remap(&queue, &empty).is_none());
+        assert!(BtfDecoder::folded_remap(&remap, &queued).is_none());
 
         let split = object(EventKind::Split, &[(16, &2048u64.to_ne_bytes())], 2176, 0);
         assert_eq!(decoder.decode(&split).unwrap().aux_sector, 2176);
@@ -409,7 +409,7 @@ mod tests {
         let event = decoder.decode(&issue).unwrap();
         assert_eq!((event.sector, event.nr_sector), (2048, 128));
         // A requeue reads the same request fields as an issue.
-        let requeue = RawTpEvent {
+        let requeue = BtfEvent {
             kind: EventKind::Requeue as u8,
             ..issue
         };
@@ -441,7 +441,7 @@ mod tests {
         );
         let event = decoder.decode(&passthrough).unwrap();
         assert_eq!((event.sector, event.nr_sector), (0, 0));
-        let unknown = RawTpEvent { kind: 200, ..remap };
+        let unknown = BtfEvent { kind: 200, ..remap };
         assert!(decoder.decode(&unknown).is_none());
     }
 
@@ -451,7 +451,7 @@ mod tests {
         use crate::capture::layout::ObjectLayout;
         use tracer_common::{KernelLayout, WINDOW_BYTES};
         // 6.18's request window from mq_hctx: hctx 0, flags 8, tag 16, len 28, sector 32.
-        let decoder = RawTpDecoder::new(ObjectLayout {
+        let decoder = BtfDecoder::new(ObjectLayout {
             kernel: KernelLayout::ABSENT,
             fields: crate::capture::layout::WindowFields {
                 rq_flags: 8,
@@ -470,7 +470,7 @@ mod tests {
             window[16..20].copy_from_slice(&tag.to_ne_bytes());
             window[28..32].copy_from_slice(&4096u32.to_ne_bytes());
             window[32..40].copy_from_slice(&2048u64.to_ne_bytes());
-            RawTpEvent {
+            BtfEvent {
                 ts_ns: 1,
                 arg: 4096,
                 tgid: 1,

@@ -1,4 +1,4 @@
-//! The raw-tracepoint probes' view of kernel structs, resolved from BTF:
+//! The BTF-typed probes' view of kernel structs, resolved from BTF:
 //! offsets the probes follow to find the device, the window of `struct bio`
 //! and `struct request` they copy, and how to decode that window (including
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
@@ -9,7 +9,7 @@ use tracer_common::{
 
 use super::btf::{Btf, BtfError, Member};
 
-/// Why this kernel's BTF does not give the raw-tracepoint probes what they need.
+/// Why this kernel's BTF does not give the BTF-typed probes what they need.
 #[derive(Debug, thiserror::Error)]
 pub enum LayoutError {
     #[error(transparent)]
@@ -88,12 +88,12 @@ pub struct ObjectLayout {
     pub ops: OpBits,
 }
 
-/// Parameters (with the leading `void *`) each raw tracepoint must have.
+/// Parameters (with the leading `void *`) each BTF tracepoint must have.
 fn expected_arity(kind: EventKind) -> usize {
     kind.arguments() + 1
 }
 
-/// Resolves everything the raw-tracepoint probes need, or says what is missing.
+/// Resolves everything the BTF-typed probes need, or says what is missing.
 pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
     for kind in EventKind::ALL {
         if let Some(arity) = btf.tracepoint_arity(kind.tracepoint()) {
@@ -320,7 +320,7 @@ impl OpBits {
 /// The owner chains this kernel's BTF allows, each enabled only when every
 /// member it follows is present with a pointer's (or its value's) size. A
 /// missing chain leaves that part of the owner unknown; it does not refuse
-/// the raw probes. `iomap_dio_end_io` is filled in from kallsyms by the loader.
+/// the BTF probes. `iomap_dio_end_io` is filled in from kallsyms by the loader.
 pub fn owner_layout(btf: &Btf) -> OwnerLayout {
     let at = |strukt: &str, path: &[&str], size: u32| -> Option<u32> {
         btf.member(strukt, path)

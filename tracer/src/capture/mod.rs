@@ -28,9 +28,9 @@ use aya::{
     Btf, Ebpf, EbpfLoader,
 };
 use tracer_common::{
-    counter, device_filter, names, BlockEvent, ClassicFields, ClassicRecord, DirtyCounts,
-    EventKind, FieldOffsets, KernelLayout, OpenEvent, ProcessEvent, ProcessEventKind,
-    ProcessOffsets, RawTpEvent, RawTpQueueEvent, DEVICE_LIST_LEN,
+    counter, device_filter, names, BlockEvent, BtfEvent, BtfQueueEvent, ClassicFields,
+    ClassicRecord, DirtyCounts, EventKind, FieldOffsets, KernelLayout, OpenEvent, ProcessEvent,
+    ProcessEventKind, ProcessOffsets, DEVICE_LIST_LEN,
 };
 
 use crate::error::{Error, Result};
@@ -333,12 +333,12 @@ type Loaded = (
 /// Which programs carry the block events.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProbeFlavor {
-    /// BTF-typed raw tracepoints (`tp_btf`) reading `struct bio`/`struct request`
+    /// BTF-typed tracepoints (`tp_btf`) reading `struct bio`/`struct request`
     /// with BTF offsets.
-    Raw,
+    Btf,
     /// Classic tracepoints reading the formatted record with format-file offsets.
     Classic,
-    /// The floor: the raw tracepoints with programs that return at once.
+    /// The floor: the BTF tracepoints with programs that return at once.
     /// Nothing is captured; only the tracepoints' dispatch is paid.
     Noop,
 }
@@ -346,14 +346,14 @@ pub enum ProbeFlavor {
 impl ProbeFlavor {
     pub fn name(self) -> &'static str {
         match self {
-            ProbeFlavor::Raw => "raw tracepoints",
+            ProbeFlavor::Btf => "BTF tracepoints",
             ProbeFlavor::Classic => "classic tracepoints",
-            ProbeFlavor::Noop => "noop raw tracepoints, capturing nothing",
+            ProbeFlavor::Noop => "noop BTF tracepoints, capturing nothing",
         }
     }
 }
 
-/// Names the probes to use: `raw`, `classic`, or unset for raw where BTF
+/// Names the probes to use: `btf` (`raw`, its old name, is accepted), `classic`, or unset for btf where BTF
 /// allows; `noop` (the floor) attaches programs that return at once.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
 /// Bios turned away by the owner filters that are remembered at once, so
@@ -363,7 +363,7 @@ const FILTERED_BIOS_MAX: u32 = 65536;
 /// How the consumer turns ring records into events: one decoder per flavor.
 enum Decoding {
     Classic(decode::ClassicDecoder),
-    RawTp(decode::RawTpDecoder),
+    Btf(decode::BtfDecoder),
     /// The noop programs write nothing.
     Nothing,
 }
@@ -372,7 +372,7 @@ impl Decoding {
     fn flavor(&self) -> ProbeFlavor {
         match self {
             Decoding::Classic(_) => ProbeFlavor::Classic,
-            Decoding::RawTp(_) => ProbeFlavor::Raw,
+            Decoding::Btf(_) => ProbeFlavor::Btf,
             Decoding::Nothing => ProbeFlavor::Noop,
         }
     }
@@ -393,22 +393,21 @@ impl Decoding {
                     each(event);
                 }
             }
-            Decoding::RawTp(decoder) => {
-                if item.len() < std::mem::size_of::<RawTpEvent>() {
+            Decoding::Btf(decoder) => {
+                if item.len() < std::mem::size_of::<BtfEvent>() {
                     return;
                 }
-                // SAFETY: the raw-tracepoint probes write whole `RawTpEvent`s (checked length).
-                let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<RawTpEvent>()) };
+                // SAFETY: the BTF-typed probes write whole `BtfEvent`s (checked length).
+                let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BtfEvent>()) };
                 let Some(mut decoded) = decoder.decode(&event) else {
                     return;
                 };
-                if item.len() >= std::mem::size_of::<RawTpQueueEvent>() {
-                    // SAFETY: a record this long is a whole `RawTpQueueEvent` (checked length).
-                    let queued = unsafe {
-                        std::ptr::read_unaligned(item.as_ptr().cast::<RawTpQueueEvent>())
-                    };
+                if item.len() >= std::mem::size_of::<BtfQueueEvent>() {
+                    // SAFETY: a record this long is a whole `BtfQueueEvent` (checked length).
+                    let queued =
+                        unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BtfQueueEvent>()) };
                     decoded.owner = queued.owner;
-                    if let Some(remap) = decode::RawTpDecoder::folded_remap(&event, &decoded) {
+                    if let Some(remap) = decode::BtfDecoder::folded_remap(&event, &decoded) {
                         each(remap);
                     }
                 }
@@ -436,7 +435,7 @@ fn parse_ring_kb(value: &str) -> Option<u32> {
     (4..=MAX_RING_KB).contains(&kb).then_some(kb << 10)
 }
 
-/// Raw tracepoints unless told otherwise or the kernel's BTF lacks something.
+/// BTF-typed tracepoints unless told otherwise or the kernel's BTF lacks something.
 fn choose_flavor(
     accept_noop: bool,
     read_owners: bool,
@@ -450,10 +449,11 @@ fn choose_flavor(
                 "{PROBES_ENV}=noop captures nothing (it measures the tracepoints' floor); only `report` accepts it"
             )))
         }
-        "" | "raw" => {}
+        // `raw` is the flavor's name before 0.2: scripts that set it keep working.
+        "" | "btf" | "raw" => {}
         other => {
             return Err(Error::usage(format!(
-                "{PROBES_ENV}={other} is not a probe flavor; use raw or classic (or noop with report), or unset it"
+                "{PROBES_ENV}={other} is not a probe flavor; use btf or classic (or noop with report), or unset it"
             )))
         }
     }
@@ -474,10 +474,10 @@ fn choose_flavor(
                 owner.direct_enabled = 0;
             }
             layout::set_spans(&mut layout.kernel);
-            Ok((ProbeFlavor::Raw, Some(layout)))
+            Ok((ProbeFlavor::Btf, Some(layout)))
         }
-        Err(why) if requested == "raw" => Err(Error::failure(format!(
-            "raw tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
+        Err(why) if !requested.is_empty() => Err(Error::failure(format!(
+            "BTF tracepoints need the kernel's BTF: {why}; unset {PROBES_ENV} to use classic tracepoints"
         ))),
         Err(why) => {
             crate::status::status(format_args!("note: using classic tracepoints ({why})"));
@@ -514,13 +514,13 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         let cgroups = config.owners.cgroups.is_empty() || owner.cgroup_enabled != 0;
         if owner.rq_bio == 0 || !cgroups {
             return Err(Error::usage(
-                "-p/--pid, --cgroup and --comm filter in the kernel with the raw-tracepoint probes, which this kernel's BTF does not support here; trace without them and read the attribution sections instead",
+                "-p/--pid, --cgroup and --comm filter in the kernel with the BTF-typed probes, which this kernel's BTF does not support here; trace without them and read the attribution sections instead",
             ));
         }
     }
     let decoding = match (flavor, object_layout) {
         (ProbeFlavor::Noop, _) => Decoding::Nothing,
-        (_, Some(object_layout)) => Decoding::RawTp(decode::RawTpDecoder::new(object_layout)),
+        (_, Some(object_layout)) => Decoding::Btf(decode::BtfDecoder::new(object_layout)),
         (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let (filter_devices, device_list) = device_scope(&config.devices);
@@ -547,10 +547,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
 
     let mut loader = EbpfLoader::new();
-    // Only one flavor runs: the classic programs stay inert under raw.
+    // Only one flavor runs: the classic programs stay inert under btf.
     let classic_fields: ClassicFields = match flavor {
         ProbeFlavor::Classic => resolved,
-        ProbeFlavor::Raw | ProbeFlavor::Noop => [FieldOffsets::ABSENT; EventKind::COUNT],
+        ProbeFlavor::Btf | ProbeFlavor::Noop => [FieldOffsets::ABSENT; EventKind::COUNT],
     };
     loader.override_global(names::CLASSIC_FIELDS, &classic_fields, true);
     let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
@@ -583,11 +583,11 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
 
     fill_scope(&mut ebpf, config)?;
 
-    // The raw and noop programs are BTF-typed: each is verified against its
+    // The btf and noop programs are BTF-typed: each is verified against its
     // tracepoint's prototype in the kernel's BTF (read once).
     let kernel_btf = match flavor {
         ProbeFlavor::Classic => None,
-        ProbeFlavor::Raw | ProbeFlavor::Noop => Some(Btf::from_sys_fs().map_err(|err| {
+        ProbeFlavor::Btf | ProbeFlavor::Noop => Some(Btf::from_sys_fs().map_err(|err| {
             Error::failure(format!(
                 "reading the kernel's BTF failed: {err}; set {PROBES_ENV}=classic to use classic tracepoints"
             ))
@@ -596,7 +596,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let mut probes = Vec::new();
     for (kind, offsets) in offsets {
         let status = match (flavor, &kernel_btf) {
-            (ProbeFlavor::Raw, Some(btf)) => attach_btf(&mut ebpf, kind, kind.raw_program(), btf),
+            (ProbeFlavor::Btf, Some(btf)) => attach_btf(&mut ebpf, kind, kind.btf_program(), btf),
             (ProbeFlavor::Noop, Some(btf)) => attach_btf(&mut ebpf, kind, &noop_program(kind), btf),
             _ => offsets.and_then(|_| attach(&mut ebpf, kind)),
         };
@@ -628,10 +628,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
 
 /// The floor's program for `kind`, as `probes/noop.rs` names it.
 fn noop_program(kind: EventKind) -> String {
-    format!("noop_{}", kind.raw_program())
+    format!("noop_{}", kind.btf_program())
 }
 
-/// `program`, a BTF-typed raw tracepoint (`tp_btf`), on `kind`'s tracepoint.
+/// `program`, a BTF-typed tracepoint (`tp_btf`), on `kind`'s tracepoint.
 fn attach_btf(
     ebpf: &mut Ebpf,
     kind: EventKind,
@@ -833,7 +833,7 @@ impl ProgramMisses {
             };
             let block = EventKind::ALL
                 .iter()
-                .any(|kind| kind.program() == name || kind.raw_program() == name);
+                .any(|kind| kind.program() == name || kind.btf_program() == name);
             match block {
                 true => misses.block.push(fd),
                 false => misses.process.push(fd),
@@ -1130,7 +1130,7 @@ mod tests {
         };
         for kind in EventKind::ALL {
             size_of(kind.program());
-            size_of(kind.raw_program());
+            size_of(kind.btf_program());
         }
         for kind in ProcessEventKind::ALL {
             size_of(kind.enter_program());

@@ -3,6 +3,8 @@
 
 use super::attribution::OwnerSlots;
 use super::devices::{LastIssue, NO_PART};
+pub(super) use super::outcome::DropReason;
+use super::outcome::{CommandId, IoId, Outcome};
 use super::split::SplitLimits;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
@@ -146,6 +148,8 @@ pub(super) struct CommandEnds {
 /// A requeued command stays one command: its re-issue moves `issue_ns`.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Command {
+    /// Its number in issue order, kept across requeues.
+    pub(super) serial: u64,
     pub(super) start: u64,
     pub(super) end: u64,
     /// The last issue.
@@ -170,6 +174,7 @@ pub(super) struct Command {
 impl Default for Command {
     fn default() -> Self {
         Command {
+            serial: 0,
             start: 0,
             end: 0,
             issue_ns: 0,
@@ -205,14 +210,6 @@ impl Default for Remap {
 
 pub(super) type SectorKey = (u32, u64);
 pub(super) type RemapKey = (u32, u64, u32);
-
-#[derive(Clone, Copy, Debug)]
-pub(super) enum DropReason {
-    AgedOut,
-    Evicted,
-    /// Its request was issued again: the completion will never come.
-    CompletionLost,
-}
 
 impl Engine {
     /// Holds `remap` for the next event (see `Engine::held_remap`).
@@ -317,6 +314,7 @@ impl Engine {
                 command.tail = index;
             }
             let mut first_issue = None;
+            let mut carried = None;
             if let Some(io) = self
                 .user_ios
                 .resolve(io_ref)
@@ -325,6 +323,7 @@ impl Engine {
                 if io.last_command != serial {
                     io.last_command = serial;
                     io.commands += 1;
+                    carried = Some(io_ref);
                     if io.commands == 1 && io.epoch == self.epoch {
                         let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
                         self.attribution.each(io.owners, |stats| {
@@ -352,11 +351,22 @@ impl Engine {
                     .queue_to_issue_us
                     .saturating_record(waited_us);
             }
+            if let Some(io_ref) = carried.filter(|_| self.keep_outcomes) {
+                // Told after the command's `Issued`, in `count_command`.
+                self.carried.push(io_ref);
+            }
         }
         (target, ends)
     }
 
-    pub(super) fn count_bio_command(&mut self, io_ref: SlotRef, start: u64, sectors: u64) {
+    /// A fragment of a bio-based device counted as its command, on `dev`.
+    pub(super) fn count_bio_command(
+        &mut self,
+        dev: u32,
+        io_ref: SlotRef,
+        start: u64,
+        sectors: u64,
+    ) {
         let serial = self.next_command;
         self.next_command += 1;
         let io = self
@@ -382,17 +392,44 @@ impl Engine {
                 .queue_to_issue_us
                 .saturating_record(waited_us);
         }
-        self.count_command(target, start, sectors, None);
+        self.count_command(serial, dev, target, start, sectors, None);
+        self.emit(Outcome::Carries {
+            command: CommandId(serial),
+            io: IoId::of(io_ref),
+        });
     }
 
+    /// Counts a new command `serial` issued on `dev`: the one place where
+    /// the device's command count grows, so views that read
+    /// [`Outcome::Issued`] count what the report counts.
     pub(super) fn count_command(
         &mut self,
+        serial: u64,
+        dev: u32,
         target: Target,
         start: u64,
         sectors: u64,
         ends: Option<CommandEnds>,
     ) {
         let now_ns = self.now_ns;
+        self.emit(Outcome::Issued {
+            command: CommandId(serial),
+            dev,
+            sector: start,
+            sectors,
+            op: target.op,
+            ts_ns: now_ns,
+        });
+        if self.keep_outcomes {
+            for at in 0..self.carried.len() {
+                let io = IoId::of(self.carried[at]);
+                self.outcomes.push(Outcome::Carries {
+                    command: CommandId(serial),
+                    io,
+                });
+            }
+            self.carried.clear();
+        }
         let device = &mut self.devices[target.disk as usize];
         let limits = device.limits;
         let pbs = limits.pbs_sectors.max(1);
@@ -448,9 +485,15 @@ impl Engine {
     }
 
     pub(super) fn finish_io(&mut self, io_index: u32) {
+        let reference = self.user_ios.slot_ref(io_index);
         let Some(io) = self.user_ios.remove(io_index) else {
             return;
         };
+        self.emit(Outcome::Finished {
+            io: IoId::of(reference),
+            ts_ns: self.now_ns,
+            complete: !io.incomplete,
+        });
         if io.incomplete {
             self.correlation.incomplete += 1;
             return;
@@ -487,6 +530,10 @@ impl Engine {
             None => return,
         };
         if newly_dropped {
+            self.emit(Outcome::Dropped {
+                io: IoId::of(fragment.io),
+                reason,
+            });
             match reason {
                 DropReason::AgedOut => self.correlation.aged_out += 1,
                 DropReason::Evicted => self.correlation.evicted += 1,
@@ -510,6 +557,10 @@ impl Engine {
         let Some(command) = self.commands.remove(index) else {
             return;
         };
+        self.emit(Outcome::CommandDropped {
+            command: CommandId(command.serial),
+            reason,
+        });
         let mut head = command.head;
         while head != NIL {
             let Some(fragment) = self.fragments.remove(head) else {
@@ -563,6 +614,7 @@ impl Engine {
     /// A new in-flight command issued now, evicting the oldest when the table is full.
     pub(super) fn insert_command(
         &mut self,
+        serial: u64,
         dev: u32,
         start: u64,
         end: u64,
@@ -576,6 +628,7 @@ impl Engine {
             self.expire_command(oldest, DropReason::Evicted);
         }
         let command = Command {
+            serial,
             start,
             end,
             issue_ns: self.now_ns,

@@ -5,6 +5,7 @@ use tracer_common::{BlockEvent, EventKind};
 use super::attribution::OwnerSlots;
 use super::chain::{DropReason, Fragment, FragmentState, Remap, Target, UserIo};
 use super::devices::NO_PART;
+use super::outcome::{CommandId, IoId, Outcome};
 use super::split::split_cause;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
@@ -59,7 +60,7 @@ impl Engine {
                 }
                 None => return,
             };
-            self.count_bio_command(io, start, length);
+            self.count_bio_command(event.aux_dev, io, start, length);
             self.push_remap(
                 (event.dev, event.sector, event.nr_sector),
                 Remap {
@@ -128,11 +129,21 @@ impl Engine {
         stats.fragments += 1;
         stats.bytes += sectors * SECTOR_BYTES;
         stats.user_io_sectors.record(sectors);
+        let queued = |io: Option<IoId>| Outcome::Queued {
+            io,
+            dev: event.dev,
+            sector: event.sector,
+            sectors: event.nr_sector,
+            op: target.op,
+            ts_ns: event.ts_ns,
+        };
         if sectors == 0 {
+            self.emit(queued(None));
             return;
         }
         if !self.make_room_for_fragment() {
             self.correlation.evicted += 1;
+            self.emit(queued(None));
             return;
         }
         let io = UserIo {
@@ -150,11 +161,13 @@ impl Engine {
         };
         let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
             self.correlation.evicted += 1;
+            self.emit(queued(None));
             return;
         };
+        let io_ref = self.user_ios.slot_ref(io_index);
         self.record_stream(target, event.sector, sectors, io_index);
         let fragment = Fragment {
-            io: self.user_ios.slot_ref(io_index),
+            io: io_ref,
             start: event.sector,
             end: event.sector.saturating_add(sectors),
             state: FragmentState::Pending,
@@ -168,7 +181,10 @@ impl Engine {
         {
             self.user_ios.remove(io_index);
             self.correlation.evicted += 1;
+            self.emit(queued(None));
+            return;
         }
+        self.emit(queued(Some(IoId::of(io_ref))));
     }
 
     pub(super) fn on_split(&mut self, event: &BlockEvent) {
@@ -182,9 +198,16 @@ impl Engine {
         } else {
             None
         };
-        let io_index = found
+        let io_ref = found
             .and_then(|index| self.fragments.get(index))
-            .and_then(|fragment| self.user_ios.resolve(fragment.io));
+            .map(|fragment| fragment.io);
+        let io_index = io_ref.and_then(|io| self.user_ios.resolve(io));
+        self.emit(Outcome::Split {
+            io: io_index.and(io_ref).map(IoId::of),
+            dev: event.dev,
+            at: new_sector,
+            ts_ns: event.ts_ns,
+        });
         let (target, owners) = match io_index.and_then(|index| self.user_ios.get(index)) {
             Some(io) => (io.target, io.owners),
             None => (self.fallback_target(event), OwnerSlots::NONE),
@@ -239,6 +262,14 @@ impl Engine {
             Some(io) => (io.target, io.owners),
             None => (self.fallback_target(event), OwnerSlots::NONE),
         };
+        let io = found
+            .and_then(|index| self.fragments.get(index))
+            .filter(|fragment| self.user_ios.resolve(fragment.io).is_some())
+            .map(|fragment| IoId::of(fragment.io));
+        self.emit(Outcome::Merged {
+            io,
+            ts_ns: event.ts_ns,
+        });
         self.stats_mut(target).merges += 1;
         self.attribution.each(owners, |stats| stats.merges += 1);
         if found.is_none() {
@@ -288,10 +319,11 @@ impl Engine {
                     .is_none();
             if reissued {
                 let fallback = self.fallback_target(event);
-                self.count_command(fallback, start, sectors, None);
+                self.count_command(serial, event.dev, fallback, start, sectors, None);
                 return;
             }
-            command_index = self.insert_command(event.dev, start, end, None, Target::default());
+            command_index =
+                self.insert_command(serial, event.dev, start, end, None, Target::default());
             match command_index {
                 Some(index) => {
                     self.name_request(event.dev, identity, index);
@@ -307,7 +339,7 @@ impl Engine {
             command.owners = owners;
         }
         self.attribution.each(owners, |stats| stats.commands += 1);
-        self.count_command(target, start, sectors, ends);
+        self.count_command(serial, event.dev, target, start, sectors, ends);
     }
 
     /// The driver gave an issued request back; it will be issued again as the
@@ -326,8 +358,12 @@ impl Engine {
         });
         if let Some(command) = found.and_then(|index| self.commands.get_mut(index)) {
             command.requeued_ns = Some(self.now_ns);
-            let target = command.target;
+            let (target, serial) = (command.target, command.serial);
             self.stats_mut(target).requeues += 1;
+            self.emit(Outcome::Requeued {
+                command: CommandId(serial),
+                ts_ns: self.now_ns,
+            });
             return;
         }
         // Issued before tracing began (or its issue was lost): keep a command
@@ -335,7 +371,9 @@ impl Engine {
         self.correlation.unmatched_events += 1;
         let target = self.fallback_target(event);
         self.stats_mut(target).requeues += 1;
-        let _ = self.insert_command(event.dev, start, end, Some(self.now_ns), target);
+        let serial = self.next_command;
+        self.next_command += 1;
+        let _ = self.insert_command(serial, event.dev, start, end, Some(self.now_ns), target);
     }
 
     /// An issue of a requeued command: no new command; issue→complete now
@@ -370,7 +408,12 @@ impl Engine {
         };
         let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
         command.issue_ns = self.now_ns;
-        let (target, epoch) = (command.target, command.epoch);
+        let (target, epoch, serial) = (command.target, command.epoch, command.serial);
+        self.emit(Outcome::Reissued {
+            command: CommandId(serial),
+            ts_ns: self.now_ns,
+            waited_ns: self.now_ns.saturating_sub(requeued_ns),
+        });
         if epoch == self.epoch {
             let delay_us = self.now_ns.saturating_sub(requeued_ns) / 1000;
             self.stats_mut(target)
@@ -425,9 +468,19 @@ impl Engine {
                 break;
             }
         }
-        if done_end >= command.end {
-            if command.epoch == self.epoch && !command.lost {
-                let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
+        let whole = done_end >= command.end;
+        let measured = whole && command.epoch == self.epoch && !command.lost;
+        let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
+        self.emit(Outcome::Completed {
+            command: CommandId(command.serial),
+            ts_ns: self.now_ns,
+            done_to: done_end,
+            whole,
+            last_issue_ns: command.issue_ns,
+            latency_us: measured.then_some(latency_us),
+        });
+        if whole {
+            if measured {
                 self.stats_mut(command.target)
                     .issue_to_complete_us
                     .saturating_record(latency_us);
@@ -480,7 +533,7 @@ impl Engine {
             return;
         };
         if fragment.state == FragmentState::Pending && bio_based {
-            self.count_bio_command(fragment.io, fragment.start, length);
+            self.count_bio_command(event.dev, fragment.io, fragment.start, length);
         }
         self.complete_fragment(index);
     }

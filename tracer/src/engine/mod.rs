@@ -49,6 +49,7 @@ mod devices;
 mod diagnose;
 mod faults;
 mod handlers;
+pub mod outcome;
 mod reports;
 pub mod run_match;
 pub mod split;
@@ -69,6 +70,7 @@ use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, EventCounts, Measures};
 use chain::{Command, Fragment, Remap, RemapKey, SectorKey, UserIo};
 use devices::{DevSlot, DeviceState, DirtyStats, LastIssue};
+use outcome::Outcome;
 use stats::OP_COUNT;
 use table::{FastMap, KeyHasher, Table};
 
@@ -137,6 +139,12 @@ pub struct Engine {
     attribution: AttributionTables,
     /// When the tables last gave memory back (consumer clock, from `drained`).
     last_shrink: Option<std::time::Instant>,
+    /// Whether a view reads the correlation's outcomes.
+    keep_outcomes: bool,
+    /// The outcomes since the last drain, when kept.
+    outcomes: Vec<Outcome>,
+    /// User I/Os the command being issued carries, for its `Carries` outcomes.
+    carried: Vec<table::SlotRef>,
 }
 
 impl Engine {
@@ -163,6 +171,9 @@ impl Engine {
             next_command: 1,
             attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
             last_shrink: None,
+            keep_outcomes: false,
+            outcomes: Vec::new(),
+            carried: Vec::new(),
         };
         engine.set_disks(disks);
         engine
@@ -172,6 +183,24 @@ impl Engine {
     /// On by default; frontends turn it off when the probes read no owners.
     pub fn attribute_owners(&mut self, on: bool) {
         self.attribution.keep(on);
+    }
+
+    /// Keeps every [`Outcome`] from now on, for [`Engine::drain_outcomes`]
+    /// (views that draw chains). Off by default: the live path keeps none.
+    pub fn keep_outcomes(&mut self) {
+        self.keep_outcomes = true;
+    }
+
+    /// The outcomes kept since the last call, in order.
+    pub fn drain_outcomes(&mut self) -> std::vec::Drain<'_, Outcome> {
+        self.outcomes.drain(..)
+    }
+
+    #[inline]
+    fn emit(&mut self, outcome: Outcome) {
+        if self.keep_outcomes {
+            self.outcomes.push(outcome);
+        }
     }
 
     /// Adds processes whose I/O counts as "tracked" in [`Engine::origins`].
@@ -284,27 +313,5 @@ impl Engine {
                 }
             }
         }
-    }
-}
-
-impl crate::sink::EventSink for Engine {
-    fn block_event(&mut self, event: &BlockEvent) {
-        self.ingest(event)
-    }
-
-    fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
-        Engine::dirty_buffer_totals(self, totals)
-    }
-
-    fn owners_read(&mut self, read: bool) {
-        Engine::attribute_owners(self, read)
-    }
-
-    fn events_lost(&mut self) {
-        Engine::events_lost(self)
-    }
-
-    fn drained(&mut self, now: std::time::Instant) {
-        Engine::drained(self, now)
     }
 }

@@ -52,12 +52,26 @@ impl Views {
         }
     }
 
-    fn see(&mut self, event: &tracer_common::BlockEvent) {
-        if let Some(collector) = &mut self.html {
-            collector.see(event);
+    fn wanted(&self) -> bool {
+        self.html.is_some() || self.perfetto.is_some()
+    }
+
+    /// Asks `engine` for its outcomes when a view draws them.
+    fn attach(&self, engine: &mut Engine) {
+        if self.wanted() {
+            engine.keep_outcomes();
         }
-        if let Some(matcher) = &mut self.perfetto {
-            matcher.see(event);
+    }
+
+    /// Feeds the outcomes `engine` reached since the last call.
+    fn see(&mut self, engine: &mut Engine) {
+        for outcome in engine.drain_outcomes() {
+            if let Some(collector) = &mut self.html {
+                collector.see(&outcome);
+            }
+            if let Some(matcher) = &mut self.perfetto {
+                matcher.see(&outcome);
+            }
         }
     }
 
@@ -164,6 +178,7 @@ pub fn replay<R: Read>(
     let header = recording.header.clone();
     let mut engine = Engine::new(header.geometry.clone(), Default::default());
     engine.attribute_owners(header.owners);
+    views.attach(&mut engine);
     let mut span = TimeSpan::default();
     let mut notes = Vec::new();
     let mut intervals = Vec::new();
@@ -175,7 +190,7 @@ pub fn replay<R: Read>(
             Item::Block(event) => {
                 span.see(event.ts_ns);
                 engine.ingest(&event);
-                views.see(&event);
+                views.see(&mut engine);
             }
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
             Item::EventsLost => engine.events_lost(),
@@ -249,22 +264,28 @@ pub fn import_text(
     geometry: Vec<DiskGeometry>,
     views: &mut Views,
 ) -> Result<Analysis> {
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let text = String::from_utf8_lossy(&bytes);
     let mut notes = Vec::new();
     if geometry.is_empty() {
         notes.push("no --geometry: devices are unnamed and geometry diagnoses are off".into());
     }
-    let imported = import::import(&text, format, &geometry)
-        .with_context(|| format!("cannot import {}", path.display()))?;
+    let imported = match format {
+        TextFormat::Blktrace => crate::record::blktrace::import_files(path, &geometry),
+        _ => {
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            import::import(&String::from_utf8_lossy(&bytes), format, &geometry)
+        }
+    }
+    .with_context(|| format!("cannot import {}", path.display()))?;
     let mut engine = Engine::new(geometry, Default::default());
     // blkparse and ftrace text name no owners.
     engine.attribute_owners(false);
+    views.attach(&mut engine);
     let mut span = TimeSpan::default();
     for event in &imported.events {
         span.see(event.ts_ns);
         engine.ingest(event);
-        views.see(event);
+        views.see(&mut engine);
     }
     notes.extend(imported.notes);
     let report = session::report(

@@ -3,20 +3,18 @@
 //! and its commands are threads. A flow links each user I/O to every
 //! command that carried part of it.
 //!
-//! The chains are matched here from the recorded events, not in the engine:
-//! the engine stays as it is, and this runs only when asked. A command
-//! belongs to the open user I/Os on its disk whose sectors it overlaps; a
-//! user I/O ends when completions have covered all its sectors.
+//! The slices are the engine's own chains ([`Outcome`]s), not a second
+//! matching of raw events, so they say what the report says. A command
+//! slice runs from its last issue to its last completion (the report's
+//! issue→complete); a requeued command's earlier life, from its first issue
+//! until the driver took it again, is one "requeued" slice before it.
 
 use std::collections::HashMap;
 
 use serde_json::{json, Value};
-use tracer_common::{BlockEvent, EventKind};
 
+use crate::engine::outcome::{CommandId, IoId, Outcome};
 use crate::geometry::{DevId, DiskGeometry};
-
-/// User I/Os still open; past it the oldest is dropped (its completion was lost).
-const MAX_OPEN: usize = 4096;
 
 struct Slice {
     /// Index into `Matcher::tracks`.
@@ -27,19 +25,6 @@ struct Slice {
     args: Value,
 }
 
-struct OpenIo {
-    slice: usize,
-    dev: u32,
-    sector: u64,
-    end: u64,
-    done: u64,
-}
-
-struct OpenCommand {
-    slice: usize,
-    ios: Vec<usize>,
-}
-
 /// Collects slices and flows while the recording is replayed.
 pub struct Matcher {
     geometry: Vec<DiskGeometry>,
@@ -48,9 +33,10 @@ pub struct Matcher {
     slices: Vec<Slice>,
     /// (user I/O slice, command slice).
     flows: Vec<(usize, usize)>,
-    open_ios: Vec<OpenIo>,
-    commands: HashMap<(u32, u64), OpenCommand>,
-    splits: Vec<(usize, u64)>,
+    open_ios: HashMap<IoId, usize>,
+    commands: HashMap<CommandId, usize>,
+    /// (slice, when, what): splits on user I/Os, requeues on commands.
+    instants: Vec<(usize, u64, &'static str)>,
 }
 
 impl Matcher {
@@ -60,9 +46,9 @@ impl Matcher {
             tracks: Vec::new(),
             slices: Vec::new(),
             flows: Vec::new(),
-            open_ios: Vec::new(),
+            open_ios: HashMap::new(),
             commands: HashMap::new(),
-            splits: Vec::new(),
+            instants: Vec::new(),
         }
     }
 
@@ -83,89 +69,124 @@ impl Matcher {
             .find(|d| d.dev == Some(DevId::from_kernel(dev)))?;
         disk.partitions
             .iter()
-            .find(|p| sector >= p.start && sector < p.start + p.size)
+            .find(|p| sector >= p.start && sector - p.start < p.size)
             .map(|p| p.name.clone())
     }
 
-    pub fn see(&mut self, event: &BlockEvent) {
-        // Imported or corrupt input may hold any numbers: nothing here may overflow.
-        let end = event.sector.saturating_add(u64::from(event.nr_sector));
-        let rwbs = rwbs(event);
-        match event.kind {
-            k if k == EventKind::Queue as u8 => {
+    fn open_slice(&mut self, track: usize, ts_ns: u64, name: &'static str, args: Value) -> usize {
+        self.slices.push(Slice {
+            track,
+            start_ns: ts_ns,
+            end_ns: ts_ns,
+            name,
+            args,
+        });
+        self.slices.len() - 1
+    }
+
+    fn end_slice(&mut self, slice: usize, ts_ns: u64) {
+        let slice = &mut self.slices[slice];
+        slice.end_ns = slice.end_ns.max(ts_ns);
+    }
+
+    pub fn see(&mut self, outcome: &Outcome) {
+        match *outcome {
+            Outcome::Queued {
+                io,
+                dev,
+                sector,
+                sectors,
+                op,
+                ts_ns,
+            } => {
                 let place = self
-                    .partition_name(event.dev, event.sector)
+                    .partition_name(dev, sector)
                     .unwrap_or_else(|| "disk".into());
-                let track = self.track(event.dev, format!("{place} user I/Os"));
-                self.slices.push(Slice {
-                    track,
-                    start_ns: event.ts_ns,
-                    end_ns: event.ts_ns,
-                    name: "user I/O",
-                    args: json!({"sector": event.sector, "bytes": u64::from(event.nr_sector) * 512, "rwbs": rwbs}),
-                });
-                if self.open_ios.len() >= MAX_OPEN {
-                    self.open_ios.remove(0);
-                }
-                self.open_ios.push(OpenIo {
-                    slice: self.slices.len() - 1,
-                    dev: event.dev,
-                    sector: event.sector,
-                    end,
-                    done: 0,
-                });
-            }
-            k if k == EventKind::Split as u8 => {
-                if let Some(io) = self.open_ios.iter().rev().find(|io| {
-                    io.dev == event.dev && io.sector <= event.sector && event.sector < io.end
-                }) {
-                    self.splits.push((io.slice, event.ts_ns));
+                let track = self.track(dev, format!("{place} user I/Os"));
+                let args =
+                    json!({"sector": sector, "bytes": u64::from(sectors) * 512, "op": op.as_str()});
+                let slice = self.open_slice(track, ts_ns, "user I/O", args);
+                if let Some(io) = io {
+                    self.open_ios.insert(io, slice);
                 }
             }
-            k if k == EventKind::Issue as u8 => {
-                let track = self.track(event.dev, "commands".into());
-                self.slices.push(Slice {
-                    track,
-                    start_ns: event.ts_ns,
-                    end_ns: event.ts_ns,
-                    name: "command",
-                    args: json!({"sector": event.sector, "bytes": u64::from(event.nr_sector) * 512, "rwbs": rwbs}),
-                });
-                let ios = self
-                    .open_ios
-                    .iter()
-                    .filter(|io| io.dev == event.dev && io.sector < end && event.sector < io.end)
-                    .map(|io| io.slice)
-                    .collect();
-                // A requeued command issued again replaces its earlier slice's end.
-                self.commands.insert(
-                    (event.dev, event.sector),
-                    OpenCommand {
-                        slice: self.slices.len() - 1,
-                        ios,
-                    },
-                );
-            }
-            k if k == EventKind::Complete as u8 => {
-                if let Some(command) = self.commands.remove(&(event.dev, event.sector)) {
-                    let slice = &mut self.slices[command.slice];
-                    slice.end_ns = slice.start_ns.max(event.ts_ns);
-                    for io in command.ios {
-                        self.flows.push((io, command.slice));
-                    }
+            Outcome::Split {
+                io: Some(io),
+                ts_ns,
+                ..
+            } => {
+                if let Some(&slice) = self.open_ios.get(&io) {
+                    self.instants.push((slice, ts_ns, "split"));
                 }
-                let slices = &mut self.slices;
-                self.open_ios.retain_mut(|io| {
-                    if io.dev != event.dev || io.sector >= end || event.sector >= io.end {
-                        return true;
-                    }
-                    io.done += io.end.min(end) - io.sector.max(event.sector);
-                    let slice = &mut slices[io.slice];
-                    slice.end_ns = slice.end_ns.max(event.ts_ns);
-                    io.done < io.end - io.sector
-                });
             }
-            _ => {}
+            Outcome::Issued {
+                command,
+                dev,
+                sector,
+                sectors,
+                op,
+                ts_ns,
+            } => {
+                let track = self.track(dev, "commands".into());
+                let args = json!({"sector": sector, "bytes": sectors * 512, "op": op.as_str()});
+                let slice = self.open_slice(track, ts_ns, "command", args);
+                self.commands.insert(command, slice);
+            }
+            Outcome::Carries { command, io } => {
+                if let (Some(&io), Some(&command)) =
+                    (self.open_ios.get(&io), self.commands.get(&command))
+                {
+                    self.flows.push((io, command));
+                }
+            }
+            Outcome::Requeued { command, ts_ns } => {
+                if let Some(&slice) = self.commands.get(&command) {
+                    self.instants.push((slice, ts_ns, "requeued"));
+                    let args = &mut self.slices[slice].args;
+                    args["requeues"] = json!(args["requeues"].as_u64().unwrap_or(0) + 1);
+                }
+            }
+            Outcome::Reissued {
+                command,
+                ts_ns,
+                waited_ns,
+            } => {
+                if let Some(&slice) = self.commands.get(&command) {
+                    // Until now it was waiting: that part becomes the
+                    // "requeued" slice, and the command starts again here.
+                    let waited = &mut self.slices[slice];
+                    let (track, first_ns) = (waited.track, waited.start_ns);
+                    let mut args = waited.args.clone();
+                    args["waited_us"] = json!(waited_ns / 1000);
+                    waited.start_ns = ts_ns;
+                    waited.end_ns = ts_ns;
+                    let before = self.open_slice(track, first_ns, "requeued", args);
+                    self.end_slice(before, ts_ns);
+                }
+            }
+            Outcome::Completed {
+                command,
+                ts_ns,
+                whole,
+                ..
+            } => {
+                let slice = match whole {
+                    true => self.commands.remove(&command),
+                    false => self.commands.get(&command).copied(),
+                };
+                if let Some(slice) = slice {
+                    self.end_slice(slice, ts_ns);
+                }
+            }
+            Outcome::CommandDropped { command, .. } => {
+                self.commands.remove(&command);
+            }
+            Outcome::Finished { io, ts_ns, .. } => {
+                if let Some(slice) = self.open_ios.remove(&io) {
+                    self.end_slice(slice, ts_ns);
+                }
+            }
+            Outcome::Split { io: None, .. } | Outcome::Merged { .. } | Outcome::Dropped { .. } => {}
         }
     }
 
@@ -220,9 +241,9 @@ impl Matcher {
                 "args": slice.args,
             }));
         }
-        for &(io, ts_ns) in &self.splits {
-            let slice = &self.slices[io];
-            events.push(json!({"ph": "i", "s": "t", "name": "split", "pid": pid_of(self.tracks[slice.track].0), "tid": tid_of[io], "ts": us(ts_ns)}));
+        for &(at, ts_ns, name) in &self.instants {
+            let slice = &self.slices[at];
+            events.push(json!({"ph": "i", "s": "t", "name": name, "pid": pid_of(self.tracks[slice.track].0), "tid": tid_of[at], "ts": us(ts_ns)}));
         }
         for (id, &(io, command)) in self.flows.iter().enumerate() {
             let (from, to) = (&self.slices[io], &self.slices[command]);
@@ -233,18 +254,27 @@ impl Matcher {
     }
 }
 
-fn rwbs(event: &BlockEvent) -> String {
-    let end = event
-        .rwbs
-        .iter()
-        .position(|b| *b == 0)
-        .unwrap_or(event.rwbs.len());
-    String::from_utf8_lossy(&event.rwbs[..end]).into_owned()
-}
-
 #[cfg(test)]
 mod tests {
+    use tracer_common::{BlockEvent, EventKind};
+
     use super::*;
+    use crate::engine::Engine;
+
+    /// The events through a fresh engine, its outcomes into a matcher.
+    fn matched(events: &[BlockEvent]) -> Value {
+        let mut engine = Engine::new(Vec::new(), Default::default());
+        engine.keep_outcomes();
+        let mut matcher = Matcher::new(Vec::new());
+        for event in events {
+            engine.ingest(event);
+            for outcome in engine.drain_outcomes() {
+                matcher.see(&outcome);
+            }
+        }
+        let text = serde_json::to_string(&matcher.finish()).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
 
     fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
         let mut rwbs = [0; tracer_common::RWBS_BYTES];
@@ -265,19 +295,21 @@ mod tests {
 
     /// Two overlapping 1 MiB writes, each split into two commands.
     fn trace() -> Value {
-        let mut matcher = Matcher::new(Vec::new());
+        let mut events = Vec::new();
         for (base, t) in [(0u64, 0u64), (2048, 500)] {
-            matcher.see(&event(EventKind::Queue, t, base, 2048));
-            matcher.see(&event(EventKind::Split, t + 10, base, 1024));
-            matcher.see(&event(EventKind::Issue, t + 100, base, 1024));
-            matcher.see(&event(EventKind::Issue, t + 110, base + 1024, 1024));
+            events.push(event(EventKind::Queue, t, base, 2048));
+            events.push(BlockEvent {
+                aux_sector: base + 1024,
+                ..event(EventKind::Split, t + 10, base, 0)
+            });
+            events.push(event(EventKind::Issue, t + 100, base, 1024));
+            events.push(event(EventKind::Issue, t + 110, base + 1024, 1024));
         }
         for (base, t) in [(0u64, 2000u64), (2048, 3000)] {
-            matcher.see(&event(EventKind::Complete, t, base, 1024));
-            matcher.see(&event(EventKind::Complete, t + 50, base + 1024, 1024));
+            events.push(event(EventKind::Complete, t, base, 1024));
+            events.push(event(EventKind::Complete, t + 50, base + 1024, 1024));
         }
-        let text = serde_json::to_string(&matcher.finish()).unwrap();
-        serde_json::from_str(&text).unwrap()
+        matched(&events)
     }
 
     fn of_phase<'a>(trace: &'a Value, ph: &str) -> Vec<&'a Value> {
@@ -314,16 +346,46 @@ mod tests {
 
     #[test]
     fn out_of_order_and_extreme_numbers_do_not_panic() {
-        let mut matcher = Matcher::new(Vec::new());
-        matcher.see(&event(EventKind::Queue, 5000, u64::MAX - 1, 8));
-        matcher.see(&event(EventKind::Issue, 5000, u64::MAX - 1, 8));
-        // Completed "before" it was issued (microsecond timestamps from an import).
-        matcher.see(&event(EventKind::Complete, 4000, u64::MAX - 1, 8));
-        matcher.see(&event(EventKind::Complete, 1, 0, u32::MAX));
-        let trace = matcher.finish();
+        let trace = matched(&[
+            event(EventKind::Queue, 5000, u64::MAX - 1, 8),
+            event(EventKind::Issue, 5000, u64::MAX - 1, 8),
+            // Completed "before" it was issued (microsecond timestamps from an import).
+            event(EventKind::Complete, 4000, u64::MAX - 1, 8),
+            event(EventKind::Complete, 1, 0, u32::MAX),
+        ]);
         let slices = of_phase(&trace, "X");
         assert_eq!(slices.len(), 2);
         assert!(slices.iter().all(|s| s["dur"] == 0.0));
+    }
+
+    #[test]
+    fn a_requeued_command_is_one_slice_to_its_last_completion() {
+        let trace = matched(&[
+            event(EventKind::Queue, 0, 0, 16),
+            event(EventKind::Issue, 1_000, 0, 16),
+            event(EventKind::Requeue, 2_000, 0, 16),
+            event(EventKind::Issue, 2_002_000, 0, 16),
+            event(EventKind::Complete, 2_010_000, 0, 8),
+            event(EventKind::Complete, 2_052_000, 8, 8),
+        ]);
+        let slices = of_phase(&trace, "X");
+        let commands: Vec<_> = slices.iter().filter(|s| s["name"] == "command").collect();
+        assert_eq!(commands.len(), 1);
+        // The report's issue→complete: from the re-issue, 50 µs.
+        assert_eq!(commands[0]["ts"], 2002.0);
+        assert_eq!(commands[0]["dur"], 50.0);
+        assert_eq!(commands[0]["args"]["requeues"], 1);
+        let waited: Vec<_> = slices.iter().filter(|s| s["name"] == "requeued").collect();
+        assert_eq!(waited.len(), 1);
+        assert_eq!(waited[0]["ts"], 1.0);
+        assert_eq!(waited[0]["dur"], 2001.0);
+        assert_eq!(waited[0]["args"]["waited_us"], 2000);
+        let instants: Vec<_> = of_phase(&trace, "i")
+            .into_iter()
+            .map(|i| i["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(instants, ["requeued"]);
+        assert_eq!(of_phase(&trace, "s").len(), 1);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, ProcessEve
 
 use crate::capture::{Capture, CaptureConfig};
 use crate::cli::{DeviceSelection, RunArgs};
-use crate::engine::run_match::{FdResolver, FdTarget, RunRecorder, TargetFile, WriteMatch};
+use crate::engine::run_match::{FdResolver, FdTarget, RunMatcher, TargetFile, WriteMatch};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
 use crate::error::{Error, Result};
@@ -110,14 +110,16 @@ fn block_target(dev: DevId) -> Option<FdTarget> {
 /// The engine plus what only `run` needs.
 pub struct RunSink {
     pub engine: Engine,
-    pub recorder: RunRecorder<ProcFdResolver>,
+    pub matcher: RunMatcher<ProcFdResolver>,
     own_pid: u32,
 }
 
 impl EventSink for RunSink {
     fn block_event(&mut self, event: &BlockEvent) {
         self.engine.ingest(event);
-        self.recorder.block_event(event);
+        for outcome in self.engine.drain_outcomes() {
+            self.matcher.outcome(&outcome);
+        }
     }
 
     fn process_event(&mut self, event: &ProcessEvent) {
@@ -128,7 +130,7 @@ impl EventSink for RunSink {
         if event.kind == ProcessEventKind::Fork as u8 {
             self.engine.track_processes([event.tgid]);
         }
-        self.recorder.process_event(event);
+        self.matcher.process_event(event);
     }
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
@@ -149,7 +151,7 @@ impl EventSink for RunSink {
 
     fn open_event(&mut self, event: &OpenEvent) {
         if event.event.tgid != self.own_pid {
-            self.recorder.open_event(event);
+            self.matcher.open_event(event);
         }
     }
 }
@@ -183,9 +185,12 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let mut out = Output::to(args.output.as_deref())?;
     let disks = session::read_geometry(&[])?;
     let mut writer = args.record.as_deref().map(Writer::create).transpose()?;
+    let mut engine = Engine::new(disks.clone(), Default::default());
+    // The matcher reads the engine's commands, not the raw events.
+    engine.keep_outcomes();
     let sink = RunSink {
-        engine: Engine::new(disks.clone(), Default::default()),
-        recorder: RunRecorder::new(ProcFdResolver::default()),
+        engine,
+        matcher: RunMatcher::new(ProcFdResolver::default()),
         own_pid: std::process::id(),
     };
     if selection.filters_owners() {
@@ -249,7 +254,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     // preallocated extents convert them at completion, so only once the
     // command has exited and its I/O has settled do the extents hold where
     // its bytes went. Dirty data left behind shows as delalloc extents.
-    let files = capture.query(|sink, _| sink.recorder.written_files())?;
+    let files = capture.query(|sink, _| sink.matcher.written_files())?;
     let file_maps: Vec<_> = files
         .into_iter()
         .map(|(target, file)| {
@@ -267,7 +272,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let elapsed = started.elapsed();
     let report = capture.finish(move |sink, counters| {
         for (target, map) in file_maps {
-            sink.recorder.set_file_map(target, map);
+            sink.matcher.set_file_map(target, map);
         }
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported, owners_read);
         let run = run_report(&mut *sink, &command, exit_code);
@@ -347,14 +352,14 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
 }
 
 fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunReport {
-    let recorder = &mut sink.recorder;
+    let matcher = &mut sink.matcher;
     let program = command
         .first()
         .map(|p| p.rsplit('/').next().unwrap_or(p).to_string())
         .unwrap_or_default();
     let mut targets = Vec::new();
-    for index in 0..recorder.targets().len() {
-        let calls = &recorder.targets()[index];
+    for index in 0..matcher.targets().len() {
+        let calls = &matcher.targets()[index];
         // The device's own writes: a disk's bios through its partitions are
         // the partitions' (mkfs opens the whole disk, then writes a partition).
         let writes = sink.engine.tracked_writes_on(&calls.target.device);
@@ -363,8 +368,8 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             // Opened, never written: not a target.
             continue;
         }
-        let matched = recorder.match_writes(index);
-        let calls = &recorder.targets()[index];
+        let matched = matcher.match_writes(index);
+        let calls = &matcher.targets()[index];
         // A file's bios and commands are those over its bytes, whoever
         // submitted them (writeback too); a device's, all the command's there.
         let (bios, bio_size, commands) = match calls.target.file {
@@ -433,7 +438,7 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
     RunReport {
         command: command.to_vec(),
         exit_status: Some(exit_status),
-        processes: recorder.processes,
+        processes: matcher.processes,
         targets,
         files_not_listed,
         background,

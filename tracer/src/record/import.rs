@@ -1,24 +1,39 @@
 //! Traces other tools took, as recording items: blkparse's default text
-//! output and the kernel's ftrace `blk` tracer. Both print the blktrace
-//! actions (A Q X M F G I D C R …) one per line; the block events the engine
-//! reads become [`BlockEvent`]s, the rest (G I P U …) are skipped.
+//! output and the kernel's ftrace `blk` tracer (and, in [`super::blktrace`],
+//! blktrace's binary files). All print the blktrace actions (A Q X M F G I D
+//! C R …) one per line; the block events the engine reads become
+//! [`BlockEvent`]s, the rest (G I P U, notify messages, passthrough commands)
+//! are skipped and counted by kind.
 //!
-//! What the text lacks, [`Import::notes`] says: no dirty-buffer events, and
-//! request merges that read like bio back merges.
+//! What an expert does before reading such a trace, the importer does too:
+//! blkparse's wrapped negative timestamps (events before its first one print
+//! as 1266874889.7 s: 2^64 ns taken mod 2^32 s) are unwrapped, the events are
+//! sorted by time (`blkparse -i -` and per-CPU batches print out of order),
+//! a completion's `[N]` is its errno however it was printed (65531 is -5),
+//! and partition starts are read off the remap lines.
+//!
+//! What the text lacks, [`Import::notes`] says: no dirty-buffer events,
+//! request merges that read like bio back merges, and whatever a trace
+//! without Q, D or C lines cannot measure.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
 use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
 
 use crate::geometry::{DevId, DiskGeometry};
 
-/// Which text the input is (`--from`).
+/// Which input `--from` names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum TextFormat {
     /// `blkparse -i TRACE` default output.
     Blkparse,
     /// `/sys/kernel/tracing/trace` with the `blk` tracer.
     FtraceBlk,
+    /// blktrace's binary per-CPU files: FILE is one of them
+    /// (`sda.blktrace.0`: all `sda.blktrace.N` beside it are read), their
+    /// prefix (`sda`), or a directory holding one device's files.
+    Blktrace,
 }
 
 impl TextFormat {
@@ -26,6 +41,7 @@ impl TextFormat {
         match self {
             TextFormat::Blkparse => "blkparse",
             TextFormat::FtraceBlk => "ftrace-blk",
+            TextFormat::Blktrace => "blktrace",
         }
     }
 }
@@ -33,25 +49,58 @@ impl TextFormat {
 /// The imported events and what could not be carried over.
 #[derive(Clone, Debug, Default)]
 pub struct Import {
+    /// In time order, stable for equal stamps.
     pub events: Vec<BlockEvent>,
     /// Lines that looked like events but did not parse.
     pub unparsed: u64,
-    /// Event lines of actions the engine has no use for (G, I, P, U …).
+    /// Event lines the engine has no use for (G, I, P, U, notify messages,
+    /// passthrough commands …); what they were is in `skipped_kinds`.
     pub skipped: u64,
+    /// `skipped` by kind: the action ("G", "UT" …), "notify" (`m N` message
+    /// lines) or "passthrough" (commands with a byte count and no sectors).
+    pub skipped_kinds: BTreeMap<String, u64>,
+    /// Completions that failed (a non-zero errno).
+    pub failed: u64,
+    /// Partition starts read off the remap lines (`A (8,0) <- (8,2) 2048`).
+    pub partition_starts: Vec<PartitionStart>,
     pub notes: Vec<String>,
 }
 
-/// Why a text import failed.
+/// A partition's first sector on its disk, from a remap line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PartitionStart {
+    pub partition: DevId,
+    pub disk: DevId,
+    pub start: u64,
+}
+
+/// Why an import failed.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ImportError {
     #[error("no {format} event lines found (is this {format} output?)")]
     NoEvents { format: &'static str },
+    #[error("{0}")]
+    Binary(String),
 }
 
 impl fmt::Display for TextFormat {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
+}
+
+/// What blkparse prints for time 0 when an event precedes its first one:
+/// `(int)(t / 1e9)` and `t % 1e9` of `t = 2^64 - d`, i.e. 2^64 - 4·2^32·1e9 ns.
+pub(crate) const BLKPARSE_WRAP_NS: i64 = 1_266_874_889_709_551_616;
+/// Events printed this close below [`BLKPARSE_WRAP_NS`] are wrapped negatives.
+const WRAP_WINDOW_NS: i64 = 3_600 * 1_000_000_000;
+
+/// Where a C line's status goes, and what the importer saw of it.
+#[derive(Default)]
+struct Statuses {
+    /// `[6367]`: a positive number is no errno (the 2009 ftrace plugin
+    /// printed the sector there); read as success.
+    not_errno: u64,
 }
 
 /// Parses the whole text. `C` completes a request on a request-based disk
@@ -63,45 +112,60 @@ pub fn import(
     format: TextFormat,
     geometry: &[DiskGeometry],
 ) -> Result<Import, ImportError> {
-    let request_based: Option<Vec<u32>> = (!geometry.is_empty()).then(|| {
-        geometry
-            .iter()
-            .filter(|disk| disk.request_based)
-            .filter_map(|disk| disk.dev.map(DevId::to_kernel))
-            .collect()
-    });
-    let mut import = Import::default();
-    let mut merges = 0u64;
+    let request_based = request_based(geometry);
+    let mut stamped: Vec<(i64, BlockEvent)> = Vec::new();
+    let mut builder = Builder::default();
+    let mut statuses = Statuses::default();
+    let mut wrapped = 0u64;
     for line in text.lines() {
+        // A Ctrl-C echoed by the terminal glues "^C" to the next line.
+        let line = line.strip_prefix("^C").unwrap_or(line);
         let parsed = match format {
             TextFormat::Blkparse => blkparse_fields(line),
             TextFormat::FtraceBlk => ftrace_fields(line),
+            TextFormat::Blktrace => None,
         };
-        let Some(fields) = parsed else {
+        let Some(mut fields) = parsed else {
             continue;
         };
-        match event_of(&fields, request_based.as_deref()) {
-            Parsed::Event(event) => {
-                if event.kind == EventKind::Backmerge as u8 {
-                    merges += 1;
-                }
-                import.events.push(event)
+        if format == TextFormat::Blkparse && fields.ts_ns > BLKPARSE_WRAP_NS - WRAP_WINDOW_NS {
+            if fields.ts_ns < BLKPARSE_WRAP_NS {
+                fields.ts_ns -= BLKPARSE_WRAP_NS;
+                wrapped += 1;
+            } else {
+                builder.unparsed += 1;
+                continue;
             }
-            Parsed::Skipped => import.skipped += 1,
-            Parsed::Bad => import.unparsed += 1,
+        }
+        match event_of(&fields, request_based.as_deref(), &mut statuses) {
+            Parsed::Event(event) => stamped.push((fields.ts_ns, event)),
+            Parsed::Skipped(kind) => builder.skip(kind),
+            Parsed::Bad => builder.unparsed += 1,
         }
     }
-    if import.events.is_empty() {
-        return Err(ImportError::NoEvents {
-            format: format.name(),
-        });
+    // Shift a trace with unwrapped negatives so it starts at 0.
+    let shift = stamped.iter().map(|(ts, _)| *ts).min().unwrap_or(0).min(0);
+    let events = stamped
+        .into_iter()
+        .map(|(ts, mut event)| {
+            event.ts_ns = (ts - shift) as u64;
+            event
+        })
+        .collect();
+    let mut import = builder.finish(events, format)?;
+    if wrapped > 0 {
+        import.notes.insert(
+            0,
+            format!(
+                "{wrapped} events precede blkparse's first one (printed as 1266874889.7 s, 2^64 ns wrapped): read as {:.6} s before it, and the trace shifted to start at 0",
+                -shift as f64 / 1e9
+            ),
+        );
     }
-    import.notes.push(format!(
-        "{format} has no dirty-buffer events: buffered sub-page writes are not measured"
-    ));
-    if merges > 0 {
+    if statuses.not_errno > 0 {
         import.notes.push(format!(
-            "{format} prints request merges like bio back merges (M): {merges} merges counted as back merges"
+            "{} completions print a status that is no errno (a positive [N]): read as success",
+            statuses.not_errno
         ));
     }
     if format == TextFormat::FtraceBlk {
@@ -109,20 +173,237 @@ pub fn import(
             .notes
             .push("ftrace timestamps have microsecond resolution: latencies are rounded".into());
     }
-    if import.unparsed > 0 {
-        import.notes.push(format!(
-            "{} event lines could not be parsed and were left out",
-            import.unparsed
-        ));
-    }
     Ok(import)
+}
+
+/// Which disks complete requests (`None`: unknown, all `C` are requests).
+pub(crate) fn request_based(geometry: &[DiskGeometry]) -> Option<Vec<u32>> {
+    (!geometry.is_empty()).then(|| {
+        geometry
+            .iter()
+            .filter(|disk| disk.request_based)
+            .filter_map(|disk| disk.dev.map(DevId::to_kernel))
+            .collect()
+    })
+}
+
+/// What both readers (text and binary) count while they read.
+#[derive(Default)]
+pub(crate) struct Builder {
+    pub(crate) unparsed: u64,
+    pub(crate) skipped: u64,
+    pub(crate) skipped_kinds: BTreeMap<String, u64>,
+}
+
+impl Builder {
+    pub(crate) fn skip(&mut self, kind: &str) {
+        self.skipped += 1;
+        *self.skipped_kinds.entry(kind.to_owned()).or_default() += 1;
+    }
+
+    /// Sorts the events by time (stably) and says what the trace cannot give.
+    pub(crate) fn finish(
+        self,
+        mut events: Vec<BlockEvent>,
+        format: TextFormat,
+    ) -> Result<Import, ImportError> {
+        if events.is_empty() && self.skipped == 0 {
+            return Err(ImportError::NoEvents {
+                format: format.name(),
+            });
+        }
+        if events.is_empty() {
+            // A trace of messages or passthrough commands only: a valid trace
+            // with no block I/O in it, not a wrong format.
+            let mut notes = vec![format!(
+                "no block I/O events: only {} lines the engine has no use for ({})",
+                self.skipped,
+                kinds_text(&self.skipped_kinds)
+            )];
+            if self.unparsed > 0 {
+                notes.push(format!(
+                    "{} event lines could not be parsed and were left out",
+                    self.unparsed
+                ));
+            }
+            return Ok(Import {
+                unparsed: self.unparsed,
+                skipped: self.skipped,
+                skipped_kinds: self.skipped_kinds,
+                notes,
+                ..Default::default()
+            });
+        }
+        let out_of_order = events
+            .windows(2)
+            .filter(|w| w[1].ts_ns < w[0].ts_ns)
+            .count();
+        events.sort_by_key(|event| event.ts_ns);
+        let count = |kinds: &[EventKind]| {
+            events
+                .iter()
+                .filter(|e| kinds.iter().any(|k| *k as u8 == e.kind))
+                .count()
+        };
+        let queued = count(&[EventKind::Queue]);
+        let issued = count(&[EventKind::Issue]);
+        let completed = count(&[EventKind::Complete, EventKind::BioComplete]);
+        let merges = count(&[EventKind::Backmerge]);
+        let failed: Vec<i32> = events
+            .iter()
+            .filter(|e| {
+                matches!(
+                    EventKind::from_u8(e.kind),
+                    Some(EventKind::Complete | EventKind::BioComplete)
+                ) && e.error != 0
+            })
+            .map(|e| e.error)
+            .collect();
+        let partition_starts = partition_starts(&events);
+        let mut notes = Vec::new();
+        if out_of_order > 0 {
+            notes.push(format!(
+                "{format} lines are not in time order ({out_of_order} steps back, as `blkparse -i -` and per-CPU batches print): events sorted by time"
+            ));
+        }
+        if queued == 0 {
+            notes.push(format!(
+                "no Q lines (a bio-based device such as md or dm, or a filtered trace): user I/Os cannot be measured, only what the trace shows below them ({issued} D, {completed} C)"
+            ));
+        }
+        if issued == 0 {
+            notes.push(format!(
+                "no D lines: device commands cannot be counted and issue-to-complete times cannot be measured ({queued} Q, {completed} C)"
+            ));
+        }
+        if completed == 0 {
+            notes.push(format!(
+                "no C lines: nothing completes in this trace, so no latency can be measured ({queued} Q, {issued} D)"
+            ));
+        }
+        if !failed.is_empty() {
+            let mut by_errno: BTreeMap<i32, u64> = BTreeMap::new();
+            for errno in &failed {
+                *by_errno.entry(*errno).or_default() += 1;
+            }
+            let list: Vec<String> = by_errno
+                .iter()
+                .map(|(errno, n)| format!("{n} × {errno}"))
+                .collect();
+            notes.push(format!(
+                "{} completions failed (errno {})",
+                failed.len(),
+                list.join(", ")
+            ));
+        }
+        for part in &partition_starts {
+            notes.push(format!(
+                "partition {} starts at sector {} of {} (read off its remap lines)",
+                part.partition, part.start, part.disk
+            ));
+        }
+        if format != TextFormat::Blktrace {
+            notes.push(format!(
+                "{format} has no dirty-buffer events: buffered sub-page writes are not measured"
+            ));
+        }
+        if merges > 0 {
+            notes.push(format!(
+                "{format} prints request merges like bio back merges (M): {merges} merges counted as back merges"
+            ));
+        }
+        if self.skipped > 0 {
+            notes.push(format!(
+                "{} lines the engine has no use for were skipped: {}",
+                self.skipped,
+                kinds_text(&self.skipped_kinds)
+            ));
+        }
+        if self.unparsed > 0 {
+            notes.push(format!(
+                "{} event lines could not be parsed and were left out",
+                self.unparsed
+            ));
+        }
+        Ok(Import {
+            events,
+            unparsed: self.unparsed,
+            skipped: self.skipped,
+            skipped_kinds: self.skipped_kinds,
+            failed: failed.len() as u64,
+            partition_starts,
+            notes,
+        })
+    }
+}
+
+/// "12 G, 2 notify (m N), 1 passthrough".
+fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
+    let list: Vec<String> = kinds
+        .iter()
+        .map(|(kind, n)| match kind.as_str() {
+            "notify" => format!("{n} notify (m N)"),
+            "passthrough" => format!("{n} passthrough (no sector range)"),
+            _ => format!("{n} {kind}"),
+        })
+        .collect();
+    list.join(", ")
+}
+
+/// Partitions whose remaps onto their disk (same major) all give one start.
+fn partition_starts(events: &[BlockEvent]) -> Vec<PartitionStart> {
+    let mut starts: BTreeMap<u32, Option<(u32, u64)>> = BTreeMap::new();
+    for event in events.iter().filter(|e| e.kind == EventKind::Remap as u8) {
+        let (disk, part) = (
+            DevId::from_kernel(event.dev),
+            DevId::from_kernel(event.aux_dev),
+        );
+        if disk == part || disk.major != part.major {
+            continue;
+        }
+        let seen = event
+            .sector
+            .checked_sub(event.aux_sector)
+            .map(|start| (event.dev, start));
+        let entry = starts.entry(event.aux_dev).or_insert(seen);
+        if *entry != seen {
+            *entry = None;
+        }
+    }
+    starts
+        .into_iter()
+        .filter_map(|(part, seen)| {
+            seen.map(|(disk, start)| PartitionStart {
+                partition: DevId::from_kernel(part),
+                disk: DevId::from_kernel(disk),
+                start,
+            })
+        })
+        .collect()
+}
+
+/// Maps a printed completion status to a negative errno: blkparse and the
+/// ftrace plugin print the kernel's `u16` (65531 for -5), some tools an
+/// `u32` (4294967291), others the signed value. `None`: no errno at all.
+pub(crate) fn errno_of(value: i64) -> Option<i32> {
+    const MAX_ERRNO: i64 = 4095;
+    match value {
+        0 => Some(0),
+        v if (-MAX_ERRNO..0).contains(&v) => Some(v as i32),
+        v if (65536 - MAX_ERRNO..65536).contains(&v) => Some((v - 65536) as i32),
+        v if ((1i64 << 32) - MAX_ERRNO..(1i64 << 32)).contains(&v) => {
+            Some((v - (1i64 << 32)) as i32)
+        }
+        _ => None,
+    }
 }
 
 /// The fields every action line has, borrowed from the line.
 #[derive(Debug, PartialEq, Eq)]
 struct Fields<'a> {
     dev: &'a str,
-    ts_ns: u64,
+    /// Signed: blkparse's wrapped negatives are unwrapped in place.
+    ts_ns: i64,
     pid: u32,
     action: &'a str,
     rwbs: &'a str,
@@ -130,7 +411,16 @@ struct Fields<'a> {
     rest: &'a str,
 }
 
-/// `  8,0    3        1     0.000000000  1234  Q  WS 2048 + 8 [dd]`
+/// A cgroup column: "1,0" (ino,gen in hex) or a cgroup path.
+fn is_cgroup(word: &str) -> bool {
+    let hex = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit());
+    word.starts_with('/')
+        || word == "<...>"
+        || word.split_once(',').is_some_and(|(a, b)| hex(a) && hex(b))
+}
+
+/// `  8,0    3        1     0.000000000  1234  Q  WS 2048 + 8 [dd]`, or with
+/// a cgroup column before the action: `39952 1,0  m   N bfq …`.
 fn blkparse_fields(line: &str) -> Option<Fields<'_>> {
     let mut words = Words(line);
     let dev = words.next()?;
@@ -141,11 +431,14 @@ fn blkparse_fields(line: &str) -> Option<Fields<'_>> {
     let _sequence: u64 = words.next()?.parse().ok()?;
     let ts_ns = seconds_to_ns(words.next()?)?;
     let pid = words.next()?.parse().ok()?;
-    let action = words.next()?;
+    let mut action = words.next()?;
+    if is_cgroup(action) {
+        action = words.next()?;
+    }
     let rwbs = words.next()?;
     Some(Fields {
         dev,
-        ts_ns,
+        ts_ns: i64::try_from(ts_ns).ok()?,
         pid,
         action,
         rwbs,
@@ -153,7 +446,9 @@ fn blkparse_fields(line: &str) -> Option<Fields<'_>> {
     })
 }
 
-/// `      dd-1234    [001] d..1.   123.456789: 7,0    Q  WS 2048 + 8 [dd]`
+/// `      dd-1234    [001] d..1.   123.456789: 7,0    Q  WS 2048 + 8 [dd]`,
+/// with or without the irq-flags column, and with or without a cgroup
+/// column after the device (`7,0 1,0  m   N …`).
 fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
     if line.starts_with('#') {
         return None;
@@ -167,18 +462,20 @@ fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
     if !dev.contains(',') {
         return None;
     }
-    let action = words.next()?;
+    let mut action = words.next()?;
+    if is_cgroup(action) {
+        action = words.next()?;
+    }
     let rwbs = words.next()?;
     Some(Fields {
         dev,
-        ts_ns,
+        ts_ns: i64::try_from(ts_ns).ok()?,
         pid: pid.parse().ok()?,
         action,
         rwbs,
         rest: words.0.trim(),
     })
 }
-
 /// Whitespace-separated words, keeping the unread rest.
 struct Words<'a>(&'a str);
 
@@ -224,14 +521,53 @@ fn dev_of(text: &str) -> Option<u32> {
 
 enum Parsed {
     Event(BlockEvent),
-    Skipped,
+    /// A line of this kind, of no use to the engine.
+    Skipped(&'static str),
     Bad,
 }
 
-fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>) -> Parsed {
+/// Skipped actions, by name (what a skipped line counts as).
+fn skipped_action(action: &str) -> Option<&'static str> {
+    Some(match action {
+        "G" => "G",
+        "I" => "I",
+        "P" => "P",
+        "U" => "U",
+        "UT" => "UT",
+        "B" => "B",
+        "S" => "S",
+        "T" => "T",
+        "m" => "notify",
+        _ if action.len() <= 2 && action.bytes().all(|b| b.is_ascii_alphabetic()) => "other",
+        _ => return None,
+    })
+}
+
+/// A passthrough command: blkparse and the ftrace plugin print its byte
+/// count and no sector (`D R 4 [dmraid]`, `D R 24 (12 00 …) [sg_inq]`),
+/// and its completion with no range at all (`C R [0]`, `C R (…) [0]`).
+fn is_passthrough(action: &str, rest: &str) -> bool {
+    let mut words = Words(rest);
+    let first = words.next().unwrap_or("");
+    let opens = |word: &str| word.starts_with('[') || word.starts_with('(');
+    match action {
+        "C" | "R" => opens(first),
+        _ => {
+            first.bytes().all(|b| b.is_ascii_digit())
+                && !first.is_empty()
+                && words.next().is_some_and(opens)
+        }
+    }
+}
+
+fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>, statuses: &mut Statuses) -> Parsed {
     let Some(dev) = dev_of(fields.dev) else {
         return Parsed::Bad;
     };
+    if fields.action == "m" && fields.rwbs == "N" {
+        // "m N bfq [bfq_limit_depth] wr_busy 0 …": a scheduler's or md's message.
+        return Parsed::Skipped("notify");
+    }
     let kind = match fields.action {
         "Q" => EventKind::Queue,
         "X" => EventKind::Split,
@@ -242,29 +578,47 @@ fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>) -> Parsed {
         "R" => EventKind::Requeue,
         "C" if request_based.is_some_and(|disks| !disks.contains(&dev)) => EventKind::BioComplete,
         "C" => EventKind::Complete,
-        action if action.len() <= 2 && action.bytes().all(|b| b.is_ascii_alphabetic()) => {
-            return Parsed::Skipped
+        action => {
+            return match skipped_action(action) {
+                Some(name) => Parsed::Skipped(name),
+                None => Parsed::Bad,
+            }
         }
-        _ => return Parsed::Bad,
     };
+    if matches!(
+        kind,
+        EventKind::Queue
+            | EventKind::Issue
+            | EventKind::Requeue
+            | EventKind::Complete
+            | EventKind::BioComplete
+    ) && is_passthrough(fields.action, fields.rest)
+    {
+        return Parsed::Skipped("passthrough");
+    }
     let mut event = BlockEvent::ZERO;
     event.kind = kind as u8;
     event.dev = dev;
-    event.ts_ns = fields.ts_ns;
     event.tgid = fields.pid;
     let letters = fields.rwbs.as_bytes();
     if letters.len() > RWBS_BYTES || !letters.iter().all(u8::is_ascii_uppercase) {
         return Parsed::Bad;
     }
     event.rwbs[..letters.len()].copy_from_slice(letters);
-    match range_of(kind, fields.rest, &mut event) {
+    match range_of(kind, fields.rest, &mut event, statuses) {
         Some(()) => Parsed::Event(event),
         None => Parsed::Bad,
     }
 }
 
 /// Fills the sectors from what follows rwbs; zero-length I/O has none.
-fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
+fn range_of(
+    kind: EventKind,
+    rest: &str,
+    event: &mut BlockEvent,
+    statuses: &mut Statuses,
+) -> Option<()> {
+    let completes = matches!(kind, EventKind::Complete | EventKind::BioComplete);
     let mut words = Words(rest);
     let Some(first) = words.next() else {
         return Some(());
@@ -276,9 +630,10 @@ fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
     event.sector = first.parse().ok()?;
     match (words.next()?, kind) {
         ("/", EventKind::Split) => event.aux_sector = words.next()?.parse().ok()?,
-        // "C FN 0 [0]": an empty bio's completion prints its sector only.
-        (status, EventKind::Complete | EventKind::BioComplete) if status.starts_with('[') => {
-            event.error = status_code(status);
+        // "C FN 0 [0]": an empty bio's completion prints its sector only;
+        // "C W 8 (    1234) [0]" with blkparse -t.
+        (status, _) if completes && (status.starts_with('[') || status.starts_with('(')) => {
+            event.error = status_after(status, &mut words, statuses);
         }
         ("+", _) => {
             event.nr_sector = words.next()?.parse().ok()?;
@@ -289,9 +644,9 @@ fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
                 }
                 event.aux_dev = dev_of(words.next()?)?;
                 event.aux_sector = words.next()?.parse().ok()?;
-            } else if matches!(kind, EventKind::Complete | EventKind::BioComplete) {
-                if let Some(status) = words.next() {
-                    event.error = status_code(status);
+            } else if completes {
+                if let Some(word) = words.next() {
+                    event.error = status_after(word, &mut words, statuses);
                 }
             }
         }
@@ -300,12 +655,30 @@ fn range_of(kind: EventKind, rest: &str, event: &mut BlockEvent) -> Option<()> {
     Some(())
 }
 
-/// "[0]" or "[-5]": a completion's status (0 when unreadable).
-fn status_code(word: &str) -> i32 {
-    word.strip_prefix('[')
-        .and_then(|code| code.strip_suffix(']'))
-        .and_then(|code| code.parse().ok())
-        .unwrap_or(0)
+/// The `[N]` at or after `word` (blkparse -t puts "(   1234)" before it), as
+/// a negative errno; 0 when unreadable or no errno.
+fn status_after(word: &str, words: &mut Words<'_>, statuses: &mut Statuses) -> i32 {
+    let mut word = Some(word);
+    while let Some(w) = word {
+        if w.starts_with('[') {
+            let Some(value) = w
+                .strip_prefix('[')
+                .and_then(|code| code.strip_suffix(']'))
+                .and_then(|code| code.parse::<i64>().ok())
+            else {
+                return 0;
+            };
+            return match errno_of(value) {
+                Some(errno) => errno,
+                None => {
+                    statuses.not_errno += 1;
+                    0
+                }
+            };
+        }
+        word = words.next();
+    }
+    0
 }
 
 #[cfg(test)]

@@ -8,9 +8,11 @@
 //! - `reader`: [`Recording`], the header plus an iterator of [`Item`]s, for
 //!   `analyze` and any later viewer (HTML, Perfetto).
 //! - `import`: blkparse and ftrace `blk` text into the same items.
+//! - `blktrace`: blktrace's binary per-CPU files into the same items.
 //!
 //! [`EventSink`]: crate::sink::EventSink
 
+pub mod blktrace;
 pub mod format;
 pub mod import;
 pub mod pack;

@@ -1,5 +1,5 @@
 //! `cargo xtask bench`: iosplit-trace's overhead against a baseline from the
-//! same run, against the floor (the same raw tracepoints with programs that
+//! same run, against the floor (the same BTF tracepoints with programs that
 //! return at once, `IOSPLIT_PROBES=noop`: what any tracepoint-based tracer
 //! pays on this host) and against bpftrace, on a blk-mq loop disk and on
 //! bio-based zram. The targets compare within the run, per workload, since

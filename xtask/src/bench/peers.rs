@@ -116,7 +116,7 @@ impl Config {
         let probes = match self {
             Config::IosplitClassic => "classic",
             Config::Floor => "noop",
-            _ => "raw",
+            _ => "btf",
         };
         (args, vec![("IOSPLIT_PROBES", probes)])
     }
@@ -545,7 +545,7 @@ mod tests {
 
     #[test]
     fn serve_address_is_read_from_its_status_line() {
-        let stderr = "iosplit-trace: tracing loop3 (11/11 probes attached, raw tracepoints); Ctrl-C to stop\n\
+        let stderr = "iosplit-trace: tracing loop3 (11/11 probes attached, BTF tracepoints); Ctrl-C to stop\n\
                       iosplit-trace: serving http://127.0.0.1:41234/metrics\n";
         assert_eq!(
             listening_address(stderr),
@@ -560,7 +560,7 @@ mod tests {
         let command = |config: Config| config.iosplit_command("loop3", recording);
         let (args, env) = command(Config::OwnersOn);
         assert_eq!(args, ["report", "--json", "-d", "loop3", "--owners"]);
-        assert_eq!(env, [("IOSPLIT_PROBES", "raw")]);
+        assert_eq!(env, [("IOSPLIT_PROBES", "btf")]);
         let (args, env) = command(Config::Record);
         assert_eq!(
             args,
@@ -573,10 +573,10 @@ mod tests {
                 "/dev/shm/x/bench.iotrace"
             ]
         );
-        assert_eq!(env, [("IOSPLIT_PROBES", "raw")]);
+        assert_eq!(env, [("IOSPLIT_PROBES", "btf")]);
         let (args, _) = command(Config::Serve);
         assert_eq!(args, ["serve", "--listen", "127.0.0.1:0", "-d", "loop3"]);
-        assert_eq!(command(Config::IosplitTrace).1, [("IOSPLIT_PROBES", "raw")]);
+        assert_eq!(command(Config::IosplitTrace).1, [("IOSPLIT_PROBES", "btf")]);
         assert_eq!(command(Config::Floor).1, [("IOSPLIT_PROBES", "noop")]);
         assert!(Config::ALL
             .iter()

@@ -101,7 +101,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "blk-oracle",
-            summary: "raw (BTF) and classic (format layout) probes vs the ftrace blk tracer, requeues included",
+            summary: "btf and classic (format layout) probes vs the ftrace blk tracer, requeues included",
             disks: vec![
                 Disk {
                     serial: "oracle",
@@ -619,7 +619,7 @@ fn blk_oracle(results: &Results, line: &Line) -> Vec<Check> {
     // Requeues on their own line: the agreement rows above include them, but
     // this one says whether the requeue probe is there at all.
     let what = "requeues: events.requeue vs blk R";
-    let expected = "raw = classic = blk R > 0";
+    let expected = "btf = classic = blk R > 0";
     checks.push(
         match (
             results.text("blk.trace"),
@@ -642,7 +642,7 @@ fn blk_oracle(results: &Results, line: &Line) -> Vec<Check> {
                     what,
                     expected,
                     format!(
-                        "blk R {requeues}, raw {}, classic {}",
+                        "blk R {requeues}, btf {}, classic {}",
                         describe(raw),
                         describe(classic)
                     ),
@@ -1086,7 +1086,7 @@ fn cgroup_run(results: &Results) -> Result<CgroupRun, String> {
 
 fn cgroup_writeback(results: &Results, line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_all_probes(
-        &format!("report probes on {} (raw: cgroup and file read)", line.name),
+        &format!("report probes on {} (btf: cgroup and file read)", line.name),
         results,
         "report.json",
     )];

@@ -1,5 +1,5 @@
 # Event counts of `iosplit-trace report` against the kernel's blk tracer on the
-# same window, with both probe flavors at once: raw tracepoints (BTF offsets,
+# same window, with both probe flavors at once: BTF tracepoints (BTF offsets,
 # the default) and classic ones (the kernel's tracepoint format layout). The
 # first disk is 512e with the seed's misaligned partition, so remaps, splits and
 # merges all occur; the second has a 16-descriptor ring without indirect

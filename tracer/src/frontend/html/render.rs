@@ -29,7 +29,8 @@ pub fn page(report: &Report, series: &Series, geometry: &[DiskGeometry], source:
         escape(source),
         report.duration_s,
         report.events[tracer_common::EventKind::Queue],
-        report.events[tracer_common::EventKind::Issue],
+        // Commands as the engine counted them: a re-issue after a requeue is not one.
+        series.commands,
     );
     diagnoses(&mut html, report);
     section(&mut html, "User I/O and command sizes", &sizes_svg(report));

@@ -1,9 +1,9 @@
-//! Time series for the HTML report, built by replaying a recording's block
-//! events beside the engine. Pure: events in, grids out.
+//! Time series for the HTML report, built from the engine's correlation
+//! outcomes while a recording is replayed, so the page counts what the
+//! report counts: a requeued command once, its latency from its last issue
+//! to its last completion. Pure: outcomes in, grids out.
 
-use std::collections::HashMap;
-
-use tracer_common::{BlockEvent, EventKind};
+use crate::engine::outcome::Outcome;
 
 /// Columns of every time plot.
 pub const TIME_BINS: usize = 60;
@@ -11,8 +11,6 @@ pub const TIME_BINS: usize = 60;
 pub const OFFSET_ROWS: usize = 48;
 /// Log2 latency rows: `[2^i, 2^(i+1))` microseconds, the last open-ended.
 pub const LATENCY_ROWS: usize = 24;
-/// Issued commands remembered for latency matching; beyond it the oldest are forgotten.
-const MAX_IN_FLIGHT: usize = 1 << 16;
 
 /// One user I/O or command: when, where, how big.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,7 +18,7 @@ struct Point {
     ts_ns: u64,
     dev: u32,
     sector: u64,
-    nr_sector: u32,
+    sectors: u64,
 }
 
 /// Collects the points while the recording is replayed.
@@ -28,35 +26,42 @@ struct Point {
 pub struct Collector {
     user_ios: Vec<Point>,
     commands: Vec<Point>,
-    /// (issue time, issue→complete microseconds).
+    /// (last issue time, issue→complete microseconds) of each measured command.
     latencies: Vec<(u64, u64)>,
-    in_flight: HashMap<(u32, u64), u64>,
 }
 
 impl Collector {
-    pub fn see(&mut self, event: &BlockEvent) {
-        let point = Point {
-            ts_ns: event.ts_ns,
-            dev: event.dev,
-            sector: event.sector,
-            nr_sector: event.nr_sector,
-        };
-        match event.kind {
-            k if k == EventKind::Queue as u8 => self.user_ios.push(point),
-            k if k == EventKind::Issue as u8 => {
-                self.commands.push(point);
-                if self.in_flight.len() >= MAX_IN_FLIGHT {
-                    self.in_flight.clear();
-                }
-                self.in_flight
-                    .insert((event.dev, event.sector), event.ts_ns);
-            }
-            k if k == EventKind::Complete as u8 => {
-                if let Some(issued) = self.in_flight.remove(&(event.dev, event.sector)) {
-                    let us = event.ts_ns.saturating_sub(issued) / 1000;
-                    self.latencies.push((issued, us));
-                }
-            }
+    pub fn see(&mut self, outcome: &Outcome) {
+        match *outcome {
+            Outcome::Queued {
+                dev,
+                sector,
+                sectors,
+                ts_ns,
+                ..
+            } => self.user_ios.push(Point {
+                ts_ns,
+                dev,
+                sector,
+                sectors: u64::from(sectors),
+            }),
+            Outcome::Issued {
+                dev,
+                sector,
+                sectors,
+                ts_ns,
+                ..
+            } => self.commands.push(Point {
+                ts_ns,
+                dev,
+                sector,
+                sectors,
+            }),
+            Outcome::Completed {
+                last_issue_ns,
+                latency_us: Some(us),
+                ..
+            } => self.latencies.push((last_issue_ns, us)),
             _ => {}
         }
     }
@@ -80,7 +85,7 @@ impl Collector {
         let mut misaligned_4k = 0;
         for point in &self.commands {
             commands_per_bin[bin(point.ts_ns)] += 1;
-            if point.sector % 8 != 0 || point.nr_sector % 8 != 0 {
+            if point.sector % 8 != 0 || point.sectors % 8 != 0 {
                 misaligned_4k += 1;
             }
             let grid = match offsets.iter_mut().position(|g| g.dev == point.dev) {
@@ -90,7 +95,7 @@ impl Collector {
                         .commands
                         .iter()
                         .filter(|p| p.dev == point.dev)
-                        .map(|p| p.sector.saturating_add(u64::from(p.nr_sector)))
+                        .map(|p| p.sector.saturating_add(p.sectors))
                         .max()
                         .unwrap_or(1);
                     offsets.push(OffsetGrid {
@@ -164,9 +169,14 @@ impl Series {
 
 #[cfg(test)]
 mod tests {
+    use tracer_common::{BlockEvent, EventKind};
+
     use super::*;
+    use crate::engine::Engine;
 
     fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
+        let mut rwbs = [0; tracer_common::RWBS_BYTES];
+        rwbs[0] = b'W';
         BlockEvent {
             ts_ns,
             sector,
@@ -175,22 +185,45 @@ mod tests {
             aux_dev: 0,
             nr_sector,
             tgid: 1,
-            rwbs: [0; tracer_common::RWBS_BYTES],
+            rwbs,
             kind: kind as u8,
             ..BlockEvent::ZERO
         }
     }
 
+    fn split(ts_ns: u64, sector: u64, at: u64) -> BlockEvent {
+        BlockEvent {
+            aux_sector: at,
+            ..event(EventKind::Split, ts_ns, sector, 0)
+        }
+    }
+
+    /// The events through a fresh engine, its outcomes into a collector.
+    fn collect(events: &[BlockEvent]) -> Collector {
+        let mut engine = Engine::new(Vec::new(), Default::default());
+        engine.keep_outcomes();
+        let mut collector = Collector::default();
+        for event in events {
+            engine.ingest(event);
+            for outcome in engine.drain_outcomes() {
+                collector.see(&outcome);
+            }
+        }
+        collector
+    }
+
     #[test]
     fn bins_rates_latency_and_offsets() {
-        let mut collector = Collector::default();
         // One 1 MiB write at t=0 split into two commands; the last event at 60 ms.
-        collector.see(&event(EventKind::Queue, 0, 0, 2048));
-        collector.see(&event(EventKind::Issue, 1_000_000, 0, 1024));
-        collector.see(&event(EventKind::Issue, 1_000_000, 1024, 1024));
-        collector.see(&event(EventKind::Complete, 1_100_000, 0, 1024));
-        collector.see(&event(EventKind::Complete, 5_000_000, 1024, 1024));
-        collector.see(&event(EventKind::Issue, 60_000_000, 2047, 1));
+        let collector = collect(&[
+            event(EventKind::Queue, 0, 0, 2048),
+            split(500_000, 0, 1024),
+            event(EventKind::Issue, 1_000_000, 0, 1024),
+            event(EventKind::Issue, 1_000_000, 1024, 1024),
+            event(EventKind::Complete, 1_100_000, 0, 1024),
+            event(EventKind::Complete, 5_000_000, 1024, 1024),
+            event(EventKind::Issue, 60_000_000, 2047, 1),
+        ]);
         let series = collector.finish(&|_| Some(4096));
         assert_eq!(series.bin_ns, 1_000_000);
         assert_eq!(series.user_ios_per_bin.iter().sum::<u64>(), 1);
@@ -211,6 +244,25 @@ mod tests {
     }
 
     #[test]
+    fn a_requeued_command_is_one_command_timed_from_its_last_issue() {
+        let collector = collect(&[
+            event(EventKind::Queue, 0, 0, 16),
+            event(EventKind::Issue, 1_000, 0, 16),
+            event(EventKind::Requeue, 2_000, 0, 16),
+            event(EventKind::Issue, 2_002_000, 0, 16),
+            // A partial completion does not end it.
+            event(EventKind::Complete, 2_010_000, 0, 8),
+            event(EventKind::Complete, 2_052_000, 8, 8),
+        ]);
+        let series = collector.finish(&|_| Some(4096));
+        assert_eq!(series.commands, 1);
+        assert_eq!(series.commands_per_bin.iter().sum::<u64>(), 1);
+        // 50 µs from the re-issue → row 5 ([32,64)); one latency only.
+        assert_eq!(series.latency.iter().flatten().sum::<u64>(), 1);
+        assert_eq!(series.latency.iter().map(|row| row[5]).sum::<u64>(), 1);
+    }
+
+    #[test]
     fn latency_rows_are_log2_and_capped() {
         assert_eq!(latency_row(0), 0);
         assert_eq!(latency_row(1), 0);
@@ -221,12 +273,12 @@ mod tests {
 
     #[test]
     fn extreme_sectors_stay_in_the_grid() {
-        let mut collector = Collector::default();
-        collector.see(&event(EventKind::Issue, 10, u64::MAX, u32::MAX));
-        collector.see(&event(EventKind::Complete, 5, u64::MAX, u32::MAX));
+        let collector = collect(&[
+            event(EventKind::Issue, 10, u64::MAX, u32::MAX),
+            event(EventKind::Complete, 5, u64::MAX, u32::MAX),
+        ]);
         let series = collector.finish(&|_| None);
         assert_eq!(series.offsets[0].cells[0][OFFSET_ROWS - 1], 1);
-        assert_eq!(series.latency[0][0], 1);
     }
 
     #[test]

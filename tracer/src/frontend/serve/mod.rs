@@ -41,8 +41,7 @@ use crate::model::{
 
 use super::{output, selection, session};
 
-/// Where `serve` listens unless told otherwise (loopback: exposing it is a choice).
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:9788";
+pub use crate::cli::DEFAULT_LISTEN;
 
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 

@@ -1,6 +1,6 @@
-//! Block raw tracepoints → `RawTpEvent` records in the per-CPU `EVENTS<n>` rings.
+//! Block BTF tracepoints → `BtfEvent` records in the per-CPU `EVENTS<n>` rings.
 //!
-//! The preferred probes where the kernel has BTF. A raw tracepoint passes the
+//! The preferred probes where the kernel has BTF. A BTF tracepoint passes the
 //! tracepoint's own arguments (`struct bio *`, `struct request *`), so the
 //! kernel neither formats a record (rwbs string, command bytes) nor checks
 //! the global `bpf_prog_active` that makes it skip a classic-tracepoint
@@ -29,8 +29,8 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, owner_filter, owner_flags, EventKind, KernelLayout, Owner, OwnerLayout, RawTpEvent,
-    RawTpQueueEvent, COMM_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
+    counter, owner_filter, owner_flags, BtfEvent, BtfQueueEvent, EventKind, KernelLayout, Owner,
+    OwnerLayout, COMM_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
 };
 
 use super::block::{bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
@@ -60,7 +60,7 @@ fn read<T>(address: u64) -> Result<T, i32> {
 }
 
 /// A field of a kernel object reached from the tracepoint's arguments, by a
-/// plain load. These are BTF-typed raw tracepoints (`tp_btf`): the verifier
+/// plain load. These are BTF-typed tracepoints (`tp_btf`): the verifier
 /// knows each pointer's type, the layout's offsets are constants to it
 /// (`.rodata` is frozen before the programs load), and the JIT guards the
 /// load against faults, where `bpf_probe_read_kernel` is a helper call
@@ -136,17 +136,17 @@ impl<'a, const WORDS: usize> Span<'a, WORDS> {
 /// 3-byte array with a call to a byte-loop `memset`.
 ///
 /// # Safety
-/// `event` points at a writable `RawTpEvent`.
+/// `event` points at a writable `BtfEvent`.
 #[inline(always)]
-unsafe fn set_kind(event: *mut RawTpEvent, kind: EventKind) {
+unsafe fn set_kind(event: *mut BtfEvent, kind: EventKind) {
     // SAFETY: `kind` and `_pad` are the 4 bytes at a 4-aligned offset
     // (checked below); little-endian puts `kind` first.
     unsafe { (&raw mut (*event).kind).cast::<u32>().write(kind as u32) };
 }
 
 const _: () = {
-    assert!(core::mem::offset_of!(RawTpEvent, kind) % 4 == 0);
-    assert!(core::mem::offset_of!(RawTpEvent, _pad) == core::mem::offset_of!(RawTpEvent, kind) + 1);
+    assert!(core::mem::offset_of!(BtfEvent, kind) % 4 == 0);
+    assert!(core::mem::offset_of!(BtfEvent, _pad) == core::mem::offset_of!(BtfEvent, kind) + 1);
 };
 
 /// Whose window a record carries: the fields userspace decodes, loaded one
@@ -202,7 +202,7 @@ fn put<T: Copy>(window: *mut u8, (object, start, offset): (u64, u32, u32)) {
     };
 }
 
-const _: () = assert!(core::mem::offset_of!(RawTpEvent, window) % 8 == 0);
+const _: () = assert!(core::mem::offset_of!(BtfEvent, window) % 8 == 0);
 
 /// What the queue probe builds an owner in.
 #[repr(C)]
@@ -292,12 +292,12 @@ fn emit(kind: EventKind, window: Window, dev: u32, arg: u64, arg2: u32) -> u32 {
         return 0;
     }
     let events = ring();
-    let Some(mut entry) = events.reserve::<RawTpEvent>(0) else {
+    let Some(mut entry) = events.reserve::<BtfEvent>(0) else {
         bump(counter::DROPPED);
         return 0;
     };
     let event = entry.as_mut_ptr();
-    // SAFETY: `event` points at a reserved, writable RawTpEvent.
+    // SAFETY: `event` points at a reserved, writable BtfEvent.
     unsafe {
         (*event).ts_ns = bpf_ktime_get_ns();
         (*event).arg = arg;
@@ -557,12 +557,12 @@ fn queue_event(address: u64) -> u32 {
     // Read before reserving, so the slot is held (and blocks the reader) briefly.
     owner_of(&layout.owner, address, scratch);
     let ring = ring();
-    let Some(mut entry) = ring.reserve::<RawTpQueueEvent>(0) else {
+    let Some(mut entry) = ring.reserve::<BtfQueueEvent>(0) else {
         bump_by(counter::DROPPED, events);
         return 0;
     };
     let record = entry.as_mut_ptr();
-    // SAFETY: `record` points at a reserved, writable RawTpQueueEvent.
+    // SAFETY: `record` points at a reserved, writable BtfQueueEvent.
     unsafe {
         let event = &raw mut (*record).event;
         (*event).ts_ns = bpf_ktime_get_ns();
@@ -687,21 +687,21 @@ fn capture(ctx: &BtfTracePointContext, kind: EventKind) -> u32 {
     }
 }
 
-/// One raw-tracepoint program per row of the probe table, named by it
+/// One BTF-tracepoint program per row of the probe table, named by it
 /// (userspace attaches each to its tracepoint by name).
-macro_rules! raw_programs {
+macro_rules! btf_programs {
     ($(
         $(#[doc = $doc:literal])*
-        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $raw:ident, $object:ident, $arguments:literal;
+        $kind:ident: $tracepoint:ident, $json:ident, $classic:ident, $btf:ident, $object:ident, $arguments:literal;
     )*) => {
         $(
             $(#[doc = $doc])*
             #[btf_tracepoint]
-            pub fn $raw(ctx: BtfTracePointContext) -> u32 {
+            pub fn $btf(ctx: BtfTracePointContext) -> u32 {
                 capture(&ctx, EventKind::$kind)
             }
         )*
     };
 }
 
-tracer_common::with_block_probes!(raw_programs);
+tracer_common::with_block_probes!(btf_programs);

@@ -1,0 +1,272 @@
+//! `run`'s matching beside the engine: which of the traced command's write
+//! syscalls went to which block device (or regular file on one), and which
+//! device write commands and bios carried them.
+//!
+//! Contract:
+//! - In, in kernel order: the traced tree's opens and syscalls
+//!   ([`RunMatcher::open_event`], [`RunMatcher::process_event`]) and the
+//!   block events ([`RunMatcher::block_event`]). After the command, once
+//!   its I/O has settled, the extent map of each file it wrote
+//!   ([`RunMatcher::written_files`], [`RunMatcher::set_file_map`]), which
+//!   the frontend reads (FIEMAP).
+//! - Out: per target, the syscalls made to it ([`RunMatcher::targets`]);
+//!   once the run is over, its writes matched to the commands and bios over
+//!   the same sectors, and where its written bytes ended up
+//!   ([`RunMatcher::match_writes`]). Matching is by sector range alone: a
+//!   command counts whenever in the run it wrote those sectors.
+//! - Pure: files are named through the injected [`FdResolver`] (the
+//!   /proc-based one lives in `frontend::run`), so it is unit-tested with a
+//!   fake. Nothing here reads the clock or writes to disk.
+//! - Bounded: past [`MAX_WRITES`], [`MAX_COMMANDS`] and [`MAX_BIOS`] more
+//!   are dropped and counted ([`RunMatcher::not_kept`]).
+//!
+//! Where things live:
+//! - `fd_table`: the process model. What each fd of the traced tree points
+//!   at (a target, or nothing) across open, dup, close, close_range, fork
+//!   and exec, and each open file's position (lseek, plain writes): a write
+//!   syscall becomes a `WriteCall` (target, offset, bytes).
+//! - `sector_match`: the writes, commands and bios kept, and their
+//!   matching: a write's offsets become disk bytes (a device's own offsets,
+//!   or a file's through its extent map), then the commands and bios over
+//!   them are counted.
+//! - `block_events`: the one place block events come in: which are write
+//!   commands issued or requeued, and which write bios queued.
+//! - `engine_totals`: what the engine itself counted on the devices `run`
+//!   touched (the tracked writes, other tasks' traffic).
+
+mod block_events;
+mod engine_totals;
+mod fd_table;
+mod sector_match;
+#[cfg(test)]
+mod test_fixtures;
+
+use hdrhistogram::Histogram;
+use tracer_common::{OpenEvent, ProcessEvent};
+
+use super::stats::new_histogram;
+use crate::geometry::fiemap::FileMap;
+use crate::geometry::DevId;
+use fd_table::{FdTable, Syscall};
+use sector_match::SectorMatcher;
+
+pub use sector_match::{WriteBytes, WriteMatch};
+
+/// A block device a file descriptor pointed at, or a regular file on one.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct FdTarget {
+    /// Kernel name, e.g. "loop0p2" (for a file, its filesystem's device).
+    pub device: String,
+    /// The whole disk, whose absolute sectors the commands carry.
+    pub disk_dev: DevId,
+    /// Partition start (0 for a whole disk), in sectors.
+    pub start_sector: u64,
+    /// Set when the target is a regular file on `device`.
+    pub file: Option<TargetFile>,
+}
+
+/// A regular file, by the path it was opened as and its inode.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TargetFile {
+    pub path: String,
+    pub inode: u64,
+}
+
+/// Finds which block device a file is; `None` for anything else.
+pub trait FdResolver: Send {
+    /// A path the process opened (relative paths are from its cwd).
+    fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget>;
+    /// An fd whose open was not seen (inherited from before tracking).
+    fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget>;
+}
+
+/// Caps so a long run cannot grow memory without bound (dropped ones are counted).
+pub const MAX_WRITES: usize = 1 << 21;
+pub const MAX_COMMANDS: usize = 1 << 21;
+pub const MAX_BIOS: usize = 1 << 21;
+
+/// Per target: the syscalls the command made to it.
+pub struct TargetCalls {
+    pub target: FdTarget,
+    pub write_syscalls: u64,
+    pub write_bytes: u64,
+    /// Made at the first write: most files a command opens are only read.
+    pub write_size: Option<Histogram<u64>>,
+    pub fsync_calls: u64,
+    /// Writes whose offset was unknown (plain write/writev), not matchable.
+    pub unknown_offset_writes: u64,
+    /// A file's extent map, or why it could not be read.
+    pub file_map: Option<Result<FileMap, String>>,
+}
+
+impl TargetCalls {
+    fn new(target: FdTarget) -> Self {
+        TargetCalls {
+            target,
+            write_syscalls: 0,
+            write_bytes: 0,
+            write_size: None,
+            fsync_calls: 0,
+            unknown_offset_writes: 0,
+            file_map: None,
+        }
+    }
+}
+
+/// A write syscall as the process model placed it: the hand-over from
+/// `fd_table` to `sector_match`.
+#[derive(Clone, Copy, Debug)]
+struct WriteCall {
+    /// Index into [`RunMatcher::targets`].
+    target: usize,
+    /// Byte offset within the target, when the syscall carried one or the
+    /// file position was followed.
+    offset: Option<u64>,
+    bytes: u64,
+}
+
+/// What the caps dropped: writes, commands and bios not kept for matching.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NotKept {
+    pub writes: u64,
+    pub commands: u64,
+    pub bios: u64,
+}
+
+/// Follows the traced tree's write syscalls to their targets, keeps the
+/// devices' write commands and bios, and matches the two by sector range.
+/// In memory only: nothing here is written to a recording.
+pub struct RunMatcher<R: FdResolver> {
+    /// The process model: what each fd is, and open files' positions.
+    fds: FdTable<R>,
+    /// One per target the fd table has met, in its numbering.
+    targets: Vec<TargetCalls>,
+    /// The writes, commands and bios kept for matching.
+    sectors: SectorMatcher,
+    /// Processes (and threads) the command's tree forked, itself included.
+    pub processes: u64,
+    /// Writes and syncs that failed, on any fd.
+    pub failed_syscalls: u64,
+}
+
+impl<R: FdResolver> RunMatcher<R> {
+    pub fn new(resolver: R) -> Self {
+        RunMatcher {
+            fds: FdTable::new(resolver),
+            targets: Vec::new(),
+            sectors: SectorMatcher::default(),
+            processes: 0,
+            failed_syscalls: 0,
+        }
+    }
+
+    /// A successful open: from now on this fd is (or is not) that target.
+    pub fn open_event(&mut self, open: &OpenEvent) {
+        self.fds.open(open);
+        self.add_new_targets();
+    }
+
+    /// A syscall, fork or exec of the traced tree.
+    pub fn process_event(&mut self, event: &ProcessEvent) {
+        let syscall = self.fds.syscall(event);
+        self.add_new_targets();
+        match syscall {
+            Syscall::Fork => self.processes += 1,
+            Syscall::FdsOnly | Syscall::NotATarget => {}
+            Syscall::Failed => self.failed_syscalls += 1,
+            Syscall::Sync { target } => self.targets[target].fsync_calls += 1,
+            Syscall::Write(write) => {
+                let calls = &mut self.targets[write.target];
+                calls.write_syscalls += 1;
+                calls.write_bytes += write.bytes;
+                let _ = calls
+                    .write_size
+                    .get_or_insert_with(new_histogram)
+                    .record(write.bytes.max(1));
+                if write.offset.is_none() {
+                    calls.unknown_offset_writes += 1;
+                }
+                self.sectors.keep_write(write);
+            }
+        }
+    }
+
+    /// Gives each target the fd table met since the last call its tally.
+    fn add_new_targets(&mut self) {
+        self.targets
+            .extend(self.fds.take_new_targets().map(TargetCalls::new));
+    }
+
+    pub fn targets(&self) -> &[TargetCalls] {
+        &self.targets
+    }
+
+    /// Files the command wrote: their extent maps are wanted.
+    pub fn written_files(&self) -> Vec<(usize, TargetFile)> {
+        self.targets
+            .iter()
+            .enumerate()
+            .filter(|(_, calls)| calls.write_syscalls > 0)
+            .filter_map(|(index, calls)| Some((index, calls.target.file.clone()?)))
+            .collect()
+    }
+
+    /// A file target's extent map (or why it could not be read).
+    pub fn set_file_map(&mut self, target: usize, map: Result<FileMap, String>) {
+        if let Some(calls) = self.targets.get_mut(target) {
+            calls.file_map = Some(map.map(|mut map| {
+                map.extents.sort_by_key(|extent| extent.logical);
+                map
+            }));
+        }
+    }
+
+    /// For one target: commands per write and writes per command, matched by
+    /// absolute sector range (only writes with a known offset), and where
+    /// the written bytes ended up.
+    ///
+    /// Called once the run is over: it sorts what was kept, so a command
+    /// writing thousands of files is matched file by file in one pass each.
+    pub fn match_writes(&mut self, target: usize) -> WriteMatch {
+        self.sectors.match_writes(target, self.targets.get(target))
+    }
+
+    /// What the caps dropped.
+    pub fn not_kept(&self) -> NotKept {
+        self.sectors.not_kept
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tracer_common::{ProcessEventKind, UNKNOWN_OFFSET};
+
+    use super::test_fixtures::{issue, write, OnePartition, Traced};
+
+    #[test]
+    fn other_files_reads_failures_and_unknown_offsets_are_kept_apart() {
+        let mut matcher = Traced::new(OnePartition);
+        matcher.process_event(&write(9, 0, 100)); // not a block device
+        matcher.process_event(&write(3, 0, -5)); // EIO
+        let mut plain = write(3, UNKNOWN_OFFSET, 512);
+        plain.kind = ProcessEventKind::Write as u8;
+        matcher.process_event(&plain);
+        let mut read_command = issue(1000, 1);
+        read_command.rwbs = *b"R\0\0\0\0\0\0\0";
+        matcher.block_event(&read_command);
+        assert_eq!(matcher.failed_syscalls, 1);
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.unknown_offset_writes), (1, 1));
+        let matched = matcher.match_writes(0);
+        assert_eq!(
+            matched.commands_per_write.len(),
+            0,
+            "unknown offsets are not matched"
+        );
+        assert_eq!(
+            matched.writes_per_command.len(),
+            0,
+            "reads are not write commands"
+        );
+    }
+}

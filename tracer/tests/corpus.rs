@@ -1,0 +1,450 @@
+//! The corpus of real traces others took (tests/corpus/; provenance and the
+//! expert readings are in tests/corpus/MANIFEST.md): each imports, exits 0,
+//! and reads as the manifest says wherever the importer and today's engine
+//! produce the reading. Readings that need engine work are listed in the
+//! manifest as pending, not asserted here.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// What one device/op of the report must show.
+struct Op {
+    dev: &'static str,
+    op: &'static str,
+    user_ios: Option<u64>,
+    commands: Option<u64>,
+    requeues: Option<u64>,
+    /// (min, max) queue→complete in µs, as the expert read them.
+    q2c: Option<(f64, f64)>,
+    /// (min, max) issue→complete in µs.
+    i2c: Option<(f64, f64)>,
+}
+
+const OP: Op = Op {
+    dev: "",
+    op: "",
+    user_ios: None,
+    commands: None,
+    requeues: None,
+    q2c: None,
+    i2c: None,
+};
+
+struct Case {
+    file: &'static str,
+    from: &'static str,
+    /// Non-zero event counts; every other kind must be 0.
+    events: &'static [(&'static str, u64)],
+    duration_us: Option<f64>,
+    ops: &'static [Op],
+    /// Substrings of stderr notes.
+    notes: &'static [&'static str],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        file: "marod-md127-nvme-5.4.blkparse.txt",
+        from: "blkparse",
+        events: &[("remap", 5), ("issue", 5), ("complete", 5)],
+        duration_us: Some(391.614),
+        ops: &[Op {
+            dev: "259:0",
+            op: "write",
+            commands: Some(5),
+            i2c: Some((31.290, 42.996)),
+            ..OP
+        }],
+        notes: &[
+            "6 events precede blkparse's first one",
+            "not in time order",
+            "no Q lines",
+            "5 G, 5 P, 5 U",
+        ],
+    },
+    Case {
+        file: "marod-nvme-4.4.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 5), ("issue", 5), ("complete", 5)],
+        duration_us: Some(376.756),
+        ops: &[Op {
+            dev: "259:1",
+            op: "write",
+            user_ios: Some(5),
+            commands: Some(5),
+            q2c: Some((46.276, 55.854)),
+            i2c: Some((37.636, 47.736)),
+            ..OP
+        }],
+        notes: &[
+            "6 events precede blkparse's first one",
+            "not in time order",
+            "5 UT",
+        ],
+    },
+    Case {
+        file: "wong-xfs-zero-range-nvme.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 2), ("complete", 2)],
+        duration_us: Some(62.680),
+        ops: &[Op {
+            dev: "259:0",
+            op: "write",
+            user_ios: Some(2),
+            ..OP
+        }],
+        notes: &["no D lines"],
+    },
+    Case {
+        file: "wong-xfs-fzero-negative.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 1), ("complete", 1)],
+        duration_us: Some(87.360),
+        ops: &[],
+        notes: &["2 events precede blkparse's first one", "no D lines"],
+    },
+    Case {
+        file: "kawasaki-zoned-nullb-eio.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 1), ("split", 6), ("issue", 2), ("complete", 3)],
+        duration_us: None,
+        ops: &[Op {
+            dev: "251:0",
+            op: "write",
+            user_ios: Some(1),
+            commands: Some(2),
+            i2c: Some((253.924, 253.924)),
+            ..OP
+        }],
+        notes: &["1 completions failed (errno 1 × -5)", "5 G, 5 I"],
+    },
+    Case {
+        file: "linfeng-dmraid-bfq-passthrough.blkparse.txt",
+        from: "blkparse",
+        events: &[],
+        duration_us: Some(0.0),
+        ops: &[],
+        notes: &["no block I/O events", "2 notify (m N), 4 passthrough"],
+    },
+    Case {
+        file: "acme-ftrace-blk-plugin-2009.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
+        duration_us: Some(20690.0),
+        ops: &[Op {
+            dev: "8:1",
+            op: "read",
+            user_ios: Some(1),
+            commands: Some(1),
+            q2c: Some((20687.0, 20687.0)),
+            i2c: Some((20663.0, 20663.0)),
+            ..OP
+        }],
+        notes: &["status that is no errno", "1 G, 1 I, 1 P, 1 U"],
+    },
+    Case {
+        file: "kulkarni-nullb-requeue.blkparse.txt",
+        from: "blkparse",
+        events: &[
+            ("queue", 10),
+            ("issue", 13),
+            ("complete", 10),
+            ("requeue", 3),
+        ],
+        duration_us: Some(833.834),
+        ops: &[Op {
+            dev: "252:0",
+            op: "write",
+            user_ios: Some(10),
+            commands: Some(10),
+            requeues: Some(3),
+            q2c: Some((33.783, 115.106)),
+            i2c: Some((12.554, 28.043)),
+        }],
+        notes: &["10 G, 12 I"],
+    },
+    Case {
+        file: "kulkarni-nullb-discard-split.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 1), ("split", 19), ("issue", 20), ("complete", 20)],
+        duration_us: Some(549.881),
+        ops: &[Op {
+            dev: "252:0",
+            op: "discard",
+            user_ios: Some(1),
+            commands: Some(20),
+            ..OP
+        }],
+        notes: &["20 G, 20 I"],
+    },
+    Case {
+        file: "kulkarni-nullb-mq-deadline-merge.blkparse.txt",
+        from: "blkparse",
+        events: &[
+            ("queue", 5),
+            ("backmerge", 4),
+            ("issue", 1),
+            ("complete", 6),
+        ],
+        duration_us: Some(347.291),
+        ops: &[Op {
+            dev: "252:0",
+            op: "write",
+            user_ios: Some(5),
+            commands: Some(1),
+            i2c: Some((31.118, 31.118)),
+            ..OP
+        }],
+        notes: &["5 B, 1 G, 1 I", "4 merges counted as back merges"],
+    },
+    Case {
+        file: "ruffell-lvm-nvme-4.4-standard.blkparse.txt",
+        from: "blkparse",
+        events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
+        duration_us: Some(1554.150),
+        ops: &[Op {
+            dev: "259:0",
+            op: "read",
+            user_ios: Some(1),
+            commands: Some(1),
+            q2c: Some((1553.965, 1553.965)),
+            i2c: Some((1548.285, 1548.285)),
+            ..OP
+        }],
+        notes: &[],
+    },
+    Case {
+        file: "ruffell-lvm-nvme-4.15-merge.blkparse.txt",
+        from: "blkparse",
+        events: &[
+            ("remap", 2),
+            ("queue", 2),
+            ("backmerge", 2),
+            ("issue", 1),
+            ("complete", 1),
+        ],
+        duration_us: Some(1710.024),
+        ops: &[Op {
+            dev: "259:0",
+            op: "read",
+            i2c: Some((1705.484, 1705.484)),
+            ..OP
+        }],
+        notes: &["1 I, 1 UT"],
+    },
+    Case {
+        file: "dwj-lvm-on-sda2-two-level-remap.blkparse.txt",
+        from: "blkparse",
+        events: &[("remap", 2), ("queue", 1)],
+        duration_us: None,
+        ops: &[],
+        notes: &[
+            "partition 8:2 starts at sector 1026048 of 8:0",
+            "no D lines",
+            "no C lines",
+        ],
+    },
+    Case {
+        file: "martins3-md10-notify-only.blkparse.txt",
+        from: "blkparse",
+        events: &[],
+        duration_us: Some(0.0),
+        ops: &[],
+        notes: &["no block I/O events", "4 notify (m N)"],
+    },
+    Case {
+        file: "martins3-stuck-disk-no-issue.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 1)],
+        duration_us: None,
+        ops: &[Op {
+            dev: "8:144",
+            op: "read",
+            user_ios: Some(1),
+            commands: Some(0),
+            ..OP
+        }],
+        notes: &["no D lines", "no C lines"],
+    },
+    Case {
+        file: "martins3-virtio-dummy-notify.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("queue", 1), ("issue", 1), ("complete", 1)],
+        duration_us: Some(91.0),
+        ops: &[Op {
+            dev: "249:1",
+            op: "read",
+            q2c: Some((91.0, 91.0)),
+            i2c: Some((67.0, 67.0)),
+            ..OP
+        }],
+        notes: &["1 notify (m N)"],
+    },
+    Case {
+        file: "martins3-scsi-debug-none.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("queue", 1), ("issue", 1), ("complete", 1)],
+        duration_us: Some(982.0),
+        ops: &[Op {
+            dev: "8:0",
+            op: "read",
+            q2c: Some((982.0, 982.0)),
+            i2c: Some((967.0, 967.0)),
+            ..OP
+        }],
+        notes: &["1 notify (m N)"],
+    },
+    Case {
+        file: "martins3-dm-on-sdc.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
+        duration_us: Some(79.0),
+        ops: &[Op {
+            dev: "8:32",
+            op: "read",
+            q2c: Some((74.0, 74.0)),
+            i2c: Some((62.0, 62.0)),
+            ..OP
+        }],
+        notes: &[],
+    },
+];
+
+fn corpus(file: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/corpus")
+        .join(file)
+}
+
+fn analyze(from: &str, file: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_iosplit-trace"))
+        .args(["analyze", "--from", from, "--json"])
+        .arg(corpus(file))
+        .output()
+        .expect("run iosplit-trace")
+}
+
+/// The engine's histograms keep latencies in buckets: within 1% (and 1 µs).
+fn close(engine: f64, expert: f64) -> bool {
+    (engine - expert).abs() <= 1.0 + expert * 0.01
+}
+
+#[test]
+fn every_corpus_file_is_listed_in_the_manifest_and_here() {
+    let manifest = std::fs::read_to_string(corpus("MANIFEST.md")).unwrap();
+    for entry in std::fs::read_dir(corpus("")).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        if name == "MANIFEST.md" {
+            continue;
+        }
+        let named = manifest.contains(&name)
+            || (name.starts_with("martins3-") && manifest.contains(&name[..name.len() - 4]));
+        assert!(named, "{name} has no provenance in MANIFEST.md");
+        assert!(
+            name.starts_with("corrupt-") || CASES.iter().any(|case| case.file == name),
+            "{name} has no case in tests/corpus.rs"
+        );
+    }
+}
+
+#[test]
+fn every_corpus_trace_reads_as_the_manifest_says() {
+    let mut failures = Vec::new();
+    for case in CASES {
+        let out = analyze(case.from, case.file);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() {
+            failures.push(format!("{}: exit {:?}: {stderr}", case.file, out.status));
+            continue;
+        }
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut fail = |what: String| failures.push(format!("{}: {what}", case.file));
+        for (kind, count) in report["events"].as_object().unwrap() {
+            let want = case
+                .events
+                .iter()
+                .find(|(k, _)| k == kind)
+                .map_or(0, |(_, n)| *n);
+            if count.as_u64() != Some(want) {
+                fail(format!("events.{kind} = {count}, expected {want}"));
+            }
+        }
+        if let Some(want) = case.duration_us {
+            let got = report["duration_s"].as_f64().unwrap() * 1e6;
+            if (got - want).abs() > 0.01 {
+                fail(format!("duration {got} µs, expected {want}"));
+            }
+        }
+        for op in case.ops {
+            let device = report["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|d| d["dev"] == op.dev);
+            let Some(m) = device.map(|d| &d["measures"]["ops"][op.op]) else {
+                fail(format!("no device {}", op.dev));
+                continue;
+            };
+            for (field, want) in [
+                ("user_ios", op.user_ios),
+                ("commands", op.commands),
+                ("requeues", op.requeues),
+            ] {
+                if let Some(want) = want {
+                    if m[field].as_u64() != Some(want) {
+                        fail(format!(
+                            "{} {} {field} = {}, expected {want}",
+                            op.dev, op.op, m[field]
+                        ));
+                    }
+                }
+            }
+            for (field, want) in [
+                ("queue_to_complete_us", op.q2c),
+                ("issue_to_complete_us", op.i2c),
+            ] {
+                if let Some((min, max)) = want {
+                    let (got_min, got_max) = (m[field]["min"].as_f64(), m[field]["max"].as_f64());
+                    let ok = got_min.is_some_and(|g| close(g, min))
+                        && got_max.is_some_and(|g| close(g, max));
+                    if !ok {
+                        fail(format!(
+                            "{} {} {field} min/max {got_min:?}/{got_max:?}, expected {min}/{max}",
+                            op.dev, op.op
+                        ));
+                    }
+                }
+            }
+        }
+        for note in case.notes {
+            if !stderr.contains(note) {
+                fail(format!("no note containing {note:?} in:\n{stderr}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn a_corrupt_blktrace_file_is_one_clear_line_and_exit_1() {
+    let out = analyze("blktrace", "corrupt-not-a-blktrace.blktrace.0");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("not a blktrace file"), "{stderr}");
+    assert!(
+        stderr.contains("corrupt-not-a-blktrace.blktrace.0"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn text_that_is_no_trace_is_one_clear_line_and_exit_1() {
+    let out = analyze("blkparse", "MANIFEST.md");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no blkparse event lines found"), "{stderr}");
+}
