@@ -7,6 +7,13 @@ pub const SECTOR_BYTES: u64 = 512;
 /// and the unit of segment and virt-boundary reasoning.
 pub const PAGE_BYTES: u64 = 4096;
 
+/// virtio-blk without indirect descriptors gives the block layer half as
+/// many tags as the ring has descriptors (every command takes at least two).
+pub const VIRTIO_DESCRIPTORS_PER_TAG: u64 = 2;
+/// Descriptors a virtio-blk command takes beyond its data segments (the
+/// request header and the status byte).
+pub const VIRTIO_HEADER_DESCRIPTORS: u64 = 2;
+
 /// The block size the kernel gives a device or partition of `size_sectors`
 /// when it is first opened (`set_init_blocksize` in block/bdev.c): the
 /// largest power of two from the logical block size up to the page size that

@@ -3,6 +3,7 @@
 //! - [`blk`]: the block layer's units and pure rules (sector, page, block size).
 //! - [`capture`]: loads the probes, reads the ring buffer (needs root).
 //! - [`engine`]: pure correlation and diagnosis, fed by any event stream.
+//! - [`explain`]: the words of a diagnosis (explanation and fix), for every frontend.
 //! - [`geometry`]: partition placement and queue limits from sysfs and ioctls.
 //! - [`frontend`]: the TUI, reports, `run`, `check` and JSON output.
 //! - [`model`]: the report types every frontend shares.
@@ -14,6 +15,7 @@ pub mod capture;
 pub mod cli;
 pub mod engine;
 pub mod error;
+pub mod explain;
 pub mod frontend;
 pub mod geometry;
 pub mod model;

@@ -11,8 +11,14 @@ use tracer_common::EventKind;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 
+mod cause;
+mod code;
 mod evidence;
+mod fix;
+pub use cause::{RequeueCause, SplitCause};
+pub use code::Code;
 pub use evidence::*;
+pub use fix::*;
 
 /// Version of the JSON document layout.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -183,7 +189,7 @@ pub struct OpMeasures {
     /// Commands whose start or length is not a multiple of 4 KiB.
     pub misaligned_4k_commands: u64,
     /// Split count by inferred cause (keys as in `split_amplification`'s `cause`).
-    pub split_causes: BTreeMap<String, u64>,
+    pub split_causes: BTreeMap<SplitCause, u64>,
     /// User I/O size in bytes.
     pub user_io_size: Distribution,
     /// Command size in bytes.
@@ -236,7 +242,7 @@ impl OpMeasures {
         self.misaligned_pbs_commands += other.misaligned_pbs_commands;
         self.misaligned_4k_commands += other.misaligned_4k_commands;
         for (cause, count) in &other.split_causes {
-            *self.split_causes.entry(cause.clone()).or_insert(0) += count;
+            *self.split_causes.entry(*cause).or_insert(0) += count;
         }
         self.amplification = ratio(self.commands, self.user_ios);
     }
@@ -511,21 +517,42 @@ pub enum Severity {
     Critical,
 }
 
-/// Stable diagnosis codes (part of the JSON schema).
-pub mod code {
-    pub const SUBPAGE_BLOCK_SIZE: &str = "subpage_block_size";
-    pub const MISALIGNED_START: &str = "misaligned_start";
-    pub const MISALIGNED_IO_OPT: &str = "misaligned_io_opt";
-    pub const SPLIT_AMPLIFICATION: &str = "split_amplification";
-    pub const MERGE_BLOCKED: &str = "merge_blocked";
-    pub const REQUEUED_COMMANDS: &str = "requeued_commands";
+/// One finding as the engine makes it: the device, how severe, and the
+/// evidence, which also holds the fix the engine decided on. Typed, no
+/// prose: `crate::explain` words it into a [`Diagnosis`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Finding {
+    /// Always `evidence.code()`.
+    pub code: Code,
+    /// Device name, e.g. "loop0p2".
+    pub device: String,
+    /// The disk `device` is, or is a partition of: where the fix's queue
+    /// settings and partition table are.
+    pub disk: String,
+    pub severity: Severity,
+    /// Numbers behind the finding and its fix, typed per code (see [`Evidence`]).
+    pub evidence: Evidence,
 }
 
-/// One finding: evidence in numbers, an explanation, and the fix.
+impl Finding {
+    /// A finding whose code is the one its evidence supports.
+    pub fn new(device: String, disk: String, severity: Severity, evidence: Evidence) -> Finding {
+        Finding {
+            code: evidence.code(),
+            device,
+            disk,
+            severity,
+            evidence,
+        }
+    }
+}
+
+/// One finding as a report carries it: evidence in numbers, an
+/// explanation, and the fix.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Diagnosis {
     /// Always `evidence.code()`; kept as a field for the JSON and for readers.
-    pub code: &'static str,
+    pub code: Code,
     /// Device name, e.g. "loop0p2".
     pub device: String,
     pub severity: Severity,
@@ -549,6 +576,18 @@ impl Diagnosis {
             device,
             severity,
             evidence,
+            explanation,
+            fix,
+        }
+    }
+
+    /// `finding` with its words (`crate::explain::diagnosis` makes them).
+    pub fn worded(finding: Finding, explanation: String, fix: String) -> Diagnosis {
+        Diagnosis {
+            code: finding.code,
+            device: finding.device,
+            severity: finding.severity,
+            evidence: finding.evidence,
             explanation,
             fix,
         }

@@ -11,14 +11,14 @@ use iosplit_trace::frontend::check::{check_in, render_text, CHECK_SCHEMA_NAME};
 use iosplit_trace::geometry::error::GeometryError;
 use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::sysfs::read_disks_in;
-use iosplit_trace::model::{code, Evidence};
+use iosplit_trace::model::{Code, Evidence};
 use serde_json::Value;
 
 fn seed_layout(n: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sysfs/seed-layout{n}"))
 }
 
-fn codes_and_evidence(n: u32) -> Vec<(&'static str, String, Option<u64>)> {
+fn codes_and_evidence(n: u32) -> Vec<(Code, String, Option<u64>)> {
     let disks = read_disks_in(&seed_layout(n), None, &NoBlockSize).unwrap();
     assert_eq!(disks.len(), 1);
     audit_disk(&disks[0])
@@ -55,8 +55,8 @@ fn seed_layout_1_is_misaligned_with_512_byte_blocks() {
     assert_eq!(
         codes_and_evidence(1),
         [
-            (code::MISALIGNED_START, "sdc2".to_string(), None),
-            (code::SUBPAGE_BLOCK_SIZE, "sdc2".to_string(), Some(512)),
+            (Code::MisalignedStart, "sdc2".to_string(), None),
+            (Code::SubpageBlockSize, "sdc2".to_string(), Some(512)),
         ]
     );
     // The audit's alignment offset agrees with the one the kernel wrote to
@@ -76,7 +76,7 @@ fn seed_layout_1_is_misaligned_with_512_byte_blocks() {
 fn seed_layout_2_has_1024_byte_blocks() {
     assert_eq!(
         codes_and_evidence(2),
-        [(code::SUBPAGE_BLOCK_SIZE, "sdc2".to_string(), Some(1024))]
+        [(Code::SubpageBlockSize, "sdc2".to_string(), Some(1024))]
     );
 }
 
@@ -147,7 +147,10 @@ fn check_json_has_the_report_model_shape() {
     assert_eq!(device["measures"]["ops"], serde_json::json!({}));
     assert_eq!(device["geometry"]["physical_block_size"], 4096);
     assert_eq!(device["partitions"][0]["geometry"]["start"], 14_282_752);
-    assert_eq!(json["diagnoses"][0]["code"], code::SUBPAGE_BLOCK_SIZE);
+    assert_eq!(
+        json["diagnoses"][0]["code"],
+        Code::SubpageBlockSize.as_str()
+    );
     assert_eq!(json["diagnoses"][0]["severity"], "warning");
 }
 
@@ -310,13 +313,13 @@ fn check_on_a_partitioned_loop_device() {
         found,
         [
             (
-                code::SUBPAGE_BLOCK_SIZE.to_string(),
+                Code::SubpageBlockSize.to_string(),
                 format!("{name}p2"),
                 512,
                 blkbszget.clone()
             ),
             (
-                code::SUBPAGE_BLOCK_SIZE.to_string(),
+                Code::SubpageBlockSize.to_string(),
                 format!("{name}p3"),
                 1024,
                 blkbszget

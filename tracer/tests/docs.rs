@@ -20,7 +20,7 @@ use iosplit_trace::frontend::check::check_in;
 use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
-    code, Distribution, FilesNotListed, Measures, OwnerNames, RunFile, RunReport, RunTarget,
+    Code, Distribution, FilesNotListed, Measures, OwnerNames, RunFile, RunReport, RunTarget,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -90,7 +90,7 @@ fn readme_is_a_front_door() {
         "README.md lines over {README_MAX_LINE_CHARS} characters: {long:?}"
     );
     // One line per diagnosis code, so a new code is listed where readers start.
-    for code in ALL_CODES {
+    for code in all_codes() {
         assert!(
             readme.contains(&format!("**`{code}`**")),
             "README.md's \"What it finds\" lacks `{code}`"
@@ -247,15 +247,10 @@ fn relative_links_resolve_inside_the_repository() {
 
 // ---- The JSON schema ----
 
-/// Every diagnosis code; a new one goes here and into the synthetic recording.
-const ALL_CODES: [&str; 6] = [
-    code::SUBPAGE_BLOCK_SIZE,
-    code::MISALIGNED_START,
-    code::MISALIGNED_IO_OPT,
-    code::SPLIT_AMPLIFICATION,
-    code::MERGE_BLOCKED,
-    code::REQUEUED_COMMANDS,
-];
+/// Every diagnosis code (`Code::ALL`); a new one goes into the synthetic recording.
+fn all_codes() -> impl Iterator<Item = &'static str> {
+    Code::ALL.into_iter().map(Code::as_str)
+}
 
 /// Every key of every object in `value`, each with one path where it occurs
 /// (arrays flattened as `[]`). Keys that are numbers (`dirty_buffer_sizes`)
@@ -778,7 +773,7 @@ fn documents() -> Vec<(String, Value)> {
     );
     let report = analyze(&[&path(every)]);
     let codes = diagnosis_codes(&report);
-    for code in ALL_CODES {
+    for code in all_codes() {
         assert!(
             codes.contains(code),
             "the synthetic recording no longer raises {code} (it raises {codes:?}): adjust its events"

@@ -1,28 +1,21 @@
-//! Static geometry audit: the diagnoses that geometry alone can support.
-//!
-//! - `subpage_block_size`: a partition size that is not a multiple of the page
-//!   size gives the partition a 512/1024/2048-byte block size.
-//! - `misaligned_start`: the start is not on a physical block / minimum I/O
-//!   boundary, computed the way the kernel computes `alignment_offset`.
-//! - `misaligned_io_opt`: the start is on such a boundary but not on an
-//!   optimal I/O size or `chunk_sectors` boundary.
-//!
-//! Every diagnosis carries its numbers and the aligned geometry to use instead.
+//! Static geometry audit: where a partition sits against its disk's
+//! alignment boundaries ([`Placement`]), the aligned geometry to use instead
+//! ([`propose`]), and the entry points [`audit_disk`] and [`audit_partition`].
+//! The diagnoses geometry alone supports (`misaligned_start`,
+//! `misaligned_io_opt`, `subpage_block_size`) are each in their code's file
+//! under `engine/diagnose/`, with the code's live side.
 
-use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
+use super::diagnose::CHECKS;
+use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
-use crate::model::{
-    BlockSizeSource, ChunkOffset, Diagnosis, Evidence, IoOptOffset, LiveEvidence,
-    MisalignedIoOptEvidence, MisalignedStartEvidence, PartitionPlace, ProposedPlace, Severity,
-    SubpageBlockSizeEvidence,
-};
+use crate::model::{Finding, PartitionPlace, ProposedPlace};
 
 /// fdisk's and parted's default alignment: 1 MiB.
 const DEFAULT_GRAIN_SECTORS: u64 = 2048;
 
 /// Diagnoses for one disk and its partitions from geometry alone
 /// (`subpage_block_size`, `misaligned_start`, `misaligned_io_opt`).
-pub fn audit_disk(disk: &DiskGeometry) -> Vec<Diagnosis> {
+pub fn audit_disk(disk: &DiskGeometry) -> Vec<Finding> {
     disk.partitions
         .iter()
         .flat_map(|part| audit_partition(disk, part))
@@ -31,20 +24,28 @@ pub fn audit_disk(disk: &DiskGeometry) -> Vec<Diagnosis> {
 
 /// Diagnoses for one partition of `disk`, in the order misaligned_start,
 /// misaligned_io_opt, subpage_block_size.
-pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Diagnosis> {
+pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Finding> {
     let placement = Placement::of(disk, part.start);
-    let proposal = propose(disk, part, &placement);
-    let mut found = Vec::new();
-    if placement.start_offset_bytes != 0 {
-        found.push(misaligned_start(disk, part, &placement, proposal));
-    }
-    if placement.io_opt_offset_bytes != 0 || placement.chunk_offset_sectors != 0 {
-        found.push(misaligned_io_opt(disk, part, &placement, proposal));
-    }
-    if let Some(diagnosis) = subpage_block_size(disk, part, proposal) {
-        found.push(diagnosis);
-    }
-    found
+    let audit = PartitionAudit {
+        disk,
+        part,
+        placement,
+        proposal: propose(disk, part, &placement),
+    };
+    CHECKS
+        .iter()
+        .filter_map(|check| check.audit(&audit))
+        .collect()
+}
+
+/// One partition as the audit sees it: its disk, where it sits, and the
+/// aligned geometry proposed for it (the same one for every code).
+pub(crate) struct PartitionAudit<'a> {
+    pub disk: &'a DiskGeometry,
+    pub part: &'a PartitionGeometry,
+    pub placement: Placement,
+    /// `None` when the partition is too small to hold an aligned page.
+    pub proposal: Option<ProposedPlace>,
 }
 
 /// Where a start sector sits relative to the disk's alignment boundaries.
@@ -123,15 +124,6 @@ fn io_opt_that_matters(disk: &DiskGeometry) -> u64 {
     }
 }
 
-/// The geometry to use instead: start and size in sectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Proposal {
-    pub start: u64,
-    pub size: u64,
-    /// Sectors the start is rounded to (0 when the start stays).
-    pub start_step: u64,
-}
-
 /// Start rounded up to the next boundary of 1 MiB, the granularity, io_opt
 /// and chunk (only if the current one is misaligned); size rounded down to a
 /// whole number of pages so the end stays inside the current partition.
@@ -140,7 +132,7 @@ pub fn propose(
     disk: &DiskGeometry,
     part: &PartitionGeometry,
     placement: &Placement,
-) -> Option<Proposal> {
+) -> Option<ProposedPlace> {
     let end = part.start.checked_add(part.size)?;
     let (start, start_step) = if placement.misaligned() {
         let step = [
@@ -160,10 +152,11 @@ pub fn propose(
     };
     let size_step = (PAGE_BYTES.max(u64::from(disk.logical_block_size)) / SECTOR_BYTES).max(1);
     let size = end.checked_sub(start)? / size_step * size_step;
-    (size > 0).then_some(Proposal {
-        start,
-        size,
+    (size > 0).then_some(ProposedPlace {
+        proposed_start: start,
+        proposed_size: size,
         start_step,
+        partition_number: part.number,
     })
 }
 
@@ -179,16 +172,6 @@ fn lcm(a: u64, b: u64) -> u64 {
     a / gcd(a, b) * b
 }
 
-/// "1 MiB", "192 KiB", "3584 B": exact, in the largest unit that divides.
-pub fn exact_size(bytes: u64) -> String {
-    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-    UNITS
-        .iter()
-        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
-        .map(|(unit, name)| format!("{} {name}", bytes / unit))
-        .unwrap_or_else(|| format!("{bytes} B"))
-}
-
 pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
     PartitionPlace {
         partition_start: part.start,
@@ -196,289 +179,15 @@ pub(crate) fn place_of(part: &PartitionGeometry) -> PartitionPlace {
     }
 }
 
-fn proposed_place(proposal: Option<Proposal>) -> Option<ProposedPlace> {
-    proposal.map(|proposal| ProposedPlace {
-        proposed_start: proposal.start,
-        proposed_size: proposal.size,
-    })
-}
-
-fn subpage_block_size(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    proposal: Option<Proposal>,
-) -> Option<Diagnosis> {
-    let predicted = predicted_block_size(part.size, disk.logical_block_size);
-    if u64::from(predicted) >= PAGE_BYTES {
-        return None;
-    }
-    // BLKBSZGET wins, unless someone holds the partition open with a larger
-    // block size (a mounted filesystem): then raw I/O gets the predicted one
-    // only once they let go.
-    let held_larger = part.block_size.filter(|&current| current > predicted);
-    let block_size = match (part.block_size, held_larger) {
-        (Some(current), None) => current,
-        _ => predicted,
-    };
-    let size_mod_8 = part.size % 8;
-    let evidence = SubpageBlockSizeEvidence {
-        block_size,
-        block_size_source: Some(if part.block_size.is_some() && held_larger.is_none() {
-            BlockSizeSource::Blkbszget
-        } else {
-            BlockSizeSource::Predicted
-        }),
-        current_block_size: held_larger,
-        size_mod_8: Some(size_mod_8),
-        partition: Some(place_of(part)),
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let severity = if held_larger.is_some() {
-        Severity::Info
-    } else if block_size <= 512 {
-        Severity::Critical
-    } else {
-        Severity::Warning
-    };
-    let per_page = PAGE_BYTES / u64::from(block_size.max(1));
-    let mut explanation = format!(
-        "{name} is {size} sectors long; {size} mod 8 = {size_mod_8}, so its size in bytes is \
-         not a multiple of {page}. The kernel gives a partition the largest power-of-two block \
-         size up to {page} bytes that divides its size (set_init_blocksize): {predicted} bytes \
-         here. Buffered I/O to the raw partition (mkfs, dd without O_DIRECT, databases on raw \
-         devices) reaches the block layer as one bio per {block_size}-byte buffer, {per_page} \
-         times as many as with {page}-byte blocks.",
-        name = part.name,
-        size = part.size,
-        page = PAGE_BYTES,
-    );
-    if let Some(current) = held_larger {
-        explanation.push_str(&format!(
-            " It is open with a {current}-byte block size right now (e.g. mounted); raw \
-             I/O gets {predicted} bytes again once nothing holds it."
-        ));
-    }
-    explanation.push_str(&merge_context(disk, block_size));
-    Some(Diagnosis::new(
-        part.name.clone(),
-        severity,
-        Evidence::SubpageBlockSize(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    ))
-}
-
-/// Why many small bios hurt on this particular disk.
-fn merge_context(disk: &DiskGeometry, block_size: u32) -> String {
-    if disk.nomerges >= 2 {
-        return format!(
-            " Merging is off on {} (nomerges={}), so each of those bios becomes its own device \
-             command.",
-            disk.name, disk.nomerges
-        );
-    }
-    let mut context = String::new();
-    if disk.virt_boundary_mask != 0 {
-        context.push_str(&format!(
-            " {} has a virtual boundary (mask {:#x}): bios that do not meet on a boundary \
-             cannot be merged, so many can reach the device as separate commands.",
-            disk.name, disk.virt_boundary_mask
-        ));
-    }
-    let merged_cap = u64::from(disk.max_segments) * u64::from(block_size);
-    let request_cap = u64::from(disk.max_sectors_kb) * 1024;
-    if disk.max_segments > 0 && merged_cap < request_cap {
-        context.push_str(&format!(
-            " Even merged, a request holds at most max_segments = {} of them: {} x {} B = {}, \
-             below max_sectors_kb = {}.",
-            disk.max_segments,
-            disk.max_segments,
-            block_size,
-            exact_size(merged_cap),
-            disk.max_sectors_kb
-        ));
-    }
-    context
-}
-
-fn misaligned_start(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    placement: &Placement,
-    proposal: Option<Proposal>,
-) -> Diagnosis {
-    let evidence = MisalignedStartEvidence {
-        partition: place_of(part),
-        granularity: placement.granularity,
-        offset_bytes: placement.start_offset_bytes,
-        alignment_offset: placement.kernel_alignment_offset,
-        physical_block_size: disk.physical_block_size,
-        minimum_io_size: disk.minimum_io_size,
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let disk_offset = if disk.alignment_offset != 0 {
-        format!(
-            " ({} reports its natural alignment offset by {} bytes)",
-            disk.name, disk.alignment_offset
-        )
-    } else {
-        String::new()
-    };
-    let explanation = format!(
-        "{name} starts at sector {start}, {past} bytes past a {gran}-byte boundary of {disk} \
-         (physical block size {pbs} B, minimum I/O size {io_min} B){disk_offset}; the kernel \
-         reports alignment_offset {kernel} bytes, which mkfs prints as \"alignment is offset \
-         by {kernel} bytes\". Every {gran}-byte block the filesystem writes straddles two \
-         physical blocks, so the device reads, modifies and writes both, and the kernel splits \
-         large I/O at physical-block boundaries of the whole disk, adding a short piece per \
-         request.",
-        name = part.name,
-        start = part.start,
-        past = placement.start_offset_bytes,
-        gran = placement.granularity,
-        disk = disk.name,
-        pbs = disk.physical_block_size,
-        io_min = disk.minimum_io_size,
-        kernel = placement.kernel_alignment_offset,
-    );
-    Diagnosis::new(
-        part.name.clone(),
-        Severity::Warning,
-        Evidence::MisalignedStart(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    )
-}
-
-fn misaligned_io_opt(
-    disk: &DiskGeometry,
-    part: &PartitionGeometry,
-    placement: &Placement,
-    proposal: Option<Proposal>,
-) -> Diagnosis {
-    let io_opt = (placement.io_opt_offset_bytes != 0).then_some(IoOptOffset {
-        optimal_io_size: placement.io_opt,
-        io_opt_offset_bytes: placement.io_opt_offset_bytes,
-    });
-    let chunk = (placement.chunk_offset_sectors != 0).then_some(ChunkOffset {
-        chunk_sectors: disk.chunk_sectors,
-        chunk_offset_sectors: placement.chunk_offset_sectors,
-    });
-    let evidence = MisalignedIoOptEvidence {
-        partition: place_of(part),
-        io_opt,
-        chunk,
-        proposed: proposed_place(proposal),
-        live: LiveEvidence::default(),
-        what_if: None,
-    };
-    let mut reasons = Vec::new();
-    if placement.io_opt_offset_bytes != 0 {
-        reasons.push(format!(
-            "{} bytes past a boundary of the optimal I/O size ({})",
-            placement.io_opt_offset_bytes,
-            exact_size(placement.io_opt)
-        ));
-    }
-    if placement.chunk_offset_sectors != 0 {
-        reasons.push(format!(
-            "{} sectors past a chunk boundary (chunk_sectors {}, {})",
-            placement.chunk_offset_sectors,
-            disk.chunk_sectors,
-            exact_size(u64::from(disk.chunk_sectors) * SECTOR_BYTES)
-        ));
-    }
-    let chunked = placement.chunk_offset_sectors != 0;
-    let consequence = if chunked {
-        "The kernel splits every bio at chunk boundaries counted from the start of the disk, \
-         so I/O the filesystem aligns to its own start straddles them and becomes two device \
-         commands instead of one."
-    } else {
-        "Large I/O the filesystem aligns to its own start straddles the device's stripes, so \
-         the device does partial-stripe work (read-modify-write on RAID, extra internal \
-         operations on SSDs) and splits at max_sectors_kb fall off those boundaries."
-    };
-    let explanation = format!(
-        "{name} starts at sector {start}, {reasons}. {consequence}",
-        name = part.name,
-        start = part.start,
-        reasons = reasons.join(" and "),
-    );
-    Diagnosis::new(
-        part.name.clone(),
-        if chunked {
-            Severity::Warning
-        } else {
-            Severity::Info
-        },
-        Evidence::MisalignedIoOpt(evidence),
-        explanation,
-        fix_text(disk, part, proposal),
-    )
-}
-
-/// The aligned geometry as sfdisk and parted commands.
-fn fix_text(disk: &DiskGeometry, part: &PartitionGeometry, proposal: Option<Proposal>) -> String {
-    let Some(proposal) = proposal else {
-        return format!(
-            "{} is too small to hold an aligned, whole-page partition; remove it or grow it.",
-            part.name
-        );
-    };
-    let disk_node = format!("/dev/{}", disk.name);
-    let last = proposal.start + proposal.size - 1;
-    let sfdisk = format!(
-        "echo 'start={}, size={}' | sfdisk -N {} {disk_node}",
-        proposal.start, proposal.size, part.number
-    );
-    if proposal.start != part.start {
-        let step = proposal.start_step;
-        let step_text = if step == DEFAULT_GRAIN_SECTORS {
-            format!("a 1 MiB ({step}-sector) boundary")
-        } else {
-            format!(
-                "a {} ({step}-sector) boundary, a multiple of 1 MiB, the physical block, \
-                 io_opt and chunk",
-                exact_size(step * SECTOR_BYTES)
-            )
-        };
-        format!(
-            "Back up {name} first: moving its start destroys its contents. Recreate it with \
-             the start rounded up to {step_text} and the size rounded down to a multiple of 8 \
-             sectors, ending inside the old partition:\n  {sfdisk}\nor with parted:\n  \
-             parted {disk_node} unit s rm {number} mkpart primary {start}s {last}s\nthen \
-             recreate the filesystem on /dev/{name}.",
-            name = part.name,
-            number = part.number,
-            start = proposal.start,
-        )
-    } else {
-        let cut = part.size - proposal.size;
-        format!(
-            "Shrink {name} by {cut} sector{plural} to {size} (a multiple of 8 sectors), after \
-             shrinking any filesystem on it below that:\n  {sfdisk}\nor with parted:\n  \
-             parted {disk_node} unit s resizepart {number} {last}s",
-            name = part.name,
-            plural = if cut == 1 { "" } else { "s" },
-            size = proposal.size,
-            number = part.number,
-        )
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::geometry::DevId;
-    use crate::model::code;
+    use crate::model::{Code, Evidence, Severity, SubpageFix};
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
     /// sectors, io_min = io_opt = 4096 (seed README).
-    fn seed_disk(start: u64, end_inclusive: u64) -> DiskGeometry {
+    pub(crate) fn seed_disk(start: u64, end_inclusive: u64) -> DiskGeometry {
         DiskGeometry {
             name: "sdc".into(),
             dev: Some(DevId::new(8, 32)),
@@ -506,12 +215,34 @@ mod tests {
         }
     }
 
-    fn codes(found: &[Diagnosis]) -> Vec<&'static str> {
+    fn codes(found: &[Finding]) -> Vec<Code> {
         found.iter().map(|d| d.code).collect()
     }
 
-    fn find<'a>(found: &'a [Diagnosis], code: &str) -> &'a Diagnosis {
+    fn find(found: &[Finding], code: Code) -> &Finding {
         found.iter().find(|d| d.code == code).unwrap()
+    }
+
+    /// The partition geometry a static finding proposes (its fix).
+    fn proposed(finding: &Finding) -> Option<ProposedPlace> {
+        match &finding.evidence {
+            Evidence::MisalignedStart(evidence) => evidence.proposed,
+            Evidence::MisalignedIoOpt(evidence) => evidence.proposed,
+            Evidence::SubpageBlockSize(evidence) => match evidence.fix {
+                SubpageFix::Partition(place) => place,
+                other => panic!("not the audit's fix: {other:?}"),
+            },
+            other => panic!("not a static finding: {other:?}"),
+        }
+    }
+
+    fn place(start: u64, size: u64, start_step: u64) -> Option<ProposedPlace> {
+        Some(ProposedPlace {
+            proposed_start: start,
+            proposed_size: size,
+            start_step,
+            partition_number: 2,
+        })
     }
 
     #[test]
@@ -519,9 +250,9 @@ mod tests {
         let found = audit_disk(&seed_disk(14_281_785, 41_929_649));
         assert_eq!(
             codes(&found),
-            [code::MISALIGNED_START, code::SUBPAGE_BLOCK_SIZE]
+            [Code::MisalignedStart, Code::SubpageBlockSize]
         );
-        let subpage = find(&found, code::SUBPAGE_BLOCK_SIZE);
+        let subpage = find(&found, Code::SubpageBlockSize);
         assert_eq!(subpage.device, "sdc2");
         assert_eq!(subpage.severity, Severity::Critical);
         assert_eq!(subpage.evidence.to_map()["block_size"], 512);
@@ -529,55 +260,33 @@ mod tests {
         assert_eq!(subpage.evidence.to_map()["partition_start"], 14_281_785);
         assert_eq!(subpage.evidence.to_map()["partition_size"], 27_647_865);
         assert_eq!(subpage.evidence.to_map()["size_mod_8"], 1);
-        // 128 segments x 512 B: requests stop at 64 KiB.
-        assert!(
-            subpage.explanation.contains("= 64 KiB"),
-            "{}",
-            subpage.explanation
-        );
 
-        let start = find(&found, code::MISALIGNED_START);
+        let start = find(&found, Code::MisalignedStart);
         assert_eq!(start.evidence.to_map()["granularity"], 4096);
         assert_eq!(start.evidence.to_map()["offset_bytes"], 512);
         // What the kernel puts in sdc2/alignment_offset and mkfs prints.
         assert_eq!(start.evidence.to_map()["alignment_offset"], 3584);
         // Start rounded up to 1 MiB: 6974 * 2048; the old end is 41929650
         // (exclusive), 27646898 sectors away, rounded down to 8.
-        let line = "echo 'start=14282752, size=27646896' | sfdisk -N 2 /dev/sdc";
-        assert!(start.fix.contains(line), "{}", start.fix);
-        assert!(
-            start
-                .fix
-                .contains("parted /dev/sdc unit s rm 2 mkpart primary 14282752s 41929647s"),
-            "{}",
-            start.fix
+        assert_eq!(proposed(start), place(14_282_752, 27_646_896, 2048));
+        assert_eq!(
+            proposed(subpage),
+            proposed(start),
+            "one geometry fixes both"
         );
-        assert_eq!(subpage.fix, start.fix, "one geometry fixes both");
     }
 
     #[test]
     fn seed_layout_2_has_1024_byte_blocks_and_is_aligned() {
         let found = audit_disk(&seed_disk(14_282_752, 41_929_649));
-        assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
+        assert_eq!(codes(&found), [Code::SubpageBlockSize]);
         let subpage = &found[0];
         assert_eq!(subpage.evidence.to_map()["block_size"], 1024);
         assert_eq!(subpage.evidence.to_map()["partition_size"], 27_646_898);
         assert_eq!(subpage.evidence.to_map()["size_mod_8"], 2);
         assert_eq!(subpage.severity, Severity::Warning);
         // The start stays; only the size shrinks by 2 sectors.
-        assert!(
-            subpage
-                .fix
-                .contains("echo 'start=14282752, size=27646896' | sfdisk -N 2 /dev/sdc"),
-            "{}",
-            subpage.fix
-        );
-        assert!(
-            subpage.fix.contains("resizepart 2 41929647s"),
-            "{}",
-            subpage.fix
-        );
-        assert!(subpage.fix.contains("by 2 sectors"), "{}", subpage.fix);
+        assert_eq!(proposed(subpage), place(14_282_752, 27_646_896, 0));
     }
 
     #[test]
@@ -596,7 +305,7 @@ mod tests {
         // Mounted with 4 KiB blocks: the problem waits for raw access.
         disk.partitions[0].block_size = Some(4096);
         let found = audit_disk(&disk);
-        assert_eq!(codes(&found), [code::SUBPAGE_BLOCK_SIZE]);
+        assert_eq!(codes(&found), [Code::SubpageBlockSize]);
         assert_eq!(found[0].severity, Severity::Info);
         assert_eq!(found[0].evidence.to_map()["block_size"], 1024);
         assert_eq!(found[0].evidence.to_map()["current_block_size"], 4096);
@@ -615,15 +324,11 @@ mod tests {
     fn sector_63_on_a_512e_disk_is_misaligned_unless_the_disk_says_so() {
         let disk = seed_disk(63, 63 + 8 * 1000 - 1);
         let found = audit_disk(&disk);
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
         // 63 * 512 = 32256 = 7 * 4096 + 3584.
         assert_eq!(found[0].evidence.to_map()["offset_bytes"], 3584);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 512);
-        assert!(
-            found[0].fix.contains("start=2048, size=6008"),
-            "{}",
-            found[0].fix
-        );
+        assert_eq!(proposed(&found[0]), place(2048, 6008, 2048));
 
         // An "XP-compatible" drive that reports alignment_offset 3584 is
         // aligned at sector 63.
@@ -632,13 +337,13 @@ mod tests {
         assert!(audit_disk(&shifted).is_empty());
         shifted.partitions[0].start = 2048;
         let found = audit_disk(&shifted);
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
         assert_eq!(found[0].evidence.to_map()["alignment_offset"], 3584);
         // Next start that is 7 sectors past a 1 MiB boundary.
-        assert!(found[0].fix.contains("start=2055,"), "{}", found[0].fix);
+        assert_eq!(proposed(&found[0]).unwrap().proposed_start, 2055);
     }
 
-    fn striped(io_opt: u32, chunk_sectors: u32, start: u64) -> DiskGeometry {
+    pub(crate) fn striped(io_opt: u32, chunk_sectors: u32, start: u64) -> DiskGeometry {
         let mut disk = seed_disk(start, start + 8 * 100_000 - 1);
         disk.optimal_io_size = io_opt;
         disk.chunk_sectors = chunk_sectors;
@@ -650,19 +355,20 @@ mod tests {
         assert!(audit_disk(&striped(1 << 20, 0, 4096)).is_empty());
 
         let found = audit_disk(&striped(1 << 20, 0, 2056));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].severity, Severity::Info);
         assert_eq!(found[0].evidence.to_map()["optimal_io_size"], 1 << 20);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 8 * 512);
-        assert!(found[0].fix.contains("start=4096,"), "{}", found[0].fix);
+        assert_eq!(proposed(&found[0]).unwrap().proposed_start, 4096);
 
         // Three data disks of 64 KiB: io_opt 192 KiB = 384 sectors; 2048 is
         // 128 sectors past a stripe; lcm(2048, 384) = 6144.
         let found = audit_disk(&striped(3 * 65536, 0, 2048));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].evidence.to_map()["io_opt_offset_bytes"], 128 * 512);
-        assert!(found[0].fix.contains("start=6144,"), "{}", found[0].fix);
-        assert!(found[0].fix.contains("3 MiB"), "{}", found[0].fix);
+        let proposal = proposed(&found[0]).unwrap();
+        assert_eq!(proposal.proposed_start, 6144);
+        assert_eq!(proposal.start_step, 6144, "3 MiB");
     }
 
     #[test]
@@ -671,14 +377,14 @@ mod tests {
         assert!(audit_disk(&striped(33_553_920, 0, 2048)).is_empty());
         // Equal to the physical block: misaligned_start covers it.
         let found = audit_disk(&striped(4096, 0, 2049));
-        assert_eq!(codes(&found), [code::MISALIGNED_START]);
+        assert_eq!(codes(&found), [Code::MisalignedStart]);
     }
 
     #[test]
     fn chunk_boundaries_are_absolute() {
         assert!(audit_disk(&striped(0, 256, 2048)).is_empty());
         let found = audit_disk(&striped(0, 256, 2056));
-        assert_eq!(codes(&found), [code::MISALIGNED_IO_OPT]);
+        assert_eq!(codes(&found), [Code::MisalignedIoOpt]);
         assert_eq!(found[0].severity, Severity::Warning);
         assert_eq!(found[0].evidence.to_map()["chunk_offset_sectors"], 8);
         assert_eq!(found[0].evidence.to_map()["chunk_sectors"], 256);
@@ -691,16 +397,9 @@ mod tests {
         let found = audit_disk(&disk);
         assert_eq!(
             codes(&found),
-            [code::MISALIGNED_START, code::SUBPAGE_BLOCK_SIZE]
+            [Code::MisalignedStart, Code::SubpageBlockSize]
         );
-        assert!(found[0].fix.contains("too small"), "{}", found[0].fix);
-    }
-
-    #[test]
-    fn exact_sizes_use_the_largest_dividing_unit() {
-        assert_eq!(exact_size(1 << 20), "1 MiB");
-        assert_eq!(exact_size(3 * 65536), "192 KiB");
-        assert_eq!(exact_size(3584), "3584 B");
-        assert_eq!(exact_size(0), "0 B");
+        assert_eq!(proposed(&found[0]), None, "too small");
+        assert_eq!(proposed(&found[1]), None);
     }
 }

@@ -56,7 +56,7 @@ pub mod split;
 pub mod stats;
 mod table;
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;
 pub mod what_if;
 
 use std::collections::HashSet;

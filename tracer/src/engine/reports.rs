@@ -3,7 +3,7 @@
 use super::stats::{self, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::{attribution, diagnose, Engine, OriginMeasures};
 use crate::geometry::DevId;
-use crate::model::{DeviceReport, Diagnosis, PartitionReport};
+use crate::model::{DeviceReport, Finding, PartitionReport};
 
 impl Engine {
     /// Per disk (its own and its partitions' traffic), partitions inside.
@@ -82,15 +82,16 @@ impl Engine {
     }
 
     /// The static audit of each known disk, enriched with live evidence, plus
-    /// the diagnoses only traffic can support.
-    pub fn diagnoses(&self) -> Vec<Diagnosis> {
+    /// the diagnoses only traffic can support, most severe first. Typed
+    /// findings: `crate::explain::diagnoses` words them for a report.
+    pub fn diagnoses(&self) -> Vec<Finding> {
         let mut found = diagnose::diagnose(&self.devices, &self.dirty);
         found.sort_by(|left, right| {
             right
                 .severity
                 .cmp(&left.severity)
                 .then_with(|| left.device.cmp(&right.device))
-                .then_with(|| left.code.cmp(right.code))
+                .then_with(|| left.code.cmp(&right.code))
         });
         found
     }

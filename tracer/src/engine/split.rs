@@ -4,74 +4,8 @@
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::DiskGeometry;
 use crate::model::Op;
-
-/// The inferred reason for one `block_split`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SplitCause {
-    MaxSectors,
-    MaxSegments,
-    MaxSegmentSize,
-    ChunkBoundary,
-    PhysicalBlock,
-    VirtBoundary,
-    DiscardGranularity,
-    Unknown,
-}
-
-impl SplitCause {
-    pub const COUNT: usize = 8;
-    pub const ALL: [SplitCause; Self::COUNT] = [
-        SplitCause::MaxSectors,
-        SplitCause::MaxSegments,
-        SplitCause::MaxSegmentSize,
-        SplitCause::ChunkBoundary,
-        SplitCause::PhysicalBlock,
-        SplitCause::VirtBoundary,
-        SplitCause::DiscardGranularity,
-        SplitCause::Unknown,
-    ];
-
-    /// The key used in `split_causes` and in the diagnosis' `cause` evidence.
-    pub const fn key(self) -> &'static str {
-        match self {
-            SplitCause::MaxSectors => "max_sectors",
-            SplitCause::MaxSegments => "max_segments",
-            SplitCause::MaxSegmentSize => "max_segment_size",
-            SplitCause::ChunkBoundary => "chunk_boundary",
-            SplitCause::PhysicalBlock => "physical_block",
-            SplitCause::VirtBoundary => "virt_boundary",
-            SplitCause::DiscardGranularity => "discard_granularity",
-            SplitCause::Unknown => "unknown",
-        }
-    }
-
-    pub const fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Causes that leave the front piece as large as one request may be (in
-    /// sectors or segments), so nothing more can merge into it.
-    pub const fn fills_the_request(self) -> bool {
-        matches!(
-            self,
-            SplitCause::MaxSectors
-                | SplitCause::PhysicalBlock
-                | SplitCause::MaxSegments
-                | SplitCause::MaxSegmentSize
-        )
-    }
-
-    /// Causes that come from where the I/O sits on the disk, not from its size.
-    pub const fn is_alignment(self) -> bool {
-        matches!(
-            self,
-            SplitCause::PhysicalBlock
-                | SplitCause::ChunkBoundary
-                | SplitCause::VirtBoundary
-                | SplitCause::DiscardGranularity
-        )
-    }
-}
+/// The causes are the report's vocabulary; the inference is here.
+pub use crate::model::SplitCause;
 
 /// The queue limits that decide split points, in sectors unless named otherwise.
 /// Zero means unknown (or no limit, for `chunk_sectors` and the virt boundary).

@@ -216,10 +216,10 @@ impl OpStats {
     }
 
     pub fn to_model(&self) -> OpMeasures {
-        let split_causes: BTreeMap<String, u64> = SplitCause::ALL
+        let split_causes: BTreeMap<SplitCause, u64> = SplitCause::ALL
             .iter()
             .filter(|cause| self.split_causes[cause.index()] != 0)
-            .map(|cause| (cause.key().to_string(), self.split_causes[cause.index()]))
+            .map(|&cause| (cause, self.split_causes[cause.index()]))
             .collect();
         OpMeasures {
             user_ios: self.user_ios,
@@ -475,7 +475,7 @@ mod tests {
         assert_eq!(left.user_io_sectors.len(), 2);
         assert_eq!(left.dominant_cause(), Some(SplitCause::MaxSectors));
         let model = left.to_model();
-        assert_eq!(model.split_causes.get("physical_block"), Some(&3));
+        assert_eq!(model.split_causes.get(&SplitCause::PhysicalBlock), Some(&3));
         assert_eq!(model.split_causes.len(), 2);
         assert!((model.amplification - 1.0 / 7.0).abs() < 1e-12);
     }

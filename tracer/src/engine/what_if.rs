@@ -19,14 +19,12 @@
 use hdrhistogram::Histogram;
 
 use super::chain::Target;
-use super::diagnose::VIRTIO_HEADER_DESCRIPTORS;
-use super::split::{SplitCause, SplitLimits};
-use super::stats::{new_histogram, op_index, quantile_bytes, OpStats};
+use super::split::SplitLimits;
+use super::stats::{new_histogram, op_index};
 use super::table::SlotRef;
 use super::Engine;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
-use crate::geometry::DiskGeometry;
-use crate::model::{Diagnosis, Evidence, RequeueCause, WhatIf};
+use crate::model::{RequeueFix, SplitFix, WhatIf};
 
 /// Sectors in a page: the segment a page-sized or larger bio is counted in.
 const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
@@ -297,6 +295,32 @@ pub fn issued_once(commands: u64, requeues: u64) -> Option<WhatIf> {
     prediction(issues, issues, commands)
 }
 
+/// The queue limits a `split_amplification` fix leaves: `max_sectors_kb`
+/// raised to the proposed value (the one its fix text names); `None` for a
+/// fix that changes no limit.
+pub fn limits_after_split_fix(fix: &SplitFix, now: &SplitLimits) -> Option<SplitLimits> {
+    match *fix {
+        SplitFix::RaiseMaxSectorsKb { to_kb } => Some(SplitLimits {
+            max_sectors: to_kb * 1024 / SECTOR_BYTES,
+            ..*now
+        }),
+        _ => None,
+    }
+}
+
+/// The limits the guest-side workaround of a virtio ring filler leaves:
+/// direct I/O of at most the proposed pages (the ones its fix text names);
+/// `None` for a fix without that workaround.
+pub fn limits_after_requeue_workaround(fix: &RequeueFix, now: &SplitLimits) -> Option<SplitLimits> {
+    match *fix {
+        RequeueFix::IndirectDescriptors { io_pages, .. } => Some(SplitLimits {
+            max_sectors: io_pages * PAGE_SECTORS,
+            ..*now
+        }),
+        RequeueFix::LowerNrRequests { .. } => None,
+    }
+}
+
 /// A fix that removes the splits of one alignment cause: each such split
 /// cut one extra command off a piece that would otherwise have stayed whole.
 pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
@@ -305,88 +329,6 @@ pub fn without_splits(commands_now: u64, splits: u64) -> Option<WhatIf> {
         commands_now,
         commands_now.saturating_sub(splits),
     )
-}
-
-/// What a diagnosis' device saw, for [`attach`].
-pub(super) struct Traffic<'a> {
-    /// Data operations, all origins.
-    pub(super) total: &'a OpStats,
-    pub(super) writes: Option<&'a OpStats>,
-    /// The operation with the most requeues.
-    pub(super) most_requeued: Option<&'a OpStats>,
-}
-
-/// Sets `evidence.what_if` where the diagnosis' fix can be replayed.
-pub(super) fn attach(
-    diagnosis: &mut Diagnosis,
-    geometry: &DiskGeometry,
-    limits: &SplitLimits,
-    traffic: Traffic<'_>,
-) {
-    let total = traffic.total;
-    let predicted = match &mut diagnosis.evidence {
-        Evidence::SubpageBlockSize(_) => traffic
-            .writes
-            .and_then(|writes| page_sized_buffers(&writes.streams, writes.commands, limits)),
-        Evidence::SplitAmplification(evidence) => match total.dominant_cause() {
-            Some(SplitCause::MaxSectors)
-                if geometry.max_hw_sectors_kb > geometry.max_sectors_kb =>
-            {
-                let suggested = suggested_max_sectors_kb(
-                    geometry.max_sectors_kb,
-                    geometry.max_hw_sectors_kb,
-                    quantile_bytes(&total.user_io_sectors, 0.9),
-                );
-                evidence.proposed_max_sectors_kb = Some(suggested);
-                let raised = SplitLimits {
-                    max_sectors: suggested * 1024 / SECTOR_BYTES,
-                    ..*limits
-                };
-                with_limits(&total.streams, total.commands, limits, &raised)
-            }
-            Some(cause @ (SplitCause::PhysicalBlock | SplitCause::ChunkBoundary)) => {
-                without_splits(total.commands, total.split_causes[cause.index()])
-            }
-            _ => None,
-        },
-        Evidence::MergeBlocked(_) if geometry.nomerges != 0 => {
-            merging_allowed(&total.streams, total.commands, limits)
-        }
-        Evidence::RequeuedCommands(evidence) => traffic.most_requeued.and_then(|stats| {
-            // A ring filler's guest-side workaround: I/O of at most half the ring's pages.
-            if evidence.cause == Some(RequeueCause::VirtioRingFull) {
-                let half_ring_pages = u64::from(evidence.hw_queue_tags)
-                    .saturating_sub(VIRTIO_HEADER_DESCRIPTORS)
-                    .max(1);
-                let smaller_io = SplitLimits {
-                    max_sectors: half_ring_pages * PAGE_SECTORS,
-                    ..*limits
-                };
-                evidence.workaround_what_if = without_requeues(
-                    &stats.streams,
-                    stats.commands,
-                    stats.requeues,
-                    limits,
-                    &smaller_io,
-                );
-            }
-            issued_once(stats.commands, stats.requeues)
-        }),
-        _ => None,
-    };
-    if let Some(predicted) = predicted {
-        diagnosis.evidence.set_what_if(predicted);
-    }
-}
-
-/// The `max_sectors_kb` a max_sectors split suggests raising to: the 90th
-/// percentile user I/O, at least twice the current cap, a power of two, at
-/// most the hardware's limit.
-pub fn suggested_max_sectors_kb(max_kb: u32, hw_kb: u32, user_io_p90_bytes: u64) -> u64 {
-    (user_io_p90_bytes / 1024)
-        .max(u64::from(max_kb) * 2)
-        .next_power_of_two()
-        .min(u64::from(hw_kb))
 }
 
 #[cfg(test)]
@@ -565,13 +507,6 @@ mod tests {
         let merged = merging_allowed(&seed, 16384, &loop_limits()).unwrap();
         assert_eq!(merged.commands_after_fix, 128);
     }
-
-    #[test]
-    fn suggestion_is_a_power_of_two_within_the_hardware_limit() {
-        assert_eq!(suggested_max_sectors_kb(64, 1280, 1 << 20), 1024);
-        assert_eq!(suggested_max_sectors_kb(64, 100, 1 << 20), 100);
-        assert_eq!(suggested_max_sectors_kb(512, 4096, 4096), 1024);
-    }
 }
 
 #[cfg(test)]
@@ -580,7 +515,7 @@ mod engine_tests {
 
     use super::super::{Engine, EngineLimits};
     use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-    use crate::model::{code, Evidence};
+    use crate::model::{Code, Evidence, SplitFix};
 
     const DISK: DevId = DevId::new(7, 0);
     const ODD: DevId = DevId::new(259, 1);
@@ -656,12 +591,13 @@ mod engine_tests {
         let diagnoses = engine.diagnoses();
         let split = diagnoses
             .iter()
-            .find(|d| d.code == code::SPLIT_AMPLIFICATION)
+            .find(|d| d.code == Code::SplitAmplification)
             .unwrap_or_else(|| panic!("no split_amplification: {diagnoses:?}"));
         let Evidence::SplitAmplification(evidence) = &split.evidence else {
             panic!("{split:?}");
         };
-        assert_eq!(evidence.proposed_max_sectors_kb, Some(1024));
+        assert_eq!(evidence.fix, SplitFix::RaiseMaxSectorsKb { to_kb: 1024 });
+        assert_eq!(split.evidence.to_map()["proposed_max_sectors_kb"], 1024);
         let what_if = split.evidence.what_if().expect("evidence.what_if");
         // 1 MiB bios of one segment per page: 128 segments cap a command at 512 KiB.
         assert_eq!(
@@ -692,7 +628,7 @@ mod engine_tests {
         let diagnoses = engine.diagnoses();
         let subpage = diagnoses
             .iter()
-            .find(|d| d.code == code::SUBPAGE_BLOCK_SIZE && d.device == "loop0p2")
+            .find(|d| d.code == Code::SubpageBlockSize && d.device == "loop0p2")
             .unwrap_or_else(|| panic!("no subpage_block_size: {diagnoses:?}"));
         let what_if = subpage.evidence.what_if().expect("evidence.what_if");
         assert_eq!(what_if.commands_now, 16, "{what_if:?}");

@@ -11,6 +11,7 @@ use serde::Serialize;
 use crate::cli::CheckArgs;
 use crate::engine::audit::{self, Placement};
 use crate::error::Result;
+use crate::explain;
 use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe};
 use crate::geometry::resolve::resolve_in;
@@ -70,7 +71,7 @@ pub fn check_in(
         }
         sysfs::read_disks_in(sysfs_root, Some(&names), probe)?
     };
-    let diagnoses = disks.iter().flat_map(audit::audit_disk).collect();
+    let diagnoses = explain::diagnoses(disks.iter().flat_map(audit::audit_disk));
     Ok(CheckReport {
         schema: CHECK_SCHEMA_NAME,
         schema_version: SCHEMA_VERSION,
@@ -157,11 +158,11 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
     let _ = writeln!(
         out,
         "  io size   minimum {}, optimal {}",
-        audit::exact_size(u64::from(disk.minimum_io_size)),
+        explain::exact_size(u64::from(disk.minimum_io_size)),
         if disk.optimal_io_size == 0 {
             "none".to_string()
         } else {
-            audit::exact_size(u64::from(disk.optimal_io_size))
+            explain::exact_size(u64::from(disk.optimal_io_size))
         }
     );
     let _ = writeln!(

@@ -151,7 +151,7 @@ pub fn report(
         duration_s: elapsed.as_secs_f64(),
         events,
         correlation: engine.correlation(),
-        diagnoses: engine.diagnoses(),
+        diagnoses: crate::explain::diagnoses(engine.diagnoses()),
         other_findings: Vec::new(),
         devices: engine.devices(),
         run: None,

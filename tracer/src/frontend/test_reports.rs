@@ -11,8 +11,8 @@ use crate::model::{
     Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Evidence,
     LiveEvidence, Measures, MisalignedStartEvidence, Op, OpMeasures, PartitionPlace,
     PartitionReport, Report, RequeueCause, RequeuedCommandsEvidence, RunReport, RunTarget,
-    Severity, SplitAmplificationEvidence, SubpageBlockSizeEvidence, WhatIf, SCHEMA_NAME,
-    SCHEMA_VERSION,
+    Severity, SplitAmplificationEvidence, SplitCause, SplitCost, SplitFix,
+    SubpageBlockSizeEvidence, SubpageFix, SubpageSeen, WhatIf, SCHEMA_NAME, SCHEMA_VERSION,
 };
 
 /// loop0p2 of the seed report: odd start and size.
@@ -104,7 +104,7 @@ pub fn split_disk_writes() -> OpMeasures {
     let mut write = writes(&[(1 << 20, 100)], &[(131072, 800)]);
     write.fragments = 800;
     write.splits = 700;
-    write.split_causes = BTreeMap::from([("max_sectors".to_string(), 700)]);
+    write.split_causes = BTreeMap::from([(SplitCause::MaxSectors, 700)]);
     write
 }
 
@@ -150,6 +150,11 @@ pub fn requeued_diagnosis(device: &str) -> Diagnosis {
                 time_now_ms: None,
                 time_after_fix_ms: None,
             }),
+            op: Op::Write,
+            fix: crate::model::RequeueFix::IndirectDescriptors {
+                ring_descriptors: 256,
+                io_pages: 64,
+            },
         }),
         format!(
             "The driver of {device} sent commands back 66 times: its virtio ring has no \
@@ -214,9 +219,13 @@ pub fn seed_diagnosis() -> Diagnosis {
             current_block_size: None,
             size_mod_8: None,
             partition: Some(SEED_PARTITION),
-            proposed: None,
+            fix: SubpageFix::PageSizedBlocks,
             live: LiveEvidence::default(),
             what_if: None,
+            seen: SubpageSeen::DirtyBuffers {
+                buffers: 16385,
+                total: 16385,
+            },
         }),
         "loop0p2 is 65,537 sectors long, not a multiple of 8, so the kernel \
             gave it a 512-byte block size (the largest power of two up to 4 KiB that divides \
@@ -230,27 +239,11 @@ pub fn seed_diagnosis() -> Diagnosis {
     )
 }
 
-/// A partition 512 bytes past a 4 KiB physical block (alignment offset 3584),
-/// as the audit finds it: no proposal, no live evidence.
-pub fn misaligned_start_evidence(partition: PartitionPlace) -> MisalignedStartEvidence {
-    MisalignedStartEvidence {
-        partition,
-        granularity: 4096,
-        offset_bytes: 512,
-        alignment_offset: 3584,
-        physical_block_size: 4096,
-        minimum_io_size: 4096,
-        proposed: None,
-        live: LiveEvidence::default(),
-        what_if: None,
-    }
-}
-
 fn misaligned_diagnosis() -> Diagnosis {
     Diagnosis::new(
         "loop0p2".to_string(),
         Severity::Warning,
-        Evidence::MisalignedStart(misaligned_start_evidence(SEED_PARTITION)),
+        Evidence::MisalignedStart(MisalignedStartEvidence::past_a_4k_block(SEED_PARTITION)),
         "loop0p2 starts at sector 4,097, which is not a multiple of the \
             4 KiB physical block: every command straddles physical blocks."
             .to_string(),
@@ -263,8 +256,8 @@ fn split_diagnosis() -> Diagnosis {
         "loop1".to_string(),
         Severity::Warning,
         Evidence::SplitAmplification(SplitAmplificationEvidence {
-            cause: "max_sectors",
-            causes: BTreeMap::from([("max_sectors", 700)]),
+            cause: SplitCause::MaxSectors,
+            causes: BTreeMap::from([(SplitCause::MaxSectors, 700)]),
             splits: 700,
             user_ios: 100,
             fragments: 800,
@@ -283,8 +276,10 @@ fn split_diagnosis() -> Diagnosis {
             virt_boundary_mask: 0,
             discard_granularity: 0,
             partition: None,
-            proposed_max_sectors_kb: None,
+            fix: SplitFix::AtHardwareLimit,
             what_if: None,
+            op: Op::Write,
+            cost: SplitCost::ExtraCommands,
         }),
         "Writes of 1 MiB were split into 8 commands each because the \
             queue accepts at most 128 KiB per command."

@@ -633,7 +633,7 @@ fn diagnosed_line(out: &mut Out, indent: &str, diagnosed: &[&Diagnosis]) {
     if diagnosed.is_empty() {
         return;
     }
-    let codes: Vec<&str> = diagnosed.iter().map(|d| d.code).collect();
+    let codes: Vec<&str> = diagnosed.iter().map(|d| d.code.as_str()).collect();
     out.wrapped(
         &format!("{indent}diagnosed: "),
         &format!("{indent}  "),

@@ -390,13 +390,13 @@ mod tests {
         let subpage = report
             .diagnoses
             .iter()
-            .find(|d| d.code == "subpage_block_size")
+            .find(|d| d.code == crate::model::Code::SubpageBlockSize)
             .unwrap();
         assert_eq!(what_if_op(subpage, None), Some(Op::Write));
         let split = report
             .diagnoses
             .iter()
-            .find(|d| d.code == "split_amplification")
+            .find(|d| d.code == crate::model::Code::SplitAmplification)
             .unwrap();
         assert_eq!(what_if_op(split, measures_of(&report, "loop1")), None);
 
@@ -489,7 +489,7 @@ mod tests {
         let split = seed_report()
             .diagnoses
             .into_iter()
-            .find(|d| d.code == "split_amplification")
+            .find(|d| d.code == crate::model::Code::SplitAmplification)
             .unwrap();
         assert!(evidence_line(&split).contains("causes=max_sectors:700"));
         let nested = serde_json::json!({"512": 640, "4096": [1, 2], "x": null});

@@ -4,13 +4,21 @@
 //! sectors), so renaming one is a compile error in the code that reads it,
 //! not a silent schema change. Parts shared by several codes are flattened
 //! into the same object.
+//!
+//! Each struct also carries its code's fix (see `fix.rs`) and, skipped in
+//! the JSON, the few facts its explanation names that the JSON does not
+//! (the operation, how a block size was seen), so a finding is all its
+//! words need.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use super::{code, WhatIf};
+use super::{
+    Code, MergeFix, Op, ProposedPlace, RequeueCause, RequeueFix, SplitCause, SplitFix, SubpageFix,
+    WhatIf,
+};
 
 /// The evidence of one diagnosis; the variant decides its code.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -26,14 +34,14 @@ pub enum Evidence {
 
 impl Evidence {
     /// The diagnosis code this evidence supports.
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> Code {
         match self {
-            Evidence::SubpageBlockSize(_) => code::SUBPAGE_BLOCK_SIZE,
-            Evidence::MisalignedStart(_) => code::MISALIGNED_START,
-            Evidence::MisalignedIoOpt(_) => code::MISALIGNED_IO_OPT,
-            Evidence::SplitAmplification(_) => code::SPLIT_AMPLIFICATION,
-            Evidence::MergeBlocked(_) => code::MERGE_BLOCKED,
-            Evidence::RequeuedCommands(_) => code::REQUEUED_COMMANDS,
+            Evidence::SubpageBlockSize(_) => Code::SubpageBlockSize,
+            Evidence::MisalignedStart(_) => Code::MisalignedStart,
+            Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
+            Evidence::SplitAmplification(_) => Code::SplitAmplification,
+            Evidence::MergeBlocked(_) => Code::MergeBlocked,
+            Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
         }
     }
 
@@ -48,7 +56,7 @@ impl Evidence {
     /// Stable key `cause`.
     pub fn cause(&self) -> Option<&'static str> {
         match self {
-            Evidence::SplitAmplification(evidence) => Some(evidence.cause),
+            Evidence::SplitAmplification(evidence) => Some(evidence.cause.key()),
             Evidence::RequeuedCommands(evidence) => evidence.cause.map(RequeueCause::key),
             _ => None,
         }
@@ -118,17 +126,10 @@ impl Evidence {
 }
 
 /// Where a partition sits on its disk, sectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct PartitionPlace {
     pub partition_start: u64,
     pub partition_size: u64,
-}
-
-/// The aligned, whole-page geometry to use instead, sectors.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-pub struct ProposedPlace {
-    pub proposed_start: u64,
-    pub proposed_size: u64,
 }
 
 /// What the traffic showed on a device with a static finding.
@@ -173,6 +174,34 @@ pub enum BlockSizeSource {
     Predicted,
 }
 
+/// How a sub-page block size was found, and what of it the JSON leaves out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubpageSeen {
+    /// The audit: the partition's size gives it `predicted_block_size`
+    /// (`set_init_blocksize`); `merging` decides how its small bios merge.
+    Geometry {
+        predicted_block_size: u32,
+        merging: MergeLimits,
+    },
+    /// `buffers` of `total` dirty buffers had the block size.
+    DirtyBuffers { buffers: u64, total: u64 },
+    /// The same, on a device whose size (`size`, sectors) gives it
+    /// page-sized blocks: someone chose the smaller ones.
+    ChosenBlocks { buffers: u64, total: u64, size: u64 },
+    /// On a partition of unknown geometry, `bios` of its `writes` were all
+    /// of the block size.
+    UniformWrites { bios: u64, writes: u64 },
+}
+
+/// The disk's limits that decide how many small bios one command can hold.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MergeLimits {
+    pub nomerges: u32,
+    pub virt_boundary_mask: u64,
+    pub max_segments: u32,
+    pub max_sectors_kb: u32,
+}
+
 /// `subpage_block_size`.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SubpageBlockSizeEvidence {
@@ -188,12 +217,15 @@ pub struct SubpageBlockSizeEvidence {
     pub size_mod_8: Option<u64>,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
+    /// A partition proposal is `proposed_start`/`proposed_size`.
     #[serde(flatten)]
-    pub proposed: Option<ProposedPlace>,
+    pub fix: SubpageFix,
     #[serde(flatten)]
     pub live: LiveEvidence,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    #[serde(skip)]
+    pub seen: SubpageSeen,
 }
 
 /// `misaligned_start`.
@@ -209,12 +241,16 @@ pub struct MisalignedStartEvidence {
     pub alignment_offset: u64,
     pub physical_block_size: u32,
     pub minimum_io_size: u32,
+    /// The fix: the partition recreated here (`None`: it is too small).
     #[serde(flatten)]
     pub proposed: Option<ProposedPlace>,
     #[serde(flatten)]
     pub live: LiveEvidence,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    /// The disk's own `alignment_offset`, bytes.
+    #[serde(skip)]
+    pub disk_alignment_offset: u32,
 }
 
 /// How far a start is past an optimal-I/O boundary, bytes.
@@ -240,6 +276,7 @@ pub struct MisalignedIoOptEvidence {
     pub io_opt: Option<IoOptOffset>,
     #[serde(flatten)]
     pub chunk: Option<ChunkOffset>,
+    /// The fix: the partition recreated here (`None`: it is too small).
     #[serde(flatten)]
     pub proposed: Option<ProposedPlace>,
     #[serde(flatten)]
@@ -252,9 +289,9 @@ pub struct MisalignedIoOptEvidence {
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct SplitAmplificationEvidence {
     /// The dominant split cause (a key of `split_causes`).
-    pub cause: &'static str,
+    pub cause: SplitCause,
     /// Splits by cause.
-    pub causes: BTreeMap<&'static str, u64>,
+    pub causes: BTreeMap<SplitCause, u64>,
     pub splits: u64,
     pub user_ios: u64,
     pub fragments: u64,
@@ -278,11 +315,28 @@ pub struct SplitAmplificationEvidence {
     pub discard_granularity: u32,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
-    /// The `max_sectors_kb` the fix raises to, which `what_if` assumed.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub proposed_max_sectors_kb: Option<u64>,
+    /// Raising `max_sectors_kb` is `proposed_max_sectors_kb`, the value
+    /// `what_if` assumed.
+    #[serde(flatten)]
+    pub fix: SplitFix,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+    /// The operation with the most user I/Os, which the counts are of.
+    #[serde(skip)]
+    pub op: Op,
+    #[serde(skip)]
+    pub cost: SplitCost,
+}
+
+/// What the extra commands of a split cost the device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SplitCost {
+    /// One more command per split: the amplification.
+    ExtraCommands,
+    /// Merges left at most one command per user I/O: nothing.
+    AbsorbedByMerges,
+    /// The pieces are still large commands (`command_size_mean`): little.
+    LargePieces,
 }
 
 /// `merge_blocked`.
@@ -307,23 +361,15 @@ pub struct MergeBlockedEvidence {
     pub partition: Option<PartitionPlace>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
-}
-
-/// Why a driver sent commands back, where it can be known.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RequeueCause {
-    /// virtio without indirect descriptors: a command takes one ring
-    /// descriptor per segment plus two, and one large command fills the ring.
-    VirtioRingFull,
-}
-
-impl RequeueCause {
-    pub const fn key(self) -> &'static str {
-        match self {
-            RequeueCause::VirtioRingFull => "virtio_ring_full",
-        }
-    }
+    /// The operation with the most user I/Os, which the counts are of.
+    #[serde(skip)]
+    pub op: Op,
+    /// Bios the commands carried (user I/Os and split pieces):
+    /// `bios_per_command` before rounding.
+    #[serde(skip)]
+    pub bios: u64,
+    #[serde(skip)]
+    pub fix: MergeFix,
 }
 
 /// `requeued_commands`.
@@ -361,6 +407,31 @@ pub struct RequeuedCommandsEvidence {
     /// The guest-side workaround the fix also names (smaller direct I/O).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub workaround_what_if: Option<WhatIf>,
+    /// The operation requeued most, which the counts are of.
+    #[serde(skip)]
+    pub op: Op,
+    #[serde(skip)]
+    pub fix: RequeueFix,
+}
+
+#[cfg(test)]
+impl MisalignedStartEvidence {
+    /// A partition 512 bytes past a 4 KiB physical block (alignment offset
+    /// 3584), as the audit finds it: no proposal, no live evidence.
+    pub fn past_a_4k_block(partition: PartitionPlace) -> MisalignedStartEvidence {
+        MisalignedStartEvidence {
+            partition,
+            granularity: 4096,
+            offset_bytes: 512,
+            alignment_offset: 3584,
+            physical_block_size: 4096,
+            minimum_io_size: 4096,
+            proposed: None,
+            live: LiveEvidence::default(),
+            what_if: None,
+            disk_alignment_offset: 0,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -377,12 +448,18 @@ mod tests {
                 partition_start: 1050624,
                 partition_size: 1048577,
             }),
-            proposed: Some(ProposedPlace {
+            fix: SubpageFix::Partition(Some(ProposedPlace {
                 proposed_start: 1050624,
                 proposed_size: 1048576,
-            }),
+                start_step: 0,
+                partition_number: 2,
+            })),
             live: LiveEvidence::default(),
             what_if: None,
+            seen: SubpageSeen::Geometry {
+                predicted_block_size: 512,
+                merging: MergeLimits::default(),
+            },
         }
     }
 
@@ -425,7 +502,7 @@ mod tests {
     #[test]
     fn stable_keys_are_typed_accessors() {
         let evidence = Evidence::SubpageBlockSize(subpage());
-        assert_eq!(evidence.code(), code::SUBPAGE_BLOCK_SIZE);
+        assert_eq!(evidence.code(), Code::SubpageBlockSize);
         assert_eq!(evidence.block_size(), Some(512));
         assert_eq!(evidence.cause(), None);
         assert_eq!(
@@ -450,6 +527,11 @@ mod tests {
             partition: None,
             what_if: None,
             workaround_what_if: None,
+            op: Op::Write,
+            fix: RequeueFix::IndirectDescriptors {
+                ring_descriptors: 256,
+                io_pages: 126,
+            },
         });
         assert_eq!(requeued.cause(), Some("virtio_ring_full"));
         assert_eq!(requeued.to_map()["cause"], "virtio_ring_full");

@@ -108,7 +108,7 @@ fn diagnoses(html: &mut String, report: &Report) {
         let _ = write!(
             html,
             "<div class=\"diag {severity}\"><h3>{} on {} ({severity})</h3><p>{}</p><p><b>Fix:</b> {fix}</p>",
-            escape(diagnosis.code),
+            escape(diagnosis.code.as_str()),
             escape(&diagnosis.device),
             escape(&diagnosis.explanation),
         );
@@ -421,7 +421,7 @@ fn split_causes(report: &Report) -> String {
     for device in &report.devices {
         for measures in device.measures.ops.values() {
             for (cause, count) in &measures.split_causes {
-                *causes.entry(cause).or_insert(0) += count;
+                *causes.entry(cause.key()).or_insert(0) += count;
             }
         }
     }

@@ -252,7 +252,7 @@ impl Exporter {
             }
             let snapshot = Snapshot {
                 devices: engine.devices(),
-                diagnoses: engine.diagnoses(),
+                diagnoses: crate::explain::diagnoses(engine.diagnoses()),
                 events: engine.events(),
                 correlation: engine.correlation(),
                 kernel,
@@ -531,7 +531,7 @@ impl Served {
             }
             for (cause, &count) in &m.split_causes {
                 let mut labels = labels.clone();
-                labels.push(("cause", cause.clone()));
+                labels.push(("cause", cause.key().to_string()));
                 self.counters
                     .entry((SPLITS.0, labels))
                     .or_default()
@@ -811,7 +811,7 @@ impl Collector for Frame {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{Bucket, Op, OpMeasures};
+    use crate::model::{Bucket, Op, OpMeasures, SplitCause};
 
     fn distribution(buckets: &[(u64, u64)]) -> Distribution {
         let count = buckets.iter().map(|(_, c)| c).sum();
@@ -839,7 +839,7 @@ mod tests {
                     user_ios: commands,
                     commands,
                     command_size: distribution(sizes),
-                    split_causes: [("max_sectors".to_string(), commands / 2)].into(),
+                    split_causes: [(SplitCause::MaxSectors, commands / 2)].into(),
                     ..OpMeasures::default()
                 },
             )]

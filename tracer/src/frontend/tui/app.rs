@@ -420,7 +420,7 @@ impl App {
         let mut split_causes = BTreeMap::new();
         for op in measures.ops.values() {
             for (cause, count) in &op.split_causes {
-                *split_causes.entry(cause.clone()).or_insert(0) += count;
+                *split_causes.entry(cause.key().to_string()).or_insert(0) += count;
             }
         }
         let notes = measures
@@ -564,7 +564,7 @@ fn merged<'a>(parts: impl Iterator<Item = &'a Distribution>) -> Distribution {
 mod tests {
     use super::*;
     use crate::frontend::test_reports::{empty_report, seed_report};
-    use crate::model::Op;
+    use crate::model::{Code, Op};
 
     fn secs(value: u64) -> Duration {
         Duration::from_secs(value)
@@ -890,7 +890,7 @@ mod tests {
         );
         assert_eq!(detail.command_size.count, 129);
         let codes: Vec<_> = detail.diagnoses.iter().map(|d| d.code).collect();
-        assert_eq!(codes, vec!["subpage_block_size", "misaligned_start"]);
+        assert_eq!(codes, vec![Code::SubpageBlockSize, Code::MisalignedStart]);
 
         app.selected = app.rows.iter().position(|r| r.name == "loop1").unwrap();
         let detail = app.detail().unwrap();

@@ -94,7 +94,7 @@ fn draw_findings(frame: &mut Frame, area: Rect, detail: &Detail) {
                 format!("{} ", severity_label(diagnosis.severity)),
                 severity_style(diagnosis.severity),
             ),
-            Span::styled(diagnosis.code, bold),
+            Span::styled(diagnosis.code.as_str(), bold),
         ]));
         // The fix first: in a small pane it is what must stay visible.
         for fix in diagnosis.fix.lines().filter(|line| !line.trim().is_empty()) {
@@ -125,7 +125,7 @@ mod tests {
     use super::super::testing::screen;
     use crate::frontend::test_reports::seed_report;
     use crate::frontend::tui::app::{App, Key};
-    use crate::model::WhatIf;
+    use crate::model::{Code, WhatIf};
 
     #[test]
     fn detail_pane_says_what_the_fix_buys() {
@@ -133,7 +133,7 @@ mod tests {
         let subpage = report
             .diagnoses
             .iter_mut()
-            .find(|d| d.device == "loop0p2" && d.code == "subpage_block_size")
+            .find(|d| d.device == "loop0p2" && d.code == Code::SubpageBlockSize)
             .expect("the seed report diagnoses loop0p2");
         subpage.evidence.set_what_if(WhatIf {
             commands_now: 129,

@@ -1,0 +1,63 @@
+//! The words of a diagnosis: its explanation and its fix, from the typed
+//! [`Finding`] the engine made (its numbers, its severity and the fix it
+//! decided on). Reports carry these strings in [`Diagnosis`], so the text
+//! report, the TUI, the HTML page and the JSON all say the same.
+//!
+//! One file per code, each a `words` function of that code's evidence;
+//! `partition` holds the repartitioning commands the static codes share. A
+//! new code adds its file and one arm in [`words`]. Pure: nothing here
+//! decides a number, it only says the ones the finding holds.
+
+mod merge_blocked;
+mod misaligned_io_opt;
+mod misaligned_start;
+mod partition;
+mod requeued_commands;
+mod split_amplification;
+mod subpage_block_size;
+#[cfg(test)]
+mod tests;
+
+use crate::model::{Diagnosis, Evidence, Finding};
+
+/// What a report says about a finding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Words {
+    /// What was seen, and why it costs.
+    pub explanation: String,
+    /// What to do: commands and settings, one per line where there are several.
+    pub fix: String,
+}
+
+/// The explanation and the fix of `finding`.
+pub fn words(finding: &Finding) -> Words {
+    match &finding.evidence {
+        Evidence::SubpageBlockSize(evidence) => subpage_block_size::words(finding, evidence),
+        Evidence::MisalignedStart(evidence) => misaligned_start::words(finding, evidence),
+        Evidence::MisalignedIoOpt(evidence) => misaligned_io_opt::words(finding, evidence),
+        Evidence::SplitAmplification(evidence) => split_amplification::words(finding, evidence),
+        Evidence::MergeBlocked(evidence) => merge_blocked::words(finding, evidence),
+        Evidence::RequeuedCommands(evidence) => requeued_commands::words(finding, evidence),
+    }
+}
+
+/// `finding` as a report carries it: with its words.
+pub fn diagnosis(finding: Finding) -> Diagnosis {
+    let Words { explanation, fix } = words(&finding);
+    Diagnosis::worded(finding, explanation, fix)
+}
+
+/// [`diagnosis`] of each finding, in their order.
+pub fn diagnoses(findings: impl IntoIterator<Item = Finding>) -> Vec<Diagnosis> {
+    findings.into_iter().map(diagnosis).collect()
+}
+
+/// "1 MiB", "192 KiB", "3584 B": exact, in the largest unit that divides.
+pub fn exact_size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    UNITS
+        .iter()
+        .find(|(unit, _)| bytes >= *unit && bytes.is_multiple_of(*unit))
+        .map(|(unit, name)| format!("{} {name}", bytes / unit))
+        .unwrap_or_else(|| format!("{bytes} B"))
+}

@@ -1,0 +1,142 @@
+//! `split_amplification`: how many I/Os were split and by what, the limit
+//! behind the cause, what the pieces cost, and the fix.
+
+use super::{exact_size, Words};
+use crate::blk::SECTOR_BYTES;
+use crate::model::{ratio, Finding, SplitAmplificationEvidence, SplitCost, SplitFix};
+
+pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) -> Words {
+    let share = ratio(evidence.splits, evidence.user_ios);
+    let amplification = ratio(evidence.commands, evidence.user_ios);
+    let cause_count = evidence.causes.get(&evidence.cause).copied().unwrap_or(0);
+    let (detail, fix) = detail_and_fix(finding, evidence);
+    let cost = match evidence.cost {
+        SplitCost::AbsorbedByMerges => format!(
+            " Net of merges the device received {amplification:.2} commands per user I/O, no more than without the splits, so they cost nothing here."
+        ),
+        SplitCost::LargePieces => format!(
+            " The pieces are still large commands ({} on average), so the extra commands cost the device little.",
+            exact_size(evidence.command_size_mean / 1024 * 1024)
+        ),
+        SplitCost::ExtraCommands => String::new(),
+    };
+    let explanation = format!(
+        "{} of {} {} user I/Os on {} ({:.1}%) were split, {} of the splits by {} ({cause_count}); they became {} fragments and {} commands, {:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes). {detail}{cost}",
+        evidence.splits,
+        evidence.user_ios,
+        evidence.op.as_str(),
+        finding.device,
+        share * 100.0,
+        if cause_count == evidence.splits { "all" } else { "most" },
+        evidence.cause.key(),
+        evidence.fragments,
+        evidence.commands,
+        amplification,
+        evidence.user_io_size_p50,
+        evidence.command_size_p50,
+    );
+    Words { explanation, fix }
+}
+
+/// A sentence on the limit involved, and the fix.
+fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (String, String) {
+    let name = &finding.device;
+    let disk = &finding.disk;
+    let pbs = u64::from(evidence.physical_block_size).max(SECTOR_BYTES);
+    let pbs_sectors = pbs / SECTOR_BYTES;
+    let max_kb = evidence.max_sectors_kb;
+    let hw_kb = evidence.max_hw_sectors_kb;
+    let max_sectors_detail =
+        || format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.");
+    match evidence.fix {
+        SplitFix::RaiseMaxSectorsKb { to_kb } => (
+            max_sectors_detail(),
+            format!(
+                "raise /sys/block/{disk}/queue/max_sectors_kb to {to_kb} (max_hw_sectors_kb is {hw_kb})"
+            ),
+        ),
+        SplitFix::AtHardwareLimit => (
+            max_sectors_detail(),
+            format!(
+                "none needed at the queue: {disk} is at its hardware limit (max_hw_sectors_kb {hw_kb}); submit I/O of at most {max_kb} KiB if the split matters"
+            ),
+        ),
+        SplitFix::MovePartitionStart { start: aligned } => {
+            let start = evidence
+                .partition
+                .map_or(0, |partition| partition.partition_start);
+            (
+                format!(
+                    "The kernel ends split pieces on absolute {pbs}-byte physical-block boundaries, and {name} starts at sector {start}, {} sectors past one, so every large I/O gets a short extra piece.",
+                    start % pbs_sectors
+                ),
+                format!(
+                    "recreate {name} starting at a multiple of {pbs_sectors} sectors, e.g. sector {aligned} (1 MiB aligned), with a size that is a multiple of {pbs_sectors} sectors"
+                ),
+            )
+        }
+        SplitFix::AlignIoOffsets => (
+            format!(
+                "The kernel ends split pieces on absolute {pbs}-byte physical-block boundaries and these I/Os did not start on one."
+            ),
+            format!("align I/O offsets on {name} to {pbs} bytes"),
+        ),
+        SplitFix::AlignToChunks => (
+            format!(
+                "The device splits I/O at every {}-sector chunk boundary (chunk_sectors), counted from the start of the disk.",
+                evidence.chunk_sectors
+            ),
+            format!(
+                "align {name}'s start and the I/O to {} sectors ({} KiB chunks)",
+                evidence.chunk_sectors,
+                u64::from(evidence.chunk_sectors) / 2
+            ),
+        ),
+        SplitFix::FewerSegments => (
+            format!(
+                "The pieces are far below max_sectors_kb ({} KiB): the bios carried more memory segments than max_segments ({}) allows.",
+                evidence.max_sectors_kb, evidence.max_segments
+            ),
+            format!(
+                "use fewer, larger, physically contiguous buffers (page-aligned or huge pages) or I/O of at most {} pages; max_segments {} is a driver limit of {disk}",
+                evidence.max_segments, evidence.max_segments
+            ),
+        ),
+        SplitFix::SmallerIo { max_kb } => (
+            format!(
+                "Every segment was full at max_segment_size ({} bytes) and there were max_segments ({}) of them.",
+                evidence.max_segment_size, evidence.max_segments
+            ),
+            format!(
+                "submit I/O of at most {max_kb} KiB on {disk}; max_segment_size is a driver limit"
+            ),
+        ),
+        SplitFix::AlignedBuffers => (
+            format!(
+                "The device has a virt boundary (mask {:#x}): buffers that start or end inside a {}-byte page cannot share a request segment list.",
+                evidence.virt_boundary_mask,
+                evidence.virt_boundary_mask.saturating_add(1)
+            ),
+            format!(
+                "use buffers aligned to {} bytes with lengths a multiple of it (e.g. a 4096-byte block size)",
+                evidence.virt_boundary_mask.saturating_add(1)
+            ),
+        ),
+        SplitFix::AlignDiscards => (
+            format!(
+                "Discards are split on absolute discard_granularity ({} bytes) boundaries.",
+                evidence.discard_granularity
+            ),
+            format!(
+                "align {name}'s start and discard ranges to {} bytes",
+                evidence.discard_granularity
+            ),
+        ),
+        SplitFix::CheckStackedDevices => (
+            "No queue limit of this device explains the split points.".to_string(),
+            format!(
+                "check for stacked devices (device-mapper, md) or inline encryption above {disk}, which split on their own limits"
+            ),
+        ),
+    }
+}
