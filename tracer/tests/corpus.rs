@@ -16,6 +16,8 @@ struct Op {
     user_ios: Option<u64>,
     commands: Option<u64>,
     requeues: Option<u64>,
+    /// Completions with an error status, all EIO in this corpus.
+    failed_eio: Option<u64>,
     /// (min, max) queue→complete in µs, as the expert read them.
     q2c: Option<(f64, f64)>,
     /// (min, max) issue→complete in µs.
@@ -28,6 +30,7 @@ const OP: Op = Op {
     user_ios: None,
     commands: None,
     requeues: None,
+    failed_eio: None,
     q2c: None,
     i2c: None,
 };
@@ -114,6 +117,7 @@ const CASES: &[Case] = &[
             op: "write",
             user_ios: Some(1),
             commands: Some(2),
+            failed_eio: Some(1),
             i2c: Some((253.924, 253.924)),
             ..OP
         }],
@@ -159,6 +163,7 @@ const CASES: &[Case] = &[
             user_ios: Some(10),
             commands: Some(10),
             requeues: Some(3),
+            failed_eio: Some(0),
             q2c: Some((33.783, 115.106)),
             i2c: Some((12.554, 28.043)),
         }],
@@ -386,10 +391,19 @@ fn every_corpus_trace_reads_as_the_manifest_says() {
                 fail(format!("no device {}", op.dev));
                 continue;
             };
+            if let Some(want) = op.failed_eio.filter(|n| *n > 0) {
+                if m["errors"]["EIO"].as_u64() != Some(want) {
+                    fail(format!(
+                        "{} {} errors = {}, expected EIO {want}",
+                        op.dev, op.op, m["errors"]
+                    ));
+                }
+            }
             for (field, want) in [
                 ("user_ios", op.user_ios),
                 ("commands", op.commands),
                 ("requeues", op.requeues),
+                ("failed_commands", op.failed_eio),
             ] {
                 if let Some(want) = want {
                     if m[field].as_u64() != Some(want) {

@@ -446,6 +446,12 @@ impl Engine {
             .or_else(|| self.commands.find(&key, |_| true));
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;
+            if event.error != 0 {
+                // Issued before the trace (or its issue was lost): the
+                // device still reported the failure.
+                let target = self.fallback_target(event);
+                self.count_failure(target, event.error);
+            }
             return;
         };
         let done_end = event.sector.saturating_add(done);
