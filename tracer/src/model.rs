@@ -484,6 +484,20 @@ pub enum Dominant {
     Device,
 }
 
+impl Dominant {
+    /// Which of queue→issue and issue→complete took longer on average.
+    pub fn of(q2d: &Distribution, d2c: &Distribution) -> Option<Dominant> {
+        if q2d.count == 0 || d2c.count == 0 {
+            return None;
+        }
+        Some(if q2d.mean > d2c.mean {
+            Dominant::Queue
+        } else {
+            Dominant::Device
+        })
+    }
+}
+
 /// The device measures that make sense per owner, all operations together.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct OwnerMeasures {

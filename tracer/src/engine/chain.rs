@@ -2,14 +2,14 @@
 //! (user I/O, fragment, command, remap) and their bookkeeping.
 
 use super::attribution::OwnerSlots;
-use super::devices::{LastIssue, NO_PART};
+use super::devices::LastIssue;
 pub(super) use super::outcome::DropReason;
 use super::outcome::{CommandId, IoId, Outcome};
 use super::split::SplitLimits;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
+use super::target::Target;
 use super::Engine;
-use crate::model::Op;
 
 /// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
 /// below `max_sectors` for `merge_blocked`.
@@ -46,26 +46,6 @@ pub(super) fn missed_merge(
         && !ends.starts_full
         && (limits.max_segments == 0 || last.bios + ends.bios <= limits.max_segments)
         && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
-}
-
-/// Where an I/O's numbers go: disk, partition, operation and origin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Target {
-    pub(super) disk: u32,
-    pub(super) part: u32,
-    pub(super) op: Op,
-    pub(super) tracked: bool,
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target {
-            disk: 0,
-            part: NO_PART,
-            op: Op::Other,
-            tracked: false,
-        }
-    }
 }
 
 /// A bio as submitted to a block device (block_bio_queue).

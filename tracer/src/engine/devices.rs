@@ -3,18 +3,14 @@
 
 use tracer_common::BlockEvent;
 
-use super::chain::Target;
-use super::handlers::op_of;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::streams::LastQueued;
 use super::table::SlotRef;
-use super::what_if::LastQueued;
+use super::target::{op_of, Target, NO_PART};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-
-/// "The whole disk, no partition."
-pub(super) const NO_PART: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct LastIssue {

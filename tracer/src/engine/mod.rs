@@ -49,12 +49,16 @@ mod devices;
 mod diagnose;
 mod faults;
 mod handlers;
+mod histogram;
 pub mod outcome;
+mod placement;
 mod reports;
 pub mod run_match;
 pub mod split;
 pub mod stats;
+mod streams;
 mod table;
+mod target;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod what_if;
@@ -74,7 +78,7 @@ use outcome::Outcome;
 use stats::OP_COUNT;
 use table::{FastMap, KeyHasher, Table};
 
-pub use handlers::op_from_rwbs;
+pub use target::op_from_rwbs;
 
 /// Bounds on the in-flight tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
