@@ -115,8 +115,12 @@ pub struct CorrelationStats {
     /// Chains dropped because they stayed in flight too long.
     pub aged_out: u64,
     /// Chains dropped because their command's request was issued again with
-    /// no completion seen between (no probe ran for it): raw tracepoints only.
+    /// no completion seen between (no probe ran for it): BTF tracepoints only.
     pub completion_lost: u64,
+    /// Chains dropped that were in flight when the ring was full: an event
+    /// of theirs may be among the dropped ones (`events.dropped`).
+    #[serde(default)]
+    pub ring_dropped: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,
 }

@@ -66,6 +66,8 @@ pub(super) struct UserIo {
     pub(super) incomplete: bool,
     /// Counted once in `evicted` or `aged_out`.
     pub(super) dropped: bool,
+    /// In flight when the ring dropped events: a drop of its chain is theirs.
+    pub(super) in_ring_drop: bool,
     /// A command carrying part of it completed with an error.
     pub(super) failed: bool,
     pub(super) epoch: u32,
@@ -513,15 +515,21 @@ impl Engine {
         let Some(io_index) = self.user_ios.resolve(fragment.io) else {
             return;
         };
-        let (finished, newly_dropped) = match self.user_ios.get_mut(io_index) {
+        let (finished, newly_dropped, in_ring_drop) = match self.user_ios.get_mut(io_index) {
             Some(io) => {
                 let newly_dropped = !io.dropped;
+                let in_ring_drop = io.in_ring_drop;
                 io.dropped = true;
                 io.incomplete = true;
                 io.outstanding = io.outstanding.saturating_sub(1);
-                (io.outstanding == 0, newly_dropped)
+                (io.outstanding == 0, newly_dropped, in_ring_drop)
             }
             None => return,
+        };
+        // Blame the full ring, not the table or the kernel, for what it may have eaten.
+        let reason = match in_ring_drop {
+            true => DropReason::RingDropped,
+            false => reason,
         };
         if newly_dropped {
             self.emit(Outcome::Dropped {
@@ -532,6 +540,7 @@ impl Engine {
                 DropReason::AgedOut => self.correlation.aged_out += 1,
                 DropReason::Evicted => self.correlation.evicted += 1,
                 DropReason::CompletionLost => self.correlation.completion_lost += 1,
+                DropReason::RingDropped => self.correlation.ring_dropped += 1,
             }
         }
         if finished {

@@ -38,6 +38,7 @@ impl Engine {
     pub fn events_lost(&mut self) {
         for io in self.user_ios.values_mut() {
             io.incomplete = true;
+            io.in_ring_drop = true;
         }
         for command in self.commands.values_mut() {
             command.lost = true;

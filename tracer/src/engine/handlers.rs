@@ -131,6 +131,7 @@ impl Engine {
             owners,
             incomplete: false,
             dropped: false,
+            in_ring_drop: false,
             failed: false,
             epoch: self.epoch,
         };
