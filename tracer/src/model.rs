@@ -2,7 +2,7 @@
 //!
 //! `--json` serializes these types directly, so the human report, the TUI and
 //! the JSON can never disagree. Changing a field name is a schema change:
-//! bump [`SCHEMA_VERSION`] and update the README's schema section.
+//! bump [`SCHEMA_VERSION`] and update docs/json-schema.md (tests/docs.rs checks it).
 
 use std::collections::BTreeMap;
 

@@ -15,7 +15,7 @@ pub(crate) mod tests {
     use crate::model::{Code, Evidence, Finding, ProposedPlace, Severity, SubpageFix};
 
     /// The reference disk: 20 GiB, 512-byte logical / 4096-byte physical
-    /// sectors, io_min = io_opt = 4096 (seed README).
+    /// sectors, io_min = io_opt = 4096 (docs/diagnoses.md, the seed case).
     pub(crate) fn seed_disk(start: u64, end_inclusive: u64) -> DiskGeometry {
         DiskGeometry {
             name: "sdc".into(),

@@ -658,7 +658,7 @@ impl Served {
             .collect();
         families.push(Family::new(
             "iosplit_diagnosis",
-            "1 for every live diagnosis (codes and severities in the README).",
+            "1 for every live diagnosis (codes and severities in docs/diagnoses.md).",
             MetricType::Gauge,
             diagnoses
                 .iter()
