@@ -574,6 +574,19 @@ impl Engine {
         }
     }
 
+    /// The kernel dropped events (a ring was full). Any chain or command in
+    /// flight may have lost one, so none of them feeds the histograms: each
+    /// chain is counted incomplete when it ends.
+    pub fn events_lost(&mut self) {
+        for io in self.user_ios.values_mut() {
+            io.incomplete = true;
+            io.in_ring_drop = true;
+        }
+        for command in self.commands.values_mut() {
+            command.lost = true;
+        }
+    }
+
     /// Lazy age-out, from the newest event timestamp seen.
     pub(super) fn expire_aged(&mut self) {
         let Some(threshold) = self.now_ns.checked_sub(self.limits.max_age_ns) else {

@@ -28,11 +28,11 @@
 //! - `mod.rs`: the [`Engine`], its construction, `ingest` dispatch and counters.
 //! - `handlers`: one `on_*` method per kernel event.
 //! - `chain`: user I/Os, fragments, commands and remaps, and their bookkeeping
-//!   (gather, complete, expire, make room).
+//!   (gather, complete, expire, make room, events the kernel dropped).
 //! - `outcome`: the typed [`outcome::Outcome`]s the correlation emits; the
 //!   HTML series, the Perfetto timeline and `run`'s matcher read them.
 //! - `target`: where an event's numbers go, and an event's operation.
-//! - `devices`: disk and partition state.
+//! - `devices`: disk and partition state, and disks that come and go.
 //! - `stats`, `histogram`, `streams`: per-device counters and histograms, and
 //!   the stream sizes the what-if replays.
 //! - `attribution`: who caused the I/O (process, cgroup, file).
@@ -43,7 +43,6 @@
 //! - `split`: why the kernel split a bio.
 //! - `run_match/`: `run`'s write syscalls matched to the commands that carried them.
 //! - `what_if`: what a fix would buy, replayed from the observed streams.
-//! - `faults`: devices that come and go, and events the kernel could not deliver.
 //!
 //! A new kernel event gets a row in `tracer_common::with_block_probes!`, an
 //! `on_*` handler in `handlers` and one arm in [`Engine::ingest`]. A new
@@ -55,7 +54,6 @@ pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
-mod faults;
 mod handlers;
 mod histogram;
 pub mod outcome;
