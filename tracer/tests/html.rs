@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
@@ -15,28 +15,7 @@ use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
 use iosplit_trace::sink::EventSink;
 use tracer_common::{BlockEvent, EventKind};
 
-/// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("iosplit-html-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Nothing;
-
-impl EventSink for Nothing {
-    fn block_event(&mut self, _event: &BlockEvent) {}
-}
+use common::{NoSink, ScratchDir};
 
 const DISK: DevId = DevId::new(7, 9);
 const PARTITION: DevId = DevId::new(7, 10);
@@ -58,7 +37,7 @@ fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent
 /// commands, over two seconds, with the rate and latency changing midway.
 fn synthetic_recording(path: &Path) {
     let mut writer = Writer::create(path).unwrap();
-    let mut sink = RecordingSink::new(Nothing, Some(&mut writer));
+    let mut sink = RecordingSink::new(NoSink, Some(&mut writer));
     writer.header(RecordHeader {
         tool: "test".into(),
         probe_flavor: "BTF tracepoints".into(),
@@ -163,7 +142,7 @@ fn assert_no_console_errors(stderr: &str) {
 
 #[test]
 fn html_report_renders_in_a_headless_browser() {
-    let dir = Scratch::new("render");
+    let dir = ScratchDir::new("html", "render");
     let recording = dir.0.join("trace.iotrace");
     let page = dir.0.join("report.html");
     let timeline = dir.0.join("timeline.json");
@@ -292,7 +271,7 @@ fn report_html_renders_a_live_trace() {
     if !common::privileged("report_html_renders_a_live_trace") {
         return;
     }
-    let dir = Scratch::new("live");
+    let dir = ScratchDir::new("html", "live");
     let page = dir.0.join("live.html");
     let mut disk = common::LoopDisk::new(
         "html",

@@ -249,17 +249,10 @@ fn analyze_reprints_the_live_report_and_imports_agree() {
 
 // --- bad input -------------------------------------------------------------
 
-/// No-op sink behind the recorder.
-struct Nothing;
-
-impl EventSink for Nothing {
-    fn block_event(&mut self, _event: &BlockEvent) {}
-}
-
 /// A small, valid recording of queued writes on a made-up loop disk.
 fn synthetic_recording(path: &Path, events: u64) {
     let mut writer = Writer::create(path).unwrap();
-    let mut sink = RecordingSink::new(Nothing, Some(&mut writer));
+    let mut sink = RecordingSink::new(common::NoSink, Some(&mut writer));
     writer.header(RecordHeader {
         tool: "test".into(),
         probe_flavor: "BTF tracepoints".into(),

@@ -23,30 +23,9 @@ use iosplit_trace::record::{RecordHeader, Recording, RecordingSink, Trailer, Wri
 use iosplit_trace::sink::EventSink;
 use tracer_common::{BlockEvent, EventKind};
 
-use common::{disk_holding, privileged, scattered_direct_writes, ScratchFile, Tracer};
-
-/// A scratch directory, removed on drop.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let dir = std::env::temp_dir().join(format!("iosplit-views-{}-{name}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        Scratch(dir)
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-struct Nothing;
-
-impl EventSink for Nothing {
-    fn block_event(&mut self, _event: &BlockEvent) {}
-}
+use common::{
+    disk_holding, privileged, scattered_direct_writes, NoSink, ScratchDir, ScratchFile, Tracer,
+};
 
 const DISK: DevId = DevId::new(7, 9);
 
@@ -67,7 +46,7 @@ fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent
 /// partial completions.
 fn requeue_recording(path: &Path) {
     let mut writer = Writer::create(path).unwrap();
-    let mut sink = RecordingSink::new(Nothing, Some(&mut writer));
+    let mut sink = RecordingSink::new(NoSink, Some(&mut writer));
     writer.header(RecordHeader {
         tool: "test".into(),
         probe_flavor: "BTF tracepoints".into(),
@@ -310,7 +289,7 @@ fn assert_views_agree(views: &mut Views3) {
 
 #[test]
 fn views_agree_on_a_recording_with_requeues() {
-    let dir = Scratch::new("synthetic");
+    let dir = ScratchDir::new("views", "synthetic");
     let recording = dir.0.join("requeues.iosplit");
     requeue_recording(&recording);
     let mut views = analyze(&recording, &dir.0);
@@ -339,7 +318,7 @@ fn views_agree_on_a_real_recording_of_the_root_disk() {
     if !privileged("views_agree_on_a_real_recording_of_the_root_disk") {
         return;
     }
-    let dir = Scratch::new("vda");
+    let dir = ScratchDir::new("views", "vda");
     let target = ScratchFile(PathBuf::from(format!(
         "/var/tmp/iosplit-views-{}",
         std::process::id()

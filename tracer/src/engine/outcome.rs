@@ -114,3 +114,16 @@ pub enum Outcome {
     /// A fragment of the user I/O was given up (counted once per user I/O).
     Dropped { io: IoId, reason: DropReason },
 }
+
+/// The outcomes a fresh engine reaches on `events`, for the views' tests.
+#[cfg(test)]
+pub(crate) fn of_events(events: &[tracer_common::BlockEvent]) -> Vec<Outcome> {
+    let mut engine = super::Engine::new(Vec::new(), Default::default());
+    engine.keep_outcomes();
+    let mut outcomes = Vec::new();
+    for event in events {
+        engine.ingest(event);
+        outcomes.extend(engine.drain_outcomes());
+    }
+    outcomes
+}

@@ -259,18 +259,12 @@ mod tests {
     use tracer_common::{BlockEvent, EventKind};
 
     use super::*;
-    use crate::engine::Engine;
 
     /// The events through a fresh engine, its outcomes into a matcher.
     fn matched(events: &[BlockEvent]) -> Value {
-        let mut engine = Engine::new(Vec::new(), Default::default());
-        engine.keep_outcomes();
         let mut matcher = Matcher::new(Vec::new());
-        for event in events {
-            engine.ingest(event);
-            for outcome in engine.drain_outcomes() {
-                matcher.see(&outcome);
-            }
+        for outcome in crate::engine::outcome::of_events(events) {
+            matcher.see(&outcome);
         }
         let text = serde_json::to_string(&matcher.finish()).unwrap();
         serde_json::from_str(&text).unwrap()

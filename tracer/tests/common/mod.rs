@@ -453,6 +453,32 @@ pub fn disk_holding(path: &Path) -> String {
     disk.file_name().unwrap().to_string_lossy().into_owned()
 }
 
+/// A scratch directory under the temp dir, removed when dropped, also on panic.
+pub struct ScratchDir(pub PathBuf);
+
+impl ScratchDir {
+    /// `iosplit-<test>-<pid>-<name>`: distinct per test binary and run.
+    pub fn new(test: &str, name: &str) -> ScratchDir {
+        let dir =
+            std::env::temp_dir().join(format!("iosplit-{test}-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        ScratchDir(dir)
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A sink that keeps nothing: what a recording test puts behind its writer.
+pub struct NoSink;
+
+impl iosplit_trace::sink::EventSink for NoSink {
+    fn block_event(&mut self, _event: &tracer_common::BlockEvent) {}
+}
+
 /// A file that is removed when dropped, also on panic.
 pub struct ScratchFile(pub PathBuf);
 

@@ -172,7 +172,6 @@ mod tests {
     use tracer_common::{BlockEvent, EventKind};
 
     use super::*;
-    use crate::engine::Engine;
 
     fn event(kind: EventKind, ts_ns: u64, sector: u64, nr_sector: u32) -> BlockEvent {
         let mut rwbs = [0; tracer_common::RWBS_BYTES];
@@ -200,14 +199,9 @@ mod tests {
 
     /// The events through a fresh engine, its outcomes into a collector.
     fn collect(events: &[BlockEvent]) -> Collector {
-        let mut engine = Engine::new(Vec::new(), Default::default());
-        engine.keep_outcomes();
         let mut collector = Collector::default();
-        for event in events {
-            engine.ingest(event);
-            for outcome in engine.drain_outcomes() {
-                collector.see(&outcome);
-            }
+        for outcome in crate::engine::outcome::of_events(events) {
+            collector.see(&outcome);
         }
         collector
     }
