@@ -191,7 +191,14 @@ fn analyze(recording: &Path, dir: &Path) -> Views3 {
         .as_array()
         .unwrap()
         .iter()
-        .filter(|e| e["ph"] == "X" && e["name"] == "command" && e["args"]["op"] == "write")
+        // Completed write commands: the report times those (a command still
+        // in flight when the recording stopped is counted, not timed).
+        .filter(|e| {
+            e["ph"] == "X"
+                && e["name"] == "command"
+                && e["args"]["op"] == "write"
+                && e["args"]["unfinished"] != true
+        })
         .map(|e| e["dur"].as_f64().unwrap())
         .collect();
     let perfetto_commands = timeline["traceEvents"]

@@ -191,7 +191,11 @@ impl Matcher {
     }
 
     /// The trace-event document.
-    pub fn finish(self) -> Value {
+    pub fn finish(mut self) -> Value {
+        // Still open when the trace ended: say so rather than show a finished slice.
+        for &slice in self.commands.values().chain(self.open_ios.values()) {
+            self.slices[slice].args["unfinished"] = json!(true);
+        }
         let mut events = Vec::new();
         let mut disks: Vec<u32> = self.tracks.iter().map(|t| t.0).collect();
         disks.sort_unstable();
@@ -336,6 +340,25 @@ mod tests {
         }
         assert_eq!(starts.len(), ends.len());
         assert_eq!(of_phase(&trace, "i").len(), 2);
+    }
+
+    #[test]
+    fn slices_still_open_at_the_end_say_so() {
+        let trace = matched(&[
+            event(EventKind::Queue, 0, 0, 8),
+            event(EventKind::Issue, 1_000, 0, 8),
+        ]);
+        let slices = of_phase(&trace, "X");
+        assert_eq!(slices.len(), 2);
+        assert!(slices.iter().all(|s| s["args"]["unfinished"] == true));
+        let done = matched(&[
+            event(EventKind::Queue, 0, 0, 8),
+            event(EventKind::Issue, 1_000, 0, 8),
+            event(EventKind::Complete, 2_000, 0, 8),
+        ]);
+        assert!(of_phase(&done, "X")
+            .iter()
+            .all(|s| s["args"].get("unfinished").is_none()));
     }
 
     #[test]
