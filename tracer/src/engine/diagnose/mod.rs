@@ -12,6 +12,7 @@
 //! showed, and adds those only traffic can support. A code the audit raised
 //! for a device is not raised again from its traffic.
 
+mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
 mod misaligned_start;
@@ -63,6 +64,7 @@ pub(crate) const CHECKS: &[&dyn Check] = &[
     &split_amplification::SplitAmplification,
     &merge_blocked::MergeBlocked,
     &requeued_commands::RequeuedCommands,
+    &io_errors::IoErrors,
 ];
 
 fn check_of(code: Code) -> Option<&'static dyn Check> {
