@@ -18,6 +18,14 @@ pub fn statuses(errors: &BTreeMap<String, u64>) -> String {
         .join(", ")
 }
 
+/// "1 command", "3 commands".
+fn commands(count: u64) -> String {
+    match count {
+        1 => "1 command".to_string(),
+        n => format!("{n} commands"),
+    }
+}
+
 /// What a status usually means, for the ones that point somewhere.
 fn hint(status: &str) -> Option<&'static str> {
     Some(match status {
@@ -74,9 +82,23 @@ pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
         true => String::new(),
         false => format!(" {}.", hints.join("; ")),
     };
+    if evidence.only_refusals() {
+        return Words {
+            explanation: format!(
+                "{} on {} {} refused as not supported: {ops}. The device, or what is behind it (a loop device's backing file system, a dm target), does not offer the operation, typically write zeroes, discard or a flag; the kernel then stops sending it, and callers such as blkdev_issue_zeroout fall back to plain writes. Not a device or path fault, and not a geometry one.",
+                commands(evidence.failed_commands),
+                finding.device,
+                if evidence.failed_commands == 1 { "was" } else { "were" },
+            ),
+            fix: format!(
+                "nothing to repair; to see what {disk} offers: grep . /sys/block/{disk}/queue/write_zeroes_max_bytes /sys/block/{disk}/queue/discard_max_bytes"
+            ),
+        };
+    }
     let explanation = format!(
-        "{} commands on {} completed with an error: {ops}.{user_ios} The device, or what is behind it, reported the failure: this is a device or path problem (failing media, the transport or its cabling, a full backing store, a dm target that returns errors), not a geometry one, and no partition or queue setting changes it.{hints}",
-        evidence.failed_commands, finding.device,
+        "{} on {} completed with an error: {ops}.{user_ios} The device, or what is behind it, reported the failure: this is a device or path problem (failing media, the transport or its cabling, a full backing store, a dm target that returns errors), not a geometry one, and no partition or queue setting changes it.{hints}",
+        commands(evidence.failed_commands),
+        finding.device,
     );
     let fix = [
         format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i {disk}"),

@@ -598,6 +598,51 @@ fn io_errors_name_the_statuses_the_sectors_and_where_to_look() {
 }
 
 #[test]
+fn refusals_alone_say_the_kernel_falls_back_not_that_the_device_failed() {
+    use std::collections::BTreeMap;
+    let mut diagnosis = crate::frontend::test_reports::failed_diagnosis();
+    let Evidence::IoErrors(evidence) = &mut diagnosis.evidence else {
+        panic!("not io_errors");
+    };
+    let refused = BTreeMap::from([("EOPNOTSUPP".to_string(), 1)]);
+    evidence.failed_commands = 1;
+    evidence.errors = refused.clone();
+    for op in evidence.failed_ops.values_mut() {
+        op.failed_commands = 1;
+        op.errors = refused.clone();
+    }
+    assert!(evidence.only_refusals());
+    let finding = crate::model::Finding::new(
+        "sdf".into(),
+        "sdf".into(),
+        Severity::Info,
+        diagnosis.evidence.clone(),
+    );
+    let said = words(&finding);
+    assert!(
+        said.explanation.starts_with(
+            "1 command on sdf was refused as not supported: 1 of 527 write commands (EOPNOTSUPP ×1"
+        ),
+        "{}",
+        said.explanation
+    );
+    assert!(
+        said.explanation.contains("fall back"),
+        "{}",
+        said.explanation
+    );
+    assert!(
+        !said.explanation.contains("path problem"),
+        "{}",
+        said.explanation
+    );
+    assert!(said.fix.starts_with("nothing to repair"), "{}", said.fix);
+    assert!(said
+        .fix
+        .contains("/sys/block/sdf/queue/write_zeroes_max_bytes"));
+}
+
+#[test]
 fn statuses_are_said_most_frequent_first() {
     use std::collections::BTreeMap;
     let errors = BTreeMap::from([

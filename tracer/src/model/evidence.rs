@@ -442,6 +442,18 @@ pub struct IoErrorsEvidence {
     pub partition: Option<PartitionPlace>,
 }
 
+impl IoErrorsEvidence {
+    /// The status of a command the device refused as not supported.
+    pub const REFUSED: &'static str = "EOPNOTSUPP";
+
+    /// Every failure was a refusal (EOPNOTSUPP): the device does not offer
+    /// the operation (write zeroes, discard, a flag), and callers such as
+    /// `blkdev_issue_zeroout` fall back. Not a device or path fault.
+    pub fn only_refusals(&self) -> bool {
+        !self.errors.is_empty() && self.errors.keys().all(|status| status == Self::REFUSED)
+    }
+}
+
 /// One operation's failures in `io_errors`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct FailedOp {

@@ -1,6 +1,7 @@
 //! `io_errors`: the device, or what is behind it, completed commands with an
 //! error. Live only, and no what-if: the fix is a repair of the device or its
-//! path, not a setting the engine can replay.
+//! path, not a setting the engine can replay. A warning, but for commands
+//! only refused as not supported (EOPNOTSUPP), which are `info`.
 
 use std::collections::BTreeMap;
 
@@ -68,10 +69,18 @@ impl Check for IoErrors {
             failed_ops,
             partition: partition_place(traffic.partition),
         };
+        // A refusal is the device's answer to an operation it does not
+        // offer (mkfs's write zeroes on a loop over tmpfs), which the kernel
+        // falls back from: worth saying, not a warning.
+        let severity = if evidence.only_refusals() {
+            Severity::Info
+        } else {
+            Severity::Warning
+        };
         Some(Finding::new(
             traffic.name.clone(),
             traffic.disk_name().to_string(),
-            Severity::Warning,
+            severity,
             Evidence::IoErrors(evidence),
         ))
     }
@@ -164,6 +173,28 @@ mod tests {
         let mut engine = tests::engine();
         writes(&mut engine, 4, |index| if index == 1 { EIO } else { 0 });
         assert_eq!(io_errors(&engine).len(), MIN_FAILED_COMMANDS as usize);
+    }
+
+    #[test]
+    fn commands_refused_as_not_supported_are_info() {
+        const EOPNOTSUPP: i32 = -95;
+        let mut engine = engine();
+        writes(
+            &mut engine,
+            4,
+            |index| if index == 2 { EOPNOTSUPP } else { 0 },
+        );
+        let found = io_errors(&engine);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].severity, Severity::Info);
+        // With any other status beside it, a warning again.
+        let mut engine = tests::engine();
+        writes(&mut engine, 4, |index| match index {
+            1 => EOPNOTSUPP,
+            2 => EIO,
+            _ => 0,
+        });
+        assert_eq!(io_errors(&engine)[0].severity, Severity::Warning);
     }
 
     #[test]
