@@ -7,7 +7,7 @@
 //! - `lib/systemd/system/iosplit-trace.service`: the hardened `serve` unit,
 //!   checked with `systemd-analyze verify` before packing;
 //! - `share/doc/iosplit-trace/`: the example `prometheus.yml`, the Grafana
-//!   dashboard, the README and the licenses.
+//!   dashboard, the README with its docs/ and the licenses.
 //!
 //! `cargo xtask install [--prefix DIR]` copies the same tree under DIR
 //! (default /usr/local), with the unit's ExecStart pointed at DIR/bin.
@@ -110,6 +110,17 @@ fn stage() -> Result<(PathBuf, String)> {
         let source = root.join(file);
         let name = source.file_name().ok_or("a doc file has no name")?;
         copy(&source, &doc.join(name))?;
+    }
+    // The README links into docs/: ship it beside the README so the links resolve.
+    let docs = root.join("docs");
+    let entries = std::fs::read_dir(&docs).map_err(|err| format!("{}: {err}", docs.display()))?;
+    for entry in entries {
+        let source = entry
+            .map_err(|err| format!("{}: {err}", docs.display()))?
+            .path();
+        if let Some(name) = source.file_name().filter(|_| source.is_file()) {
+            copy(&source, &doc.join("docs").join(name))?;
+        }
     }
     Ok((out, stem))
 }
