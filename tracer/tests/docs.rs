@@ -326,6 +326,7 @@ const VIRTIO: DevId = DevId::new(254, 0);
 const NOMERGES: DevId = DevId::new(7, 8);
 const RAID: DevId = DevId::new(8, 0);
 const RAID1: DevId = DevId::new(8, 1);
+const FAILING: DevId = DevId::new(7, 7);
 
 fn rwbs(text: &str) -> [u8; RWBS_BYTES] {
     let mut bytes = [0; RWBS_BYTES];
@@ -471,6 +472,17 @@ fn nomerges_disk() -> DiskGeometry {
     }
 }
 
+/// A disk whose backing store fills: some writes fail with ENOSPC.
+fn failing_disk() -> DiskGeometry {
+    DiskGeometry {
+        name: "loop7".into(),
+        dev: Some(FAILING),
+        partitions: Vec::new(),
+        block_size: None,
+        ..loop9()
+    }
+}
+
 /// An array-like disk: a partition on the 4 KiB grid but off its 1 MiB
 /// optimal I/O size and 64 KiB chunks.
 fn raid() -> DiskGeometry {
@@ -606,6 +618,26 @@ fn unmerged_small_writes(sink: &mut impl EventSink, base: u64, count: u64) {
         let ts = base + 2 * MS + index * 1000;
         sink.block_event(&issue(ts, NOMERGES, 4096 + index, 1));
         sink.block_event(&complete(ts + 500, NOMERGES, 4096 + index, 1));
+    }
+}
+
+/// 4 KiB writes to the failing disk, one at a time and never adjacent;
+/// every other one completes with ENOSPC.
+fn failed_writes(sink: &mut impl EventSink, base: u64, count: u64) {
+    for index in 0..count {
+        let sector = index * 64;
+        let ts = base + MS * (index + 1);
+        let error = if index % 2 == 1 { -28 } else { 0 };
+        for event in [
+            queue(ts, FAILING, sector, 8),
+            issue(ts + 1000, FAILING, sector, 8),
+            BlockEvent {
+                error,
+                ..complete(ts + 200_000, FAILING, sector, 8)
+            },
+        ] {
+            sink.block_event(&event);
+        }
     }
 }
 
@@ -761,7 +793,7 @@ fn documents() -> Vec<(String, Value)> {
     let every = scratch.0.join("every-code.iotrace");
     write_recording(
         &every,
-        vec![loop9(), virtio(), nomerges_disk(), raid()],
+        vec![loop9(), virtio(), nomerges_disk(), raid(), failing_disk()],
         None,
         |sink| {
             misaligned_writes(sink, 0, 20);
@@ -769,6 +801,7 @@ fn documents() -> Vec<(String, Value)> {
             subpage_buffers(sink, 200 * MS, 100);
             requeued_tails(sink, 300 * MS, 32);
             unmerged_small_writes(sink, 700 * MS, 32);
+            failed_writes(sink, 800 * MS, 8);
         },
     );
     let report = analyze(&[&path(every)]);

@@ -425,7 +425,8 @@ impl Engine {
                 // Issued before the trace (or its issue was lost): the
                 // device still reported the failure.
                 let target = self.fallback_target(event);
-                self.count_failure(target, event.error);
+                let end = event.sector.saturating_add(done);
+                self.count_failure(target, event.error, event.sector, end);
             }
             return;
         };
@@ -438,7 +439,8 @@ impl Engine {
             if let Some(command) = self.commands.get_mut(index) {
                 command.failed = true;
             }
-            self.count_failure(command.target, event.error);
+            let end = done_end.max(command.end);
+            self.count_failure(command.target, event.error, event.sector, end);
         }
         let mut head = command.head;
         while head != NIL {
@@ -533,16 +535,19 @@ impl Engine {
                     .and_then(|io| self.user_ios.get(io))
                     .map(|io| io.target);
                 let target = known.unwrap_or_else(|| self.fallback_target(event));
-                self.count_failure(target, event.error);
+                let end = fragment.start.saturating_add(length);
+                self.count_failure(target, event.error, fragment.start, end);
             }
         }
         self.complete_fragment(index, failed);
     }
 
-    /// One failed command on `target`, with the completion's errno.
-    fn count_failure(&mut self, target: Target, error: i32) {
+    /// One failed command on `target`, with the completion's errno and the
+    /// sectors `[start, end)` it covered on its device.
+    fn count_failure(&mut self, target: Target, error: i32, start: u64, end: u64) {
         let stats = self.stats_mut(target);
         stats.failed_commands += 1;
         stats.add_errors(error, 1);
+        stats.add_failed_sectors(start, end.saturating_sub(1).max(start));
     }
 }

@@ -133,6 +133,8 @@ pub struct OpStats {
     pub failed_user_ios: u64,
     /// Failed commands by (negative) errno; short, grown only on failure.
     pub errors: Vec<(i32, u64)>,
+    /// Lowest first and highest last sector of the failed commands; set only on failure.
+    pub failed_sectors: Option<(u64, u64)>,
 }
 
 impl Default for OpStats {
@@ -161,6 +163,7 @@ impl Default for OpStats {
             failed_commands: 0,
             failed_user_ios: 0,
             errors: Vec::new(),
+            failed_sectors: None,
         }
     }
 }
@@ -196,6 +199,9 @@ impl OpStats {
         for &(error, count) in &other.errors {
             self.add_errors(error, count);
         }
+        if let Some((first, last)) = other.failed_sectors {
+            self.add_failed_sectors(first, last);
+        }
     }
 
     /// Counts `count` failed commands with `error`.
@@ -204,6 +210,12 @@ impl OpStats {
             Some((_, total)) => *total += count,
             None => self.errors.push((error, count)),
         }
+    }
+
+    /// Widens the failed sector range to `first..=last`.
+    pub fn add_failed_sectors(&mut self, first: u64, last: u64) {
+        let (low, high) = self.failed_sectors.unwrap_or((first, last));
+        self.failed_sectors = Some((low.min(first), high.max(last)));
     }
 
     pub fn to_model(&self) -> OpMeasures {

@@ -8,6 +8,7 @@
 //! new code adds its file and one arm in [`words`]. Pure: nothing here
 //! decides a number, it only says the ones the finding holds.
 
+mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
 mod misaligned_start;
@@ -17,6 +18,8 @@ mod split_amplification;
 mod subpage_block_size;
 #[cfg(test)]
 mod tests;
+
+pub use io_errors::statuses;
 
 use crate::model::{Diagnosis, Evidence, Finding};
 
@@ -38,6 +41,7 @@ pub fn words(finding: &Finding) -> Words {
         Evidence::SplitAmplification(evidence) => split_amplification::words(finding, evidence),
         Evidence::MergeBlocked(evidence) => merge_blocked::words(finding, evidence),
         Evidence::RequeuedCommands(evidence) => requeued_commands::words(finding, evidence),
+        Evidence::IoErrors(evidence) => io_errors::words(finding, evidence),
     }
 }
 

@@ -551,3 +551,105 @@ fn unmerged_neighbours_are_explained_by_the_scheduler_not_left_unexplained() {
         );
     }
 }
+
+#[test]
+fn io_errors_name_the_statuses_the_sectors_and_where_to_look() {
+    let diagnosis = crate::frontend::test_reports::failed_diagnosis();
+    let text = &diagnosis.explanation;
+    assert!(
+        text.starts_with(
+            "3 commands on sdf completed with an error: 3 of 527 write commands (EIO ×2, ETIMEDOUT ×1, within sectors 8192-20479 of sdf). 3 user I/Os failed with them"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("this is a device or path problem") && text.contains("not a geometry one"),
+        "{text}"
+    );
+    assert!(text.contains("ETIMEDOUT: commands timed out"), "{text}");
+    assert!(!text.contains("ENOSPC"), "{text}");
+    for place in [
+        "dmesg",
+        "smartctl -a /dev/sdf",
+        "multipath -ll",
+        "losetup -l /dev/sdf",
+        "dmsetup status",
+    ] {
+        assert!(diagnosis.fix.contains(place), "{place}: {}", diagnosis.fix);
+    }
+    assert_eq!(diagnosis.fix.lines().count(), 4, "{}", diagnosis.fix);
+    assert_eq!(diagnosis.evidence.what_if(), None);
+    // The evidence's keys, as the JSON has them.
+    let map = diagnosis.evidence.to_map();
+    let keys: Vec<&String> = map.keys().collect();
+    assert_eq!(
+        keys,
+        [
+            "commands",
+            "errors",
+            "failed_commands",
+            "failed_ops",
+            "failed_user_ios"
+        ]
+    );
+    assert_eq!(map["failed_ops"]["write"]["lowest_failed_sector"], 8192);
+    assert_eq!(map["failed_ops"]["write"]["highest_failed_sector"], 20479);
+    assert_eq!(map["errors"]["EIO"], 2);
+}
+
+#[test]
+fn refusals_alone_say_the_kernel_falls_back_not_that_the_device_failed() {
+    use std::collections::BTreeMap;
+    let mut diagnosis = crate::frontend::test_reports::failed_diagnosis();
+    let Evidence::IoErrors(evidence) = &mut diagnosis.evidence else {
+        panic!("not io_errors");
+    };
+    let refused = BTreeMap::from([("EOPNOTSUPP".to_string(), 1)]);
+    evidence.failed_commands = 1;
+    evidence.errors = refused.clone();
+    for op in evidence.failed_ops.values_mut() {
+        op.failed_commands = 1;
+        op.errors = refused.clone();
+    }
+    assert!(evidence.only_refusals());
+    let finding = crate::model::Finding::new(
+        "sdf".into(),
+        "sdf".into(),
+        Severity::Info,
+        diagnosis.evidence.clone(),
+    );
+    let said = words(&finding);
+    assert!(
+        said.explanation.starts_with(
+            "1 command on sdf was refused as not supported: 1 of 527 write commands (EOPNOTSUPP ×1"
+        ),
+        "{}",
+        said.explanation
+    );
+    assert!(
+        said.explanation.contains("fall back"),
+        "{}",
+        said.explanation
+    );
+    assert!(
+        !said.explanation.contains("path problem"),
+        "{}",
+        said.explanation
+    );
+    assert!(said.fix.starts_with("nothing to repair"), "{}", said.fix);
+    assert!(said
+        .fix
+        .contains("/sys/block/sdf/queue/write_zeroes_max_bytes"));
+}
+
+#[test]
+fn statuses_are_said_most_frequent_first() {
+    use std::collections::BTreeMap;
+    let errors = BTreeMap::from([
+        ("EIO".to_string(), 1),
+        ("ENOSPC".to_string(), 7),
+        ("EAGAIN".to_string(), 1),
+    ]);
+    assert_eq!(super::statuses(&errors), "ENOSPC ×7, EAGAIN ×1, EIO ×1");
+    assert_eq!(super::statuses(&BTreeMap::new()), "");
+}

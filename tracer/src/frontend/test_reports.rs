@@ -185,6 +185,62 @@ pub fn requeued_report() -> Report {
     report
 }
 
+/// sdf: 527 writes, 3 of whose commands failed (EIO ×2, ETIMEDOUT ×1).
+pub fn failed_writes() -> OpMeasures {
+    let mut write = writes(&[(65536, 527)], &[(65536, 527)]);
+    write.failed_commands = 3;
+    write.failed_user_ios = 3;
+    write.errors = BTreeMap::from([("EIO".to_string(), 2), ("ETIMEDOUT".to_string(), 1)]);
+    write
+}
+
+/// `io_errors` on sdf as the engine makes and `explain` words it.
+pub fn failed_diagnosis() -> Diagnosis {
+    let errors = BTreeMap::from([("EIO".to_string(), 2), ("ETIMEDOUT".to_string(), 1)]);
+    crate::explain::diagnosis(crate::model::Finding::new(
+        "sdf".to_string(),
+        "sdf".to_string(),
+        Severity::Warning,
+        Evidence::IoErrors(crate::model::IoErrorsEvidence {
+            failed_commands: 3,
+            commands: 527,
+            failed_user_ios: 3,
+            errors: errors.clone(),
+            failed_ops: BTreeMap::from([(
+                Op::Write,
+                crate::model::FailedOp {
+                    failed_commands: 3,
+                    commands: 527,
+                    failed_user_ios: 3,
+                    errors,
+                    sectors: Some(crate::model::FailedSectors {
+                        lowest_failed_sector: 8192,
+                        highest_failed_sector: 20479,
+                    }),
+                },
+            )]),
+            partition: None,
+        }),
+    ))
+}
+
+/// The seed report plus sdf, whose device failed 3 writes.
+pub fn failed_report() -> Report {
+    let mut report = seed_report();
+    let mut geometry = disk_geometry("sdf", 0, 1 << 29);
+    geometry.dev = Some(DevId::new(8, 80));
+    report.devices.push(DeviceReport {
+        name: "sdf".to_string(),
+        dev: "8:80".to_string(),
+        geometry,
+        measures: measures(failed_writes()),
+        partitions: Vec::new(),
+        gone: false,
+    });
+    report.diagnoses.push(failed_diagnosis());
+    report
+}
+
 fn sum(parts: &[&OpMeasures]) -> OpMeasures {
     let mut total = OpMeasures::default();
     let mut user_buckets = BTreeMap::new();

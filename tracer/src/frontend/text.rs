@@ -10,8 +10,8 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    Attribution, Diagnosis, Distribution, Dominant, Measures, OpMeasures, OwnerEntry, OwnerKnown,
-    OwnerView, Report, RunFile, RunReport, Severity,
+    Attribution, Diagnosis, Distribution, Dominant, Measures, Op, OpMeasures, OwnerEntry,
+    OwnerKnown, OwnerView, Report, RunFile, RunReport, Severity,
 };
 
 use super::{units, words};
@@ -711,19 +711,21 @@ fn measures(out: &mut Out, indent: &str, measures: &Measures) {
     let seen: Vec<_> = measures
         .ops
         .iter()
-        .filter(|(_, op)| op.user_ios > 0 || op.commands > 0)
+        .filter(|(_, op)| op.user_ios > 0 || op.commands > 0 || op.failed_commands > 0)
         .collect();
     if seen.is_empty() {
         out.line(&format!("{indent}no I/O seen"));
         return;
     }
     for (op, op_measures) in seen {
-        op_block(out, indent, op.as_str(), op_measures);
+        op_block(out, indent, *op, op_measures);
     }
 }
 
-fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
+fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
     let inner = format!("{indent}  ");
+    let failures = words::failures(op, m);
+    let op = op.as_str();
     out.line(&format!(
         "{indent}{op}: {} user I/Os (avg {}) -> {} commands (avg {})",
         units::thousands(m.user_ios),
@@ -788,6 +790,13 @@ fn op_block(out: &mut Out, indent: &str, op: &str, m: &OpMeasures) {
             &format!("{inner}requeues: "),
             &format!("{inner}  "),
             &requeues,
+        );
+    }
+    if let Some(failures) = failures {
+        out.wrapped(
+            &format!("{inner}failures: "),
+            &format!("{inner}  "),
+            &failures,
         );
     }
     if !m.split_causes.is_empty() {
@@ -959,6 +968,26 @@ mod tests {
         let vda = text.find("vda (254:0)").unwrap();
         assert_eq!(text.matches("requeues: ").count(), 1, "{text}");
         assert!(text.rfind("requeues: ").unwrap() > vda, "{text}");
+    }
+
+    #[test]
+    fn failures_are_shown_per_op_only_where_there_were_some() {
+        let text = render_report(&seed_report(), 80);
+        assert!(!text.contains("failures: "), "{text}");
+        let text = render_report(&crate::frontend::test_reports::failed_report(), 100);
+        let sdf = text.find("sdf (8:80)").unwrap();
+        assert_eq!(text.matches("failures: ").count(), 1, "{text}");
+        assert!(text.rfind("failures: ").unwrap() > sdf, "{text}");
+        assert!(
+            squeezed(&text).contains(
+                "failures: 3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os failed"
+            ),
+            "{text}"
+        );
+        // The diagnosis, with its words and what to look at.
+        assert!(text.contains("io_errors on sdf"), "{text}");
+        assert!(squeezed(&text).contains("not a geometry one"), "{text}");
+        assert!(text.contains("smartctl -a /dev/sdf"), "{text}");
     }
 
     #[test]

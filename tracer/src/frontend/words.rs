@@ -189,6 +189,48 @@ pub fn requeues(measures: &OpMeasures) -> Option<String> {
     ))
 }
 
+/// "3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os
+/// failed"; `None` when nothing failed, so healthy devices stay quiet. A
+/// failure whose command was issued before the trace began is counted
+/// without one, so the share is not claimed when failures exceed commands.
+pub fn failures(op: Op, measures: &OpMeasures) -> Option<String> {
+    let (failed, user_ios) = (measures.failed_commands, measures.failed_user_ios);
+    if failed == 0 && user_ios == 0 {
+        return None;
+    }
+    let mut said = Vec::new();
+    if failed > 0 {
+        let (of, plural) = match measures.commands >= failed {
+            true => (
+                format!(
+                    "{} of {} ",
+                    units::thousands(failed),
+                    units::thousands(measures.commands)
+                ),
+                true,
+            ),
+            false => (format!("{} ", units::thousands(failed)), failed != 1),
+        };
+        let statuses = match measures.errors.is_empty() {
+            true => String::new(),
+            false => format!(" ({})", crate::explain::statuses(&measures.errors)),
+        };
+        said.push(format!(
+            "{of}{} command{} failed{statuses}",
+            op.as_str(),
+            if plural { "s" } else { "" },
+        ));
+    }
+    if user_ios > 0 {
+        said.push(format!(
+            "{} user I/O{} failed",
+            units::thousands(user_ios),
+            if user_ios == 1 { "" } else { "s" }
+        ));
+    }
+    Some(said.join("; "))
+}
+
 /// An owner's average user I/O: its bytes over its user I/Os, as the
 /// report's attribution counts both (at queue). The TUI's owner rows and
 /// the text report's owner sections both show this number.
@@ -265,6 +307,7 @@ pub fn op_sentences(op: Op, m: &OpMeasures) -> Vec<String> {
         ));
     }
     said.extend(requeues(m));
+    said.extend(failures(op, m));
     said
 }
 
@@ -448,6 +491,54 @@ mod tests {
             requeues(&unseen).unwrap(),
             "1 requeue for 527 commands (0.2%), no re-issue seen yet"
         );
+    }
+
+    #[test]
+    fn failures_are_said_only_when_there_are_some() {
+        use crate::frontend::test_reports::failed_writes;
+        let quiet = writes(&[(4096, 10)], &[(4096, 10)]);
+        assert_eq!(failures(Op::Write, &quiet), None);
+        assert_eq!(
+            failures(Op::Write, &failed_writes()).unwrap(),
+            "3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os failed"
+        );
+        // Ties by name; one failure; none of the user I/Os it carried seen.
+        let mut one = failed_writes();
+        one.failed_commands = 1;
+        one.failed_user_ios = 0;
+        one.errors = BTreeMap::from([("ENOSPC".to_string(), 1)]);
+        assert_eq!(
+            failures(Op::Read, &one).unwrap(),
+            "1 of 527 read commands failed (ENOSPC ×1)"
+        );
+        // Failures of commands issued before the trace: no share claimed.
+        let mut before = one.clone();
+        before.commands = 0;
+        assert_eq!(
+            failures(Op::Write, &before).unwrap(),
+            "1 write command failed (ENOSPC ×1)"
+        );
+        before.failed_commands = 2;
+        before.errors = BTreeMap::from([("EIO".to_string(), 1), ("ENOSPC".to_string(), 1)]);
+        assert_eq!(
+            failures(Op::Write, &before).unwrap(),
+            "2 write commands failed (EIO ×1, ENOSPC ×1)"
+        );
+        let mut user_only = quiet.clone();
+        user_only.failed_user_ios = 1;
+        assert_eq!(
+            failures(Op::Write, &user_only).unwrap(),
+            "1 user I/O failed"
+        );
+        // In the op's sentences, after the requeues.
+        let said = op_sentences(Op::Write, &failed_writes());
+        assert_eq!(
+            said.last().unwrap(),
+            "3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os failed"
+        );
+        assert!(!op_sentences(Op::Write, &quiet)
+            .iter()
+            .any(|line| line.contains("failed")));
     }
 
     #[test]

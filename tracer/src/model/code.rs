@@ -18,16 +18,18 @@ pub enum Code {
     SplitAmplification,
     MergeBlocked,
     RequeuedCommands,
+    IoErrors,
 }
 
 impl Code {
-    pub const ALL: [Code; 6] = [
+    pub const ALL: [Code; 7] = [
         Code::SubpageBlockSize,
         Code::MisalignedStart,
         Code::MisalignedIoOpt,
         Code::SplitAmplification,
         Code::MergeBlocked,
         Code::RequeuedCommands,
+        Code::IoErrors,
     ];
 
     /// The code as the JSON, the text report and the metrics name it.
@@ -39,6 +41,7 @@ impl Code {
             Code::SplitAmplification => "split_amplification",
             Code::MergeBlocked => "merge_blocked",
             Code::RequeuedCommands => "requeued_commands",
+            Code::IoErrors => "io_errors",
         }
     }
 }
@@ -86,6 +89,7 @@ mod tests {
                 "\"split_amplification\"",
                 "\"merge_blocked\"",
                 "\"requeued_commands\"",
+                "\"io_errors\"",
             ]
         );
         let mut sorted = Code::ALL;

@@ -30,6 +30,7 @@ pub enum Evidence {
     SplitAmplification(SplitAmplificationEvidence),
     MergeBlocked(MergeBlockedEvidence),
     RequeuedCommands(RequeuedCommandsEvidence),
+    IoErrors(IoErrorsEvidence),
 }
 
 impl Evidence {
@@ -42,6 +43,7 @@ impl Evidence {
             Evidence::SplitAmplification(_) => Code::SplitAmplification,
             Evidence::MergeBlocked(_) => Code::MergeBlocked,
             Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
+            Evidence::IoErrors(_) => Code::IoErrors,
         }
     }
 
@@ -71,6 +73,7 @@ impl Evidence {
             Evidence::SplitAmplification(evidence) => evidence.partition,
             Evidence::MergeBlocked(evidence) => evidence.partition,
             Evidence::RequeuedCommands(evidence) => evidence.partition,
+            Evidence::IoErrors(evidence) => evidence.partition,
         }
     }
 
@@ -84,35 +87,42 @@ impl Evidence {
         }
     }
 
-    /// The fix's predicted effect; every code has a fix, so every code has room.
+    /// The fix's predicted effect. Every code whose fix is a change to the
+    /// geometry or the queue has room for one; `io_errors`' fix is a repair
+    /// of the device or its path, which nothing here can replay.
     pub fn what_if(&self) -> Option<&WhatIf> {
-        self.what_if_slot_ref().as_ref()
+        self.what_if_slot_ref()?.as_ref()
     }
 
+    /// Sets the prediction; a code without room for one ignores it.
     pub fn set_what_if(&mut self, what_if: WhatIf) {
-        *self.what_if_slot() = Some(what_if);
+        if let Some(slot) = self.what_if_slot() {
+            *slot = Some(what_if);
+        }
     }
 
-    fn what_if_slot(&mut self) -> &mut Option<WhatIf> {
-        match self {
+    fn what_if_slot(&mut self) -> Option<&mut Option<WhatIf>> {
+        Some(match self {
             Evidence::SubpageBlockSize(evidence) => &mut evidence.what_if,
             Evidence::MisalignedStart(evidence) => &mut evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &mut evidence.what_if,
             Evidence::SplitAmplification(evidence) => &mut evidence.what_if,
             Evidence::MergeBlocked(evidence) => &mut evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &mut evidence.what_if,
-        }
+            Evidence::IoErrors(_) => return None,
+        })
     }
 
-    fn what_if_slot_ref(&self) -> &Option<WhatIf> {
-        match self {
+    fn what_if_slot_ref(&self) -> Option<&Option<WhatIf>> {
+        Some(match self {
             Evidence::SubpageBlockSize(evidence) => &evidence.what_if,
             Evidence::MisalignedStart(evidence) => &evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &evidence.what_if,
             Evidence::SplitAmplification(evidence) => &evidence.what_if,
             Evidence::MergeBlocked(evidence) => &evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &evidence.what_if,
-        }
+            Evidence::IoErrors(_) => return None,
+        })
     }
 
     /// The evidence as the JSON object it serializes to, keys sorted.
@@ -412,6 +422,56 @@ pub struct RequeuedCommandsEvidence {
     pub op: Op,
     #[serde(skip)]
     pub fix: RequeueFix,
+}
+
+/// `io_errors`: commands the device (or what is behind it) completed with
+/// an error. Counts are of data operations; flushes are left out.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct IoErrorsEvidence {
+    /// Failed commands, every operation together.
+    pub failed_commands: u64,
+    /// Commands the device took, every operation together.
+    pub commands: u64,
+    /// User I/Os a failed command carried part of.
+    pub failed_user_ios: u64,
+    /// Failed commands by status name ("EIO", "ENOSPC", …).
+    pub errors: BTreeMap<String, u64>,
+    /// Each operation that had a failed command.
+    pub failed_ops: BTreeMap<Op, FailedOp>,
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+}
+
+impl IoErrorsEvidence {
+    /// The status of a command the device refused as not supported.
+    pub const REFUSED: &'static str = "EOPNOTSUPP";
+
+    /// Every failure was a refusal (EOPNOTSUPP): the device does not offer
+    /// the operation (write zeroes, discard, a flag), and callers such as
+    /// `blkdev_issue_zeroout` fall back. Not a device or path fault.
+    pub fn only_refusals(&self) -> bool {
+        !self.errors.is_empty() && self.errors.keys().all(|status| status == Self::REFUSED)
+    }
+}
+
+/// One operation's failures in `io_errors`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedOp {
+    pub failed_commands: u64,
+    pub commands: u64,
+    pub failed_user_ios: u64,
+    pub errors: BTreeMap<String, u64>,
+    /// The first sector of the lowest failed command and the last sector of
+    /// the highest, on the disk (absolute sectors, also for a partition).
+    #[serde(flatten)]
+    pub sectors: Option<FailedSectors>,
+}
+
+/// Sectors of a disk, first and last inclusive.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct FailedSectors {
+    pub lowest_failed_sector: u64,
+    pub highest_failed_sector: u64,
 }
 
 #[cfg(test)]

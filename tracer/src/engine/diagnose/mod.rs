@@ -11,7 +11,15 @@
 //! The live diagnosis enriches the audit's findings with what the traffic
 //! showed, and adds those only traffic can support. A code the audit raised
 //! for a device is not raised again from its traffic.
+//!
+//! A new code touches: its `Code` variant and `Code::ALL` (`model/code.rs`),
+//! its evidence struct and `Evidence` variant (`model/evidence.rs`), one file
+//! here and its line in [`CHECKS`], one file and one arm in `crate::explain`,
+//! its line in the README's "What it finds", `docs/diagnoses.md`, its
+//! evidence keys in `docs/json-schema.md`, and events in `tests/docs.rs`'s
+//! synthetic recording that raise it.
 
+mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
 mod misaligned_start;
@@ -88,6 +96,7 @@ pub(crate) const CHECKS: &[&dyn Check] = &[
     &split_amplification::SplitAmplification,
     &merge_blocked::MergeBlocked,
     &requeued_commands::RequeuedCommands,
+    &io_errors::IoErrors,
 ];
 
 fn check_of(code: Code) -> Option<&'static dyn Check> {

@@ -152,7 +152,7 @@ fn devices(report: &Report) -> String {
         let ops: Vec<_> = measures
             .ops
             .iter()
-            .filter(|(_, op)| op.user_ios > 0 || op.commands > 0)
+            .filter(|(_, op)| op.user_ios > 0 || op.commands > 0 || op.failed_commands > 0)
             .collect();
         if ops.is_empty() {
             return;
@@ -604,6 +604,28 @@ mod tests {
             "{}",
             &html[..html.find("</p>").unwrap()]
         );
+    }
+
+    #[test]
+    fn measures_per_device_say_failures_where_there_were_some() {
+        let series = super::super::Collector::default().finish(&|_| None);
+        let quiet = page(
+            &crate::frontend::test_reports::seed_report(),
+            &series,
+            &[],
+            "seed.iotrace",
+        );
+        assert!(!quiet.contains("failed"), "{quiet}");
+        let report = crate::frontend::test_reports::failed_report();
+        let html = page(&report, &series, &[], "sdf.iotrace");
+        let at = html.find("<h2>Measures per device</h2>").unwrap();
+        let measures = &html[at..];
+        let sdf = measures.find("<h3 class=\"device\">sdf</h3>").unwrap();
+        let said =
+            "<li>3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os failed</li>";
+        assert!(measures[sdf..].contains(said), "{measures}");
+        assert_eq!(measures.matches(" failed").count(), 2, "{measures}");
+        assert!(html.contains("io_errors"), "the diagnosis is on the page");
     }
 
     #[test]

@@ -391,6 +391,10 @@ const OP_COUNTERS: [OpCounter; 5] = [
     ),
 ];
 const SPLITS: (&str, &str) = ("iosplit_splits", "Bio splits, by inferred cause.");
+const ERRORS: (&str, &str) = (
+    "iosplit_errors",
+    "Commands that completed with an error, by status (EIO, ETIMEDOUT, ENOSPC, ...).",
+);
 
 type OpHistogram = (
     &'static str,
@@ -538,6 +542,14 @@ impl Served {
                     .or_default()
                     .observe(count);
             }
+            for (status, &count) in &m.errors {
+                let mut labels = labels.clone();
+                labels.push(("status", status.clone()));
+                self.counters
+                    .entry((ERRORS.0, labels))
+                    .or_default()
+                    .observe(count);
+            }
             for (name, _, distribution) in SIZE_HISTOGRAMS.iter().chain(&LATENCY_HISTOGRAMS) {
                 self.histograms
                     .entry((name, labels.clone()))
@@ -581,6 +593,12 @@ impl Served {
             SPLITS.1,
             MetricType::Counter,
             counters(SPLITS.0),
+        ));
+        families.push(Family::new(
+            ERRORS.0,
+            ERRORS.1,
+            MetricType::Counter,
+            counters(ERRORS.0),
         ));
         for (histograms, bits, scale) in [
             (&SIZE_HISTOGRAMS, &SIZE_BUCKET_BITS, 1.0),
@@ -991,6 +1009,42 @@ mod tests {
         assert_eq!(bucket("8191.0"), Some(5.0));
         assert_eq!(bucket("134217727.0"), Some(5.0));
         assert_eq!(bucket("+Inf"), Some(6.0));
+    }
+
+    #[test]
+    fn errors_are_counted_by_status_and_survive_an_engine_reset() {
+        let failing = |errors: &[(&str, u64)]| {
+            let mut scrape = snapshot("sdf", 100, &[]);
+            let write = scrape.devices[0].measures.ops.get_mut(&Op::Write).unwrap();
+            write.failed_commands = errors.iter().map(|(_, count)| count).sum();
+            write.errors = errors
+                .iter()
+                .map(|(status, count)| (status.to_string(), *count))
+                .collect();
+            scrape
+        };
+        let mut served = Served::default();
+        served.absorb(&snapshot("sdf", 100, &[]));
+        let quiet = text(&served, &["sdf"]);
+        // Described, but no series while nothing failed.
+        assert!(quiet.contains("# TYPE iosplit_errors counter"), "{quiet}");
+        assert!(!quiet.contains("iosplit_errors_total{"), "{quiet}");
+        served.absorb(&failing(&[("EIO", 2), ("ETIMEDOUT", 1)]));
+        served.engine_was_reset();
+        served.absorb(&failing(&[("EIO", 3)]));
+        let text = text(&served, &["sdf"]);
+        let series = |status: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"iosplit_errors_total{{device="sdf",disk="sdf",op="write",status="{status}"}}"#
+                ),
+            )
+        };
+        assert_eq!(series("EIO"), Some(5.0), "{text}");
+        assert_eq!(series("ETIMEDOUT"), Some(1.0), "{text}");
+        assert_eq!(series("ENOSPC"), None, "{text}");
+        assert!(text.contains("# HELP iosplit_errors Commands that completed with an error"));
     }
 
     #[test]

@@ -426,8 +426,12 @@ impl App {
         let notes = measures
             .ops
             .iter()
-            .filter_map(|(op, m)| {
-                words::requeues(m).map(|said| format!("{}: {said}", words::op_plural(*op)))
+            .flat_map(|(op, m)| {
+                let requeues =
+                    words::requeues(m).map(|said| format!("{}: {said}", words::op_plural(*op)));
+                let failures = words::failures(*op, m)
+                    .map(|said| format!("{}: {said}", words::op_plural(*op)));
+                requeues.into_iter().chain(failures)
             })
             .collect();
         Some(Detail {
@@ -723,6 +727,24 @@ mod tests {
             ["writes: 66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms before re-issue"]
         );
         assert!(detail.measures.is_some());
+        app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
+        assert!(app.detail().unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn device_detail_says_failures_per_op_only_where_there_were_some() {
+        let mut app = App::new();
+        app.on_snapshot(crate::frontend::test_reports::failed_report(), secs(1));
+        app.selected = app.rows.iter().position(|r| r.name == "sdf").unwrap();
+        let detail = app.detail().unwrap();
+        assert_eq!(
+            detail.notes,
+            ["writes: 3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os failed"]
+        );
+        assert!(detail
+            .diagnoses
+            .iter()
+            .any(|d| d.code == crate::model::Code::IoErrors));
         app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
         assert!(app.detail().unwrap().notes.is_empty());
     }

@@ -1,0 +1,111 @@
+//! `io_errors`: which commands failed, with which statuses and where, and
+//! what to look at. The fix is a repair of the device or its path, so it is
+//! a list of places to look, not a setting.
+
+use std::collections::BTreeMap;
+
+use super::Words;
+use crate::model::{Finding, IoErrorsEvidence};
+
+/// "EIO ×2, ETIMEDOUT ×1": statuses, the most frequent first (then by name).
+pub fn statuses(errors: &BTreeMap<String, u64>) -> String {
+    let mut sorted: Vec<(&String, &u64)> = errors.iter().collect();
+    sorted.sort_by(|a, b| b.1.cmp(a.1).then_with(|| a.0.cmp(b.0)));
+    sorted
+        .iter()
+        .map(|(status, count)| format!("{status} ×{count}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// "1 command", "3 commands".
+fn commands(count: u64) -> String {
+    match count {
+        1 => "1 command".to_string(),
+        n => format!("{n} commands"),
+    }
+}
+
+/// What a status usually means, for the ones that point somewhere.
+fn hint(status: &str) -> Option<&'static str> {
+    Some(match status {
+        "ENOSPC" => "ENOSPC: the store behind the device is full (a loop device's backing file system, a thin pool, an overcommitted virtual disk)",
+        "ETIMEDOUT" => "ETIMEDOUT: commands timed out, the device or its transport stopped answering",
+        "ENODATA" => "ENODATA: a medium error, sectors the device cannot read or write",
+        "ENOLINK" => "ENOLINK: a transport error, the path to the device failed",
+        "EREMOTEIO" => "EREMOTEIO: the target device reported an error",
+        "EOPNOTSUPP" => "EOPNOTSUPP: the device refused an operation it does not support (discard, write zeroes, a flag)",
+        "ENODEV" => "ENODEV: the device went offline",
+        "EILSEQ" => "EILSEQ: an integrity (protection information) check failed",
+        "EIO" => "EIO: the driver's generic I/O error; the kernel log names the cause",
+        _ => return None,
+    })
+}
+
+pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
+    let disk = &finding.disk;
+    let ops = evidence
+        .failed_ops
+        .iter()
+        .map(|(op, failed)| {
+            let place = match failed.sectors {
+                Some(sectors) if sectors.lowest_failed_sector == sectors.highest_failed_sector => {
+                    format!(", at sector {} of {disk}", sectors.lowest_failed_sector)
+                }
+                Some(sectors) => format!(
+                    ", within sectors {}-{} of {disk}",
+                    sectors.lowest_failed_sector, sectors.highest_failed_sector
+                ),
+                None => String::new(),
+            };
+            format!(
+                "{} of {} {} commands ({}{place})",
+                failed.failed_commands,
+                failed.commands,
+                op.as_str(),
+                statuses(&failed.errors),
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    let user_ios = match evidence.failed_user_ios {
+        0 => String::new(),
+        1 => " 1 user I/O failed with them: its data was not read or written.".to_string(),
+        n => format!(" {n} user I/Os failed with them: their data was not read or written."),
+    };
+    let hints = evidence
+        .errors
+        .keys()
+        .filter_map(|status| hint(status))
+        .collect::<Vec<_>>();
+    let hints = match hints.is_empty() {
+        true => String::new(),
+        false => format!(" {}.", hints.join("; ")),
+    };
+    if evidence.only_refusals() {
+        return Words {
+            explanation: format!(
+                "{} on {} {} refused as not supported: {ops}. The device, or what is behind it (a loop device's backing file system, a dm target), does not offer the operation, typically write zeroes, discard or a flag; the kernel then stops sending it, and callers such as blkdev_issue_zeroout fall back to plain writes. Not a device or path fault, and not a geometry one.",
+                commands(evidence.failed_commands),
+                finding.device,
+                if evidence.failed_commands == 1 { "was" } else { "were" },
+            ),
+            fix: format!(
+                "nothing to repair; to see what {disk} offers: grep . /sys/block/{disk}/queue/write_zeroes_max_bytes /sys/block/{disk}/queue/discard_max_bytes"
+            ),
+        };
+    }
+    let explanation = format!(
+        "{} on {} completed with an error: {ops}.{user_ios} The device, or what is behind it, reported the failure: this is a device or path problem (failing media, the transport or its cabling, a full backing store, a dm target that returns errors), not a geometry one, and no partition or queue setting changes it.{hints}",
+        commands(evidence.failed_commands),
+        finding.device,
+    );
+    let fix = [
+        format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i {disk}"),
+        format!("check the media: smartctl -a /dev/{disk} (reallocated, pending and uncorrectable sectors; NVMe: nvme smart-log /dev/{disk})"),
+        "check the path: cables, the HBA or controller, multipath -ll, the host side of a virtual disk".to_string(),
+        format!("for a loop device, its backing file's file system (losetup -l /dev/{disk}, then df on it); for dm, the target (dmsetup status, dmsetup table); for a thin pool, its data and metadata use (lvs)"),
+    ]
+    .join("\n");
+    Words { explanation, fix }
+}
