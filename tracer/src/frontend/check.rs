@@ -113,13 +113,7 @@ fn label_value(value: &str) -> String {
 type Sample = (Vec<(&'static str, String)>, f64);
 
 /// One metric family of the text exposition format: HELP, TYPE, samples.
-fn family(
-    out: &mut String,
-    name: &str,
-    kind: &str,
-    help: &str,
-    samples: &[Sample],
-) {
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[Sample]) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
     for (labels, value) in samples {
