@@ -6,7 +6,7 @@
 //! return at once). BTF-typed tracepoints (`tp_btf`, `probes/btf.rs`)
 //! load `struct bio` / `struct request` fields at BTF offsets from the
 //! `KERNEL_LAYOUT` global; the
-//! classic fallback (`probes/block.rs`) copies the formatted record, with
+//! classic fallback (`probes/classic.rs`) copies the formatted record, with
 //! format-file offsets from the `CLASSIC_FIELDS` global. Both are set at load
 //! time, so the same object runs on kernels whose layouts differ. Each hit
 //! that passes the device (and optional pid) filter becomes one fixed-size

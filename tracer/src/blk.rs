@@ -100,7 +100,7 @@ mod tests {
 
     #[test]
     fn predicted_block_size_follows_the_seed_table() {
-        // The three partition sizes of the reference case (seed README).
+        // The three partition sizes of the reference case (docs/diagnoses.md, the seed case).
         assert_eq!(predicted_block_size(27_647_865, 512), 512);
         assert_eq!(predicted_block_size(27_646_898, 512), 1024);
         assert_eq!(predicted_block_size(27_660_288, 512), 4096);

@@ -92,7 +92,7 @@ pub enum Command {
     Analyze(AnalyzeArgs),
     /// Serve the measures and diagnoses to Prometheus on /metrics (and /healthz) until stopped.
     #[command(
-        after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in the README (Prometheus)."
+        after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in docs/prometheus.md."
     )]
     Serve(ServeArgs),
 }
@@ -127,7 +127,7 @@ pub struct ReportArgs {
     /// Print one report per interval, like iostat.
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub interval: Option<f64>,
-    /// Print one JSON document (schema in the README) instead of text.
+    /// Print one JSON document (schema in docs/json-schema.md) instead of text.
     #[arg(long)]
     pub json: bool,
     /// Also write every event to a recording FILE, for `analyze` later.

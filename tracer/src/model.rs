@@ -2,7 +2,7 @@
 //!
 //! `--json` serializes these types directly, so the human report, the TUI and
 //! the JSON can never disagree. Changing a field name is a schema change:
-//! bump [`SCHEMA_VERSION`] and update the README's schema section.
+//! bump [`SCHEMA_VERSION`] and update docs/json-schema.md (tests/docs.rs checks it).
 
 use std::collections::BTreeMap;
 
@@ -115,8 +115,12 @@ pub struct CorrelationStats {
     /// Chains dropped because they stayed in flight too long.
     pub aged_out: u64,
     /// Chains dropped because their command's request was issued again with
-    /// no completion seen between (no probe ran for it): raw tracepoints only.
+    /// no completion seen between (no probe ran for it): BTF tracepoints only.
     pub completion_lost: u64,
+    /// Chains dropped that were in flight when the ring was full: an event
+    /// of theirs may be among the dropped ones (`events.dropped`).
+    #[serde(default)]
+    pub ring_dropped: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,
 }
@@ -482,6 +486,20 @@ pub enum Dominant {
     Queue,
     /// issue→complete (D2C): the device.
     Device,
+}
+
+impl Dominant {
+    /// Which of queue→issue and issue→complete took longer on average.
+    pub fn of(q2d: &Distribution, d2c: &Distribution) -> Option<Dominant> {
+        if q2d.count == 0 || d2c.count == 0 {
+            return None;
+        }
+        Some(if q2d.mean > d2c.mean {
+            Dominant::Queue
+        } else {
+            Dominant::Device
+        })
+    }
 }
 
 /// The device measures that make sense per owner, all operations together.

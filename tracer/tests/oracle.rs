@@ -125,7 +125,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
 /// Raw tracepoints are skipped only when a probe re-enters itself: never
 /// here. Classic ones are also skipped whenever another BPF program runs on
 /// the CPU, as the raw tracer's do beside them for every block event on the
-/// machine (the README's reason for BTF tracepoints); on the traced disk the
+/// machine (docs/design.md's reason for raw tracepoints); on the traced disk the
 /// exact per-action comparison catches any such loss.
 fn assert_missed_only_where_allowed(events: &serde_json::Value, flavor: &str) {
     let missed = events["missed"].as_u64().expect("events.missed");

@@ -8,8 +8,8 @@
 //!   and `iosplit-trace-audit.service` + `.timer`, the textfile audit
 //!   (`check --prometheus`), checked with `systemd-analyze verify` before packing;
 //! - `share/doc/iosplit-trace/`: the example `prometheus.yml`, the alerting
-//!   rules and their promtool tests, the Grafana dashboard, the README and
-//!   the licenses.
+//!   rules and their promtool tests, the Grafana dashboard, the README with
+//!   its docs/ and the licenses.
 //!
 //! `cargo xtask install [--prefix DIR]` copies the same tree under DIR
 //! (default /usr/local), with the unit's ExecStart pointed at DIR/bin.
@@ -125,6 +125,17 @@ fn stage() -> Result<(PathBuf, String)> {
         let source = root.join(file);
         let name = source.file_name().ok_or("a doc file has no name")?;
         copy(&source, &doc.join(name))?;
+    }
+    // The README links into docs/: ship it beside the README so the links resolve.
+    let docs = root.join("docs");
+    let entries = std::fs::read_dir(&docs).map_err(|err| format!("{}: {err}", docs.display()))?;
+    for entry in entries {
+        let source = entry
+            .map_err(|err| format!("{}: {err}", docs.display()))?
+            .path();
+        if let Some(name) = source.file_name().filter(|_| source.is_file()) {
+            copy(&source, &doc.join("docs").join(name))?;
+        }
     }
     Ok((out, stem))
 }

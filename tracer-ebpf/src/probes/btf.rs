@@ -33,7 +33,7 @@ use tracer_common::{
     OwnerLayout, COMM_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
 };
 
-use super::block::{bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
+use super::shared::{bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);

@@ -21,7 +21,7 @@ use tracer_common::{
     counter, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, NO_FIELD, UNKNOWN_OFFSET,
 };
 
-use super::block::{bump, PIDS};
+use super::shared::{bump, PIDS};
 
 #[map(name = "PROCESS_EVENTS")]
 static PROCESS_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);

@@ -108,7 +108,7 @@ pub struct CaptureConfig {
     pub accept_noop: bool,
     /// Read each queued bio's owner (process, cgroup, file) for attribution:
     /// opt-in (`--owners`, implied by the views and filters that need it),
-    /// since it costs about 0.3 µs per queued bio (README, Benchmark).
+    /// since it costs about 0.3 µs per queued bio (docs/benchmarks.md).
     pub read_owners: bool,
 }
 

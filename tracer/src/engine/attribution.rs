@@ -15,7 +15,7 @@ use hdrhistogram::Histogram;
 use tracer_common::{owner_flags, Owner, COMM_BYTES};
 
 use super::table::FastMap;
-use crate::model::{Distribution, Dominant, OwnerEntry, OwnerKnown, OwnerMeasures};
+use crate::model::{Dominant, OwnerEntry, OwnerKnown, OwnerMeasures};
 
 use super::stats::distribution;
 
@@ -179,24 +179,12 @@ impl OwnerStats {
         OwnerMeasures {
             commands_per_io: distribution(&self.commands_per_io, 1),
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
-            dominant: dominant(&q2d, &d2c),
+            dominant: Dominant::of(&q2d, &d2c),
             queue_to_issue_us: q2d,
             issue_to_complete_us: d2c,
             ..self.counts_only()
         }
     }
-}
-
-/// Which of queue→issue and issue→complete took longer on average.
-pub fn dominant(q2d: &Distribution, d2c: &Distribution) -> Option<Dominant> {
-    if q2d.count == 0 || d2c.count == 0 {
-        return None;
-    }
-    Some(if q2d.mean > d2c.mean {
-        Dominant::Queue
-    } else {
-        Dominant::Device
-    })
 }
 
 /// A (disk, partition) pair as the engine numbers them.

@@ -2,14 +2,14 @@
 //! (user I/O, fragment, command, remap) and their bookkeeping.
 
 use super::attribution::OwnerSlots;
-use super::devices::{LastIssue, NO_PART};
+use super::devices::LastIssue;
 pub(super) use super::outcome::DropReason;
 use super::outcome::{CommandId, IoId, Outcome};
 use super::split::SplitLimits;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
+use super::target::Target;
 use super::Engine;
-use crate::model::Op;
 
 /// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
 /// below `max_sectors` for `merge_blocked`.
@@ -48,26 +48,6 @@ pub(super) fn missed_merge(
         && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
 }
 
-/// Where an I/O's numbers go: disk, partition, operation and origin.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Target {
-    pub(super) disk: u32,
-    pub(super) part: u32,
-    pub(super) op: Op,
-    pub(super) tracked: bool,
-}
-
-impl Default for Target {
-    fn default() -> Self {
-        Target {
-            disk: 0,
-            part: NO_PART,
-            op: Op::Other,
-            tracked: false,
-        }
-    }
-}
-
 /// A bio as submitted to a block device (block_bio_queue).
 #[derive(Clone, Copy, Debug, Default)]
 pub(super) struct UserIo {
@@ -86,6 +66,8 @@ pub(super) struct UserIo {
     pub(super) incomplete: bool,
     /// Counted once in `evicted` or `aged_out`.
     pub(super) dropped: bool,
+    /// In flight when the ring dropped events: a drop of its chain is theirs.
+    pub(super) in_ring_drop: bool,
     /// A command carrying part of it completed with an error.
     pub(super) failed: bool,
     pub(super) epoch: u32,
@@ -533,15 +515,21 @@ impl Engine {
         let Some(io_index) = self.user_ios.resolve(fragment.io) else {
             return;
         };
-        let (finished, newly_dropped) = match self.user_ios.get_mut(io_index) {
+        let (finished, newly_dropped, in_ring_drop) = match self.user_ios.get_mut(io_index) {
             Some(io) => {
                 let newly_dropped = !io.dropped;
+                let in_ring_drop = io.in_ring_drop;
                 io.dropped = true;
                 io.incomplete = true;
                 io.outstanding = io.outstanding.saturating_sub(1);
-                (io.outstanding == 0, newly_dropped)
+                (io.outstanding == 0, newly_dropped, in_ring_drop)
             }
             None => return,
+        };
+        // Blame the full ring, not the table or the kernel, for what it may have eaten.
+        let reason = match in_ring_drop {
+            true => DropReason::RingDropped,
+            false => reason,
         };
         if newly_dropped {
             self.emit(Outcome::Dropped {
@@ -552,6 +540,7 @@ impl Engine {
                 DropReason::AgedOut => self.correlation.aged_out += 1,
                 DropReason::Evicted => self.correlation.evicted += 1,
                 DropReason::CompletionLost => self.correlation.completion_lost += 1,
+                DropReason::RingDropped => self.correlation.ring_dropped += 1,
             }
         }
         if finished {
@@ -582,6 +571,19 @@ impl Engine {
             };
             head = fragment.next;
             self.drop_fragment(fragment, reason);
+        }
+    }
+
+    /// The kernel dropped events (a ring was full). Any chain or command in
+    /// flight may have lost one, so none of them feeds the histograms: each
+    /// chain is counted incomplete when it ends.
+    pub fn events_lost(&mut self) {
+        for io in self.user_ios.values_mut() {
+            io.incomplete = true;
+            io.in_ring_drop = true;
+        }
+        for command in self.commands.values_mut() {
+            command.lost = true;
         }
     }
 

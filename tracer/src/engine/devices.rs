@@ -3,18 +3,14 @@
 
 use tracer_common::BlockEvent;
 
-use super::chain::Target;
-use super::handlers::op_of;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::streams::LastQueued;
 use super::table::SlotRef;
-use super::what_if::LastQueued;
+use super::target::{op_of, Target, NO_PART};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
-
-/// "The whole disk, no partition."
-pub(super) const NO_PART: u32 = u32::MAX;
 
 #[derive(Clone, Copy, Debug)]
 pub(super) struct LastIssue {
@@ -300,5 +296,33 @@ impl Engine {
         self.devices[target.disk as usize]
             .stats_mut(target.part)
             .get_mut(target.tracked, target.op)
+    }
+}
+
+impl Engine {
+    /// Installs the disks present now (as [`Engine::set_disks`] does) and marks
+    /// every disk and partition with known geometry that is not among them as
+    /// gone; one that comes back (same device number) is present again. The
+    /// measures of a gone device are kept.
+    pub fn refresh_disks(&mut self, disks: Vec<DiskGeometry>) {
+        let present_disks: Vec<u32> = disks
+            .iter()
+            .filter_map(|disk| disk.dev.map(DevId::to_kernel))
+            .collect();
+        let present_parts: Vec<u32> = disks
+            .iter()
+            .flat_map(|disk| &disk.partitions)
+            .filter_map(|part| part.dev.map(DevId::to_kernel))
+            .collect();
+        self.set_disks(disks);
+        for device in &mut self.devices {
+            // Only a device seen in sysfs before can be missing from it now.
+            device.gone =
+                device.known && device.dev.is_some_and(|dev| !present_disks.contains(&dev));
+            for part in &mut device.parts {
+                part.gone =
+                    device.gone || (part.geometry.size != 0 && !present_parts.contains(&part.dev));
+            }
+        }
     }
 }

@@ -3,41 +3,15 @@
 use tracer_common::{BlockEvent, EventKind};
 
 use super::attribution::OwnerSlots;
-use super::chain::{DropReason, Fragment, FragmentState, Remap, Target, UserIo};
-use super::devices::NO_PART;
+use super::chain::{DropReason, Fragment, FragmentState, Remap, UserIo};
 use super::outcome::{CommandId, IoId, Outcome};
 use super::split::split_cause;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
+use super::target::{op_of, Target, NO_PART};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
 use crate::model::Op;
-
-/// The operation class from `rwbs`: a leading preflush `F` is skipped when an
-/// R/W/D follows; `F` alone (or `FN`) is a flush.
-pub fn op_from_rwbs(rwbs: &[u8]) -> Op {
-    let mut letters = rwbs;
-    if letters.first() == Some(&b'F') {
-        match letters.get(1) {
-            Some(b'R' | b'W' | b'D') => letters = &letters[1..],
-            _ => return Op::Flush,
-        }
-    }
-    match letters.first() {
-        Some(b'R') => Op::Read,
-        Some(b'W') => Op::Write,
-        Some(b'D') => Op::Discard,
-        _ => Op::Other,
-    }
-}
-
-/// The event's operation; an empty bio with a preflush is a flush, whatever follows.
-pub(super) fn op_of(event: &BlockEvent) -> Op {
-    if event.nr_sector == 0 && event.rwbs[0] == b'F' {
-        return Op::Flush;
-    }
-    op_from_rwbs(&event.rwbs)
-}
 
 impl Engine {
     pub(super) fn on_remap(&mut self, event: &BlockEvent) {
@@ -157,6 +131,7 @@ impl Engine {
             owners,
             incomplete: false,
             dropped: false,
+            in_ring_drop: false,
             failed: false,
             epoch: self.epoch,
         };

@@ -28,33 +28,43 @@
 //! - `mod.rs`: the [`Engine`], its construction, `ingest` dispatch and counters.
 //! - `handlers`: one `on_*` method per kernel event.
 //! - `chain`: user I/Os, fragments, commands and remaps, and their bookkeeping
-//!   (gather, complete, expire, make room).
-//! - `devices`: disk and partition state, and where an event's numbers go.
-//! - `reports`: measures and diagnoses read out of the engine.
-//! - `stats`: the per-device and per-partition counters and histograms.
-//! - `diagnose` and `audit`: live diagnoses and the static geometry audit.
+//!   (gather, complete, expire, make room, events the kernel dropped).
+//! - `outcome`: the typed [`outcome::Outcome`]s the correlation emits; the
+//!   HTML series, the Perfetto timeline and `run`'s matcher read them.
+//! - `target`: where an event's numbers go, and an event's operation.
+//! - `devices`: disk and partition state, and disks that come and go.
+//! - `stats`, `histogram`, `streams`: per-device counters and histograms, and
+//!   the stream sizes the what-if replays.
+//! - `attribution`: who caused the I/O (process, cgroup, file).
+//! - `reports`: measures and findings read out of the engine.
+//! - `diagnose/`: one file per diagnosis code behind the `Check` registry
+//!   (live side and geometry side); `audit` and `placement`: the static
+//!   audit's entry points and where a partition sits.
 //! - `split`: why the kernel split a bio.
-//! - `run_match`: `run`'s write syscalls matched to the commands that carried them.
-//! - `what_if`: what a diagnosis' fix would buy, replayed from the observed streams.
+//! - `run_match/`: `run`'s write syscalls matched to the commands that carried them.
+//! - `what_if`: what a fix would buy, replayed from the observed streams.
 //!
-//! A new kernel event gets an `on_*` handler in `handlers` and one arm in
-//! [`Engine::ingest`]. A new diagnosis is a function called from
-//! `diagnose::diagnose` (needs traffic) or `audit::audit_disk` (geometry
-//! alone), with its code in `model::code`.
+//! A new kernel event gets a row in `tracer_common::with_block_probes!`, an
+//! `on_*` handler in `handlers` and one arm in [`Engine::ingest`]. A new
+//! diagnosis is a file under `diagnose/` listed in its `CHECKS`, with its
+//! words under `crate::explain` (see `diagnose/mod.rs`).
 
 pub mod attribution;
 pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
-mod faults;
 mod handlers;
+mod histogram;
 pub mod outcome;
+mod placement;
 mod reports;
 pub mod run_match;
 pub mod split;
 pub mod stats;
+mod streams;
 mod table;
+mod target;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod what_if;
@@ -74,7 +84,7 @@ use outcome::Outcome;
 use stats::OP_COUNT;
 use table::{FastMap, KeyHasher, Table};
 
-pub use handlers::op_from_rwbs;
+pub use target::op_from_rwbs;
 
 /// Bounds on the in-flight tables.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

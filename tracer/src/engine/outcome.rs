@@ -35,6 +35,9 @@ pub enum DropReason {
     Evicted,
     /// Its request was issued again: the completion will never come.
     CompletionLost,
+    /// It was in flight when events were dropped (a full ring): the event it
+    /// waited for may be one of them.
+    RingDropped,
 }
 
 /// One step of a chain, in kernel event order. Sectors are absolute on the

@@ -7,20 +7,11 @@ use std::collections::BTreeMap;
 use hdrhistogram::Histogram;
 
 use super::split::SplitCause;
-use super::what_if::StreamSizes;
+use super::streams::StreamSizes;
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
 
-/// Highest value a histogram keeps exactly enough (sectors, µs, counts);
-/// larger values saturate. 2^36 µs is 19 hours, 2^36 sectors is 32 TiB.
-const HISTOGRAM_HIGH: u64 = 1 << 36;
-/// Two significant digits: 1% resolution, about 30 KiB per histogram.
-const HISTOGRAM_SIGFIG: u8 = 2;
-
-pub fn new_histogram() -> Histogram<u64> {
-    Histogram::new_with_bounds(1, HISTOGRAM_HIGH, HISTOGRAM_SIGFIG)
-        .expect("constant histogram bounds are valid")
-}
+pub use super::histogram::new_histogram;
 
 /// A histogram that holds a run of equal values and records the run at once
 /// when a different value comes. Sizes and counts per I/O repeat one value
@@ -239,7 +230,7 @@ impl OpStats {
             queue_to_complete_us: distribution(&self.queue_to_complete_us, 1),
             queue_to_issue_us: distribution(&self.queue_to_issue_us, 1),
             issue_to_complete_us: distribution(&self.issue_to_complete_us, 1),
-            dominant: super::attribution::dominant(
+            dominant: crate::model::Dominant::of(
                 &distribution(&self.queue_to_issue_us, 1),
                 &distribution(&self.issue_to_complete_us, 1),
             ),

@@ -608,6 +608,29 @@ fn named(event: BlockEvent, request: u64) -> BlockEvent {
 }
 
 #[test]
+fn a_chain_in_flight_when_the_ring_dropped_events_is_blamed_on_the_ring() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[queue(MS, LOOP0, 0, 8), named(issue(2 * MS, LOOP0, 0, 8), 5)],
+    );
+    // The ring was full: its completion may be among the dropped events.
+    engine.events_lost();
+    feed(
+        &mut engine,
+        &[
+            queue(3 * MS, LOOP0, 0, 8),
+            named(issue(4 * MS, LOOP0, 0, 8), 5),
+            named(complete(5 * MS, LOOP0, 0, 8), 5),
+        ],
+    );
+    let correlation = engine.correlation();
+    assert_eq!(correlation.ring_dropped, 1, "{correlation:?}");
+    assert_eq!(correlation.completion_lost, 0, "{correlation:?}");
+    assert_eq!(correlation.in_flight, 0, "{correlation:?}");
+}
+
+#[test]
 fn a_request_issued_again_retires_the_command_whose_completion_never_came() {
     let mut engine = engine();
     // Pass 1 at sector 0: issued as request 5; the kernel reports no completion.

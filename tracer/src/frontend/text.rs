@@ -517,6 +517,12 @@ fn header(out: &mut Out, report: &Report) {
         units::thousands(correlation.aged_out),
         units::thousands(correlation.in_flight),
     ));
+    if correlation.ring_dropped > 0 {
+        out.line(&format!(
+            "  {} chains were in flight when the ring dropped events and never completed",
+            units::thousands(correlation.ring_dropped)
+        ));
+    }
     if correlation.completion_lost > 0 {
         out.line(&format!(
             "  {} chains lost their command's completion (no probe saw it before the request was reused)",

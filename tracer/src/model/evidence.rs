@@ -1,5 +1,5 @@
 //! Typed evidence: one struct per diagnosis code, each serialized to the
-//! diagnosis's `evidence` object. The README's stable keys are fields here
+//! diagnosis's `evidence` object. The stable keys of docs/json-schema.md are fields here
 //! (`block_size` in bytes, `cause`, `partition_start`/`partition_size` in
 //! sectors), so renaming one is a compile error in the code that reads it,
 //! not a silent schema change. Parts shared by several codes are flattened

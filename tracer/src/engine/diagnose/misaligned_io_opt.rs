@@ -3,7 +3,7 @@
 //! numbers join it from the traffic.
 
 use super::Check;
-use crate::engine::audit::{place_of, PartitionAudit};
+use crate::engine::placement::{place_of, PartitionAudit};
 use crate::model::{
     ChunkOffset, Code, Evidence, Finding, IoOptOffset, LiveEvidence, MisalignedIoOptEvidence,
     Severity,

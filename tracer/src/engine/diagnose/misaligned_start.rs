@@ -3,7 +3,7 @@
 //! `alignment_offset`. Static only; its live numbers join it from the traffic.
 
 use super::Check;
-use crate::engine::audit::{place_of, PartitionAudit};
+use crate::engine::placement::{place_of, PartitionAudit};
 use crate::model::{Code, Evidence, Finding, LiveEvidence, MisalignedStartEvidence, Severity};
 
 pub(super) struct MisalignedStart;

@@ -19,11 +19,36 @@ mod requeued_commands;
 mod split_amplification;
 mod subpage_block_size;
 
+/// Diagnoses for one disk and its partitions from geometry alone
+/// (`subpage_block_size`, `misaligned_start`, `misaligned_io_opt`).
+pub fn audit_disk(disk: &DiskGeometry) -> Vec<Finding> {
+    disk.partitions
+        .iter()
+        .flat_map(|part| audit_partition(disk, part))
+        .collect()
+}
+
+/// Diagnoses for one partition of `disk`, in the order misaligned_start,
+/// misaligned_io_opt, subpage_block_size.
+pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Finding> {
+    let placement = Placement::of(disk, part.start);
+    let audit = PartitionAudit {
+        disk,
+        part,
+        placement,
+        proposal: propose(disk, part, &placement),
+    };
+    CHECKS
+        .iter()
+        .filter_map(|check| check.audit(&audit))
+        .collect()
+}
+
 #[cfg(test)]
 pub use split_amplification::MIN_SPLITS;
 
-use super::audit::{audit_disk, place_of, PartitionAudit};
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
+use super::placement::{place_of, propose, PartitionAudit, Placement};
 use super::stats::{op_index, quantile_bytes, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};

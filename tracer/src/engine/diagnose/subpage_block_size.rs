@@ -9,8 +9,8 @@
 
 use super::{add_live_evidence, partition_place, Check, DeviceTraffic};
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
-use crate::engine::audit::{place_of, PartitionAudit};
 use crate::engine::devices::{DirtyStats, DIRTY_SIZES};
+use crate::engine::placement::{place_of, PartitionAudit};
 use crate::engine::what_if;
 use crate::model::{
     ratio, BlockSizeSource, Code, Evidence, Finding, LiveEvidence, MergeLimits, Op, Severity,

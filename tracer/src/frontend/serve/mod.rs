@@ -459,7 +459,7 @@ const INCOMPLETE: (&str, &str) = (
 );
 const CHAINS_DROPPED: (&str, &str) = (
     "iosplit_chains_dropped",
-    "User I/Os the engine stopped following before their last completion, by reason: aged_out, evicted, completion_lost (their request was issued again before any probe saw its completion).",
+    "User I/Os the engine stopped following before their last completion, by reason: aged_out, evicted, completion_lost (their request was issued again before any probe saw its completion), ring_dropped (in flight when the ring dropped events).",
 );
 
 const IN_FLIGHT: (&str, &str) = (
@@ -513,6 +513,7 @@ impl Served {
             ("aged_out", correlation.aged_out),
             ("evicted", correlation.evicted),
             ("completion_lost", correlation.completion_lost),
+            ("ring_dropped", correlation.ring_dropped),
         ] {
             self.counters
                 .entry((CHAINS_DROPPED.0, vec![("reason", reason.to_string())]))
@@ -675,7 +676,7 @@ impl Served {
             .collect();
         families.push(Family::new(
             "iosplit_diagnosis",
-            "1 for every live diagnosis (codes and severities in the README).",
+            "1 for every live diagnosis (codes and severities in docs/diagnoses.md).",
             MetricType::Gauge,
             diagnoses
                 .iter()
