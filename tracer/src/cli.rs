@@ -77,7 +77,7 @@ pub enum Command {
     },
     /// Audit partition alignment and queue limits from geometry alone (no tracing, no root).
     #[command(
-        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
+        after_help = "Examples:\n  iosplit-trace check\n  iosplit-trace check sdc /dev/sdd --json\n  iosplit-trace check --prometheus -o /var/lib/prometheus/node-exporter/iosplit-trace.prom\n\nExit status: 0 when the audit ran, with or without findings; 2 for an unknown\ndevice; 1 when sysfs cannot be read."
     )]
     Check(CheckArgs),
     /// Trace for a while and write a recording for `analyze` (no report).
@@ -186,8 +186,16 @@ pub struct CheckArgs {
     #[arg(value_name = "DEV")]
     pub devices: Vec<String>,
     /// Print one JSON document instead of text.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "prometheus")]
     pub json: bool,
+    /// Print the findings and partition geometry in the Prometheus text format
+    /// (for node_exporter's textfile collector).
+    #[arg(long)]
+    pub prometheus: bool,
+    /// Write to FILE instead of stdout, atomically: a temporary file in the
+    /// same directory, renamed over FILE once complete.
+    #[arg(long, short = 'o', value_name = "FILE")]
+    pub output: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]

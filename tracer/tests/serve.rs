@@ -7,6 +7,9 @@
 //! API must equal what `report` counted (commands and split causes per
 //! partition, the diagnosis series) within a few scrapes. SIGHUP must not
 //! make a served counter go down, and a detached disk stops being served.
+//! A plain request (curl) gets the classic text format that `promtool check
+//! metrics` accepts, an OpenMetrics Accept header OpenMetrics, with the
+//! same series.
 //! The Grafana dashboard may reference only metric names `serve` serves, and
 //! the systemd unit must pass `systemd-analyze verify`; the unit's
 //! capability set is enough to serve as an unprivileged user, and so are
@@ -34,6 +37,24 @@ fn dist(file: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../dist")
         .join(file)
+}
+
+/// The Accept header Prometheus 2.x scrapes with.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+
+/// `curl [-H 'Accept: ACCEPT'] URL`: the Content-Type and the body.
+fn http_get_as(url: &str, accept: Option<&str>) -> (String, String) {
+    let mut curl = Command::new("curl");
+    curl.args(["-s", "-f", "--max-time", "5", "-w", "%{content_type}"]);
+    if let Some(accept) = accept {
+        curl.args(["-H", &format!("Accept: {accept}")]);
+    }
+    let out = curl.arg(url).output().expect("run curl");
+    assert!(out.status.success(), "curl {url} failed");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    // -w writes the Content-Type after the body, which ends in a newline.
+    let (body, content_type) = text.rsplit_once('\n').unwrap();
+    (content_type.to_string(), format!("{body}\n"))
 }
 
 /// `curl URL`, or None when it fails or takes more than 5 s.
@@ -104,8 +125,15 @@ impl Serve {
         }
     }
 
+    /// A scrape as Prometheus makes it: OpenMetrics.
     fn metrics(&self) -> String {
-        http_get(&format!("http://{}/metrics", self.address)).expect("scrape /metrics")
+        let url = format!("http://{}/metrics", self.address);
+        let (content_type, body) = http_get_as(&url, Some(PROMETHEUS_ACCEPT));
+        assert!(
+            content_type.starts_with("application/openmetrics-text"),
+            "{content_type}"
+        );
+        body
     }
 
     fn hangup(&self) {
@@ -614,6 +642,123 @@ fn report_and_serve_run_as_nobody_through_file_capabilities() {
     assert!(unsupported.is_empty(), "{unsupported:?}");
     let serve = Serve::start(as_nobody(&copy.binary).args(["serve", "--listen", "127.0.0.1:0"]));
     assert!(serve.metrics().contains("iosplit_device_info{"));
+}
+
+/// `promtool check metrics` on `text`: whether it passed, and what it said.
+fn promtool_check_metrics(text: &str) -> (bool, String) {
+    use std::io::Write;
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run promtool (apt-get install prometheus; `cargo xtask setup` does)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
+}
+
+/// The series (name and labels) of a scrape's samples that mention `text`.
+fn series_with(scrape: &str, text: &str) -> BTreeSet<String> {
+    scrape
+        .lines()
+        .filter(|line| !line.starts_with('#') && line.contains(text))
+        .map(|line| line.rsplit_once(' ').unwrap().0.to_string())
+        .collect()
+}
+
+#[test]
+fn each_scraper_gets_the_format_it_asks_for() {
+    if !privileged("each_scraper_gets_the_format_it_asks_for") {
+        return;
+    }
+    // An odd-sized partition: a diagnosis, and traffic for every kind of series.
+    let disk = LoopDisk::new(
+        "format",
+        32,
+        &[PartitionSpec {
+            start: 2048,
+            size: 20001,
+        }],
+    );
+    let serve = Serve::start(Command::new(binary()).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "-d",
+        &disk.name,
+        "--by",
+        "process",
+    ]));
+    dd(&[
+        "if=/dev/zero",
+        &format!("of={}", disk.partition(1)),
+        "bs=32k",
+        "count=64",
+        "conv=fsync",
+    ]);
+    std::thread::sleep(SETTLE);
+    let url = format!("http://{}/metrics", serve.address);
+    // curl as it comes (Accept: */*), and the classic format asked for by name.
+    let (content_type, plain) = http_get_as(&url, None);
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    let (content_type, asked) = http_get_as(&url, Some("text/plain;version=0.0.4"));
+    assert_eq!(content_type, "text/plain; version=0.0.4; charset=utf-8");
+    let openmetrics = serve.metrics();
+    drop(serve);
+    for text in [&plain, &asked] {
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE iosplit_build_info gauge\n"), "{text}");
+        assert!(
+            text.contains("# TYPE iosplit_commands_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!(
+                "iosplit_diagnosis{{code=\"subpage_block_size\",device=\"{}p1\"",
+                disk.name
+            )),
+            "{text}"
+        );
+    }
+    if std::env::var("CI").is_ok_and(|v| v == "true")
+        || Command::new("promtool").arg("--version").output().is_ok()
+    {
+        let (ok, said) = promtool_check_metrics(&plain);
+        assert!(
+            ok && said.trim().is_empty(),
+            "promtool check metrics: {said}\n{plain}"
+        );
+        // What this change fixed: OpenMetrics is not the classic format.
+        let (ok, said) = promtool_check_metrics(&openmetrics);
+        assert!(!ok, "promtool accepted OpenMetrics: {said}");
+    } else {
+        eprintln!("SKIPPED promtool check metrics: no promtool (apt-get install prometheus)");
+    }
+    // OpenMetrics when asked for, as Prometheus asks; the same series either way.
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+    assert!(openmetrics.contains("# TYPE iosplit_build info\n"));
+    assert!(openmetrics.contains("# TYPE iosplit_commands counter\n"));
+    let device = format!("device=\"{}", disk.name);
+    assert_eq!(
+        series_with(&plain, &device),
+        series_with(&openmetrics, &device)
+    );
+    assert!(!series_with(&plain, &device).is_empty());
 }
 
 #[test]

@@ -27,6 +27,7 @@ pub const PACKAGES: &[&str] = &[
     "gcc",     // builds the static guest-io helper
     "libc6-dev",
     // tests/serve.rs: a real Prometheus scrapes `serve`, queried with curl;
+    // tests/fleet.rs and serve.rs: promtool checks metrics and tests the rules;
     // systemd-analyze verifies the dist unit.
     "prometheus",
     "curl",

@@ -3,14 +3,16 @@
 //! partition table and the diagnoses. No tracing, no BPF, no root needed.
 
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::Path;
 use std::process::ExitCode;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
 use crate::cli::CheckArgs;
 use crate::engine::audit::{self, Placement};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::explain;
 use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe};
@@ -44,9 +46,231 @@ impl Document for CheckReport {
 
 pub fn run(args: &CheckArgs) -> Result<ExitCode> {
     let report = check_in(Path::new("/sys"), &args.devices, &DevNodeProbe::default())?;
-    Output::stdout().print(&report, Format::from_flags(args.json, false))?;
+    let bytes = if args.prometheus {
+        render_prometheus(&report, SystemTime::now()).into_bytes()
+    } else {
+        Format::from_flags(args.json, false).render(&report, COLUMNS as u16)?
+    };
+    match &args.output {
+        Some(path) => write_atomically(path, &bytes)
+            .map_err(|err| Error::caused(format!("cannot write {}", path.display()), err))?,
+        None => Output::stdout().write_all(&bytes)?,
+    }
     // Findings are the output, not a failure: exit 0 either way.
     Ok(ExitCode::SUCCESS)
+}
+
+/// Replaces `path` with `bytes` so that a reader (node_exporter's textfile
+/// collector) sees the old file or the new one, never a part: the bytes go to
+/// a hidden temporary file in the same directory (not named `*.prom`, so the
+/// collector skips it), are synced, then renamed over `path`. The file's mode
+/// follows the umask; on failure the temporary file is removed and `path` is
+/// left as it was.
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file name"))?;
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let temp = dir.join(format!(
+        ".{}.{}.tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ));
+    // A temporary file left by a killed run with the same pid.
+    let _ = std::fs::remove_file(&temp);
+    let written = (|| {
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        file.write_all(bytes)?;
+        file.sync_all()?;
+        std::fs::rename(&temp, path)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+        return written;
+    }
+    // The rename itself survives a crash once the directory is synced.
+    if let Ok(dir) = std::fs::File::open(dir) {
+        let _ = dir.sync_all();
+    }
+    Ok(())
+}
+
+/// Prometheus label values: backslash, double quote and newline escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// One sample: its labels and value.
+type Sample = (Vec<(&'static str, String)>, f64);
+
+/// One metric family of the text exposition format: HELP, TYPE, samples.
+fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[Sample]) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+    for (labels, value) in samples {
+        out.push_str(name);
+        if !labels.is_empty() {
+            let pairs: Vec<String> = labels
+                .iter()
+                .map(|(key, value)| format!("{key}=\"{}\"", label_value(value)))
+                .collect();
+            let _ = write!(out, "{{{}}}", pairs.join(","));
+        }
+        let _ = writeln!(out, " {value}");
+    }
+}
+
+/// The static audit in the Prometheus text exposition format (version
+/// 0.0.4), as node_exporter's textfile collector reads it: one
+/// `iosplit_finding` series per finding, each partition's start, size, block
+/// size and alignment, and when the audit ran. Names and labels are `serve`'s
+/// where the same thing is meant (`device`, `disk`, `code`, `severity`,
+/// `iosplit_device_info`, `iosplit_build_info`); the findings have their own
+/// name, so a machine that also runs `serve` does not count them twice with
+/// its live `iosplit_diagnosis`.
+pub fn render_prometheus(report: &CheckReport, now: SystemTime) -> String {
+    let mut out = String::new();
+    let findings: Vec<_> = report
+        .diagnoses
+        .iter()
+        .map(|d| {
+            let severity = serde_json::to_value(d.severity)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            (
+                vec![
+                    ("code", d.code.to_string()),
+                    ("device", d.device.clone()),
+                    ("severity", severity),
+                ],
+                1.0,
+            )
+        })
+        .collect();
+    family(
+        &mut out,
+        "iosplit_finding",
+        "gauge",
+        "1 for every finding of the static geometry audit (iosplit-trace check; codes in docs/diagnoses.md).",
+        &findings,
+    );
+    let mut devices = Vec::new();
+    let mut per_partition: [Vec<Sample>; 5] = Default::default();
+    for device in &report.devices {
+        let disk = &device.geometry;
+        devices.push((
+            vec![
+                ("device", disk.name.clone()),
+                ("disk", disk.name.clone()),
+                ("dev", dev_text(disk.dev)),
+            ],
+            1.0,
+        ));
+        for part in &disk.partitions {
+            devices.push((
+                vec![
+                    ("device", part.name.clone()),
+                    ("disk", disk.name.clone()),
+                    ("dev", dev_text(part.dev)),
+                ],
+                1.0,
+            ));
+            let labels = vec![("device", part.name.clone()), ("disk", disk.name.clone())];
+            let placement = Placement::of(disk, part.start);
+            let aligned = placement.start_offset_bytes == 0
+                && placement.io_opt_offset_bytes == 0
+                && placement.chunk_offset_sectors == 0;
+            let (block_size, source) = match part.block_size {
+                Some(bytes) => (bytes, "BLKBSZGET"),
+                None => (
+                    predicted_block_size(part.size, disk.logical_block_size),
+                    "predicted",
+                ),
+            };
+            let mut with_source = labels.clone();
+            with_source.push(("source", source.to_string()));
+            per_partition[0].push((labels.clone(), part.start as f64));
+            per_partition[1].push((labels.clone(), part.size as f64));
+            per_partition[2].push((with_source, f64::from(block_size)));
+            per_partition[3].push((labels.clone(), if aligned { 1.0 } else { 0.0 }));
+            per_partition[4].push((labels, placement.start_offset_bytes as f64));
+        }
+    }
+    family(
+        &mut out,
+        "iosplit_device_info",
+        "gauge",
+        "Disks and partitions the audit read.",
+        &devices,
+    );
+    let [start, size, block_size, aligned, offset] = per_partition;
+    family(
+        &mut out,
+        "iosplit_partition_start_sectors",
+        "gauge",
+        "First sector of the partition on its disk, in 512-byte sectors.",
+        &start,
+    );
+    family(
+        &mut out,
+        "iosplit_partition_size_sectors",
+        "gauge",
+        "Length of the partition, in 512-byte sectors.",
+        &size,
+    );
+    family(
+        &mut out,
+        "iosplit_partition_block_size_bytes",
+        "gauge",
+        "The partition's block size: read with BLKBSZGET (source=\"BLKBSZGET\") or, without access to the device, the one the kernel gives its size (source=\"predicted\").",
+        &block_size,
+    );
+    family(
+        &mut out,
+        "iosplit_partition_aligned",
+        "gauge",
+        "1 when the partition starts on the physical block, minimum I/O, optimal I/O and chunk boundaries; 0 otherwise.",
+        &aligned,
+    );
+    family(
+        &mut out,
+        "iosplit_partition_start_offset_bytes",
+        "gauge",
+        "Bytes the partition starts past the last physical block (or minimum I/O) boundary: 0 when aligned to it.",
+        &offset,
+    );
+    family(
+        &mut out,
+        "iosplit_build_info",
+        "gauge",
+        "The iosplit-trace build that ran the audit.",
+        &[(
+            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            1.0,
+        )],
+    );
+    let seconds = now
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs_f64())
+        .unwrap_or_default();
+    family(
+        &mut out,
+        "iosplit_audit_timestamp_seconds",
+        "gauge",
+        "When the audit ran, in seconds since the Unix epoch.",
+        &[(Vec::new(), seconds)],
+    );
+    out
 }
 
 /// Audits the named devices (a partition stands for its disk), or every disk

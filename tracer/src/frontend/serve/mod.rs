@@ -1,6 +1,7 @@
 //! `iosplit-trace serve`: the engine's measures and diagnoses as Prometheus
-//! metrics on `/metrics` (OpenMetrics text, `prometheus-client`'s encoder),
-//! and `/healthz`.
+//! metrics on `/metrics` (OpenMetrics text, `prometheus-client`'s encoder,
+//! or the classic text format made from it, as the scraper asks:
+//! [`exposition`]), and `/healthz`.
 //!
 //! Each scrape asks the engine once (one `Capture::query`); nothing is added
 //! per event. Served counters are cumulative on this side: a scrape adds what
@@ -11,6 +12,7 @@
 //! geometry is re-read: new devices are picked up, vanished ones stop being
 //! served (their totals are kept in case they come back).
 
+mod exposition;
 mod owners;
 mod process;
 
@@ -20,7 +22,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use prometheus_client::collector::Collector;
@@ -42,8 +44,6 @@ use crate::model::{
 use super::{output, selection, session};
 
 pub use crate::cli::DEFAULT_LISTEN;
-
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Histogram buckets are powers of two, as the engine keeps them: the bucket
 /// `le = 2^k - 1` holds every value below `2^k`. Sizes: 512 B .. 128 MiB.
@@ -128,14 +128,32 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     Ok(ExitCode::SUCCESS)
 }
 
-async fn metrics(State(exporter): State<Arc<Exporter>>) -> Response {
-    let encoded = exporter.collect(false).and_then(|()| exporter.encode());
+async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {
+    let format = exposition::Exposition::negotiate(
+        headers
+            .get(header::ACCEPT)
+            .and_then(|accept| accept.to_str().ok()),
+    );
+    let encoded = exporter
+        .collect(false)
+        .and_then(|()| exporter.encode())
+        .map(|text| match format {
+            exposition::Exposition::OpenMetrics => text,
+            exposition::Exposition::Text => exposition::to_text_format(&text),
+        });
     // What the scrape built is freed by now: hand the free heap back, so a
     // months-long exporter holds what it uses, not its largest past moment.
     // SAFETY: malloc_trim only releases free memory; no pointer is touched.
     unsafe { libc::malloc_trim(0) };
     match encoded {
-        Ok(text) => ([(header::CONTENT_TYPE, OPENMETRICS)], text).into_response(),
+        Ok(text) => (
+            [
+                (header::CONTENT_TYPE, format.content_type()),
+                (header::VARY, "Accept"),
+            ],
+            text,
+        )
+            .into_response(),
         Err(err) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("{}\n", one_line(&err)),
