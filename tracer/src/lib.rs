@@ -19,6 +19,7 @@ pub mod explain;
 pub mod frontend;
 pub mod geometry;
 pub mod model;
+pub mod owners;
 pub mod record;
 pub mod sink;
 pub mod status;

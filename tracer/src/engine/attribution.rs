@@ -2,7 +2,7 @@
 //! to its process, its cgroup and its file (the [`Owner`] the probe read),
 //! and per owner and device the engine keeps the measures users compare
 //! devices by. Pure, like the rest of the engine: ids in, ids out; paths
-//! are resolved by the frontend (`geometry::owners`).
+//! are resolved by the frontend (`crate::owners`).
 //!
 //! Bounded: each view keeps at most [`OWNER_CAPACITY`] (owner, device)
 //! entries; I/O of owners beyond that is summed into the device's `other`

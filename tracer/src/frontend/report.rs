@@ -137,7 +137,7 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
 /// (if any) so `analyze` prints the same names elsewhere.
 fn name_owners<S>(engine: &mut RecordingSink<S>, report: &mut crate::model::Report) {
     if let Some(attribution) = report.attribution.as_mut() {
-        crate::geometry::owners::resolve(attribution);
+        crate::owners::resolve(attribution);
         engine.record_names(&crate::model::OwnerNames::of(attribution));
     }
 }

@@ -291,7 +291,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         written.extend(run.targets.iter().map(|t| t.device.clone()));
         // Cgroup and file paths (the probes are detached: nothing waits).
         if let Some(attribution) = report.attribution.as_mut() {
-            crate::geometry::owners::resolve(attribution);
+            crate::owners::resolve(attribution);
             sink.record_names(&crate::model::OwnerNames::of(attribution));
         }
         let conclusion = RunRecord {

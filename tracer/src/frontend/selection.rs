@@ -53,16 +53,14 @@ pub fn owner_filter(selection: &DeviceSelection) -> crate::error::Result<OwnerFi
     if !selection.cgroups.is_empty() {
         let mountinfo = std::fs::read_to_string("/proc/self/mountinfo")
             .map_err(|err| Error::failure(format!("cannot read /proc/self/mountinfo: {err}")))?;
-        let mounts = crate::geometry::owners::parse_mountinfo(&mountinfo);
+        let mounts = crate::owners::parse_mountinfo(&mountinfo);
         for path in &selection.cgroups {
-            let id = crate::geometry::owners::cgroup_id(&mounts, path).map_err(Error::usage)?;
+            let id = crate::owners::cgroup_id(&mounts, path)?;
             filter.cgroups.push(id);
         }
     }
     for name in &selection.comms {
-        filter
-            .comms
-            .push(crate::geometry::owners::comm_key(name).map_err(Error::usage)?);
+        filter.comms.push(crate::owners::comm_key(name)?);
     }
     Ok(filter)
 }

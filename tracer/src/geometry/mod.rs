@@ -132,7 +132,6 @@ impl DiskGeometry {
 pub mod error;
 pub mod fiemap;
 pub mod ioctl;
-pub mod owners;
 pub mod resolve;
 pub mod sysfs;
 

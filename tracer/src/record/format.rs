@@ -186,6 +186,23 @@ impl Trailer {
     }
 }
 
+/// What is wrong inside one block of a recording.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Damage {
+    #[error("no block magic")]
+    NoMagic,
+    #[error("block lengths {raw} / {payload} exceed {MAX_BLOCK_BYTES}")]
+    TooLong { raw: u32, payload: u32 },
+    #[error("unpacks to more than {MAX_BLOCK_BYTES} bytes")]
+    UnpacksTooLong,
+    #[error("a packed block event runs past its block")]
+    EventCut,
+    #[error("an owner runs past its block")]
+    OwnerCut,
+    #[error("unknown or cut record (tag {0}) in a packed block")]
+    BadRecord(u8),
+}
+
 /// Why a recording cannot be read (each prints as one line).
 #[derive(Debug, thiserror::Error)]
 pub enum RecordError {
@@ -253,9 +270,9 @@ impl BlockHeader {
         bytes
     }
 
-    pub fn decode(bytes: &[u8; BLOCK_HEADER_BYTES]) -> Result<BlockHeader, String> {
+    pub fn decode(bytes: &[u8; BLOCK_HEADER_BYTES]) -> Result<BlockHeader, Damage> {
         if bytes[..4] != BLOCK_MAGIC {
-            return Err("no block magic".into());
+            return Err(Damage::NoMagic);
         }
         let header = BlockHeader {
             kind: bytes[4],
@@ -266,10 +283,10 @@ impl BlockHeader {
         if header.raw_len as usize > MAX_BLOCK_BYTES
             || header.payload_len as usize > MAX_BLOCK_BYTES
         {
-            return Err(format!(
-                "block lengths {} / {} exceed {MAX_BLOCK_BYTES}",
-                header.raw_len, header.payload_len
-            ));
+            return Err(Damage::TooLong {
+                raw: header.raw_len,
+                payload: header.payload_len,
+            });
         }
         Ok(header)
     }

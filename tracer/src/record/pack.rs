@@ -12,9 +12,9 @@
 //! starts at zero in each block, so every block still stands alone.
 
 use super::format::{
-    BARE_BLOCK_BYTES, BLOCK_EVENT_BYTES, DIRTY_COUNTS_BYTES, INTERVAL_BYTES, MAX_BLOCK_BYTES,
-    OPEN_EVENT_BYTES, PROCESS_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY, TAG_GEOMETRY,
-    TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS, TAG_RUN,
+    Damage, BARE_BLOCK_BYTES, BLOCK_EVENT_BYTES, DIRTY_COUNTS_BYTES, INTERVAL_BYTES,
+    MAX_BLOCK_BYTES, OPEN_EVENT_BYTES, PROCESS_EVENT_BYTES, TAG_BLOCK, TAG_BLOCK_BARE, TAG_DIRTY,
+    TAG_GEOMETRY, TAG_INTERVAL, TAG_LOST, TAG_NAMES, TAG_OPEN, TAG_PROCESS, TAG_RUN,
 };
 
 /// In a packed block only: a [`TAG_BLOCK_BARE`] record as seven varints.
@@ -145,42 +145,36 @@ pub fn pack(raw: &[u8], out: &mut Vec<u8>) -> bool {
 
 /// The records a packed block holds, into `out` (cleared first), or why
 /// it cannot be read.
-pub fn unpack(packed: &[u8], out: &mut Vec<u8>) -> Result<(), String> {
+pub fn unpack(packed: &[u8], out: &mut Vec<u8>) -> Result<(), Damage> {
     out.clear();
     out.reserve(packed.len() * 4);
     let mut model = Model::new();
     let mut at = 0;
     while at < packed.len() {
         if out.len() > MAX_BLOCK_BYTES {
-            return Err(format!("unpacks to more than {MAX_BLOCK_BYTES} bytes"));
+            return Err(Damage::UnpacksTooLong);
         }
         let tag = packed[at];
         at += 1;
         if tag == TAG_PACKED_BARE || tag == TAG_PACKED_OWNED {
-            let kind = *packed
-                .get(at)
-                .ok_or("a packed block event runs past its block")?;
+            let kind = *packed.get(at).ok_or(Damage::EventCut)?;
             at += 1;
             out.push(match tag {
                 TAG_PACKED_OWNED => TAG_BLOCK,
                 _ => TAG_BLOCK_BARE,
             });
             for index in 0..WORDS {
-                let (stored, used) =
-                    get_varint(&packed[at..]).ok_or("a packed block event runs past its block")?;
+                let (stored, used) = get_varint(&packed[at..]).ok_or(Damage::EventCut)?;
                 at += used;
                 out.extend_from_slice(&model.decode(kind, index, stored).to_le_bytes());
             }
             if tag == TAG_PACKED_OWNED {
-                let owner = packed
-                    .get(at..at + OWNER_BYTES)
-                    .ok_or("an owner runs past its block")?;
+                let owner = packed.get(at..at + OWNER_BYTES).ok_or(Damage::OwnerCut)?;
                 out.extend_from_slice(owner);
                 at += OWNER_BYTES;
             }
         } else {
-            let length = record_len(tag, &packed[at..])
-                .ok_or_else(|| format!("unknown or cut record (tag {tag}) in a packed block"))?;
+            let length = record_len(tag, &packed[at..]).ok_or(Damage::BadRecord(tag))?;
             out.push(tag);
             out.extend_from_slice(&packed[at..at + length]);
             at += length;

@@ -144,7 +144,7 @@ impl<R: Read> Recording<R> {
         if got < BLOCK_HEADER_BYTES {
             return Ok(self.cut());
         }
-        let header = BlockHeader::decode(&head).map_err(|why| self.corrupt(why))?;
+        let header = BlockHeader::decode(&head).map_err(|why| self.corrupt(why.to_string()))?;
         let mut payload = Vec::new();
         (&mut self.input)
             .take(u64::from(header.payload_len))

@@ -534,8 +534,7 @@ impl Served {
         self.diagnoses = snapshot.diagnoses.clone();
         if let Some(attribution) = &snapshot.attribution {
             // Paths of joining owners only: a few lookups, off the consumer thread.
-            self.owners
-                .absorb(attribution, crate::geometry::owners::resolve);
+            self.owners.absorb(attribution, crate::owners::resolve);
         }
     }
 

@@ -14,7 +14,8 @@ use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::DevId;
+use crate::error::Error;
+use crate::geometry::DevId;
 use crate::model::{Attribution, OwnerKnown};
 
 /// Most cgroup directories visited looking for ids.
@@ -123,9 +124,9 @@ pub fn cgroup_paths(root: &Path, wanted: &[u64]) -> Vec<(u64, String)> {
 /// The id of cgroup `path` in the hierarchy that holds blkcgs: a path as
 /// `/proc/PID/cgroup` spells it (from that hierarchy's root), or a
 /// directory under its mount.
-pub fn cgroup_id(mounts: &[Mount], path: &str) -> Result<u64, String> {
+pub fn cgroup_id(mounts: &[Mount], path: &str) -> Result<u64, Error> {
     let hierarchy = blkcg_hierarchy(mounts)
-        .ok_or_else(|| "--cgroup: no cgroup v1 blkio or v2 hierarchy is mounted".to_string())?;
+        .ok_or_else(|| Error::usage("--cgroup: no cgroup v1 blkio or v2 hierarchy is mounted"))?;
     let root = &hierarchy.mount_point;
     let given = Path::new(path);
     let directory = if given.starts_with(root) {
@@ -135,18 +136,20 @@ pub fn cgroup_id(mounts: &[Mount], path: &str) -> Result<u64, String> {
     };
     match std::fs::metadata(&directory) {
         Ok(meta) if meta.is_dir() => Ok(meta.ino()),
-        _ => Err(format!(
+        _ => Err(Error::usage(format!(
             "--cgroup {path}: no such cgroup in {} (give it as /proc/PID/cgroup shows it)",
             root.display()
-        )),
+        ))),
     }
 }
 
 /// A task name as the kernel keeps it: at most 15 bytes, NUL-padded (longer
 /// names are cut there, as the kernel cuts them).
-pub fn comm_key(name: &str) -> Result<[u8; tracer_common::COMM_BYTES], String> {
+pub fn comm_key(name: &str) -> Result<[u8; tracer_common::COMM_BYTES], Error> {
     if name.is_empty() || name.contains('\0') {
-        return Err("--comm needs a task name, as `ps -o comm` shows it".to_string());
+        return Err(Error::usage(
+            "--comm needs a task name, as `ps -o comm` shows it",
+        ));
     }
     let mut key = [0; tracer_common::COMM_BYTES];
     let length = name.len().min(tracer_common::COMM_BYTES - 1);
@@ -338,9 +341,9 @@ garbage line
         let by_mount = cgroup_id(&mounts, root.join("svc").to_str().unwrap());
         let missing = cgroup_id(&mounts, "/nope");
         std::fs::remove_dir_all(&root).unwrap();
-        assert_eq!(by_name, Ok(ino));
-        assert_eq!(by_mount, Ok(ino));
-        assert!(missing.unwrap_err().contains("no such cgroup"));
+        assert_eq!(by_name.unwrap(), ino);
+        assert_eq!(by_mount.unwrap(), ino);
+        assert!(missing.unwrap_err().to_string().contains("no such cgroup"));
         assert!(cgroup_id(&[], "/svc").is_err());
         assert_eq!(&comm_key("dd").unwrap()[..3], b"dd\0");
         let long = comm_key("a-very-long-task-name").unwrap();
