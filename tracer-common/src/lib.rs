@@ -542,6 +542,89 @@ impl BlockEvent {
         error: 0,
         owner: Owner::UNKNOWN,
     };
+
+    /// Which tracepoint this is and what its kind-dependent fields mean,
+    /// decoded once; `None` for a kind this build does not know.
+    pub fn action(&self) -> Option<BlockAction> {
+        let kind = EventKind::from_u8(self.kind)?;
+        Some(match kind {
+            EventKind::Remap => BlockAction::Remap {
+                from_dev: self.aux_dev,
+                from_sector: self.aux_sector,
+            },
+            EventKind::Queue => BlockAction::Queue,
+            EventKind::Split => BlockAction::Split {
+                remainder: self.aux_sector,
+            },
+            EventKind::Backmerge | EventKind::Frontmerge | EventKind::RqMerge => {
+                BlockAction::Merge(kind)
+            }
+            EventKind::Issue => BlockAction::Issue {
+                request: self.aux_sector,
+            },
+            EventKind::Complete => BlockAction::Complete {
+                request: self.aux_sector,
+                error: self.error,
+            },
+            EventKind::BioComplete => BlockAction::BioComplete { error: self.error },
+            EventKind::DirtyBuffer => BlockAction::DirtyBuffer {
+                bytes: self.aux_sector,
+            },
+            EventKind::Requeue => BlockAction::Requeue,
+        })
+    }
+}
+
+/// A [`BlockEvent`]'s kind with the fields only that kind carries, named.
+/// The range (`dev`, `sector`, `nr_sector`) and `rwbs` mean the same for all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BlockAction {
+    /// The bio came here from `from_dev` (a partition or an upper device)
+    /// at `from_sector` on it.
+    Remap {
+        from_dev: u32,
+        from_sector: u64,
+    },
+    Queue,
+    /// The bio was cut; the remainder starts at `remainder`.
+    Split {
+        remainder: u64,
+    },
+    /// One of the three merge kinds.
+    Merge(EventKind),
+    /// `request` names the kernel request (zero where the probe cannot).
+    Issue {
+        request: u64,
+    },
+    Requeue,
+    /// A request completed, in part or whole, with `error` (0 or -errno).
+    Complete {
+        request: u64,
+        error: i32,
+    },
+    BioComplete {
+        error: i32,
+    },
+    /// A buffer of `bytes` dirtied.
+    DirtyBuffer {
+        bytes: u64,
+    },
+}
+
+impl BlockAction {
+    pub const fn kind(self) -> EventKind {
+        match self {
+            BlockAction::Remap { .. } => EventKind::Remap,
+            BlockAction::Queue => EventKind::Queue,
+            BlockAction::Split { .. } => EventKind::Split,
+            BlockAction::Merge(kind) => kind,
+            BlockAction::Issue { .. } => EventKind::Issue,
+            BlockAction::Requeue => EventKind::Requeue,
+            BlockAction::Complete { .. } => EventKind::Complete,
+            BlockAction::BioComplete { .. } => EventKind::BioComplete,
+            BlockAction::DirtyBuffer { .. } => EventKind::DirtyBuffer,
+        }
+    }
 }
 
 /// What a [`ProcessEvent`] records: a write-family syscall of a traced

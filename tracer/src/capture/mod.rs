@@ -614,7 +614,9 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let process_probes = match (config.process_tree, process_offsets) {
         (false, _) => None,
         (true, Err(why)) => Some(why),
-        (true, Ok(_)) => attach_process_probes(&mut ebpf).err(),
+        (true, Ok(_)) => attach_process_probes(&mut ebpf)
+            .err()
+            .map(|err| err.to_string()),
     };
     if let Some(why) = &process_probes {
         if config.process_tree {
@@ -653,24 +655,36 @@ fn attach_btf(
     Ok(())
 }
 
+/// Why the process probes did not attach: which program, at which step.
+#[derive(Debug, thiserror::Error)]
+#[error("{step} {program}: {reason}")]
+pub struct ProcessProbeError {
+    step: &'static str,
+    program: String,
+    reason: String,
+}
+
 /// Fork following plus entry/exit probes for the write-family syscalls and
 /// the ones that change the fd table (open, dup, close).
-fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), String> {
+fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), ProcessProbeError> {
     let mut attach_one = |program: &str, category: &str, name: &str, load: bool| {
+        let failed = |step: &'static str, reason: &dyn std::fmt::Display| ProcessProbeError {
+            step,
+            program: format!("{program} ({category}/{name})"),
+            reason: reason.to_string(),
+        };
         let tracepoint: &mut TracePoint = ebpf
             .program_mut(program)
-            .ok_or_else(|| format!("{program} missing from the object"))?
+            .ok_or_else(|| failed("finding", &"not in the object"))?
             .try_into()
-            .map_err(|err| format!("{program}: {err}"))?;
+            .map_err(|err| failed("typing", &err))?;
         if load {
-            tracepoint
-                .load()
-                .map_err(|err| format!("loading {program}: {err}"))?;
+            tracepoint.load().map_err(|err| failed("loading", &err))?;
         }
         tracepoint
             .attach(category, name)
             .map(|_| ())
-            .map_err(|err| format!("attaching {category}/{name}: {err}"))
+            .map_err(|err| failed("attaching", &err))
     };
     attach_one(
         ProcessEventKind::Fork.enter_program(),

@@ -14,17 +14,15 @@ use crate::blk::SECTOR_BYTES;
 use crate::model::Op;
 
 impl Engine {
-    pub(super) fn on_remap(&mut self, event: &BlockEvent) {
+    pub(super) fn on_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
         let length = u64::from(event.nr_sector);
         // Stacked: the old device holds this bio as a pending fragment of its own.
         let upper = if length == 0 {
             None
         } else {
-            self.fragments
-                .find(&(event.aux_dev, event.aux_sector), |fragment| {
-                    fragment.state == FragmentState::Pending
-                        && fragment.end - fragment.start == length
-                })
+            self.fragments.find(&(from_dev, from_sector), |fragment| {
+                fragment.state == FragmentState::Pending && fragment.end - fragment.start == length
+            })
         };
         if let Some(index) = upper {
             let (io, start) = match self.fragments.get_mut(index) {
@@ -34,7 +32,7 @@ impl Engine {
                 }
                 None => return,
             };
-            self.count_bio_command(event.aux_dev, io, start, length);
+            self.count_bio_command(from_dev, io, start, length);
             self.push_remap(
                 (event.dev, event.sector, event.nr_sector),
                 Remap {
@@ -47,7 +45,7 @@ impl Engine {
         // A stacked bio reaching a partition of the lower disk: carry the link on.
         let carried = self
             .remaps
-            .find(&(event.dev, event.aux_sector, event.nr_sector), |remap| {
+            .find(&(event.dev, from_sector, event.nr_sector), |remap| {
                 remap.partition.is_none() && remap.parent != SlotRef::NONE
             });
         let parent = match carried.and_then(|index| self.remaps.remove(index)) {
@@ -57,7 +55,7 @@ impl Engine {
         self.push_remap(
             (event.dev, event.sector, event.nr_sector),
             Remap {
-                partition: Some(event.aux_dev),
+                partition: Some(from_dev),
                 parent,
             },
         );
@@ -163,8 +161,7 @@ impl Engine {
         self.emit(queued(Some(IoId::of(io_ref))));
     }
 
-    pub(super) fn on_split(&mut self, event: &BlockEvent) {
-        let new_sector = event.aux_sector;
+    pub(super) fn on_split(&mut self, event: &BlockEvent, new_sector: u64) {
         // Room first: making room may evict the very fragment we are about to cut.
         let room = self.make_room_for_fragment();
         let found = if new_sector > event.sector {
@@ -253,7 +250,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_issue(&mut self, event: &BlockEvent) {
+    pub(super) fn on_issue(&mut self, event: &BlockEvent, request: u64) {
         let disk = self.ensure_disk(event.dev);
         self.devices[disk as usize].seen_issue = true;
         let start = event.sector;
@@ -264,7 +261,7 @@ impl Engine {
         // Raw tracepoints name the request: one still carrying a command that
         // was not requeued never reported that command's completion. (Not a
         // flush: blk-flush's flush request borrows another request's tag.)
-        let identity = if sectors > 0 { event.aux_sector } else { 0 };
+        let identity = if sectors > 0 { request } else { 0 };
         if let Some(stale) = self.command_of_request(event.dev, identity) {
             if self
                 .commands
@@ -399,7 +396,7 @@ impl Engine {
         true
     }
 
-    pub(super) fn on_complete(&mut self, event: &BlockEvent) {
+    pub(super) fn on_complete(&mut self, event: &BlockEvent, request: u64, error: i32) {
         let done = u64::from(event.nr_sector);
         if done == 0 {
             // Flush completions: counted, not correlated.
@@ -408,7 +405,7 @@ impl Engine {
         let key = (event.dev, event.sector);
         // The request's own command when it is known; else by sector, first in first out.
         let found = self
-            .command_of_request(event.dev, event.aux_sector)
+            .command_of_request(event.dev, request)
             .filter(|&index| {
                 self.commands
                     .get(index)
@@ -421,12 +418,12 @@ impl Engine {
             .or_else(|| self.commands.find(&key, |_| true));
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;
-            if event.error != 0 {
+            if error != 0 {
                 // Issued before the trace (or its issue was lost): the
                 // device still reported the failure.
                 let target = self.fallback_target(event);
                 let end = event.sector.saturating_add(done);
-                self.count_failure(target, event.error, event.sector, end);
+                self.count_failure(target, error, event.sector, end);
             }
             return;
         };
@@ -434,13 +431,13 @@ impl Engine {
         let Some(command) = self.commands.get(index).copied() else {
             return;
         };
-        let failed = event.error != 0;
+        let failed = error != 0;
         if failed && !command.failed {
             if let Some(command) = self.commands.get_mut(index) {
                 command.failed = true;
             }
             let end = done_end.max(command.end);
-            self.count_failure(command.target, event.error, event.sector, end);
+            self.count_failure(command.target, error, event.sector, end);
         }
         let mut head = command.head;
         while head != NIL {
@@ -469,7 +466,7 @@ impl Engine {
             whole,
             last_issue_ns: command.issue_ns,
             latency_us: measured.then_some(latency_us),
-            error: event.error,
+            error: error,
         });
         if whole {
             if measured {
@@ -502,7 +499,7 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_bio_complete(&mut self, event: &BlockEvent) {
+    pub(super) fn on_bio_complete(&mut self, event: &BlockEvent, error: i32) {
         let length = u64::from(event.nr_sector);
         if length == 0 {
             // Request-based completions arrive through block_rq_complete.
@@ -524,7 +521,7 @@ impl Engine {
         let Some(fragment) = self.fragments.get(index).copied() else {
             return;
         };
-        let failed = event.error != 0;
+        let failed = error != 0;
         if fragment.state == FragmentState::Pending && bio_based {
             self.count_bio_command(event.dev, fragment.io, fragment.start, length);
             if failed {
@@ -536,7 +533,7 @@ impl Engine {
                     .map(|io| io.target);
                 let target = known.unwrap_or_else(|| self.fallback_target(event));
                 let end = fragment.start.saturating_add(length);
-                self.count_failure(target, event.error, fragment.start, end);
+                self.count_failure(target, error, fragment.start, end);
             }
         }
         self.complete_fragment(index, failed);

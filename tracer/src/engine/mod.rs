@@ -72,7 +72,7 @@ pub mod what_if;
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
-use tracer_common::{BlockEvent, DirtyCounts, EventKind};
+use tracer_common::{BlockAction, BlockEvent, DirtyCounts, EventKind};
 
 use attribution::AttributionTables;
 
@@ -279,33 +279,32 @@ impl Engine {
 
     /// The hot path: one kernel event, in kernel order.
     pub fn ingest(&mut self, event: &BlockEvent) {
-        let Some(kind) = EventKind::from_u8(event.kind) else {
+        let Some(action) = event.action() else {
             self.correlation.unmatched_events += 1;
             return;
         };
+        let kind = action.kind();
         self.events[kind] += 1;
         self.now_ns = self.now_ns.max(event.ts_ns);
         if kind != EventKind::Queue || self.held_remap_aged() {
             self.store_held_remap();
         }
         self.expire_aged();
-        match kind {
-            EventKind::Remap => self.on_remap(event),
-            EventKind::Queue => self.on_queue(event),
-            EventKind::Split => self.on_split(event),
-            EventKind::Backmerge | EventKind::Frontmerge | EventKind::RqMerge => {
-                self.on_merge(event, kind)
+        match action {
+            BlockAction::Remap {
+                from_dev,
+                from_sector,
+            } => self.on_remap(event, from_dev, from_sector),
+            BlockAction::Queue => self.on_queue(event),
+            BlockAction::Split { remainder } => self.on_split(event, remainder),
+            BlockAction::Merge(kind) => self.on_merge(event, kind),
+            BlockAction::Issue { request } => self.on_issue(event, request),
+            BlockAction::Complete { request, error } => self.on_complete(event, request, error),
+            BlockAction::BioComplete { error } => self.on_bio_complete(event, error),
+            BlockAction::DirtyBuffer { bytes } => {
+                self.dirty.entry(event.dev).or_default().record(bytes);
             }
-            EventKind::Issue => self.on_issue(event),
-            EventKind::Complete => self.on_complete(event),
-            EventKind::BioComplete => self.on_bio_complete(event),
-            EventKind::DirtyBuffer => {
-                self.dirty
-                    .entry(event.dev)
-                    .or_default()
-                    .record(event.aux_sector);
-            }
-            EventKind::Requeue => self.on_requeue(event),
+            BlockAction::Requeue => self.on_requeue(event),
         }
     }
 

@@ -258,8 +258,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let file_maps: Vec<_> = files
         .into_iter()
         .map(|(target, file)| {
-            let map =
-                fiemap::file_map(Path::new(&file.path), file.inode).map_err(|err| err.to_string());
+            let map = fiemap::file_map(Path::new(&file.path), file.inode);
             (target, map)
         })
         .collect();
@@ -487,7 +486,7 @@ fn keep_busiest_files(targets: &mut Vec<RunTarget>, listed: usize) -> Option<Fil
 /// Where a file's written bytes went, for the report.
 fn run_file(
     file: &TargetFile,
-    map: Option<&std::result::Result<fiemap::FileMap, String>>,
+    map: Option<&std::io::Result<fiemap::FileMap>>,
     matched: &WriteMatch,
 ) -> RunFile {
     let (extents, unmappable_extents, map_error) = match map {
@@ -504,7 +503,7 @@ fn run_file(
                 )
             }),
         ),
-        Some(Err(err)) => (0, 0, Some(err.clone())),
+        Some(Err(err)) => (0, 0, Some(err.to_string())),
         None => (0, 0, Some("not read".to_string())),
     };
     let bytes = matched.bytes;

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use tracer_common::{BlockEvent, EventKind, RWBS_BYTES};
+use tracer_common::{BlockAction, BlockEvent, EventKind, RWBS_BYTES};
 
 use crate::geometry::{DevId, DiskGeometry};
 
@@ -353,19 +353,23 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
 /// Partitions whose remaps onto their disk (same major) all give one start.
 fn partition_starts(events: &[BlockEvent]) -> Vec<PartitionStart> {
     let mut starts: BTreeMap<u32, Option<(u32, u64)>> = BTreeMap::new();
-    for event in events.iter().filter(|e| e.kind == EventKind::Remap as u8) {
-        let (disk, part) = (
-            DevId::from_kernel(event.dev),
-            DevId::from_kernel(event.aux_dev),
-        );
+    for event in events {
+        let Some(BlockAction::Remap {
+            from_dev,
+            from_sector,
+        }) = event.action()
+        else {
+            continue;
+        };
+        let (disk, part) = (DevId::from_kernel(event.dev), DevId::from_kernel(from_dev));
         if disk == part || disk.major != part.major {
             continue;
         }
         let seen = event
             .sector
-            .checked_sub(event.aux_sector)
+            .checked_sub(from_sector)
             .map(|start| (event.dev, start));
-        let entry = starts.entry(event.aux_dev).or_insert(seen);
+        let entry = starts.entry(from_dev).or_insert(seen);
         if *entry != seen {
             *entry = None;
         }

@@ -96,7 +96,7 @@ pub struct TargetCalls {
     /// Writes whose offset was unknown (plain write/writev), not matchable.
     pub unknown_offset_writes: u64,
     /// A file's extent map, or why it could not be read.
-    pub file_map: Option<Result<FileMap, String>>,
+    pub file_map: Option<std::io::Result<FileMap>>,
 }
 
 impl TargetCalls {
@@ -212,7 +212,7 @@ impl<R: FdResolver> RunMatcher<R> {
     }
 
     /// A file target's extent map (or why it could not be read).
-    pub fn set_file_map(&mut self, target: usize, map: Result<FileMap, String>) {
+    pub fn set_file_map(&mut self, target: usize, map: std::io::Result<FileMap>) {
         if let Some(calls) = self.targets.get_mut(target) {
             calls.file_map = Some(map.map(|mut map| {
                 map.extents.sort_by_key(|extent| extent.logical);

@@ -462,7 +462,7 @@ mod tests {
             }
         );
         // Without a map, nothing of the file can be placed.
-        matcher.set_file_map(0, Err("removed".into()));
+        matcher.set_file_map(0, Err(std::io::Error::other("removed")));
         let matched = matcher.match_writes(0);
         assert_eq!(matched.bytes.unmappable, 4 * 4096);
         assert_eq!(matched.commands, 0);
