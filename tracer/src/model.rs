@@ -184,6 +184,9 @@ pub struct OpMeasures {
     /// Bytes carried by the user I/Os.
     pub bytes: u64,
     pub splits: u64,
+    /// User I/Os cut at least once: the share of split user I/Os counts these.
+    #[serde(default)]
+    pub split_user_ios: u64,
     /// Bios merged into an existing request (back + front) plus request merges.
     pub merges: u64,
     /// Commands per user I/O (0 when there were none).
@@ -236,6 +239,7 @@ impl OpMeasures {
         self.commands += other.commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
+        self.split_user_ios += other.split_user_ios;
         self.merges += other.merges;
         self.requeues += other.requeues;
         self.failed_commands += other.failed_commands;
@@ -262,7 +266,7 @@ impl OpMeasures {
 
     /// Share of user I/Os that were split, 0..=1.
     pub fn split_share(&self) -> f64 {
-        ratio(self.splits, self.user_ios)
+        ratio(self.split_user_ios, self.user_ios)
     }
 
     pub fn merge_share(&self) -> f64 {
@@ -509,10 +513,12 @@ pub struct OwnerMeasures {
     pub commands: u64,
     pub bytes: u64,
     pub splits: u64,
+    /// User I/Os cut at least once.
+    pub split_user_ios: u64,
     pub merges: u64,
     /// Commands per user I/O (0 when there were none).
     pub amplification: f64,
-    /// Splits per user I/O and merges per user I/O, 0..=1 for most workloads.
+    /// Share of user I/Os split (0..=1), and merges per user I/O.
     pub split_share: f64,
     pub merge_share: f64,
     pub commands_per_io: Distribution,

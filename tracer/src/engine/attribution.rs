@@ -106,6 +106,7 @@ pub struct OwnerStats {
     pub commands: u64,
     pub bytes: u64,
     pub splits: u64,
+    pub split_user_ios: u64,
     pub merges: u64,
     pub commands_per_io: Histogram<u64>,
     pub queue_to_complete_us: Histogram<u64>,
@@ -120,6 +121,7 @@ impl OwnerStats {
             commands: 0,
             bytes: 0,
             splits: 0,
+            split_user_ios: 0,
             merges: 0,
             commands_per_io: owner_histogram(),
             queue_to_complete_us: owner_histogram(),
@@ -133,6 +135,7 @@ impl OwnerStats {
         self.commands = 0;
         self.bytes = 0;
         self.splits = 0;
+        self.split_user_ios = 0;
         self.merges = 0;
         self.commands_per_io.reset();
         self.queue_to_complete_us.reset();
@@ -145,6 +148,7 @@ impl OwnerStats {
         self.commands += other.commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
+        self.split_user_ios += other.split_user_ios;
         self.merges += other.merges;
         // Same bounds on both sides, so adding cannot fail.
         let _ = self.commands_per_io.add(&other.commands_per_io);
@@ -165,9 +169,10 @@ impl OwnerStats {
             commands: self.commands,
             bytes: self.bytes,
             splits: self.splits,
+            split_user_ios: self.split_user_ios,
             merges: self.merges,
             amplification: ratio(self.commands),
-            split_share: ratio(self.splits),
+            split_share: ratio(self.split_user_ios),
             merge_share: ratio(self.merges),
             ..OwnerMeasures::default()
         }

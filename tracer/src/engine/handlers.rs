@@ -181,11 +181,16 @@ impl Engine {
             at: new_sector,
             ts_ns: event.ts_ns,
         });
-        let (target, owners) = match io_index.and_then(|index| self.user_ios.get(index)) {
-            Some(io) => (io.target, io.owners),
-            None => (self.fallback_target(event), OwnerSlots::NONE),
+        let (target, owners, first_cut) = match io_index.and_then(|index| self.user_ios.get(index))
+        {
+            Some(io) => (io.target, io.owners, io.fragments == 1),
+            None => (self.fallback_target(event), OwnerSlots::NONE, false),
         };
-        self.attribution.each(owners, |stats| stats.splits += 1);
+        let first_cut = u64::from(first_cut);
+        self.attribution.each(owners, |stats| {
+            stats.splits += 1;
+            stats.split_user_ios += first_cut;
+        });
         let cause = split_cause(
             &self.devices[target.disk as usize].limits,
             target.op,
@@ -194,6 +199,7 @@ impl Engine {
         );
         let stats = self.stats_mut(target);
         stats.splits += 1;
+        stats.split_user_ios += first_cut;
         stats.fragments += 1;
         stats.split_causes[cause.index()] += 1;
         let Some(index) = found else {

@@ -103,6 +103,8 @@ pub struct OpStats {
     pub commands: u64,
     pub bytes: u64,
     pub splits: u64,
+    /// User I/Os cut at least once (a user I/O split twice counts once).
+    pub split_user_ios: u64,
     pub merges: u64,
     pub misaligned_pbs: u64,
     pub misaligned_4k: u64,
@@ -145,6 +147,7 @@ impl Default for OpStats {
             commands: 0,
             bytes: 0,
             splits: 0,
+            split_user_ios: 0,
             merges: 0,
             misaligned_pbs: 0,
             misaligned_4k: 0,
@@ -176,6 +179,7 @@ impl OpStats {
         self.commands += other.commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
+        self.split_user_ios += other.split_user_ios;
         self.merges += other.merges;
         self.misaligned_pbs += other.misaligned_pbs;
         self.misaligned_4k += other.misaligned_4k;
@@ -230,6 +234,7 @@ impl OpStats {
             commands: self.commands,
             bytes: self.bytes,
             splits: self.splits,
+            split_user_ios: self.split_user_ios,
             merges: self.merges,
             amplification: crate::model::ratio(self.commands, self.user_ios),
             misaligned_pbs_commands: self.misaligned_pbs,

@@ -2219,3 +2219,59 @@ fn without_owners_the_engine_attributes_nothing_and_measures_the_same() {
     assert_eq!(part_op(&off, "loop0", "loop0p1", Op::Write).merges, 1);
     assert_clean(&off);
 }
+
+/// A split finding counts user I/Os, not cuts, and only of the op it names:
+/// 10 writes cut 3 times each among 200 unsplit reads are 10 of 10 writes.
+#[test]
+fn split_shares_count_user_ios_of_the_op_they_name() {
+    let mut engine = engine();
+    for index in 0..10 {
+        let base = index * 1024;
+        let ts = MS * (index + 1);
+        let mut events = vec![queue(ts, LOOP0, base, 1024)];
+        for piece in 1..4 {
+            events.push(split(
+                ts,
+                LOOP0,
+                base + (piece - 1) * 256,
+                base + piece * 256,
+            ));
+        }
+        for piece in 0..4 {
+            events.push(issue(ts, LOOP0, base + piece * 256, 256));
+            events.push(complete(ts, LOOP0, base + piece * 256, 256));
+        }
+        feed(&mut engine, &events);
+    }
+    for index in 0..200 {
+        let read = |event: BlockEvent| BlockEvent {
+            rwbs: rwbs("R"),
+            ..event
+        };
+        let (ts, sector) = (20 * MS + index * 1000, 100_000 + index * 8);
+        feed(
+            &mut engine,
+            &[
+                read(queue(ts, LOOP0, sector, 8)),
+                read(issue(ts, LOOP0, sector, 8)),
+                read(complete(ts, LOOP0, sector, 8)),
+            ],
+        );
+    }
+    let Evidence::SplitAmplification(split) =
+        finding_of(&engine, Code::SplitAmplification).evidence
+    else {
+        panic!("not a split");
+    };
+    assert_eq!(split.op, Op::Write);
+    assert_eq!(
+        (split.split_user_ios, split.user_ios, split.splits),
+        (10, 10, 30)
+    );
+    assert_eq!((split.fragments, split.commands), (40, 40));
+    assert_eq!(split.split_share, 1.0);
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.split_user_ios, write.splits), (10, 30));
+    assert_eq!(write.split_share(), 1.0);
+    assert_eq!(disk_op(&engine, "loop0", Op::Read).split_user_ios, 0);
+}

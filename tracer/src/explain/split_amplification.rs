@@ -6,7 +6,7 @@ use crate::blk::SECTOR_BYTES;
 use crate::model::{ratio, Finding, SplitAmplificationEvidence, SplitCost, SplitFix};
 
 pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) -> Words {
-    let share = ratio(evidence.splits, evidence.user_ios);
+    let share = ratio(evidence.split_user_ios, evidence.user_ios);
     let amplification = ratio(evidence.commands, evidence.user_ios);
     let cause_count = evidence.causes.get(&evidence.cause).copied().unwrap_or(0);
     let (detail, fix) = detail_and_fix(finding, evidence);
@@ -21,10 +21,11 @@ pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) ->
         SplitCost::ExtraCommands => String::new(),
     };
     let explanation = format!(
-        "{} of {} {} user I/Os on {} ({:.1}%) were split, {} of the splits by {} ({cause_count}); they became {} fragments and {} commands, {:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes). {detail}{cost}",
-        evidence.splits,
+        "{} of {} {} user I/Os on {} ({:.1}%) were split, {} times in all, {} of the splits by {} ({cause_count}); they became {} fragments and {} commands, {:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes). {detail}{cost}",
+        evidence.split_user_ios,
         evidence.user_ios,
         evidence.op.as_str(),
+        evidence.splits,
         finding.device,
         share * 100.0,
         if cause_count == evidence.splits { "all" } else { "most" },

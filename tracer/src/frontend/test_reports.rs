@@ -104,6 +104,7 @@ pub fn split_disk_writes() -> OpMeasures {
     let mut write = writes(&[(1 << 20, 100)], &[(131072, 800)]);
     write.fragments = 800;
     write.splits = 700;
+    write.split_user_ios = 100;
     write.split_causes = BTreeMap::from([(SplitCause::MaxSectors, 700)]);
     write
 }
@@ -315,10 +316,11 @@ fn split_diagnosis() -> Diagnosis {
             cause: SplitCause::MaxSectors,
             causes: BTreeMap::from([(SplitCause::MaxSectors, 700)]),
             splits: 700,
+            split_user_ios: 100,
             user_ios: 100,
             fragments: 800,
             commands: 800,
-            split_share: 7.0,
+            split_share: 1.0,
             amplification: 8.0,
             user_io_size_p50: 1 << 20,
             command_size_p50: 131072,

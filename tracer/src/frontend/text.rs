@@ -738,10 +738,17 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
         units::ratio(m.amplification),
         units::bytes(m.bytes as f64)
     ));
+    let splits = match m.splits {
+        0 => "no splits".to_string(),
+        splits => format!(
+            "split user I/Os {} ({}) by {} splits",
+            units::thousands(m.split_user_ios),
+            units::percent(m.split_share()),
+            units::thousands(splits),
+        ),
+    };
     out.line(&format!(
-        "{inner}splits {} ({}), merges {} ({}) of user I/Os",
-        units::thousands(m.splits),
-        units::percent(m.split_share()),
+        "{inner}{splits}, merges {} ({}) of user I/Os",
         units::thousands(m.merges),
         units::percent(m.merge_share()),
     ));
@@ -1223,7 +1230,7 @@ mod tests {
     #[test]
     fn split_causes_and_latency_are_shown() {
         let text = render_report(&seed_report(), 80);
-        assert!(text.contains("splits 700 (700.0%)"));
+        assert!(text.contains("split user I/Os 100 (100.0%) by 700 splits"));
         assert!(text.contains("split causes: max_sectors 700 (100.0%)"));
         let latency = text
             .lines()

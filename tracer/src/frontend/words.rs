@@ -263,9 +263,10 @@ pub fn op_sentences(op: Op, m: &OpMeasures) -> Vec<String> {
             false => format!(", by cause: {}", causes.join(", ")),
         };
         said.push(format!(
-            "{} splits ({} of user I/Os){causes}",
+            "{} user I/Os split ({}), {} splits in all{causes}",
+            units::thousands(m.split_user_ios),
+            units::percent(m.split_share()),
             units::thousands(m.splits),
-            units::percent(m.split_share())
         ));
     }
     if m.merges > 0 {
@@ -554,7 +555,7 @@ mod tests {
         let quiet = op_sentences(Op::Write, &writes(&[(4096, 10)], &[(4096, 10)])).join("\n");
         assert!(!quiet.contains("requeue"), "{quiet}");
         assert!(
-            !quiet.contains("splits") && !quiet.contains("merges"),
+            !quiet.contains("split") && !quiet.contains("merges"),
             "{quiet}"
         );
         let split = op_sentences(
@@ -562,9 +563,8 @@ mod tests {
             &crate::frontend::test_reports::split_disk_writes(),
         );
         assert!(
-            split
-                .iter()
-                .any(|line| line == "700 splits (700.0% of user I/Os), by cause: max_sectors 700"),
+            split.iter().any(|line| line
+                == "100 user I/Os split (100.0%), 700 splits in all, by cause: max_sectors 700"),
             "{split:?}"
         );
     }

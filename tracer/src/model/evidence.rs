@@ -303,6 +303,8 @@ pub struct SplitAmplificationEvidence {
     /// Splits by cause.
     pub causes: BTreeMap<SplitCause, u64>,
     pub splits: u64,
+    /// User I/Os of `op` cut at least once (`splits` counts the cuts).
+    pub split_user_ios: u64,
     pub user_ios: u64,
     pub fragments: u64,
     pub commands: u64,

@@ -3,10 +3,10 @@
 
 use super::{partition_place, round3, Check, DeviceTraffic};
 use crate::engine::split::SplitCause;
-use crate::engine::stats::quantile_bytes;
+use crate::engine::stats::{quantile_bytes, OpStats};
 use crate::engine::what_if;
 use crate::model::{
-    ratio, Code, Evidence, Finding, Severity, SplitAmplificationEvidence, SplitCost, SplitFix,
+    ratio, Code, Evidence, Finding, Op, Severity, SplitAmplificationEvidence, SplitCost, SplitFix,
 };
 
 /// `split_amplification` needs at least this many splits...
@@ -29,8 +29,8 @@ impl Check for SplitAmplification {
     }
 
     fn diagnose(&self, traffic: &DeviceTraffic<'_>) -> Option<Finding> {
-        let total = &traffic.total;
-        let share = ratio(total.splits, total.user_ios);
+        let (op, total) = split_op(traffic)?;
+        let share = ratio(total.split_user_ios, total.user_ios);
         if total.splits < MIN_SPLITS || share < MIN_SPLIT_SHARE {
             return None;
         }
@@ -38,7 +38,7 @@ impl Check for SplitAmplification {
         let geometry = &traffic.device.geometry;
         let amplification = ratio(total.commands, total.user_ios);
         let command_size_mean = total.bytes.checked_div(total.commands).unwrap_or(0);
-        let fix = split_fix(traffic, cause);
+        let fix = split_fix(traffic, total, cause);
         // What the split costs the device, net of merges: nothing when merges
         // left at most one command per user I/O, little when the pieces are
         // still large commands.
@@ -66,6 +66,7 @@ impl Check for SplitAmplification {
                 .map(|&cause| (cause, total.split_causes[cause.index()]))
                 .collect(),
             splits: total.splits,
+            split_user_ios: total.split_user_ios,
             user_ios: total.user_ios,
             fragments: total.fragments,
             commands: total.commands,
@@ -85,7 +86,7 @@ impl Check for SplitAmplification {
             partition: partition_place(traffic.partition),
             fix,
             what_if: None,
-            op: traffic.main_op,
+            op,
             cost,
         };
         Some(Finding::new(
@@ -102,7 +103,9 @@ impl Check for SplitAmplification {
         let Evidence::SplitAmplification(evidence) = &finding.evidence else {
             return;
         };
-        let total = &traffic.total;
+        let Some(total) = traffic.op(evidence.op) else {
+            return;
+        };
         let limits = &traffic.device.limits;
         let predicted = match evidence.fix {
             SplitFix::RaiseMaxSectorsKb { .. } => {
@@ -125,7 +128,7 @@ impl Check for SplitAmplification {
 
 /// The fix for splits by `cause` on this device: raise the queue cap, move
 /// the partition, or change the I/O.
-fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> SplitFix {
+fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) -> SplitFix {
     let geometry = &traffic.device.geometry;
     match cause {
         SplitCause::MaxSectors if geometry.max_hw_sectors_kb > geometry.max_sectors_kb => {
@@ -133,7 +136,7 @@ fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> SplitFix {
                 to_kb: suggested_max_sectors_kb(
                     geometry.max_sectors_kb,
                     geometry.max_hw_sectors_kb,
-                    quantile_bytes(&traffic.total.user_io_sectors, 0.9),
+                    quantile_bytes(&total.user_io_sectors, 0.9),
                 ),
             }
         }
@@ -156,6 +159,17 @@ fn split_fix(traffic: &DeviceTraffic<'_>, cause: SplitCause) -> SplitFix {
         SplitCause::DiscardGranularity => SplitFix::AlignDiscards,
         SplitCause::Unknown => SplitFix::CheckStackedDevices,
     }
+}
+
+/// The data operation whose user I/Os were split most: every number of the
+/// finding is of that operation alone, as its words say.
+fn split_op<'t>(traffic: &'t DeviceTraffic<'_>) -> Option<(Op, &'t OpStats)> {
+    Op::ALL
+        .into_iter()
+        .filter(|&op| op != Op::Flush)
+        .filter_map(|op| Some((op, traffic.op(op)?)))
+        .filter(|(_, stats)| stats.splits > 0)
+        .max_by_key(|(_, stats)| (stats.split_user_ios, stats.splits))
 }
 
 /// Whether the fix is a setting or an I/O change a user can make; driver

@@ -593,8 +593,9 @@ mod tests {
             "{measures}"
         );
         assert_eq!(measures.matches("requeue").count(), 1, "{measures}");
-        assert!(measures
-            .contains("<li>700 splits (700.0% of user I/Os), by cause: max_sectors 700</li>"));
+        assert!(measures.contains(
+            "<li>100 user I/Os split (100.0%), 700 splits in all, by cause: max_sectors 700</li>"
+        ));
         // The idle partition has no heading; the header says the requeues.
         assert!(!measures.contains(">loop0p3<"), "{measures}");
         assert!(
