@@ -123,6 +123,10 @@ pub struct CorrelationStats {
     pub ring_dropped: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,
+    /// User I/Os of an upper device (dm, md) whose queue the trace lacks,
+    /// read from the remap that moved them to a traced device.
+    #[serde(default)]
+    pub queues_from_remaps: u64,
 }
 
 /// Operation class of an I/O, from the first letters of `rwbs`.

@@ -52,13 +52,22 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 5), ("issue", 5), ("complete", 5)],
         duration_us: Some(391.614),
-        ops: &[Op {
-            dev: "259:0",
-            op: "write",
-            commands: Some(5),
-            i2c: Some((31.290, 42.996)),
-            ..OP
-        }],
+        ops: &[
+            Op {
+                dev: "259:0",
+                op: "write",
+                commands: Some(5),
+                i2c: Some((31.290, 42.996)),
+                ..OP
+            },
+            // The md device the remaps came from: its bios are the user I/Os.
+            Op {
+                dev: "9:127",
+                op: "write",
+                user_ios: Some(5),
+                ..OP
+            },
+        ],
         notes: &[
             "6 events precede blkparse's first one",
             "not in time order",
@@ -208,15 +217,23 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(1554.150),
-        ops: &[Op {
-            dev: "259:0",
-            op: "read",
-            user_ios: Some(1),
-            commands: Some(1),
-            q2c: Some((1553.965, 1553.965)),
-            i2c: Some((1548.285, 1548.285)),
-            ..OP
-        }],
+        ops: &[
+            Op {
+                dev: "259:0",
+                op: "read",
+                user_ios: Some(1),
+                commands: Some(1),
+                q2c: Some((1553.965, 1553.965)),
+                i2c: Some((1548.285, 1548.285)),
+                ..OP
+            },
+            Op {
+                dev: "252:0",
+                op: "read",
+                user_ios: Some(1),
+                ..OP
+            },
+        ],
         notes: &[],
     },
     Case {
@@ -243,7 +260,22 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 2), ("queue", 1)],
         duration_us: None,
-        ops: &[],
+        // Both remaps chained: the write submitted to dm-0 is its user I/O.
+        ops: &[
+            Op {
+                dev: "253:0",
+                op: "write",
+                user_ios: Some(1),
+                ..OP
+            },
+            Op {
+                dev: "8:0",
+                op: "write",
+                user_ios: Some(1),
+                commands: Some(0),
+                ..OP
+            },
+        ],
         notes: &[
             "partition 8:2 starts at sector 1026048 of 8:0",
             "no D lines",

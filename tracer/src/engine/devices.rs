@@ -71,6 +71,10 @@ pub(super) struct DevSlot {
     pub(super) part: u32,
 }
 
+/// `BLOCK_EXT_MAJOR`: where the kernel puts partitions beyond a disk's own
+/// minors (all of a loop disk's), and NVMe namespaces.
+const BLOCK_EXT_MAJOR: u32 = 259;
+
 pub(crate) struct PartState {
     pub dev: u32,
     pub name: String,
@@ -93,6 +97,8 @@ pub(crate) struct DeviceState {
     /// Missing from sysfs (or without media) at the last refresh.
     pub gone: bool,
     pub(super) seen_issue: bool,
+    /// A `block_bio_queue` of its own was traced (not only remaps from it).
+    pub(super) seen_queue: bool,
     pub(super) last_issue: [LastIssue; OP_COUNT],
     /// Per op: the last user I/O, which the next may continue (what-if streams).
     pub(super) last_queued: [LastQueued; OP_COUNT],
@@ -116,6 +122,7 @@ impl DeviceState {
             parts: Vec::new(),
             gone: false,
             seen_issue: false,
+            seen_queue: false,
             last_issue: [LastIssue::default(); OP_COUNT],
             last_queued: [LastQueued::default(); OP_COUNT],
             requeued_empty: [0; OP_COUNT],
@@ -247,6 +254,26 @@ impl Engine {
             part: device.partition_at(event.sector),
             op: op_of(event),
             tracked: self.is_tracked(event.tgid),
+        }
+    }
+
+    /// Whether a remap onto `dev` from `from` comes from a device stacked
+    /// above it whose queues are not traced, rather than from one of its
+    /// partitions: a known whole device never seen queuing, or an unknown
+    /// one of another major (partitions share their disk's major or take
+    /// the extended one, as a loop disk's do; two dm devices share one too,
+    /// so dm on dm is told apart only when the geometry knows them). A device whose queues are traced has its bios
+    /// as fragments already; dm's partial clones of them must not count twice.
+    pub(super) fn is_upper_device(&self, dev: u32, from: u32) -> bool {
+        if from == dev {
+            return false;
+        }
+        match self.dev_index.get(&from) {
+            Some(slot) => slot.part == NO_PART && !self.devices[slot.disk as usize].seen_queue,
+            None => {
+                let major = DevId::from_kernel(from).major;
+                major != BLOCK_EXT_MAJOR && major != DevId::from_kernel(dev).major
+            }
         }
     }
 

@@ -20,9 +20,12 @@ impl Engine {
         let upper = if length == 0 {
             None
         } else {
-            self.fragments.find(&(from_dev, from_sector), |fragment| {
-                fragment.state == FragmentState::Pending && fragment.end - fragment.start == length
-            })
+            self.fragments
+                .find(&(from_dev, from_sector), |fragment| {
+                    fragment.state == FragmentState::Pending
+                        && fragment.end - fragment.start == length
+                })
+                .or_else(|| self.queue_seen_only_in_remap(event, from_dev, from_sector))
         };
         if let Some(index) = upper {
             let (io, start) = match self.fragments.get_mut(index) {
@@ -42,11 +45,16 @@ impl Engine {
             );
             return;
         }
-        // A stacked bio reaching a partition of the lower disk: carry the link on.
+        // A stacked bio reaching a partition of the lower disk: carry the link
+        // on. The upper remap named the disk (bio_dev is the disk's since
+        // 5.12) or, on older kernels, the partition itself.
+        let carried_on = |remap: &Remap| remap.partition.is_none() && remap.parent != SlotRef::NONE;
         let carried = self
             .remaps
-            .find(&(event.dev, from_sector, event.nr_sector), |remap| {
-                remap.partition.is_none() && remap.parent != SlotRef::NONE
+            .find(&(event.dev, from_sector, event.nr_sector), carried_on)
+            .or_else(|| {
+                self.remaps
+                    .find(&(from_dev, from_sector, event.nr_sector), carried_on)
             });
         let parent = match carried.and_then(|index| self.remaps.remove(index)) {
             Some(remap) => remap.parent,
@@ -61,8 +69,35 @@ impl Engine {
         );
     }
 
-    pub(super) fn on_queue(&mut self, event: &BlockEvent) {
+    /// A remap from an upper device (dm, md) whose own queue was not traced,
+    /// as with `blktrace -d` on the lower disk: the remap proves a bio of
+    /// this size was submitted there, so that bio is the user I/O, queued
+    /// where the remap says. Returns its pending fragment.
+    fn queue_seen_only_in_remap(
+        &mut self,
+        event: &BlockEvent,
+        from_dev: u32,
+        from_sector: u64,
+    ) -> Option<u32> {
+        if !self.is_upper_device(event.dev, from_dev) {
+            return None;
+        }
+        self.correlation.queues_from_remaps += 1;
+        let queued = BlockEvent {
+            dev: from_dev,
+            sector: from_sector,
+            ..*event
+        };
+        self.on_queue(&queued, false);
+        self.fragments.find(&(from_dev, from_sector), |fragment| {
+            fragment.state == FragmentState::Pending
+        })
+    }
+
+    /// `traced` unless the queue is inferred from a remap.
+    pub(super) fn on_queue(&mut self, event: &BlockEvent, traced: bool) {
         let disk = self.ensure_disk(event.dev);
+        self.devices[disk as usize].seen_queue |= traced;
         let remap = self
             .take_remap((event.dev, event.sector, event.nr_sector))
             .unwrap_or_default();

@@ -295,7 +295,7 @@ impl Engine {
                 from_dev,
                 from_sector,
             } => self.on_remap(event, from_dev, from_sector),
-            BlockAction::Queue => self.on_queue(event),
+            BlockAction::Queue => self.on_queue(event, true),
             BlockAction::Split { remainder } => self.on_split(event, remainder),
             BlockAction::Merge(kind) => self.on_merge(event, kind),
             BlockAction::Issue { request } => self.on_issue(event, request),

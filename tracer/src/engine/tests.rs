@@ -552,6 +552,59 @@ fn stacked_remap_continues_the_chain_on_the_lower_partition() {
     assert!(p1_origin.other.ops.is_empty());
 }
 
+/// `blktrace -d` on the lower disk of LVM on a partition (as on CentOS 7,
+/// where the dm remap names the partition): no queue on dm-0, two remaps.
+/// The dm bio is the user I/O, and the chain reaches the partition's bio.
+#[test]
+fn an_untraced_upper_device_is_read_from_its_remap_and_chained_down() {
+    let mut engine = engine();
+    engine.track_processes([42]);
+    let mut first = remap(MS, P1, 100, 8, DM, 60);
+    first.tgid = 42;
+    let mut lower = queue(MS, LOOP0, 2148, 8);
+    lower.tgid = 7;
+    feed(
+        &mut engine,
+        &[
+            first,
+            remap(MS, LOOP0, 2148, 8, P1, 100),
+            lower,
+            issue(2 * MS, LOOP0, 2148, 8),
+            complete(3 * MS, LOOP0, 2148, 8),
+        ],
+    );
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!((upper.user_ios, upper.bytes), (1, 4096));
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((p1.user_ios, p1.commands), (1, 1));
+    assert_eq!(engine.correlation().queues_from_remaps, 1);
+    assert_eq!(engine.correlation().unmatched_events, 0);
+    // Chained: the partition's bio is the tracked process's, not the kernel thread's.
+    let origins = engine.origins();
+    let p1_origin = origins.iter().find(|o| o.device == "loop0p1").unwrap();
+    assert_eq!(
+        p1_origin.tracked.op(Op::Write).map(|op| op.user_ios),
+        Some(1)
+    );
+}
+
+/// dm's clones of part of a traced bio (a target boundary, a stripe chunk)
+/// are remaps with no fragment of their size: never a second user I/O.
+#[test]
+fn partial_clones_of_a_traced_upper_bio_are_not_user_ios_again() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, DM, 100, 16),
+            remap(MS, LOOP0, 2148, 8, DM, 100),
+            remap(MS, LOOP0, 4196, 8, DM, 108),
+        ],
+    );
+    assert_eq!(disk_op(&engine, "dm-0", Op::Write).user_ios, 1);
+    assert_eq!(engine.correlation().queues_from_remaps, 0);
+}
+
 #[test]
 fn concurrent_io_to_the_same_sectors_is_first_in_first_out() {
     let mut engine = engine();
