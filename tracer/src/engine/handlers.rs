@@ -507,7 +507,7 @@ impl Engine {
             whole,
             last_issue_ns: command.issue_ns,
             latency_us: measured.then_some(latency_us),
-            error: error,
+            error,
         });
         if whole {
             if measured {
