@@ -310,6 +310,9 @@ pub struct DeviceReport {
     /// "major:minor".
     pub dev: String,
     pub geometry: DiskGeometry,
+    /// The geometry came from sysfs or `--geometry`; when false it is what
+    /// the trace showed: request-based if commands were seen, all else 0.
+    pub geometry_known: bool,
     pub measures: Measures,
     pub partitions: Vec<PartitionReport>,
     /// Removed (or its media gone) during the trace; measures are from before.
@@ -321,6 +324,9 @@ pub struct PartitionReport {
     pub name: String,
     pub dev: String,
     pub geometry: PartitionGeometry,
+    /// As for the disk; when false, `start` is read off the remaps (0 if
+    /// none said) and the size is unknown (0).
+    pub geometry_known: bool,
     pub measures: Measures,
     /// Removed during the trace (or with its disk); measures are from before.
     pub gone: bool,

@@ -494,3 +494,41 @@ fn text_that_is_no_trace_is_one_clear_line_and_exit_1() {
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
     assert!(stderr.contains("no blkparse event lines found"), "{stderr}");
 }
+
+/// Without `--geometry` a device is what the trace showed, said as such: no
+/// zeros passed off as a geometry, and a partition starts where its remaps
+/// say (dwj: 26696576 − 25670528 = 1026048 on 8:0).
+#[test]
+fn unknown_geometry_is_said_unknown_and_partition_starts_come_from_remaps() {
+    let out = analyze("blkparse", "dwj-lvm-on-sda2-two-level-remap.blkparse.txt");
+    assert!(out.status.success());
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let disk = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|d| d["dev"] == "8:0")
+        .expect("8:0 reported");
+    assert_eq!(disk["geometry_known"], false);
+    let partition = &disk["partitions"][0];
+    assert_eq!(partition["dev"], "8:2");
+    assert_eq!(partition["geometry_known"], false);
+    assert_eq!(partition["geometry"]["start"], 1026048);
+
+    let text = Command::new(env!("CARGO_BIN_EXE_iosplit-trace"))
+        .args(["analyze", "--from", "blkparse"])
+        .arg(corpus("dwj-lvm-on-sda2-two-level-remap.blkparse.txt"))
+        .output()
+        .unwrap();
+    // Words only: the report wraps at the terminal's width.
+    let text = String::from_utf8_lossy(&text.stdout)
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ");
+    assert!(text.contains("8:0 (8:0): disk, geometry unknown"), "{text}");
+    assert!(
+        text.contains("start sector 1,026,048 (read off its remaps), size unknown"),
+        "{text}"
+    );
+    assert!(!text.contains("logical 0 B"), "{text}");
+}

@@ -182,6 +182,9 @@ impl Default for Command {
 pub(super) struct Remap {
     /// The partition the bio was sent to (kernel dev_t), if it came from one.
     pub(super) partition: Option<u32>,
+    /// Where that partition starts on the disk (the remap's two sectors
+    /// apart), for a partition the geometry does not know.
+    pub(super) partition_start: u64,
     /// The upper device's user I/O, for a stacked remap.
     pub(super) parent: SlotRef,
 }
@@ -190,6 +193,7 @@ impl Default for Remap {
     fn default() -> Self {
         Remap {
             partition: None,
+            partition_start: 0,
             parent: SlotRef::NONE,
         }
     }

@@ -82,6 +82,8 @@ pub(crate) struct PartState {
     pub stats: DeviceStats,
     /// Missing from sysfs at the last refresh.
     pub gone: bool,
+    /// Its geometry came from sysfs or `--geometry`, not from the trace.
+    pub known: bool,
 }
 
 pub(crate) struct DeviceState {
@@ -222,6 +224,7 @@ impl Engine {
                     geometry: PartitionGeometry::default(),
                     stats: DeviceStats::default(),
                     gone: false,
+                    known: true,
                 });
                 device.parts.len() - 1
             }
@@ -229,6 +232,7 @@ impl Engine {
         let part = &mut device.parts[index];
         part.name = name;
         part.geometry = partition.clone();
+        part.known = true;
         if let Some(dev) = dev {
             self.dev_index.insert(
                 dev,
@@ -313,10 +317,22 @@ impl Engine {
             },
             stats: DeviceStats::default(),
             gone: false,
+            known: false,
         });
         let part = (device.parts.len() - 1) as u32;
         self.dev_index.insert(dev, DevSlot { disk, part });
         part
+    }
+
+    /// A partition the geometry does not know starts where its remaps say
+    /// (the first that says; a partition does not move while traced).
+    pub(super) fn learn_partition_start(&mut self, disk: u32, part: u32, start: u64) {
+        let Some(part) = self.devices[disk as usize].parts.get_mut(part as usize) else {
+            return;
+        };
+        if !part.known && part.geometry.start == 0 {
+            part.geometry.start = start;
+        }
     }
 
     pub(super) fn stats_mut(&mut self, target: Target) -> &mut OpStats {

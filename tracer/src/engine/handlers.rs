@@ -39,8 +39,8 @@ impl Engine {
             self.push_remap(
                 (event.dev, event.sector, event.nr_sector),
                 Remap {
-                    partition: None,
                     parent: io,
+                    ..Remap::default()
                 },
             );
             return;
@@ -64,6 +64,7 @@ impl Engine {
             (event.dev, event.sector, event.nr_sector),
             Remap {
                 partition: Some(from_dev),
+                partition_start: event.sector.saturating_sub(from_sector),
                 parent,
             },
         );
@@ -102,7 +103,11 @@ impl Engine {
             .take_remap((event.dev, event.sector, event.nr_sector))
             .unwrap_or_default();
         let part = match remap.partition {
-            Some(partition) => self.ensure_partition(disk, partition),
+            Some(partition) => {
+                let part = self.ensure_partition(disk, partition);
+                self.learn_partition_start(disk, part, remap.partition_start);
+                part
+            }
             None => NO_PART,
         };
         let parent = self

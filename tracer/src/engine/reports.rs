@@ -1,8 +1,9 @@
 //! What the engine reports: measures per device and per origin, and diagnoses.
 
+use super::devices::DeviceState;
 use super::stats::{self, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::{attribution, diagnose, Engine, OriginMeasures};
-use crate::geometry::DevId;
+use crate::geometry::{DevId, DiskGeometry};
 use crate::model::{DeviceReport, Finding, PartitionReport};
 
 impl Engine {
@@ -24,6 +25,7 @@ impl Engine {
                             name: part.name.clone(),
                             dev: DevId::from_kernel(part.dev).to_string(),
                             geometry: part.geometry.clone(),
+                            geometry_known: part.known,
                             measures: stats::measures(&per_op),
                             gone: part.gone,
                         }
@@ -34,13 +36,25 @@ impl Engine {
                     dev: device
                         .dev
                         .map_or_else(String::new, |dev| DevId::from_kernel(dev).to_string()),
-                    geometry: device.geometry.clone(),
+                    geometry: self.reported_geometry(device),
+                    geometry_known: device.known,
                     measures: stats::measures(&disk_total),
                     partitions,
                     gone: device.gone,
                 }
             })
             .collect()
+    }
+
+    /// A device's geometry as known, or, for one the geometry does not
+    /// know, what the trace showed of it: request-based when it issued
+    /// commands (the engine then matched its completions as requests').
+    fn reported_geometry(&self, device: &DeviceState) -> DiskGeometry {
+        let mut geometry = device.geometry.clone();
+        if !device.known {
+            geometry.request_based = !device.bio_based();
+        }
+        geometry
     }
 
     /// Per disk and partition with traffic: the tracked processes' I/O vs the rest.

@@ -319,12 +319,14 @@ fn device_report(disk: DiskGeometry) -> DeviceReport {
                 name: part.name.clone(),
                 dev: dev_text(part.dev),
                 geometry: part.clone(),
+                geometry_known: true,
                 measures: Measures::default(),
                 gone: false,
             })
             .collect(),
         measures: Measures::default(),
         geometry: disk,
+        geometry_known: true,
         gone: false,
     }
 }

@@ -84,7 +84,7 @@ pub fn render_report(report: &Report, width: u16) -> String {
             device.name,
             device.dev,
             gone_note(device.gone),
-            disk_summary(&device.geometry)
+            disk_summary(&device.geometry, device.geometry_known)
         ));
         diagnosed_line(&mut out, "  ", &diagnosed);
         measures(&mut out, "  ", &device.measures);
@@ -97,7 +97,7 @@ pub fn render_report(report: &Report, width: u16) -> String {
                 partition.name,
                 partition.dev,
                 gone_note(partition.gone),
-                partition_summary(&partition.geometry)
+                partition_summary(&partition.geometry, partition.geometry_known)
             ));
             diagnosed_line(&mut out, "    ", &diagnosed);
             measures(&mut out, "    ", &partition.measures);
@@ -655,7 +655,15 @@ fn gone_note(gone: bool) -> &'static str {
     }
 }
 
-fn disk_summary(geometry: &DiskGeometry) -> String {
+fn disk_summary(geometry: &DiskGeometry, known: bool) -> String {
+    if !known {
+        // Only what the trace showed; zeros would read as a real geometry.
+        let kind = match geometry.request_based {
+            true => "request-based (commands seen)",
+            false => "no request commands seen (bio-based, or not traced)",
+        };
+        return format!("disk, geometry unknown, {kind}");
+    }
     let mut parts = vec![format!(
         "disk, {}",
         units::bytes(geometry.size_sectors as f64 * 512.0)
@@ -690,7 +698,16 @@ fn disk_summary(geometry: &DiskGeometry) -> String {
     parts.join(", ")
 }
 
-fn partition_summary(geometry: &PartitionGeometry) -> String {
+fn partition_summary(geometry: &PartitionGeometry, known: bool) -> String {
+    if !known {
+        return match geometry.start {
+            0 => "partition, geometry unknown".to_string(),
+            start => format!(
+                "partition, start sector {} (read off its remaps), size unknown",
+                units::thousands(start)
+            ),
+        };
+    }
     let mut text = format!(
         "partition {}, start sector {}, {} sectors ({})",
         geometry.number,

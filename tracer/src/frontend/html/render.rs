@@ -365,12 +365,15 @@ fn offset_svg(
         format!("{}:{}", dev.major, dev.minor)
     });
     let mut html = String::new();
-    let physical = disk.map(|d| d.physical_block_size).unwrap_or(0);
+    let physical = match disk.map(|d| d.physical_block_size) {
+        Some(size) if size > 0 => bytes(u64::from(size)),
+        _ => "unknown (no geometry)".to_string(),
+    };
     let _ = write!(
         html,
         "<h3>{}</h3><p>Physical block {} · each row {} · dashed lines: partition starts.</p>",
         escape(&name),
-        bytes(u64::from(physical)),
+        physical,
         bytes((row_sectors * 512.0) as u64)
     );
     html.push_str(&svg(|root| {

@@ -887,6 +887,7 @@ mod tests {
                 dev: "7:0".to_string(),
                 gone: false,
                 geometry: DiskGeometry::default(),
+                geometry_known: true,
                 measures,
                 partitions: Vec::new(),
             }],
