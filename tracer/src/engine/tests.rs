@@ -2328,3 +2328,46 @@ fn split_shares_count_user_ios_of_the_op_they_name() {
     assert_eq!(write.split_share(), 1.0);
     assert_eq!(disk_op(&engine, "loop0", Op::Read).split_user_ios, 0);
 }
+
+/// dm-stripe traced alone prints Q and X lines only: no command below the
+/// splits, so nothing is concluded about their cost, and the fix is dm's own
+/// boundaries, not "a stacked device above" the dm device itself.
+#[test]
+fn splits_on_a_bio_based_device_with_no_commands_in_the_trace_are_not_priced() {
+    let mut engine = engine();
+    for index in 0..20 {
+        // 64 KiB bios cut at a 12 KiB stripe chunk: no queue limit of dm-0 says so.
+        let base = index * 128 + 8;
+        feed(
+            &mut engine,
+            &[
+                queue(MS * (index + 1), DM, base, 128),
+                split(MS * (index + 1), DM, base, base + 16),
+            ],
+        );
+    }
+    let finding = finding_of(&engine, Code::SplitAmplification);
+    let Evidence::SplitAmplification(split) = &finding.evidence else {
+        panic!("not a split");
+    };
+    assert_eq!(
+        (split.cost, split.fix),
+        (SplitCost::Unmeasured, SplitFix::AlignToOwnBoundaries)
+    );
+    assert_eq!(split.commands, 0);
+    assert!(split.what_if.is_none());
+    assert_eq!(finding.severity, Severity::Info);
+    let words = crate::explain::words(&finding);
+    assert!(
+        words.explanation.contains("cannot be measured"),
+        "{}",
+        words.explanation
+    );
+    assert!(
+        !words.explanation.contains("cost nothing"),
+        "{}",
+        words.explanation
+    );
+    assert!(words.fix.contains("dmsetup table dm-0"), "{}", words.fix);
+    assert!(!words.fix.contains("above dm-0"), "{}", words.fix);
+}

@@ -19,22 +19,31 @@ pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) ->
             exact_size(evidence.command_size_mean / 1024 * 1024)
         ),
         SplitCost::ExtraCommands => String::new(),
+        SplitCost::Unmeasured => " The trace holds no command of these user I/Os (no issue, completion or remap below them), so what the splits cost the device cannot be measured from it.".to_string(),
+    };
+    let became = match evidence.cost {
+        SplitCost::Unmeasured => format!(
+            "they became {} fragments (median user I/O {} bytes)",
+            evidence.fragments, evidence.user_io_size_p50
+        ),
+        _ => format!(
+            "they became {} fragments and {} commands, {amplification:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes)",
+            evidence.fragments,
+            evidence.commands,
+            evidence.user_io_size_p50,
+            evidence.command_size_p50,
+        ),
     };
     let explanation = format!(
-        "{} of {} {} user I/Os on {} ({:.1}%) were split, {} times in all, {} of the splits by {} ({cause_count}); they became {} fragments and {} commands, {:.2} commands per user I/O (median user I/O {} bytes, median command {} bytes). {detail}{cost}",
+        "{} of {} {} user I/Os on {} ({:.1}%) were split, {} times in all, {} of the splits by {} ({cause_count}); {became}. {detail}{cost}",
         evidence.split_user_ios,
         evidence.user_ios,
         evidence.op.as_str(),
-        evidence.splits,
         finding.device,
         share * 100.0,
+        evidence.splits,
         if cause_count == evidence.splits { "all" } else { "most" },
         evidence.cause.key(),
-        evidence.fragments,
-        evidence.commands,
-        amplification,
-        evidence.user_io_size_p50,
-        evidence.command_size_p50,
     );
     Words { explanation, fix }
 }
@@ -131,6 +140,14 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
             format!(
                 "align {name}'s start and discard ranges to {} bytes",
                 evidence.discard_granularity
+            ),
+        ),
+        SplitFix::AlignToOwnBoundaries => (
+            format!(
+                "No queue limit explains the split points, and {disk} is bio-based (device-mapper or md): it splits I/O at its own boundaries, where a target ends or a stripe chunk does."
+            ),
+            format!(
+                "align the I/O on {name} to {disk}'s chunk or target boundaries (`dmsetup table {disk}`, or `mdadm --detail` for md)"
             ),
         ),
         SplitFix::CheckStackedDevices => (

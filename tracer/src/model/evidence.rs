@@ -349,6 +349,9 @@ pub enum SplitCost {
     AbsorbedByMerges,
     /// The pieces are still large commands (`command_size_mean`): little.
     LargePieces,
+    /// No command of these user I/Os is in the trace (a bio-based device
+    /// traced without remaps or completions below it): not measured.
+    Unmeasured,
 }
 
 /// `merge_blocked`.

@@ -92,6 +92,9 @@ pub enum SplitFix {
     AlignDiscards,
     /// `unknown`: look for stacked devices that split on their own limits.
     CheckStackedDevices,
+    /// `unknown` on a bio-based device (device-mapper, md): it splits at
+    /// its own boundaries, a target's end or a stripe chunk.
+    AlignToOwnBoundaries,
 }
 
 impl Serialize for SplitFix {

@@ -42,7 +42,9 @@ impl Check for SplitAmplification {
         // What the split costs the device, net of merges: nothing when merges
         // left at most one command per user I/O, little when the pieces are
         // still large commands.
-        let cost = if amplification <= 1.0 {
+        let cost = if total.commands == 0 {
+            SplitCost::Unmeasured
+        } else if amplification <= 1.0 {
             SplitCost::AbsorbedByMerges
         } else if command_size_mean >= LARGE_COMMAND_BYTES {
             SplitCost::LargePieces
@@ -103,6 +105,9 @@ impl Check for SplitAmplification {
         let Evidence::SplitAmplification(evidence) = &finding.evidence else {
             return;
         };
+        if evidence.cost == SplitCost::Unmeasured {
+            return;
+        }
         let Some(total) = traffic.op(evidence.op) else {
             return;
         };
@@ -157,6 +162,7 @@ fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) ->
         },
         SplitCause::VirtBoundary => SplitFix::AlignedBuffers,
         SplitCause::DiscardGranularity => SplitFix::AlignDiscards,
+        SplitCause::Unknown if traffic.device.bio_based() => SplitFix::AlignToOwnBoundaries,
         SplitCause::Unknown => SplitFix::CheckStackedDevices,
     }
 }
@@ -177,7 +183,10 @@ fn split_op<'t>(traffic: &'t DeviceTraffic<'_>) -> Option<(Op, &'t OpStats)> {
 fn a_setting_fixes(fix: SplitFix) -> bool {
     !matches!(
         fix,
-        SplitFix::AtHardwareLimit | SplitFix::SmallerIo { .. } | SplitFix::CheckStackedDevices
+        SplitFix::AtHardwareLimit
+            | SplitFix::SmallerIo { .. }
+            | SplitFix::CheckStackedDevices
+            | SplitFix::AlignToOwnBoundaries
     )
 }
 
