@@ -16,6 +16,10 @@ struct Op {
     user_ios: Option<u64>,
     commands: Option<u64>,
     requeues: Option<u64>,
+    /// User I/Os cut at least once.
+    split_user_ios: Option<u64>,
+    /// (cause key, splits) the report attributes.
+    split_cause: Option<(&'static str, u64)>,
     /// Completions with an error status, all EIO in this corpus.
     failed_eio: Option<u64>,
     /// (min, max) queue→complete in µs, as the expert read them.
@@ -30,6 +34,8 @@ const OP: Op = Op {
     user_ios: None,
     commands: None,
     requeues: None,
+    split_user_ios: None,
+    split_cause: None,
     failed_eio: None,
     q2c: None,
     i2c: None,
@@ -175,6 +181,7 @@ const CASES: &[Case] = &[
             failed_eio: Some(0),
             q2c: Some((33.783, 115.106)),
             i2c: Some((12.554, 28.043)),
+            ..OP
         }],
         notes: &["10 G, 12 I"],
     },
@@ -188,9 +195,11 @@ const CASES: &[Case] = &[
             op: "discard",
             user_ios: Some(1),
             commands: Some(20),
+            split_user_ios: Some(1),
+            split_cause: Some(("max_discard", 19)),
             ..OP
         }],
-        notes: &["20 G, 20 I"],
+        notes: &["20 G, 20 I", "19 splits print no split point"],
     },
     Case {
         file: "kulkarni-nullb-mq-deadline-merge.blkparse.txt",
@@ -423,6 +432,14 @@ fn every_corpus_trace_reads_as_the_manifest_says() {
                 fail(format!("no device {}", op.dev));
                 continue;
             };
+            if let Some((cause, want)) = op.split_cause {
+                if m["split_causes"][cause].as_u64() != Some(want) {
+                    fail(format!(
+                        "{} {} split_causes = {}, expected {cause} {want}",
+                        op.dev, op.op, m["split_causes"]
+                    ));
+                }
+            }
             if let Some(want) = op.failed_eio.filter(|n| *n > 0) {
                 if m["errors"]["EIO"].as_u64() != Some(want) {
                     fail(format!(
@@ -435,6 +452,7 @@ fn every_corpus_trace_reads_as_the_manifest_says() {
                 ("user_ios", op.user_ios),
                 ("commands", op.commands),
                 ("requeues", op.requeues),
+                ("split_user_ios", op.split_user_ios),
                 ("failed_commands", op.failed_eio),
             ] {
                 if let Some(want) = want {

@@ -327,6 +327,7 @@ const NOMERGES: DevId = DevId::new(7, 8);
 const RAID: DevId = DevId::new(8, 0);
 const RAID1: DevId = DevId::new(8, 1);
 const FAILING: DevId = DevId::new(7, 7);
+const DISCARDING: DevId = DevId::new(7, 6);
 
 fn rwbs(text: &str) -> [u8; RWBS_BYTES] {
     let mut bytes = [0; RWBS_BYTES];
@@ -480,6 +481,41 @@ fn failing_disk() -> DiskGeometry {
         partitions: Vec::new(),
         block_size: None,
         ..loop9()
+    }
+}
+
+/// An SSD-like disk whose discard cap (64 KiB) is far below what it takes.
+fn discard_disk() -> DiskGeometry {
+    DiskGeometry {
+        name: "loop6".into(),
+        dev: Some(DISCARDING),
+        partitions: Vec::new(),
+        block_size: None,
+        discard_granularity: 4096,
+        discard_max_bytes: 64 << 10,
+        discard_max_hw_bytes: 2 << 30,
+        ..loop9()
+    }
+}
+
+/// 1 MiB discards to loop6, each cut into 16 pieces at its 64 KiB cap.
+fn capped_discards(sink: &mut impl EventSink, base: u64, count: u64) {
+    let discard = |event: BlockEvent| BlockEvent {
+        rwbs: rwbs("DS"),
+        ..event
+    };
+    for index in 0..count {
+        let sector = index * 2048;
+        let ts = base + MS * (index + 1);
+        sink.block_event(&discard(queue(ts, DISCARDING, sector, 2048)));
+        for piece in 0..16 {
+            let start = sector + piece * 128;
+            if piece < 15 {
+                sink.block_event(&discard(split(ts, DISCARDING, start, start + 128)));
+            }
+            sink.block_event(&discard(issue(ts + 1000, DISCARDING, start, 128)));
+            sink.block_event(&discard(complete(ts + 9000, DISCARDING, start, 128)));
+        }
     }
 }
 
@@ -793,7 +829,14 @@ fn documents() -> Vec<(String, Value)> {
     let every = scratch.0.join("every-code.iotrace");
     write_recording(
         &every,
-        vec![loop9(), virtio(), nomerges_disk(), raid(), failing_disk()],
+        vec![
+            loop9(),
+            virtio(),
+            nomerges_disk(),
+            raid(),
+            failing_disk(),
+            discard_disk(),
+        ],
         None,
         |sink| {
             misaligned_writes(sink, 0, 20);
@@ -802,6 +845,7 @@ fn documents() -> Vec<(String, Value)> {
             requeued_tails(sink, 300 * MS, 32);
             unmerged_small_writes(sink, 700 * MS, 32);
             failed_writes(sink, 800 * MS, 8);
+            capped_discards(sink, 900 * MS, 20);
         },
     );
     let report = analyze(&[&path(every)]);

@@ -20,6 +20,8 @@ pub struct SplitLimits {
     /// Logical block size in sectors, at least 1.
     pub lbs_sectors: u64,
     pub virt_boundary_mask: u64,
+    /// `discard_max_bytes` in sectors (0: unknown).
+    pub max_discard_sectors: u64,
 }
 
 impl SplitLimits {
@@ -32,6 +34,7 @@ impl SplitLimits {
             pbs_sectors: power_of_two_sectors(disk.physical_block_size),
             lbs_sectors: power_of_two_sectors(disk.logical_block_size),
             virt_boundary_mask: disk.virt_boundary_mask,
+            max_discard_sectors: disk.discard_max_bytes / SECTOR_BYTES,
         }
     }
 
@@ -69,7 +72,8 @@ fn power_of_two_sectors(bytes: u32) -> u64 {
 
 /// Infers why the front piece `[sector, new_sector)` was split off a bio.
 ///
-/// In order: discards split on `discard_granularity`; a piece ending on a
+/// In order: a discard piece is `max_discard`, or `discard_granularity`
+/// when shorter than the known limit; a piece ending on a
 /// chunk boundary short of `max_sectors` is `chunk_boundary`; a piece of
 /// exactly the `get_max_io_size()` length is `max_sectors`, or
 /// `physical_block` when the start was not physical-block aligned (the
@@ -82,10 +86,15 @@ pub fn split_cause(limits: &SplitLimits, op: Op, sector: u64, new_sector: u64) -
     if new_sector <= sector {
         return SplitCause::Unknown;
     }
-    if op == Op::Discard {
-        return SplitCause::DiscardGranularity;
-    }
     let piece = new_sector - sector;
+    if op == Op::Discard {
+        // Only a discard over max_discard_sectors is cut; the piece ends
+        // short of that limit where the end is rounded to the granularity.
+        return match limits.max_discard_sectors {
+            max if max != 0 && piece < max => SplitCause::DiscardGranularity,
+            _ => SplitCause::MaxDiscard,
+        };
+    }
     let limit = limits.max_io_sectors(sector);
     let below_max = limits.max_sectors == 0 || piece < limits.max_sectors;
     if limits.chunk_sectors != 0 && new_sector.is_multiple_of(limits.chunk_sectors) && below_max {
@@ -143,6 +152,7 @@ mod tests {
             pbs_sectors: 1,
             lbs_sectors: 1,
             virt_boundary_mask: 0,
+            max_discard_sectors: 0,
         }
     }
 
@@ -155,6 +165,7 @@ mod tests {
             pbs_sectors: 8,
             lbs_sectors: 1,
             virt_boundary_mask: 0,
+            max_discard_sectors: 0,
         }
     }
 
@@ -234,10 +245,23 @@ mod tests {
     }
 
     #[test]
-    fn discard_splits_are_discard_granularity() {
+    fn discard_splits_are_max_discard_unless_shortened_to_the_granularity() {
+        let limits = SplitLimits {
+            max_discard_sectors: 2048,
+            ..vda()
+        };
         assert_eq!(
-            split_cause(&vda(), Op::Discard, 0, 2560),
+            split_cause(&limits, Op::Discard, 0, 2048),
+            SplitCause::MaxDiscard
+        );
+        assert_eq!(
+            split_cause(&limits, Op::Discard, 100, 2048),
             SplitCause::DiscardGranularity
+        );
+        // Limit unknown (an import): the cut itself says the discard was over it.
+        assert_eq!(
+            split_cause(&vda(), Op::Discard, 0, 4),
+            SplitCause::MaxDiscard
         );
     }
 
@@ -301,6 +325,7 @@ mod tests {
                 "physical_block",
                 "virt_boundary",
                 "discard_granularity",
+                "max_discard",
                 "unknown"
             ]
         );

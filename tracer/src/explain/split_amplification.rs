@@ -142,6 +142,29 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 evidence.discard_granularity
             ),
         ),
+        SplitFix::RaiseDiscardMaxBytes { to_bytes } => (
+            format!(
+                "Each piece is discard_max_bytes = {}, the queue's discard cap; the device accepts up to {} (discard_max_hw_bytes).",
+                exact_size(evidence.discard_max_bytes),
+                exact_size(evidence.discard_max_hw_bytes)
+            ),
+            format!("raise /sys/block/{disk}/queue/discard_max_bytes to {to_bytes}"),
+        ),
+        SplitFix::AtDiscardLimit => {
+            let limit = match evidence.discard_max_bytes {
+                0 => format!(
+                    "the device's discard limit, which the trace does not give; the pieces are {} (median command)",
+                    exact_size(evidence.command_size_p50)
+                ),
+                bytes => format!("discard_max_bytes = {}, the device's own ceiling", exact_size(bytes)),
+            };
+            (
+                format!("The kernel cuts a discard only where it exceeds {limit}."),
+                format!(
+                    "none needed at the queue: {disk} takes discards of at most that size; the extra commands are the device's cost of a large discard"
+                ),
+            )
+        }
         SplitFix::AlignToOwnBoundaries => (
             format!(
                 "No queue limit explains the split points, and {disk} is bio-based (device-mapper or md): it splits I/O at its own boundaries, where a target ends or a stripe chunk does."

@@ -653,3 +653,59 @@ fn statuses_are_said_most_frequent_first() {
     assert_eq!(super::statuses(&errors), "ENOSPC ×7, EAGAIN ×1, EIO ×1");
     assert_eq!(super::statuses(&BTreeMap::new()), "");
 }
+
+/// Discards cut at a 64 KiB `discard_max_bytes` on a disk that takes 2 GiB:
+/// the fix names the setting and the hardware's value.
+#[test]
+fn discards_cut_at_their_cap_name_discard_max_bytes() {
+    let disk = DiskGeometry {
+        discard_max_bytes: 64 << 10,
+        discard_max_hw_bytes: 2 << 30,
+        ..loop0()
+    };
+    let mut engine = Engine::new(vec![disk], EngineLimits::default());
+    let discard = |event: BlockEvent| BlockEvent {
+        rwbs: *b"DS\0\0\0\0\0\0",
+        ..event
+    };
+    for index in 0..20 {
+        let (ts, sector) = (MS * (index + 1), 20_000 + index * 512);
+        engine.ingest(&discard(queue(ts, LOOP0, sector, 512)));
+        for piece in 0..4 {
+            let start = sector + piece * 128;
+            if piece < 3 {
+                engine.ingest(&discard(BlockEvent {
+                    aux_sector: start + 128,
+                    ..event(EventKind::Split, ts, LOOP0, start, 0)
+                }));
+            }
+            engine.ingest(&discard(issue(ts, LOOP0, start, 128)));
+            engine.ingest(&discard(complete(ts, LOOP0, start, 128)));
+        }
+    }
+    let found = worded(&engine);
+    let split = find(&found, Code::SplitAmplification);
+    let Evidence::SplitAmplification(evidence) = &split.evidence else {
+        panic!("not a split");
+    };
+    assert_eq!(evidence.cause, SplitCause::MaxDiscard);
+    assert_eq!(evidence.op, Op::Discard);
+    assert_eq!(
+        evidence.fix,
+        SplitFix::RaiseDiscardMaxBytes { to_bytes: 2 << 30 }
+    );
+    assert!(
+        split.explanation.contains("20 of 20 discard user I/Os"),
+        "{}",
+        split.explanation
+    );
+    assert!(
+        split.explanation.contains("discard_max_bytes = 64 KiB"),
+        "{}",
+        split.explanation
+    );
+    assert_eq!(
+        split.fix,
+        "raise /sys/block/loop0/queue/discard_max_bytes to 2147483648"
+    );
+}

@@ -335,6 +335,8 @@ fn split_diagnosis() -> Diagnosis {
             chunk_sectors: 0,
             virt_boundary_mask: 0,
             discard_granularity: 0,
+            discard_max_bytes: 0,
+            discard_max_hw_bytes: 0,
             partition: None,
             fix: SplitFix::AtHardwareLimit,
             what_if: None,

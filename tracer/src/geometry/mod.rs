@@ -81,6 +81,12 @@ pub struct DiskGeometry {
     pub chunk_sectors: u32,
     pub nomerges: u32,
     pub discard_granularity: u32,
+    /// `queue/discard_max_bytes`: the longest discard one command takes
+    /// (0: none, or unknown), and the hardware's ceiling for it.
+    #[serde(default)]
+    pub discard_max_bytes: u64,
+    #[serde(default)]
+    pub discard_max_hw_bytes: u64,
     pub rotational: bool,
     /// Active I/O scheduler, e.g. "mq-deadline" or "none".
     pub scheduler: String,

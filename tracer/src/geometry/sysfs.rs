@@ -137,6 +137,8 @@ pub fn read_disk_in(
         chunk_sectors: read_u32(&queue, "chunk_sectors").unwrap_or(0),
         nomerges: read_u32(&queue, "nomerges").unwrap_or(0),
         discard_granularity: read_u32(&queue, "discard_granularity").unwrap_or(0),
+        discard_max_bytes: read_u64(&queue, "discard_max_bytes").unwrap_or(0),
+        discard_max_hw_bytes: read_u64(&queue, "discard_max_hw_bytes").unwrap_or(0),
         rotational: read_u32(&queue, "rotational").is_some_and(|value| value != 0),
         scheduler: read_text(&queue, "scheduler")
             .map(|line| active_scheduler(&line))
@@ -369,6 +371,8 @@ mod tests {
                 ("queue/chunk_sectors", "256"),
                 ("queue/nomerges", "2"),
                 ("queue/discard_granularity", "4096"),
+                ("queue/discard_max_bytes", "2147483648"),
+                ("queue/discard_max_hw_bytes", "4294966784"),
                 ("queue/rotational", "1"),
                 ("queue/scheduler", "none [mq-deadline] kyber bfq"),
                 ("mq/0/nr_tags", "128"),
@@ -412,6 +416,10 @@ mod tests {
         assert_eq!(disk.chunk_sectors, 256);
         assert_eq!(disk.nomerges, 2);
         assert_eq!(disk.discard_granularity, 4096);
+        assert_eq!(
+            (disk.discard_max_bytes, disk.discard_max_hw_bytes),
+            (2147483648, 4294966784)
+        );
         assert!(disk.rotational);
         assert_eq!(disk.scheduler, "mq-deadline");
         assert!(disk.request_based);

@@ -19,11 +19,14 @@ pub enum SplitCause {
     PhysicalBlock,
     VirtBoundary,
     DiscardGranularity,
+    /// A discard longer than `max_discard_sectors` (`discard_max_bytes`):
+    /// the only reason the kernel cuts discards at all.
+    MaxDiscard,
     Unknown,
 }
 
 impl SplitCause {
-    pub const COUNT: usize = 8;
+    pub const COUNT: usize = 9;
     pub const ALL: [SplitCause; Self::COUNT] = [
         SplitCause::MaxSectors,
         SplitCause::MaxSegments,
@@ -32,6 +35,7 @@ impl SplitCause {
         SplitCause::PhysicalBlock,
         SplitCause::VirtBoundary,
         SplitCause::DiscardGranularity,
+        SplitCause::MaxDiscard,
         SplitCause::Unknown,
     ];
 
@@ -45,6 +49,7 @@ impl SplitCause {
             SplitCause::PhysicalBlock => "physical_block",
             SplitCause::VirtBoundary => "virt_boundary",
             SplitCause::DiscardGranularity => "discard_granularity",
+            SplitCause::MaxDiscard => "max_discard",
             SplitCause::Unknown => "unknown",
         }
     }

@@ -325,6 +325,9 @@ pub struct SplitAmplificationEvidence {
     pub chunk_sectors: u32,
     pub virt_boundary_mask: u64,
     pub discard_granularity: u32,
+    /// The discard limit and its hardware ceiling (0: unknown).
+    pub discard_max_bytes: u64,
+    pub discard_max_hw_bytes: u64,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
     /// Raising `max_sectors_kb` is `proposed_max_sectors_kb`, the value

@@ -95,6 +95,11 @@ pub enum SplitFix {
     /// `unknown` on a bio-based device (device-mapper, md): it splits at
     /// its own boundaries, a target's end or a stripe chunk.
     AlignToOwnBoundaries,
+    /// `max_discard`: raise `discard_max_bytes` to the hardware's ceiling.
+    RaiseDiscardMaxBytes { to_bytes: u64 },
+    /// `max_discard` at the ceiling (or an unknown limit): the device takes
+    /// discards of at most that size; the pieces are its own.
+    AtDiscardLimit,
 }
 
 impl Serialize for SplitFix {
@@ -103,6 +108,11 @@ impl Serialize for SplitFix {
             SplitFix::RaiseMaxSectorsKb { to_kb } => {
                 let mut map = serializer.serialize_map(Some(1))?;
                 map.serialize_entry("proposed_max_sectors_kb", to_kb)?;
+                map.end()
+            }
+            SplitFix::RaiseDiscardMaxBytes { to_bytes } => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("proposed_discard_max_bytes", to_bytes)?;
                 map.end()
             }
             _ => serializer.serialize_map(Some(0))?.end(),

@@ -239,6 +239,7 @@ impl Builder {
             .filter(|w| w[1].ts_ns < w[0].ts_ns)
             .count();
         events.sort_by_key(|event| event.ts_ns);
+        let split_points_read = read_split_points(&mut events);
         let count = |kinds: &[EventKind]| {
             events
                 .iter()
@@ -264,6 +265,11 @@ impl Builder {
         if out_of_order > 0 {
             notes.push(format!(
                 "{format} lines are not in time order ({out_of_order} steps back, as `blkparse -i -` and per-CPU batches print): events sorted by time"
+            ));
+        }
+        if split_points_read > 0 {
+            notes.push(format!(
+                "{split_points_read} splits print no split point (`X … / 0`, as some kernels print discards): each read off the next line of its range, the piece it left"
             ));
         }
         if queued == 0 {
@@ -348,6 +354,37 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
         })
         .collect();
     list.join(", ")
+}
+
+/// Lines this far ahead are searched for a split's piece.
+const SPLIT_LOOKAHEAD: usize = 4096;
+
+/// Splits printed without their split point (`X DS 0 / 0`) take it from the
+/// next event of their device at their sector with a length: the piece the
+/// cut left (its issue, or its completion). Returns how many were read.
+fn read_split_points(events: &mut [BlockEvent]) -> u64 {
+    let mut read = 0;
+    for index in 0..events.len() {
+        let split = events[index];
+        if split.kind != EventKind::Split as u8 || split.aux_sector > split.sector {
+            continue;
+        }
+        let piece = events[index + 1..]
+            .iter()
+            .take(SPLIT_LOOKAHEAD)
+            .find(|e| {
+                e.dev == split.dev
+                    && e.sector == split.sector
+                    && e.nr_sector > 0
+                    && e.kind != EventKind::Split as u8
+            })
+            .map(|e| e.nr_sector);
+        if let Some(piece) = piece {
+            events[index].aux_sector = split.sector + u64::from(piece);
+            read += 1;
+        }
+    }
+    read
 }
 
 /// Partitions whose remaps onto their disk (same major) all give one start.

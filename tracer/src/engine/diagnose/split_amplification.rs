@@ -85,6 +85,8 @@ impl Check for SplitAmplification {
             chunk_sectors: geometry.chunk_sectors,
             virt_boundary_mask: geometry.virt_boundary_mask,
             discard_granularity: geometry.discard_granularity,
+            discard_max_bytes: geometry.discard_max_bytes,
+            discard_max_hw_bytes: geometry.discard_max_hw_bytes,
             partition: partition_place(traffic.partition),
             fix,
             what_if: None,
@@ -162,6 +164,15 @@ fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) ->
         },
         SplitCause::VirtBoundary => SplitFix::AlignedBuffers,
         SplitCause::DiscardGranularity => SplitFix::AlignDiscards,
+        SplitCause::MaxDiscard
+            if geometry.discard_max_hw_bytes > geometry.discard_max_bytes
+                && geometry.discard_max_bytes > 0 =>
+        {
+            SplitFix::RaiseDiscardMaxBytes {
+                to_bytes: geometry.discard_max_hw_bytes,
+            }
+        }
+        SplitCause::MaxDiscard => SplitFix::AtDiscardLimit,
         SplitCause::Unknown if traffic.device.bio_based() => SplitFix::AlignToOwnBoundaries,
         SplitCause::Unknown => SplitFix::CheckStackedDevices,
     }
@@ -187,6 +198,7 @@ fn a_setting_fixes(fix: SplitFix) -> bool {
             | SplitFix::SmallerIo { .. }
             | SplitFix::CheckStackedDevices
             | SplitFix::AlignToOwnBoundaries
+            | SplitFix::AtDiscardLimit
     )
 }
 
