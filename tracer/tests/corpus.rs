@@ -47,6 +47,8 @@ struct Case {
     /// Non-zero event counts; every other kind must be 0.
     events: &'static [(&'static str, u64)],
     duration_us: Option<f64>,
+    /// `correlation.unmatched_events`, where the expert reading explains every line.
+    unmatched: Option<u64>,
     ops: &'static [Op],
     /// Substrings of stderr notes.
     notes: &'static [&'static str],
@@ -58,6 +60,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 5), ("issue", 5), ("complete", 5)],
         duration_us: Some(391.614),
+        unmatched: None,
         ops: &[
             Op {
                 dev: "259:0",
@@ -86,6 +89,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 5), ("issue", 5), ("complete", 5)],
         duration_us: Some(376.756),
+        unmatched: Some(0),
         ops: &[Op {
             dev: "259:1",
             op: "write",
@@ -106,6 +110,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 2), ("complete", 2)],
         duration_us: Some(62.680),
+        unmatched: None,
         ops: &[Op {
             dev: "259:0",
             op: "write",
@@ -119,6 +124,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1), ("complete", 1)],
         duration_us: Some(87.360),
+        unmatched: None,
         ops: &[],
         notes: &["2 events precede blkparse's first one", "no D lines"],
     },
@@ -127,6 +133,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1), ("split", 6), ("issue", 2), ("complete", 3)],
         duration_us: None,
+        unmatched: None,
         ops: &[Op {
             dev: "251:0",
             op: "write",
@@ -143,6 +150,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[],
         duration_us: Some(0.0),
+        unmatched: None,
         ops: &[],
         notes: &["no block I/O events", "2 notify (m N), 4 passthrough"],
     },
@@ -151,6 +159,7 @@ const CASES: &[Case] = &[
         from: "ftrace-blk",
         events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(20690.0),
+        unmatched: None,
         ops: &[Op {
             dev: "8:1",
             op: "read",
@@ -172,6 +181,7 @@ const CASES: &[Case] = &[
             ("requeue", 3),
         ],
         duration_us: Some(833.834),
+        unmatched: Some(0),
         ops: &[Op {
             dev: "252:0",
             op: "write",
@@ -190,6 +200,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1), ("split", 19), ("issue", 20), ("complete", 20)],
         duration_us: Some(549.881),
+        unmatched: None,
         ops: &[Op {
             dev: "252:0",
             op: "discard",
@@ -208,9 +219,12 @@ const CASES: &[Case] = &[
             ("queue", 5),
             ("backmerge", 4),
             ("issue", 1),
-            ("complete", 6),
+            // The request's C, then the five bounced bios' own.
+            ("complete", 1),
+            ("bio_complete", 5),
         ],
         duration_us: Some(347.291),
+        unmatched: Some(0),
         ops: &[Op {
             dev: "252:0",
             op: "write",
@@ -219,13 +233,18 @@ const CASES: &[Case] = &[
             i2c: Some((31.118, 31.118)),
             ..OP
         }],
-        notes: &["5 B, 1 G, 1 I", "4 merges counted as back merges"],
+        notes: &[
+            "5 B, 1 G, 1 I",
+            "4 merges counted as back merges",
+            "5 C lines are bounced bios' own completions",
+        ],
     },
     Case {
         file: "ruffell-lvm-nvme-4.4-standard.blkparse.txt",
         from: "blkparse",
         events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(1554.150),
+        unmatched: None,
         ops: &[
             Op {
                 dev: "259:0",
@@ -256,6 +275,7 @@ const CASES: &[Case] = &[
             ("complete", 1),
         ],
         duration_us: Some(1710.024),
+        unmatched: None,
         ops: &[Op {
             dev: "259:0",
             op: "read",
@@ -269,6 +289,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 2), ("queue", 1)],
         duration_us: None,
+        unmatched: Some(0),
         // Both remaps chained: the write submitted to dm-0 is its user I/O.
         ops: &[
             Op {
@@ -296,6 +317,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[],
         duration_us: Some(0.0),
+        unmatched: None,
         ops: &[],
         notes: &["no block I/O events", "4 notify (m N)"],
     },
@@ -304,6 +326,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1)],
         duration_us: None,
+        unmatched: None,
         ops: &[Op {
             dev: "8:144",
             op: "read",
@@ -318,6 +341,7 @@ const CASES: &[Case] = &[
         from: "ftrace-blk",
         events: &[("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(91.0),
+        unmatched: None,
         ops: &[Op {
             dev: "249:1",
             op: "read",
@@ -332,6 +356,7 @@ const CASES: &[Case] = &[
         from: "ftrace-blk",
         events: &[("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(982.0),
+        unmatched: None,
         ops: &[Op {
             dev: "8:0",
             op: "read",
@@ -346,6 +371,7 @@ const CASES: &[Case] = &[
         from: "ftrace-blk",
         events: &[("remap", 1), ("queue", 1), ("issue", 1), ("complete", 1)],
         duration_us: Some(79.0),
+        unmatched: None,
         ops: &[Op {
             dev: "8:32",
             op: "read",
@@ -414,6 +440,12 @@ fn every_corpus_trace_reads_as_the_manifest_says() {
                 .map_or(0, |(_, n)| *n);
             if count.as_u64() != Some(want) {
                 fail(format!("events.{kind} = {count}, expected {want}"));
+            }
+        }
+        if let Some(want) = case.unmatched {
+            let got = &report["correlation"]["unmatched_events"];
+            if got.as_u64() != Some(want) {
+                fail(format!("unmatched_events = {got}, expected {want}"));
             }
         }
         if let Some(want) = case.duration_us {

@@ -117,6 +117,7 @@ pub fn import(
     let mut builder = Builder::default();
     let mut statuses = Statuses::default();
     let mut wrapped = 0u64;
+    let mut bounced = Vec::new();
     for line in text.lines() {
         // A Ctrl-C echoed by the terminal glues "^C" to the next line.
         let line = line.strip_prefix("^C").unwrap_or(line);
@@ -137,6 +138,9 @@ pub fn import(
                 continue;
             }
         }
+        if fields.action == "B" {
+            bounced.extend(bounce_range(&fields));
+        }
         match event_of(&fields, request_based.as_deref(), &mut statuses) {
             Parsed::Event(event) => stamped.push((fields.ts_ns, event)),
             Parsed::Skipped(kind) => builder.skip(kind),
@@ -153,6 +157,12 @@ pub fn import(
         })
         .collect();
     let mut import = builder.finish(events, format)?;
+    let bio_completions = bounced_bio_completions(&mut import.events, &bounced);
+    if bio_completions > 0 {
+        import.notes.push(format!(
+            "{bio_completions} C lines are bounced bios' own completions after their request's (blk traces a bio's completion when it was bounced): read as bio completions, not commands"
+        ));
+    }
     if wrapped > 0 {
         import.notes.insert(
             0,
@@ -354,6 +364,45 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
         })
         .collect();
     list.join(", ")
+}
+
+/// A bounce line's bio: (dev, sector, sectors).
+fn bounce_range(fields: &Fields<'_>) -> Option<(u32, u64, u32)> {
+    let mut words = Words(fields.rest);
+    let sector = words.next()?.parse().ok()?;
+    if words.next()? != "+" {
+        return None;
+    }
+    Some((dev_of(fields.dev)?, sector, words.next()?.parse().ok()?))
+}
+
+/// A request completion (`C`) of exactly a bounced bio's range that comes
+/// after a completion already covering it is that bio's own completion
+/// (`block_bio_complete`, traced because the bio was bounced), not a
+/// second command's. Relabels them; returns how many.
+fn bounced_bio_completions(events: &mut [BlockEvent], bounced: &[(u32, u64, u32)]) -> u64 {
+    if bounced.is_empty() {
+        return 0;
+    }
+    let bounced: std::collections::HashSet<_> = bounced.iter().copied().collect();
+    let mut completed: Vec<(u32, u64, u64)> = Vec::new();
+    let mut relabeled = 0;
+    for event in events.iter_mut() {
+        if event.kind != EventKind::Complete as u8 || event.nr_sector == 0 {
+            continue;
+        }
+        let (start, end) = (event.sector, event.sector + u64::from(event.nr_sector));
+        let covered = completed
+            .iter()
+            .any(|&(dev, s, e)| dev == event.dev && s <= start && end <= e);
+        if covered && bounced.contains(&(event.dev, event.sector, event.nr_sector)) {
+            event.kind = EventKind::BioComplete as u8;
+            relabeled += 1;
+        } else {
+            completed.push((event.dev, start, end));
+        }
+    }
+    relabeled
 }
 
 /// Lines this far ahead are searched for a split's piece.
