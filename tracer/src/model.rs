@@ -123,8 +123,9 @@ pub struct CorrelationStats {
     pub ring_dropped: u64,
     /// Chains still in flight when the report was made.
     pub in_flight: u64,
-    /// User I/Os of an upper device (dm, md) whose queue the trace lacks,
-    /// read from the remap that moved them to a traced device.
+    /// User I/Os whose queue the trace lacks, read from the remap that
+    /// moved them: an upper device's (dm, md) bio, or the remapped bio
+    /// issued below it with no queue of its own.
     #[serde(default)]
     pub queues_from_remaps: u64,
 }

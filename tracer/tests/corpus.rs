@@ -60,20 +60,23 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("remap", 5), ("issue", 5), ("complete", 5)],
         duration_us: Some(391.614),
-        unmatched: None,
+        unmatched: Some(0),
         ops: &[
             Op {
                 dev: "259:0",
                 op: "write",
+                user_ios: Some(5),
                 commands: Some(5),
                 i2c: Some((31.290, 42.996)),
                 ..OP
             },
-            // The md device the remaps came from: its bios are the user I/Os.
+            // The md device the remaps came from: its bios are the user I/Os,
+            // ended by the commands they became (A→C).
             Op {
                 dev: "9:127",
                 op: "write",
                 user_ios: Some(5),
+                q2c: Some((35.992, 50.411)),
                 ..OP
             },
         ],

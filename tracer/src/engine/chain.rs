@@ -71,6 +71,9 @@ pub(super) struct UserIo {
     /// A command carrying part of it completed with an error.
     pub(super) failed: bool,
     pub(super) epoch: u32,
+    /// The fragment it continues of an upper device's user I/O read off a
+    /// remap: the trace lacks that device's completions, so it ends here.
+    pub(super) upper_fragment: SlotRef,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -187,6 +190,8 @@ pub(super) struct Remap {
     pub(super) partition_start: u64,
     /// The upper device's user I/O, for a stacked remap.
     pub(super) parent: SlotRef,
+    /// Its fragment, when the upper device's completions are not traced.
+    pub(super) upper_fragment: SlotRef,
 }
 
 impl Default for Remap {
@@ -195,6 +200,7 @@ impl Default for Remap {
             partition: None,
             partition_start: 0,
             parent: SlotRef::NONE,
+            upper_fragment: SlotRef::NONE,
         }
     }
 }
@@ -481,6 +487,9 @@ impl Engine {
         let Some(io) = self.user_ios.remove(io_index) else {
             return;
         };
+        if let Some(upper) = self.fragments.resolve(io.upper_fragment) {
+            self.complete_fragment(upper, io.failed);
+        }
         self.emit(Outcome::Finished {
             io: IoId::of(reference),
             ts_ns: self.now_ns,

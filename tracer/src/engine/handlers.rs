@@ -17,17 +17,18 @@ impl Engine {
     pub(super) fn on_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
         let length = u64::from(event.nr_sector);
         // Stacked: the old device holds this bio as a pending fragment of its own.
-        let upper = if length == 0 {
+        let traced = if length == 0 {
             None
         } else {
-            self.fragments
-                .find(&(from_dev, from_sector), |fragment| {
-                    fragment.state == FragmentState::Pending
-                        && fragment.end - fragment.start == length
-                })
-                .or_else(|| self.queue_seen_only_in_remap(event, from_dev, from_sector))
+            self.fragments.find(&(from_dev, from_sector), |fragment| {
+                fragment.state == FragmentState::Pending && fragment.end - fragment.start == length
+            })
         };
-        if let Some(index) = upper {
+        let inferred = match (traced, length) {
+            (None, 1..) => self.queue_seen_only_in_remap(event, from_dev, from_sector),
+            _ => None,
+        };
+        if let Some(index) = traced.or(inferred) {
             let (io, start) = match self.fragments.get_mut(index) {
                 Some(fragment) => {
                     fragment.state = FragmentState::SentDown;
@@ -36,10 +37,17 @@ impl Engine {
                 None => return,
             };
             self.count_bio_command(from_dev, io, start, length);
+            // The upper device's completion is not in the trace: its user I/O
+            // ends with the bio it became.
+            let upper_fragment = match inferred {
+                Some(index) => self.fragments.slot_ref(index),
+                None => SlotRef::NONE,
+            };
             self.push_remap(
                 (event.dev, event.sector, event.nr_sector),
                 Remap {
                     parent: io,
+                    upper_fragment,
                     ..Remap::default()
                 },
             );
@@ -56,16 +64,16 @@ impl Engine {
                 self.remaps
                     .find(&(from_dev, from_sector, event.nr_sector), carried_on)
             });
-        let parent = match carried.and_then(|index| self.remaps.remove(index)) {
-            Some(remap) => remap.parent,
-            None => SlotRef::NONE,
-        };
+        let upper = carried
+            .and_then(|index| self.remaps.remove(index))
+            .unwrap_or_default();
         self.push_remap(
             (event.dev, event.sector, event.nr_sector),
             Remap {
                 partition: Some(from_dev),
                 partition_start: event.sector.saturating_sub(from_sector),
-                parent,
+                parent: upper.parent,
+                upper_fragment: upper.upper_fragment,
             },
         );
     }
@@ -172,6 +180,7 @@ impl Engine {
             in_ring_drop: false,
             failed: false,
             epoch: self.epoch,
+            upper_fragment: remap.upper_fragment,
         };
         let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
             self.correlation.evicted += 1;
@@ -296,7 +305,37 @@ impl Engine {
         }
     }
 
+    /// An issue of exactly a remapped range whose queue never came (md on
+    /// NVMe traces print A, D, C and no Q): the remapped bio is queued here,
+    /// so the command carries it and the chain above it ends with it.
+    fn queue_missing_below_remap(&mut self, event: &BlockEvent) {
+        let key = (event.dev, event.sector, event.nr_sector);
+        let waiting = matches!(self.held_remap, Some((held, _, _)) if held == key)
+            || self.remaps.find(&key, |_| true).is_some();
+        if !waiting
+            || self
+                .fragments
+                .find(&(event.dev, event.sector), |fragment| {
+                    fragment.state == FragmentState::Pending
+                })
+                .is_some()
+        {
+            return;
+        }
+        self.correlation.queues_from_remaps += 1;
+        let queued = BlockEvent {
+            kind: EventKind::Queue as u8,
+            ..*event
+        };
+        self.on_queue(&queued, false);
+    }
+
     pub(super) fn on_issue(&mut self, event: &BlockEvent, request: u64) {
+        // Live, a remap is consumed by its queue before any issue: this
+        // costs a length check.
+        if event.nr_sector > 0 && (self.held_remap.is_some() || self.remaps.len() > 0) {
+            self.queue_missing_below_remap(event);
+        }
         let disk = self.ensure_disk(event.dev);
         self.devices[disk as usize].seen_issue = true;
         let start = event.sector;

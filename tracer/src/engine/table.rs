@@ -78,6 +78,13 @@ impl SlotRef {
     };
 }
 
+/// No slot: a default reference must never name a live one.
+impl Default for SlotRef {
+    fn default() -> Self {
+        SlotRef::NONE
+    }
+}
+
 pub struct Table<K, T> {
     slots: Vec<Slot<K, T>>,
     free: Vec<u32>,

@@ -575,6 +575,10 @@ fn an_untraced_upper_device_is_read_from_its_remap_and_chained_down() {
     );
     let upper = disk_op(&engine, "dm-0", Op::Write);
     assert_eq!((upper.user_ios, upper.bytes), (1, 4096));
+    // dm-0's completion is not in the trace: its user I/O ends with its bio's.
+    assert_near(upper.queue_to_complete_us.p50, 2000);
+    assert_eq!(engine.correlation().in_flight, 0);
+    assert_eq!(engine.correlation().incomplete, 0);
     let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
     assert_eq!((p1.user_ios, p1.commands), (1, 1));
     assert_eq!(engine.correlation().queues_from_remaps, 1);
@@ -1119,6 +1123,7 @@ fn garbage_events_never_panic() {
         let mut ts = 0;
         let mut queues = 0;
         let mut splits = 0;
+        let mut inferred_at_reset = 0;
         for round in 0..100_000 {
             let event = garbage(&mut rng, &mut ts);
             queues += u64::from(event.kind == EventKind::Queue as u8);
@@ -1132,6 +1137,7 @@ fn garbage_events_never_panic() {
                 engine.reset();
                 queues = 0;
                 splits = 0;
+                inferred_at_reset = engine.correlation().queues_from_remaps;
             }
         }
         let reports = engine.devices();
@@ -1145,8 +1151,10 @@ fn garbage_events_never_panic() {
                 .map(field)
                 .sum()
         };
-        // Every queue and split is counted somewhere, whatever the chain.
-        assert_eq!(sum(|op| op.user_ios), queues);
+        // Every queue and split is counted somewhere, whatever the chain,
+        // and so is every queue read off a remap.
+        let inferred = engine.correlation().queues_from_remaps - inferred_at_reset;
+        assert_eq!(sum(|op| op.user_ios), queues + inferred);
         assert_eq!(sum(|op| op.splits), splits);
         assert_eq!(engine.events()[EventKind::Queue], queues);
         let stats = engine.correlation();
@@ -2370,4 +2378,31 @@ fn splits_on_a_bio_based_device_with_no_commands_in_the_trace_are_not_priced() {
     );
     assert!(words.fix.contains("dmsetup table dm-0"), "{}", words.fix);
     assert!(!words.fix.contains("above dm-0"), "{}", words.fix);
+}
+
+/// md on NVMe printed A, D, C and no Q: the md bio is read off the remap,
+/// the remapped bio is queued at its issue, and the md bio's time is A→C.
+#[test]
+fn a_remapped_bio_issued_without_a_queue_is_queued_at_its_issue() {
+    let mut engine = engine();
+    let md = DevId::new(9, 127);
+    feed(
+        &mut engine,
+        &[
+            remap(MS, LOOP0, 4096, 8, md, 1024),
+            issue(2 * MS, LOOP0, 4096, 8),
+            complete(3 * MS, LOOP0, 4096, 8),
+        ],
+    );
+    let upper = disk_op(&engine, "9:127", Op::Write);
+    assert_eq!(upper.user_ios, 1);
+    assert_near(upper.queue_to_complete_us.p50, 2000);
+    let lower = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((lower.user_ios, lower.commands), (1, 1));
+    let correlation = engine.correlation();
+    assert_eq!(correlation.queues_from_remaps, 2);
+    assert_eq!(
+        (correlation.unmatched_events, correlation.in_flight),
+        (0, 0)
+    );
 }
