@@ -193,16 +193,11 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         matcher: RunMatcher::new(ProcFdResolver::default()),
         own_pid: std::process::id(),
     };
-    if selection.filters_owners() {
-        return Err(Error::usage(
-            "run traces its own command; -p/--pid, --cgroup and --comm apply to report and the live view",
-        ));
-    }
     let sink = RecordingSink::new(sink, writer.as_mut());
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
-        read_owners: selection.reads_owners(false),
+        read_owners: args.read.reads_owners(false),
         ..CaptureConfig::default()
     };
     let mut capture = Capture::start(&config, sink)?;
