@@ -14,7 +14,7 @@ mod common;
 
 use std::process::Command;
 
-use common::{binary, device_named, privileged, LoopDisk, PartitionSpec, ScratchFile};
+use common::{binary, device_named, privileged, LoopDisk, Mounted, PartitionSpec, ScratchFile};
 use serde_json::Value;
 
 /// What fio says its one job wrote: (total_ios, io_bytes).
@@ -26,18 +26,19 @@ fn fio_writes(fio_json: &Value) -> (u64, u64) {
     )
 }
 
-/// `run --json -- fio …` writing `size` direct to `partition` with
-/// `engine`; run's report and fio's own.
-fn run_fio(partition: &str, engine: &str, extra: &[&str]) -> (Value, Value) {
+/// `run --json -- fio …` writing direct to `filename` (a partition or a
+/// file; its last component names fio's report) with `engine`; run's
+/// report and fio's own.
+fn run_fio(filename: &str, engine: &str, extra: &[&str]) -> (Value, Value) {
     // Named by the partition too: the tests run in parallel.
     let fio_out = ScratchFile(std::env::temp_dir().join(format!(
         "iosplit-fio-{engine}-{}-{}.json",
-        partition.trim_start_matches("/dev/"),
+        filename.rsplit('/').next().unwrap_or(filename),
         std::process::id()
     )));
     let out = Command::new(binary())
         .args(["run", "--json", "--", "fio", "--name=aio"])
-        .arg(format!("--filename={partition}"))
+        .arg(format!("--filename={filename}"))
         .arg(format!("--ioengine={engine}"))
         .args(["--rw=write", "--direct=1", "--output-format=json"])
         .arg(format!("--output={}", fio_out.0.display()))
@@ -176,4 +177,34 @@ fn iocbs_past_the_per_call_cap_are_counted_not_lost() {
         target["write_syscall_bytes"].as_u64().unwrap() + not_followed * 4096,
         bytes
     );
+}
+
+/// libaio into a file on ext4: the iocbs' offsets are the file's, carried
+/// to sectors through its extent map like pwrite's.
+#[test]
+fn libaio_writes_to_a_file_are_placed_through_its_extent_map() {
+    if !privileged("libaio_writes_to_a_file_are_placed_through_its_extent_map") {
+        return;
+    }
+    let (_disk, partition, name) = one_partition("run-aio-file");
+    let mounted = Mounted::ext4(&partition);
+    let path = mounted.point.join("aio-data");
+    let path = path.to_str().unwrap();
+    let (report, fio) = run_fio(path, "libaio", &["--bs=64k", "--iodepth=8", "--size=8M"]);
+    let (ios, bytes) = fio_writes(&fio);
+    assert_eq!((ios, bytes), (128, 8 << 20), "fio's own totals");
+    let target = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["file"]["path"] == path)
+        .unwrap_or_else(|| panic!("no target {path}: {}", report["run"]));
+    assert_eq!(target["device"], name.as_str(), "{target}");
+    assert_eq!(target["write_syscalls"], ios, "{target}");
+    assert_eq!(target["aio_writes"], ios, "{target}");
+    assert_eq!(target["write_syscall_bytes"], bytes, "{target}");
+    assert_eq!(target["file"]["matched_bytes"], bytes, "{target}");
+    assert_eq!(target["file"]["unknown_offset_bytes"], 0, "{target}");
+    assert!(target["commands"].as_u64().unwrap() >= ios, "{target}");
+    drop(mounted);
 }
