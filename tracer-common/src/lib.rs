@@ -660,6 +660,66 @@ pub enum ProcessEventKind {
     /// close_range: fds `fd` to `offset & 0xffff_ffff` closed, or (with
     /// [`CLOSE_RANGE_CLOEXEC`] in `offset >> 32`) made close-on-exec.
     CloseRange = 18,
+    /// One iocb of an io_submit (libaio) that the kernel accepted:
+    /// `IOCB_CMD_PWRITE` of `result` bytes (its `aio_nbytes`) to `fd`
+    /// (`aio_fildes`) at `offset` (`aio_offset`, or [`UNKNOWN_OFFSET`]
+    /// with `RWF_APPEND`). Submitted, not completed: the completion
+    /// (io_getevents) is not traced, so `result` is never an error.
+    AioPwrite = 19,
+    /// `IOCB_CMD_PWRITEV`: like [`Self::AioPwrite`], `result` the iovecs'
+    /// lengths summed (at most [`AIO_IOVECS_READ`] of them).
+    AioPwritev = 20,
+    /// `IOCB_CMD_FSYNC` and `IOCB_CMD_FDSYNC` of `fd`.
+    AioFsync = 21,
+    AioFdsync = 22,
+    /// One io_submit call, after its iocbs' events: `result` is its
+    /// return (iocbs accepted, or -errno) and `offset` how many accepted
+    /// iocbs the probe did not follow (past [`AIO_IOCBS_READ`], a PWRITEV
+    /// of more than [`AIO_IOVECS_READ`] iovecs, or unreadable).
+    IoSubmit = 23,
+}
+
+/// iocbs read per io_submit call; more are counted, not followed.
+pub const AIO_IOCBS_READ: usize = 64;
+/// iovecs summed per `IOCB_CMD_PWRITEV`; a longer one is counted, not followed.
+pub const AIO_IOVECS_READ: usize = 8;
+
+/// `aio_lio_opcode` values from <linux/aio_abi.h> (`IOCB_CMD_*`).
+pub mod iocb_cmd {
+    pub const PWRITE: u16 = 1;
+    pub const FSYNC: u16 = 2;
+    pub const FDSYNC: u16 = 3;
+    pub const PWRITEV: u16 = 8;
+}
+
+/// `RWF_APPEND` in an iocb's `aio_rw_flags` (<linux/fs.h>): written at the
+/// file's end, whatever `aio_offset` says.
+pub const RWF_APPEND: u32 = 0x10;
+
+/// The head of `struct iocb` from <linux/aio_abi.h> (64 bytes in all; the
+/// fields after `aio_offset` are not read), little-endian order of
+/// `aio_key` and `aio_rw_flags`. A user-space ABI: fixed, unlike a
+/// tracepoint's fields.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IocbHead {
+    pub aio_data: u64,
+    pub aio_key: u32,
+    pub aio_rw_flags: u32,
+    pub aio_lio_opcode: u16,
+    pub aio_reqprio: i16,
+    pub aio_fildes: u32,
+    pub aio_buf: u64,
+    pub aio_nbytes: u64,
+    pub aio_offset: i64,
+}
+
+/// `struct iovec` (<linux/uio.h>).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Iovec {
+    pub iov_base: u64,
+    pub iov_len: u64,
 }
 
 /// `O_CLOEXEC` in an open's flags (generic value: x86-64 and arm64 alike).
@@ -668,7 +728,7 @@ pub const O_CLOEXEC: u64 = 0o2000000;
 pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 19;
+    pub const COUNT: usize = 24;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -689,9 +749,14 @@ impl ProcessEventKind {
         ProcessEventKind::Lseek,
         ProcessEventKind::Exec,
         ProcessEventKind::CloseRange,
+        ProcessEventKind::AioPwrite,
+        ProcessEventKind::AioPwritev,
+        ProcessEventKind::AioFsync,
+        ProcessEventKind::AioFdsync,
+        ProcessEventKind::IoSubmit,
     ];
     /// The syscalls traced, in program order (`Fork` and `Exec` are not
-    /// ones; close_range has its own probe).
+    /// ones; close_range and io_submit have their own probes).
     pub const SYSCALLS: [ProcessEventKind; 16] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -741,6 +806,11 @@ impl ProcessEventKind {
             ProcessEventKind::Lseek => "lseek",
             ProcessEventKind::Exec => "exec",
             ProcessEventKind::CloseRange => "close_range",
+            ProcessEventKind::AioPwrite => "io_submit(IOCB_CMD_PWRITE)",
+            ProcessEventKind::AioPwritev => "io_submit(IOCB_CMD_PWRITEV)",
+            ProcessEventKind::AioFsync => "io_submit(IOCB_CMD_FSYNC)",
+            ProcessEventKind::AioFdsync => "io_submit(IOCB_CMD_FDSYNC)",
+            ProcessEventKind::IoSubmit => "io_submit",
         }
     }
 
@@ -766,11 +836,31 @@ impl ProcessEventKind {
             ProcessEventKind::Lseek => "enter_lseek",
             ProcessEventKind::Exec => "process_exec",
             ProcessEventKind::CloseRange => "enter_close_range",
+            ProcessEventKind::AioPwrite
+            | ProcessEventKind::AioPwritev
+            | ProcessEventKind::AioFsync
+            | ProcessEventKind::AioFdsync
+            | ProcessEventKind::IoSubmit => "enter_io_submit",
         }
     }
 
     pub const fn is_write(self) -> bool {
         (self as u8) <= (ProcessEventKind::Pwritev2 as u8)
+            || matches!(
+                self,
+                ProcessEventKind::AioPwrite | ProcessEventKind::AioPwritev
+            )
+    }
+
+    /// One iocb submitted through io_submit (libaio), not a syscall of its own.
+    pub const fn is_aio(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::AioPwrite
+                | ProcessEventKind::AioPwritev
+                | ProcessEventKind::AioFsync
+                | ProcessEventKind::AioFdsync
+        )
     }
 
     /// Opens arrive as [`OpenEvent`]s: the path tells which device a new fd is.
@@ -880,6 +970,9 @@ pub struct ProcessOffsets {
     pub close_range_fd: u16,
     pub close_range_max_fd: u16,
     pub close_range_flags: u16,
+    /// `nr` and `iocbpp` in `sys_enter_io_submit` (absent without CONFIG_AIO).
+    pub io_submit_nr: u16,
+    pub io_submit_iocbpp: u16,
     pub _pad: u16,
 }
 
@@ -902,6 +995,8 @@ impl ProcessOffsets {
         close_range_fd: NO_FIELD,
         close_range_max_fd: NO_FIELD,
         close_range_flags: NO_FIELD,
+        io_submit_nr: NO_FIELD,
+        io_submit_iocbpp: NO_FIELD,
         _pad: 0,
     };
 }
@@ -1033,7 +1128,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<BtfEvent>(), 72);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
-        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 36);
+        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 40);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }
@@ -1068,6 +1163,24 @@ mod tests {
         assert_eq!(EventKind::Requeue.tracepoint(), "block_rq_requeue");
         assert_eq!(EventKind::Requeue.object(), ProbeObject::Request);
         assert_eq!(EventKind::Complete.arguments(), 3);
+    }
+
+    /// Offsets as <linux/aio_abi.h> lays `struct iocb` out (its comments and
+    /// `offsetof` in C agree: 0, 8, 12, 16, 18, 20, 24, 32, 40 of 64).
+    #[test]
+    fn iocb_head_is_the_uapi_layout() {
+        use core::mem::{offset_of, size_of};
+        assert_eq!(offset_of!(IocbHead, aio_data), 0);
+        assert_eq!(offset_of!(IocbHead, aio_key), 8);
+        assert_eq!(offset_of!(IocbHead, aio_rw_flags), 12);
+        assert_eq!(offset_of!(IocbHead, aio_lio_opcode), 16);
+        assert_eq!(offset_of!(IocbHead, aio_reqprio), 18);
+        assert_eq!(offset_of!(IocbHead, aio_fildes), 20);
+        assert_eq!(offset_of!(IocbHead, aio_buf), 24);
+        assert_eq!(offset_of!(IocbHead, aio_nbytes), 32);
+        assert_eq!(offset_of!(IocbHead, aio_offset), 40);
+        assert_eq!(size_of::<IocbHead>(), 48);
+        assert_eq!(size_of::<Iovec>(), 16);
     }
 
     #[test]

@@ -20,6 +20,11 @@ use clap::{Args, Parser, Subcommand};
 pub struct Cli {
     #[command(flatten)]
     pub selection: DeviceSelection,
+    // The live view's owner flags (each subcommand that applies them has its own).
+    #[command(flatten)]
+    pub filter: OwnerFilter,
+    #[command(flatten)]
+    pub read: ReadOwners,
     #[command(subcommand)]
     pub command: Option<Command>,
 }
@@ -30,31 +35,114 @@ pub struct DeviceSelection {
     /// Device to trace: sdc, sdc2, /dev/sdc2 or 8:34 (repeatable; a partition implies its disk). Default: every disk.
     #[arg(short = 'd', long = "device", value_name = "DEV", global = true)]
     pub devices: Vec<String>,
-    /// Trace only I/O submitted by process PID (repeatable). Filtered in the kernel; writeback by kernel threads is not the process's.
-    #[arg(short = 'p', long = "pid", value_name = "PID", global = true)]
-    pub pids: Vec<u32>,
-    /// Trace only I/O charged to cgroup PATH, as /proc/PID/cgroup shows it in the blkio (v1) or unified (v2) hierarchy (repeatable; not its children). Filtered in the kernel.
-    #[arg(long = "cgroup", value_name = "PATH", global = true)]
-    pub cgroups: Vec<String>,
-    /// Trace only I/O submitted by tasks named NAME, as `ps -o comm` shows them (repeatable). Filtered in the kernel.
-    #[arg(long = "comm", value_name = "NAME", global = true)]
-    pub comms: Vec<String>,
-    /// Read who submitted each bio (process, cgroup, file) for the attribution views. Costs about 0.3 µs per queued bio, so it is off unless asked: implied by --by, -p, --cgroup and --comm.
-    #[arg(long = "owners", global = true)]
-    pub owners: bool,
 }
 
-impl DeviceSelection {
-    /// Whether owners are read: asked for, or implied by a filter or by
-    /// `views` (an attribution view asked for, like `--by`).
-    pub fn reads_owners(&self, views: bool) -> bool {
-        self.owners || views || self.filters_owners()
-    }
+/// Whose I/O to keep: `-p`, `--cgroup`, `--comm`, applied in the kernel. Only
+/// the live view and `report` apply them, so only they accept them.
+#[derive(Debug, Clone, Default, PartialEq, Args)]
+pub struct OwnerFilter {
+    /// Trace only I/O submitted by process PID (repeatable). Filtered in the kernel; writeback by kernel threads is not the process's.
+    #[arg(short = 'p', long = "pid", value_name = "PID")]
+    pub pids: Vec<u32>,
+    /// Trace only I/O charged to cgroup PATH, as /proc/PID/cgroup shows it in the blkio (v1) or unified (v2) hierarchy (repeatable; not its children). Filtered in the kernel.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub cgroups: Vec<String>,
+    /// Trace only I/O submitted by tasks named NAME, as `ps -o comm` shows them (repeatable). Filtered in the kernel.
+    #[arg(long = "comm", value_name = "NAME")]
+    pub comms: Vec<String>,
+}
 
+impl OwnerFilter {
     /// Whether any owner filter (`-p`, `--cgroup`, `--comm`) was given.
     pub fn filters_owners(&self) -> bool {
         !self.pids.is_empty() || !self.cgroups.is_empty() || !self.comms.is_empty()
     }
+
+    /// The flag a user gave first, for a usage error.
+    fn first_flag(&self) -> Option<&'static str> {
+        [
+            (!self.pids.is_empty(), "-p/--pid"),
+            (!self.cgroups.is_empty(), "--cgroup"),
+            (!self.comms.is_empty(), "--comm"),
+        ]
+        .into_iter()
+        .find_map(|(given, flag)| given.then_some(flag))
+    }
+
+    fn absorb(&mut self, before: OwnerFilter) {
+        let OwnerFilter {
+            pids,
+            cgroups,
+            comms,
+        } = before;
+        self.pids.splice(0..0, pids);
+        self.cgroups.splice(0..0, cgroups);
+        self.comms.splice(0..0, comms);
+    }
+}
+
+/// `--owners`, in every command that traces.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Args)]
+pub struct ReadOwners {
+    /// Read who submitted each bio (process, cgroup, file) for the attribution views. Costs about 0.3 µs per queued bio, so it is off unless asked; --by and the owner filters imply it where a command takes them.
+    #[arg(long = "owners")]
+    pub owners: bool,
+}
+
+impl ReadOwners {
+    /// Whether owners are read: asked for, or `implied` (by an owner filter
+    /// or an attribution view, like `--by`).
+    pub fn reads_owners(self, implied: bool) -> bool {
+        self.owners || implied
+    }
+}
+
+/// Parses the command line; on a usage error prints it and exits with
+/// status 2, as clap does.
+pub fn parse() -> Cli {
+    parse_from(std::env::args_os()).unwrap_or_else(|err| err.exit())
+}
+
+/// Parses `args`, then hands the owner flags given before the subcommand
+/// (`iosplit-trace --owners report`) to the subcommand. A subcommand that does
+/// not apply a flag refuses it there too, as a usage error naming it.
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let mut cli = Cli::try_parse_from(args)?;
+    let Some(command) = cli.command.as_mut() else {
+        return Ok(cli);
+    };
+    let filter = std::mem::take(&mut cli.filter);
+    let read = std::mem::take(&mut cli.read);
+    let name = command.name();
+    let refuse = |flag: &str| {
+        use clap::CommandFactory;
+        let mut top = Cli::command();
+        // Built, so the usage it prints names the program.
+        top.build();
+        let message = format!("the argument '{flag}' cannot be used with '{name}'");
+        match top.find_subcommand_mut(name) {
+            Some(sub) => sub.error(clap::error::ErrorKind::ArgumentConflict, message),
+            None => top.error(clap::error::ErrorKind::ArgumentConflict, message),
+        }
+    };
+    match command.owner_filter_mut() {
+        Some(own) => own.absorb(filter),
+        None => {
+            if let Some(flag) = filter.first_flag() {
+                return Err(refuse(flag));
+            }
+        }
+    }
+    match command.read_owners_mut() {
+        Some(own) => own.owners |= read.owners,
+        None if read.owners => return Err(refuse("--owners")),
+        None => {}
+    }
+    Ok(cli)
 }
 
 #[derive(Debug, Subcommand)]
@@ -95,6 +183,40 @@ pub enum Command {
         after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in docs/prometheus.md."
     )]
     Serve(ServeArgs),
+}
+
+impl Command {
+    /// The subcommand's name on the command line.
+    fn name(&self) -> &'static str {
+        match self {
+            Command::Report(_) => "report",
+            Command::Run(_) => "run",
+            Command::Generate { .. } => "generate",
+            Command::Check(_) => "check",
+            Command::Record(_) => "record",
+            Command::Analyze(_) => "analyze",
+            Command::Serve(_) => "serve",
+        }
+    }
+
+    /// The owner filters, where this subcommand applies them.
+    fn owner_filter_mut(&mut self) -> Option<&mut OwnerFilter> {
+        match self {
+            Command::Report(args) => Some(&mut args.filter),
+            _ => None,
+        }
+    }
+
+    /// `--owners`, where this subcommand traces.
+    fn read_owners_mut(&mut self) -> Option<&mut ReadOwners> {
+        match self {
+            Command::Report(args) => Some(&mut args.read),
+            Command::Run(args) => Some(&mut args.read),
+            Command::Record(args) => Some(&mut args.read),
+            Command::Serve(args) => Some(&mut args.read),
+            Command::Generate { .. } | Command::Check(_) | Command::Analyze(_) => None,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
@@ -140,6 +262,10 @@ pub struct ReportArgs {
     /// Add a section by who caused the I/O: process, cgroup or file (repeatable).
     #[arg(long = "by", value_enum, value_name = "VIEW")]
     pub by: Vec<ByView>,
+    #[command(flatten)]
+    pub filter: OwnerFilter,
+    #[command(flatten)]
+    pub read: ReadOwners,
 }
 
 /// `report --by`: the attribution views the text report adds.
@@ -171,12 +297,12 @@ pub struct RunArgs {
     /// Also write every event to a recording FILE, for `analyze` later.
     #[arg(long, value_name = "FILE")]
     pub record: Option<PathBuf>,
-    /// The command and its arguments, after `--`.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "CMD"
-    )]
+    #[command(flatten)]
+    pub read: ReadOwners,
+    /// The command and its arguments, after `--`. Everything from the first
+    /// word that is not one of run's own flags is the command's; a flag run
+    /// does not take, before it, is a usage error.
+    #[arg(trailing_var_arg = true, value_name = "CMD")]
     pub command: Vec<String>,
 }
 
@@ -206,6 +332,8 @@ pub struct RecordArgs {
     /// Stop after this many seconds (default: until Ctrl-C).
     #[arg(long, value_name = "SECS", value_parser = parse_seconds, allow_negative_numbers = true)]
     pub duration: Option<f64>,
+    #[command(flatten)]
+    pub read: ReadOwners,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -245,6 +373,8 @@ pub struct ServeArgs {
     /// (repeatable); the top owners per device plus `other`.
     #[arg(long = "by", value_enum, value_name = "VIEW")]
     pub by: Vec<ByView>,
+    #[command(flatten)]
+    pub read: ReadOwners,
 }
 
 /// Why a `--duration` or `--interval` value was refused (clap prints it).
@@ -320,7 +450,7 @@ mod tests {
 
     #[test]
     fn run_takes_everything_after_the_separator() {
-        let cli = Cli::try_parse_from([
+        let cli = parse_from([
             "iosplit-trace",
             "-d",
             "loop0",
@@ -336,11 +466,18 @@ mod tests {
         };
         assert_eq!(run.command, ["mkfs.ext4", "-F", "/dev/loop0p2"]);
         assert_eq!(cli.selection.devices, ["loop0"]);
+        // Without the separator too: the command's own flags are its own.
+        let cli = parse_from(["iosplit-trace", "run", "--json", "dd", "-d", "x"]).unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.json);
+        assert_eq!(run.command, ["dd", "-d", "x"]);
     }
 
     #[test]
     fn owner_filters_and_views_repeat_next_to_the_device() {
-        let cli = Cli::try_parse_from([
+        let cli = parse_from([
             "iosplit-trace",
             "report",
             "-p",
@@ -357,15 +494,169 @@ mod tests {
             "process",
         ])
         .unwrap();
-        assert_eq!(cli.selection.pids, [12, 13]);
-        assert_eq!(cli.selection.comms, ["dd"]);
-        assert_eq!(cli.selection.cgroups, ["/a"]);
-        assert!(cli.selection.filters_owners());
         let Some(Command::Report(report)) = cli.command else {
             panic!("not report")
         };
+        assert_eq!(report.filter.pids, [12, 13]);
+        assert_eq!(report.filter.comms, ["dd"]);
+        assert_eq!(report.filter.cgroups, ["/a"]);
+        assert!(report.filter.filters_owners());
         assert_eq!(report.by, [ByView::File, ByView::Process]);
-        assert!(Cli::try_parse_from(["iosplit-trace", "-p", "x"]).is_err());
-        assert!(Cli::try_parse_from(["iosplit-trace", "report", "--by", "disk"]).is_err());
+        assert!(parse_from(["iosplit-trace", "-p", "x"]).is_err());
+        assert!(parse_from(["iosplit-trace", "report", "--by", "disk"]).is_err());
+    }
+
+    #[test]
+    fn owner_flags_before_the_subcommand_go_to_it_where_it_takes_them() {
+        let cli = parse_from([
+            "iosplit-trace",
+            "-d",
+            "loop0",
+            "--cgroup",
+            "/a",
+            "--owners",
+            "report",
+            "--cgroup",
+            "/b",
+        ])
+        .unwrap();
+        assert_eq!(cli.filter, OwnerFilter::default());
+        let Some(Command::Report(report)) = cli.command else {
+            panic!("not report")
+        };
+        assert_eq!(report.filter.cgroups, ["/a", "/b"]);
+        assert!(report.read.owners);
+        let cli = parse_from(["iosplit-trace", "--owners", "run", "--", "true"]).unwrap();
+        let Some(Command::Run(run)) = cli.command else {
+            panic!("not run")
+        };
+        assert!(run.read.owners);
+        // The live view keeps its own.
+        let cli = parse_from(["iosplit-trace", "-p", "7", "--owners"]).unwrap();
+        assert_eq!(cli.filter.pids, [7]);
+        assert!(cli.read.owners);
+        for (args, flag) in [
+            (
+                &["iosplit-trace", "-p", "1", "run", "--", "true"][..],
+                "--pid",
+            ),
+            (&["iosplit-trace", "--comm", "dd", "serve"], "--comm"),
+            (&["iosplit-trace", "--owners", "check"], "--owners"),
+        ] {
+            let err = parse_from(args).unwrap_err();
+            assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+            assert_eq!(err.exit_code(), 2);
+            assert!(err.to_string().contains(flag), "{args:?}: {err}");
+        }
+    }
+
+    /// A plausible value for an option, so that parsing tests the flag.
+    fn sample_value(arg: &clap::Arg) -> Option<String> {
+        if !arg.get_action().takes_values() {
+            return None;
+        }
+        if let Some(value) = arg.get_possible_values().first() {
+            return Some(value.get_name().to_string());
+        }
+        let name = arg
+            .get_value_names()
+            .and_then(|names| names.first())
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default();
+        Some(
+            match name.as_str() {
+                "PID" | "SECS" => "1",
+                "ADDR:PORT" => "127.0.0.1:0",
+                _ => "x",
+            }
+            .to_string(),
+        )
+    }
+
+    /// The flags a help text lists: each word that starts an option line.
+    fn flags_in_help(help: &str) -> Vec<String> {
+        help.lines()
+            .map(str::trim_start)
+            .filter(|line| line.starts_with('-'))
+            .flat_map(|line| {
+                line.split([' ', ','])
+                    .filter(|word| !word.is_empty())
+                    .take_while(|word| word.starts_with('-'))
+                    .map(|word| word.split('=').next().unwrap_or(word).to_string())
+                    .collect::<Vec<_>>()
+            })
+            .filter(|flag| flag != "-" && flag != "--")
+            .collect()
+    }
+
+    #[test]
+    fn every_flag_a_help_lists_is_one_its_command_takes() {
+        // Built, so each subcommand has its help flag and the global -d.
+        let mut top = Cli::command();
+        top.build();
+        let mut checked = 0;
+        // The top level (the live view) first, then each subcommand; clap's
+        // own `help` subcommand has no flags.
+        let commands = std::iter::once((None, &top)).chain(
+            top.get_subcommands()
+                .filter(|sub| sub.get_name() != "help")
+                .map(|sub| (Some(sub.get_name()), sub)),
+        );
+        for (name, sub) in commands {
+            let help = sub.clone().render_long_help().to_string();
+            let listed = flags_in_help(&help);
+            assert!(listed.iter().any(|f| f == "--help"), "{name:?}: {help}");
+            for flag in listed {
+                if ["--help", "-h", "--version", "-V"].contains(&flag.as_str()) {
+                    continue;
+                }
+                let arg = sub
+                    .get_arguments()
+                    .find(|arg| {
+                        arg.get_long().map(|l| format!("--{l}")) == Some(flag.clone())
+                            || arg.get_short().map(|s| format!("-{s}")) == Some(flag.clone())
+                    })
+                    .unwrap_or_else(|| panic!("{name:?}: help lists {flag}, no such argument"));
+                let mut args = vec!["iosplit-trace".to_string()];
+                args.extend(name.map(str::to_string));
+                // The flag with a plausible value, then the required positionals.
+                args.push(flag.clone());
+                args.extend(sample_value(arg));
+                for positional in sub.get_positionals().filter(|a| a.is_required_set()) {
+                    args.push(sample_value(positional).unwrap_or_else(|| "x".into()));
+                }
+                if name == Some("run") {
+                    args.extend(["--".to_string(), "true".to_string()]);
+                }
+                let parsed = match parse_from(&args) {
+                    Err(err) if err.kind() == clap::error::ErrorKind::MissingRequiredArgument => {
+                        // `record` needs -o: add it.
+                        let mut more = args.clone();
+                        more.extend(["-o".to_string(), "x".to_string()]);
+                        parse_from(&more)
+                    }
+                    other => other,
+                };
+                let cli = parsed.unwrap_or_else(|err| panic!("{args:?}: {err}"));
+                assert_eq!(cli.command.is_some(), name.is_some(), "{args:?}");
+                checked += 1;
+            }
+        }
+        assert!(checked > 20, "only {checked} flags checked");
+        // And what a subcommand does not list, it refuses: run's owner filters.
+        let err = parse_from(["iosplit-trace", "run", "-p", "1", "--", "true"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
+        assert_eq!(err.exit_code(), 2);
+        assert!(err.to_string().contains("'-p'"), "{err}");
+        let run_help = top
+            .find_subcommand("run")
+            .unwrap()
+            .clone()
+            .render_long_help()
+            .to_string();
+        for flag in ["--pid", "--cgroup", "--comm"] {
+            assert!(!run_help.contains(flag), "run --help lists {flag}");
+        }
+        assert!(run_help.contains("--owners"), "{run_help}");
     }
 }

@@ -1,12 +1,11 @@
 use std::process::ExitCode;
 
-use clap::Parser;
 use iosplit_trace::frontend::output;
-use iosplit_trace::{cli::Cli, frontend};
+use iosplit_trace::{cli, frontend};
 
 fn main() -> ExitCode {
     install_logger();
-    let cli = Cli::parse();
+    let cli = cli::parse();
     match frontend::dispatch(cli) {
         Ok(code) => code,
         // The reader has what it wanted (`| head`): not a failure, like ripgrep.

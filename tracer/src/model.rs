@@ -653,6 +653,19 @@ pub struct RunReport {
     pub files_not_listed: Option<FilesNotListed>,
     /// Writeback by other tasks (kernel threads) to the same devices during the run.
     pub background: Measures,
+    /// The tree's io_submit (libaio) calls, when it made any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_submit: Option<IoSubmitReport>,
+}
+
+/// `run`'s io_submit calls: how many, the iocbs they submitted, and those
+/// the probe did not follow (past the iocbs it reads per call, or a
+/// PWRITEV of more iovecs than it sums): their writes are in no count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct IoSubmitReport {
+    pub calls: u64,
+    pub iocbs: u64,
+    pub iocbs_not_followed: u64,
 }
 
 /// The files a run wrote that its report does not list, summed.
@@ -669,9 +682,16 @@ pub struct RunTarget {
     /// Set when the target is a regular file on `device`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub file: Option<RunFile>,
+    /// Writes: write-family syscalls, plus iocbs submitted through io_submit.
     pub write_syscalls: u64,
     pub write_syscall_bytes: u64,
     pub write_syscall_size: Distribution,
+    /// The part of the writes (and their bytes) submitted through io_submit
+    /// (libaio): IOCB_CMD_PWRITE and PWRITEV, one per iocb.
+    #[serde(default)]
+    pub aio_writes: u64,
+    #[serde(default)]
+    pub aio_write_bytes: u64,
     pub fsync_calls: u64,
     /// Bios the command's process tree submitted to this device.
     pub bios: u64,

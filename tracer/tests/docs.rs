@@ -20,7 +20,8 @@ use iosplit_trace::frontend::check::check_in;
 use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
-    Code, Distribution, FilesNotListed, Measures, OwnerNames, RunFile, RunReport, RunTarget,
+    Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
+    RunTarget,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -737,6 +738,8 @@ fn run_record() -> RunRecord {
         write_syscalls: 20,
         write_syscall_bytes: 20 * 128 * 1024,
         write_syscall_size: Distribution::default(),
+        aio_writes: 12,
+        aio_write_bytes: 12 * 128 * 1024,
         fsync_calls: 1,
         bios: 20,
         bio_size: Distribution::default(),
@@ -756,6 +759,11 @@ fn run_record() -> RunRecord {
             write_syscall_bytes: 80 * 4096,
         }),
         background: Measures::default(),
+        io_submit: Some(IoSubmitReport {
+            calls: 3,
+            iocbs: 12,
+            iocbs_not_followed: 0,
+        }),
     };
     RunRecord {
         run,

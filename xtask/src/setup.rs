@@ -12,7 +12,7 @@ pub const PACKAGES: &[&str] = &[
     "e2fsprogs",  // mkfs.ext4, filefrag
     "xfsprogs",   // mkfs.xfs (tests/run_files.rs)
     "util-linux", // losetup, partx, blockdev
-    "fio",
+    "fio",        // tests/run_libaio.rs checks run against fio's own counts; false_alarms.rs
     "bpftrace",
     "tmux",
     "sysstat",

@@ -5,6 +5,16 @@
 //!
 //! Attached only by `run`. An entry probe stashes the arguments per thread;
 //! the exit probe emits one record with the result.
+//!
+//! io_submit (libaio) is followed at its exit: of the iocbs the kernel
+//! accepted (its return value; the first ones of the array, in order), the
+//! first [`AIO_IOCBS_READ`] are read from the caller's memory, and each
+//! write or sync among them becomes one `ProcessEvent` (`Aio*` kinds) with
+//! its fd, offset and bytes, as a pwrite's would. Then one `IoSubmit`
+//! record says how many accepted iocbs were not followed. Read at the exit,
+//! not the entry, so iocbs the kernel refused are not counted; the iocbs
+//! stay the caller's until it reaps their completions, after io_submit
+//! returns (a reaper thread reusing an iocb sooner would be misread).
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
@@ -18,7 +28,8 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets, NO_FIELD, UNKNOWN_OFFSET,
+    counter, iocb_cmd, IocbHead, Iovec, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets,
+    AIO_IOCBS_READ, AIO_IOVECS_READ, NO_FIELD, RWF_APPEND, UNKNOWN_OFFSET,
 };
 
 use super::shared::{bump, PIDS};
@@ -307,4 +318,141 @@ pub fn process_fork(ctx: TracePointContext) -> u32 {
         _pad: [0; 7],
     });
     0
+}
+
+/// io_submit(ctx, nr, iocbpp): the array and its length are stashed; the
+/// iocbs are read at the exit, once the kernel has said how many it took.
+#[tracepoint]
+pub fn enter_io_submit(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let (Some(nr), Some(iocbpp)) = (
+        read_u64(&ctx, fields.io_submit_nr),
+        read_u64(&ctx, fields.io_submit_iocbpp),
+    ) else {
+        return 0;
+    };
+    let call = PendingCall {
+        offset: iocbpp,
+        fd: nr.min(u32::MAX as u64) as u32,
+        kind: ProcessEventKind::IoSubmit as u8,
+        _pad: [0; 3],
+        open_flags: 0,
+    };
+    let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
+    0
+}
+
+/// The accepted iocbs, one event per write or sync, then the call's record.
+#[tracepoint]
+pub fn exit_io_submit(ctx: TracePointContext) -> u32 {
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { PENDING_CALLS.get(&pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = PENDING_CALLS.remove(&pid_tgid);
+    if call.kind != ProcessEventKind::IoSubmit as u8 {
+        return 0;
+    }
+    let accepted = read_u64(&ctx, PROCESS_FIELDS.load().ret).unwrap_or(0) as i64;
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: a helper with no preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    let mut not_followed: u64 = 0;
+    if accepted > 0 {
+        let accepted = accepted as u64;
+        let read = if accepted < AIO_IOCBS_READ as u64 {
+            accepted
+        } else {
+            AIO_IOCBS_READ as u64
+        };
+        not_followed = accepted - read;
+        for index in 0..AIO_IOCBS_READ as u64 {
+            if index >= read {
+                break;
+            }
+            let slot = call.offset.wrapping_add(index * 8);
+            if !follow_iocb(slot, tgid, ts_ns) {
+                not_followed += 1;
+            }
+        }
+    }
+    emit(ProcessEvent {
+        ts_ns,
+        offset: not_followed,
+        result: accepted,
+        tgid,
+        fd: 0,
+        kind: ProcessEventKind::IoSubmit as u8,
+        _pad: [0; 7],
+    });
+    0
+}
+
+/// Reads the iocb whose pointer is at `slot` and emits it when it writes
+/// or syncs; false when it could not be followed.
+#[inline(always)]
+fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64) -> bool {
+    // SAFETY: user pointers read with a faulting-safe helper.
+    let Ok(pointer) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
+        return false;
+    };
+    // SAFETY: as above; `IocbHead` is plain integers.
+    let Ok(iocb) = (unsafe { bpf_probe_read_user(pointer as *const IocbHead) }) else {
+        return false;
+    };
+    let (kind, bytes) = match iocb.aio_lio_opcode {
+        iocb_cmd::PWRITE => (ProcessEventKind::AioPwrite, iocb.aio_nbytes),
+        // aio_buf is the iovec array, aio_nbytes its length.
+        iocb_cmd::PWRITEV => match iovec_bytes(iocb.aio_buf, iocb.aio_nbytes) {
+            Some(bytes) => (ProcessEventKind::AioPwritev, bytes),
+            None => return false,
+        },
+        iocb_cmd::FSYNC => (ProcessEventKind::AioFsync, 0),
+        iocb_cmd::FDSYNC => (ProcessEventKind::AioFdsync, 0),
+        // Reads, polls, no-ops: nothing of `run`'s.
+        _ => return true,
+    };
+    let offset = if iocb.aio_rw_flags & RWF_APPEND != 0 || iocb.aio_offset < 0 {
+        UNKNOWN_OFFSET
+    } else {
+        iocb.aio_offset as u64
+    };
+    emit(ProcessEvent {
+        ts_ns,
+        offset,
+        result: bytes as i64,
+        tgid,
+        fd: iocb.aio_fildes,
+        kind: kind as u8,
+        _pad: [0; 7],
+    });
+    true
+}
+
+/// The summed lengths of `count` iovecs at `array`, or `None` past
+/// [`AIO_IOVECS_READ`] or on a fault.
+#[inline(always)]
+fn iovec_bytes(array: u64, count: u64) -> Option<u64> {
+    if count > AIO_IOVECS_READ as u64 {
+        return None;
+    }
+    let mut bytes: u64 = 0;
+    for index in 0..AIO_IOVECS_READ as u64 {
+        if index >= count {
+            break;
+        }
+        let at = array.wrapping_add(index * core::mem::size_of::<Iovec>() as u64);
+        // SAFETY: a user pointer read with a faulting-safe helper.
+        let iovec = unsafe { bpf_probe_read_user(at as *const Iovec) }.ok()?;
+        bytes = bytes.wrapping_add(iovec.iov_len);
+    }
+    Some(bytes)
 }

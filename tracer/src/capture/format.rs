@@ -295,6 +295,18 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
         (offsets.close_range_fd, offsets.close_range_max_fd) = (fd, max_fd);
         offsets.close_range_flags = flags;
     }
+    // io_submit needs CONFIG_AIO; without it, libaio writes are not followed
+    // (and fail in the command anyway).
+    if let (Ok(nr), Ok(iocbpp), Ok(ret)) = (
+        offset("syscalls", "sys_enter_io_submit", "nr", 8),
+        offset("syscalls", "sys_enter_io_submit", "iocbpp", 8),
+        offset("syscalls", "sys_exit_io_submit", "ret", 8),
+    ) {
+        if ret != offsets.ret {
+            return Err(differs("sys_exit_io_submit", "ret"));
+        }
+        (offsets.io_submit_nr, offsets.io_submit_iocbpp) = (nr, iocbpp);
+    }
     offsets.pwrite_pos = offset("syscalls", "sys_enter_pwrite64", "pos", 8)?;
     let pwritev_pos = offset("syscalls", "sys_enter_pwritev", "pos_l", 8)?;
     if offset("syscalls", "sys_enter_pwritev2", "pos_l", 8)? != pwritev_pos {
@@ -445,6 +457,11 @@ mod tests {
                 offsets.close_range_flags
             ),
             (16, 24, 32)
+        );
+        assert_eq!(
+            (offsets.io_submit_nr, offsets.io_submit_iocbpp),
+            (24, 32),
+            "after ctx_id"
         );
         let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         // The cause chain names the tracepoint, the file and the OS error.

@@ -732,6 +732,19 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), ProcessProb
             false,
         )?;
     }
+    // io_submit (libaio) has its own exit program: it reads the iocbs.
+    // Without CONFIG_AIO there is no tracepoint (nor an io_submit that
+    // works); a program the verifier refuses is an error all the same.
+    match attach_one(
+        ProcessEventKind::IoSubmit.enter_program(),
+        "syscalls",
+        "sys_enter_io_submit",
+        true,
+    ) {
+        Ok(()) => attach_one("exit_io_submit", "syscalls", "sys_exit_io_submit", true)?,
+        Err(err) if err.step == "attaching" => {}
+        Err(err) => return Err(err),
+    }
     Ok(())
 }
 
@@ -1150,6 +1163,7 @@ mod tests {
             size_of(kind.enter_program());
         }
         size_of("exit_write_family");
+        size_of("exit_io_submit");
         for ring in names::EVENT_RINGS {
             size_of(ring);
         }

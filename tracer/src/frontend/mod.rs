@@ -51,19 +51,24 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
             Output::stdout().write_all(&page)?;
             Ok(ExitCode::SUCCESS)
         }
-        None => live(&cli.selection),
+        None => live(&cli.selection, &cli.filter, cli.read),
     }
 }
 
 /// `iosplit-trace` alone: the live TUI, then the session's one-shot report.
-fn live(selection: &cli::DeviceSelection) -> Result<ExitCode> {
+fn live(
+    selection: &cli::DeviceSelection,
+    filter: &cli::OwnerFilter,
+    read: cli::ReadOwners,
+) -> Result<ExitCode> {
     use std::io::IsTerminal;
     if !std::io::stdout().is_terminal() {
         return Err(Error::NotATerminal);
     }
     let devices = selection::resolve_selection(selection)?;
-    let mut config = selection::capture_config(selection, &devices, false);
-    config.owners = selection::owner_filter(selection)?;
+    let mut config =
+        selection::capture_config(&devices, read.reads_owners(filter.filters_owners()));
+    config.owners = selection::owner_filter(filter)?;
     let disks = session::read_geometry(&devices)?;
     let engine = Engine::new(disks.clone(), Default::default());
     let capture = Capture::start(&config, engine)?;

@@ -73,7 +73,7 @@ pub fn trailer(counters: KernelCounters, elapsed: Duration) -> Trailer {
 
 pub fn run(selection: &DeviceSelection, args: &RecordArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
-    let config = selection::capture_config(selection, &devices, false);
+    let config = selection::capture_config(&devices, args.read.reads_owners(false));
     let geometry = session::read_geometry(&devices)?;
     let mut writer = Writer::create(&args.output)?;
     let sink = RecordingSink::new(Discard, Some(&mut writer));

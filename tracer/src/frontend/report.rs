@@ -21,9 +21,13 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     let devices = selection::resolve_selection(selection)?;
     let mut config = CaptureConfig {
         accept_noop: true,
-        ..selection::capture_config(selection, &devices, !args.by.is_empty())
+        ..selection::capture_config(
+            &devices,
+            args.read
+                .reads_owners(!args.by.is_empty() || args.filter.filters_owners()),
+        )
     };
-    config.owners = selection::owner_filter(selection)?;
+    config.owners = selection::owner_filter(&args.filter)?;
     let disks = session::read_geometry(&devices)?;
     // --html renders from a recording: the one asked for, or a temporary one.
     let temporary = TemporaryRecording((args.html.is_some() && args.record.is_none()).then(|| {

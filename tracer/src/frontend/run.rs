@@ -22,7 +22,7 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
-use crate::model::{FilesNotListed, Report, RunFile, RunReport, RunTarget};
+use crate::model::{FilesNotListed, IoSubmitReport, Report, RunFile, RunReport, RunTarget};
 use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
@@ -193,16 +193,11 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         matcher: RunMatcher::new(ProcFdResolver::default()),
         own_pid: std::process::id(),
     };
-    if selection.filters_owners() {
-        return Err(Error::usage(
-            "run traces its own command; -p/--pid, --cgroup and --comm apply to report and the live view",
-        ));
-    }
     let sink = RecordingSink::new(sink, writer.as_mut());
     // Every device: which ones the command touches is known only afterwards.
     let config = CaptureConfig {
         process_tree: true,
-        read_owners: selection.reads_owners(false),
+        read_owners: args.read.reads_owners(false),
         ..CaptureConfig::default()
     };
     let mut capture = Capture::start(&config, sink)?;
@@ -396,9 +391,10 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             None => calls.target.device.clone(),
         };
         let summary = format!(
-            "{program} issued {} writes of {} to {to}; they reached the block layer as {} bios of {}; the device received {} commands",
+            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; the device received {} commands",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
+            write_paths(calls.write_syscalls, calls.aio_writes),
             units::thousands(bios),
             units::bytes(bio_size.p50 as f64),
             units::thousands(commands),
@@ -414,6 +410,8 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             write_syscalls: calls.write_syscalls,
             write_syscall_bytes: calls.write_bytes,
             write_syscall_size: write_size,
+            aio_writes: calls.aio_writes,
+            aio_write_bytes: calls.aio_write_bytes,
             fsync_calls: calls.fsync_calls,
             bios,
             bio_size,
@@ -441,6 +439,25 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
         targets,
         files_not_listed,
         background,
+        io_submit: (matcher.io_submit.calls > 0).then_some(IoSubmitReport {
+            calls: matcher.io_submit.calls,
+            iocbs: matcher.io_submit.iocbs,
+            iocbs_not_followed: matcher.io_submit.iocbs_not_followed,
+        }),
+    }
+}
+
+/// How the writes were submitted, for the summary: nothing when all were
+/// write syscalls (the usual case), else through libaio in part or whole.
+fn write_paths(writes: u64, aio_writes: u64) -> String {
+    match aio_writes {
+        0 => String::new(),
+        _ if aio_writes == writes => " through libaio (io_submit)".to_string(),
+        _ => format!(
+            " ({} through write syscalls, {} through libaio (io_submit))",
+            units::thousands(writes - aio_writes),
+            units::thousands(aio_writes)
+        ),
     }
 }
 
@@ -586,6 +603,16 @@ mod tests {
             write_syscall_bytes: bytes,
             ..RunTarget::default()
         }
+    }
+
+    #[test]
+    fn the_summary_says_how_writes_were_submitted() {
+        assert_eq!(write_paths(5, 0), "");
+        assert_eq!(write_paths(256, 256), " through libaio (io_submit)");
+        assert_eq!(
+            write_paths(1001, 1000),
+            " (1 through write syscalls, 1,000 through libaio (io_submit))"
+        );
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use crate::capture::{Capture, CaptureConfig, EventSink, OwnerFilter};
-use crate::cli::DeviceSelection;
+use crate::cli::{self, DeviceSelection};
 use crate::geometry::error::GeometryError;
 use crate::geometry::resolve::{partitions_in, resolve, ResolvedDevice};
 use crate::geometry::DevId;
@@ -20,13 +20,8 @@ pub fn resolve_selection(
 
 /// The capture filter for these devices: their whole disks, and every
 /// partition of those disks (block_dirty_buffer reports the partition).
-/// What to capture: the devices, and owners when `selection` reads them
-/// (`views`: an attribution view was asked for).
-pub fn capture_config(
-    selection: &DeviceSelection,
-    devices: &[ResolvedDevice],
-    views: bool,
-) -> CaptureConfig {
+/// What to capture: the devices, and owners when `read_owners`.
+pub fn capture_config(devices: &[ResolvedDevice], read_owners: bool) -> CaptureConfig {
     let sysfs = Path::new("/sys");
     let mut traced: Vec<DevId> = Vec::new();
     for device in devices {
@@ -37,14 +32,14 @@ pub fn capture_config(
     traced.dedup();
     CaptureConfig {
         devices: traced,
-        read_owners: selection.reads_owners(views),
+        read_owners,
         ..CaptureConfig::default()
     }
 }
 
 /// The owner filters named on the command line, resolved: cgroup paths to
 /// their ids, names to the kernel's 16-byte `comm`.
-pub fn owner_filter(selection: &DeviceSelection) -> crate::error::Result<OwnerFilter> {
+pub fn owner_filter(selection: &cli::OwnerFilter) -> crate::error::Result<OwnerFilter> {
     use crate::error::Error;
     let mut filter = OwnerFilter {
         pids: selection.pids.clone(),

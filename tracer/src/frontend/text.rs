@@ -230,13 +230,27 @@ fn run_summary(out: &mut Out, run: &RunReport) {
     for target in &run.targets {
         out.blank();
         out.wrapped(&format!("  {}: ", target.device), "    ", &target.summary);
+        let what = if target.aio_writes == 0 {
+            "write syscalls"
+        } else {
+            "writes"
+        };
         out.line(&format!(
-            "    write syscalls {} ({}, avg {}), fsync {}",
+            "    {what} {} ({}, avg {}), fsync {}",
             units::thousands(target.write_syscalls),
             units::bytes(target.write_syscall_bytes as f64),
             units::bytes(target.write_syscall_size.mean),
             units::thousands(target.fsync_calls),
         ));
+        if target.aio_writes > 0 {
+            out.line(&format!(
+                "      {} write syscalls ({}), {} through libaio (io_submit) ({})",
+                units::thousands(target.write_syscalls - target.aio_writes),
+                units::bytes((target.write_syscall_bytes - target.aio_write_bytes) as f64),
+                units::thousands(target.aio_writes),
+                units::bytes(target.aio_write_bytes as f64),
+            ));
+        }
         // Writes without an offset (plain write()) cannot be matched to commands.
         let per_command = if target.writes_per_command.count > 0 {
             format!(
@@ -276,6 +290,26 @@ fn run_summary(out: &mut Out, run: &RunReport) {
                 units::bytes(rest.write_syscall_bytes as f64)
             ),
         );
+    }
+    if let Some(aio) = &run.io_submit {
+        out.blank();
+        out.line(&format!(
+            "  io_submit (libaio): {} calls submitted {} iocbs",
+            units::thousands(aio.calls),
+            units::thousands(aio.iocbs),
+        ));
+        if aio.iocbs_not_followed > 0 {
+            out.wrapped(
+                "    ",
+                "    ",
+                &format!(
+                    "{} iocbs NOT followed (more than {} in one call, or a PWRITEV of more than {} iovecs): their writes are in no count above",
+                    units::thousands(aio.iocbs_not_followed),
+                    tracer_common::AIO_IOCBS_READ,
+                    tracer_common::AIO_IOVECS_READ,
+                ),
+            );
+        }
     }
     let background: u64 = run.background.ops.values().map(|m| m.user_ios).sum();
     if background > 0 {
@@ -1338,6 +1372,39 @@ mod tests {
         assert!(text.contains("bios 131,072 (avg 512 B) -> commands 1,032"));
         assert!(text.contains("background writeback by other tasks: 10 user I/Os -> 10 commands"));
         assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn libaio_writes_and_iocbs_not_followed_are_said() {
+        let mut run = seed_run();
+        run.targets[0].aio_writes = 2000;
+        run.targets[0].aio_write_bytes = 2000 * 32768;
+        run.io_submit = Some(crate::model::IoSubmitReport {
+            calls: 300,
+            iocbs: 2064,
+            iocbs_not_followed: 16,
+        });
+        let text = render_run_summary(&run);
+        assert!(
+            text.contains("writes 2,048 (64 MiB, avg 32 KiB), fsync 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("48 write syscalls (1.5 MiB), 2,000 through libaio (io_submit)"),
+            "{text}"
+        );
+        assert!(text.contains("io_submit (libaio): 300 calls submitted 2,064 iocbs"));
+        assert!(
+            squeezed(&text).contains("16 iocbs NOT followed (more than 64 in one call"),
+            "{text}"
+        );
+        assert_fits(&text, 80);
+        // Without io_submit, the lines are as before.
+        let text = render_run_summary(&seed_run());
+        assert!(
+            !text.contains("libaio") && !text.contains("io_submit"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -6,7 +6,9 @@
 //! fcntl(F_DUPFD*), close, close_range, fork (the child copies its parent's
 //! fds), exec (close-on-exec fds go), and lseek and plain write()s (the
 //! position). An fd whose open was not seen is asked of the [`FdResolver`]
-//! once, and its position is not known.
+//! once, and its position is not known. Writes and syncs submitted through
+//! io_submit (libaio) arrive one per iocb and are placed like pwrite's: by
+//! their own offset, never the file position.
 
 use std::collections::{HashMap, HashSet};
 
@@ -15,7 +17,7 @@ use tracer_common::{
     UNKNOWN_OFFSET,
 };
 
-use super::{FdResolver, FdTarget, WriteCall};
+use super::{FdResolver, FdTarget, WriteCall, WritePath};
 
 /// Open file descriptions whose position is followed.
 const MAX_DESCRIPTIONS: usize = 1 << 20;
@@ -34,8 +36,11 @@ pub(super) enum Syscall {
     NotATarget,
     /// fsync or fdatasync of a target.
     Sync { target: usize },
-    /// A write to a target.
-    Write(WriteCall),
+    /// A write to a target, and how it was submitted.
+    Write(WriteCall, WritePath),
+    /// One io_submit call: the iocbs it had accepted (its iocbs' writes and
+    /// syncs came before), and how many of them the probe did not follow.
+    IoSubmit { accepted: u64, not_followed: u64 },
 }
 
 /// An fd of the traced tree that is a target: which one, and the open file
@@ -233,6 +238,15 @@ impl<R: FdResolver> FdTable<R> {
                     self.close_on_exec.remove(&fd);
                 }
             }
+            ProcessEventKind::IoSubmit => {
+                return match u64::try_from(event.result) {
+                    Ok(accepted) => Syscall::IoSubmit {
+                        accepted,
+                        not_followed: event.offset,
+                    },
+                    Err(_) => Syscall::Failed,
+                };
+            }
             ProcessEventKind::Lseek => {
                 // The new position, from the kernel's answer (whatever `whence` was).
                 let description = self
@@ -263,8 +277,16 @@ impl<R: FdResolver> FdTable<R> {
             };
         }
         let bytes = event.result as u64;
+        let path = if kind.is_aio() {
+            WritePath::Libaio
+        } else {
+            WritePath::Syscall
+        };
         let offset = if event.offset != UNKNOWN_OFFSET {
             Some(event.offset)
+        } else if path == WritePath::Libaio {
+            // RWF_APPEND: at the file's end, which is not followed.
+            None
         } else {
             // write(), writev(), pwritev2(-1): at the file position, which they advance.
             open.description.map(|description| {
@@ -274,17 +296,22 @@ impl<R: FdResolver> FdTable<R> {
                 at
             })
         };
-        Syscall::Write(WriteCall {
-            target: open.target,
-            offset,
-            bytes,
-        })
+        Syscall::Write(
+            WriteCall {
+                target: open.target,
+                offset,
+                bytes,
+            },
+            path,
+        )
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use tracer_common::{ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC};
+    use tracer_common::{
+        ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC, UNKNOWN_OFFSET,
+    };
 
     use super::super::test_fixtures::{
         extent, fd_call, issue, loop0p2, open, plain_write, write, OneFile, OnePartition, Traced,
@@ -481,6 +508,51 @@ mod tests {
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 0);
+    }
+
+    /// One iocb of an io_submit by process 42, as the probe emits it.
+    fn iocb(kind: ProcessEventKind, fd: u32, offset: u64, bytes: i64) -> ProcessEvent {
+        ProcessEvent {
+            kind: kind as u8,
+            ..write(fd, offset, bytes)
+        }
+    }
+
+    #[test]
+    fn io_submit_writes_are_placed_by_their_own_offset_and_counted_apart() {
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        // Two iocbs at 512 KiB and 0 (PWRITE, PWRITEV), an FDSYNC, then the call's record.
+        matcher.process_event(&iocb(ProcessEventKind::AioPwrite, 3, 512 << 10, 65536));
+        matcher.process_event(&iocb(ProcessEventKind::AioPwritev, 3, 0, 65536));
+        matcher.process_event(&iocb(ProcessEventKind::AioFdsync, 3, 0, 0));
+        let call = ProcessEvent {
+            offset: 2,
+            ..fd_call(ProcessEventKind::IoSubmit, 0, 5)
+        };
+        matcher.process_event(&call);
+        // RWF_APPEND: no offset, and the file position (still 0) is not used.
+        matcher.process_event(&iocb(ProcessEventKind::AioPwrite, 3, UNKNOWN_OFFSET, 4096));
+        // A refused call (EAGAIN) is a failed syscall, not iocbs.
+        matcher.process_event(&fd_call(ProcessEventKind::IoSubmit, 0, -11));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.aio_writes), (3, 3));
+        assert_eq!(calls.aio_write_bytes, 2 * 65536 + 4096);
+        assert_eq!((calls.fsync_calls, calls.unknown_offset_writes), (1, 1));
+        assert_eq!(
+            matcher.io_submit,
+            super::super::IoSubmitCalls {
+                calls: 1,
+                iocbs: 5,
+                iocbs_not_followed: 2
+            }
+        );
+        assert_eq!(matcher.failed_syscalls, 1);
+        // A plain write() after them is at position 0: the iocbs did not move it.
+        matcher.process_event(&plain_write(3));
+        let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
+        assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
+        assert_eq!(bytes.unknown_offset, 4096);
     }
 
     #[test]

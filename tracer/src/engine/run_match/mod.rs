@@ -95,6 +95,10 @@ pub struct TargetCalls {
     pub fsync_calls: u64,
     /// Writes whose offset was unknown (plain write/writev), not matchable.
     pub unknown_offset_writes: u64,
+    /// The part of `write_syscalls` and `write_bytes` submitted through
+    /// io_submit (libaio), one per iocb.
+    pub aio_writes: u64,
+    pub aio_write_bytes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<std::io::Result<FileMap>>,
 }
@@ -108,6 +112,8 @@ impl TargetCalls {
             write_size: None,
             fsync_calls: 0,
             unknown_offset_writes: 0,
+            aio_writes: 0,
+            aio_write_bytes: 0,
             file_map: None,
         }
     }
@@ -123,6 +129,28 @@ struct WriteCall {
     /// file position was followed.
     offset: Option<u64>,
     bytes: u64,
+}
+
+/// How a write reached the kernel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritePath {
+    /// A write-family syscall (write, pwrite64, writev, pwritev, pwritev2).
+    Syscall,
+    /// An iocb submitted through io_submit (libaio).
+    Libaio,
+}
+
+/// The traced tree's io_submit calls.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IoSubmitCalls {
+    /// Calls that the kernel accepted iocbs from (a failed one is in
+    /// [`RunMatcher::failed_syscalls`]).
+    pub calls: u64,
+    pub iocbs: u64,
+    /// Accepted iocbs the probe did not read (past its per-call cap, a
+    /// PWRITEV of too many iovecs, unreadable memory): their writes are
+    /// not counted anywhere else.
+    pub iocbs_not_followed: u64,
 }
 
 /// What the caps dropped: writes, commands and bios not kept for matching.
@@ -147,6 +175,7 @@ pub struct RunMatcher<R: FdResolver> {
     pub processes: u64,
     /// Writes and syncs that failed, on any fd.
     pub failed_syscalls: u64,
+    pub io_submit: IoSubmitCalls,
 }
 
 impl<R: FdResolver> RunMatcher<R> {
@@ -157,6 +186,7 @@ impl<R: FdResolver> RunMatcher<R> {
             sectors: SectorMatcher::default(),
             processes: 0,
             failed_syscalls: 0,
+            io_submit: IoSubmitCalls::default(),
         }
     }
 
@@ -175,10 +205,22 @@ impl<R: FdResolver> RunMatcher<R> {
             Syscall::FdsOnly | Syscall::NotATarget => {}
             Syscall::Failed => self.failed_syscalls += 1,
             Syscall::Sync { target } => self.targets[target].fsync_calls += 1,
-            Syscall::Write(write) => {
+            Syscall::IoSubmit {
+                accepted,
+                not_followed,
+            } => {
+                self.io_submit.calls += 1;
+                self.io_submit.iocbs += accepted;
+                self.io_submit.iocbs_not_followed += not_followed;
+            }
+            Syscall::Write(write, path) => {
                 let calls = &mut self.targets[write.target];
                 calls.write_syscalls += 1;
                 calls.write_bytes += write.bytes;
+                if path == WritePath::Libaio {
+                    calls.aio_writes += 1;
+                    calls.aio_write_bytes += write.bytes;
+                }
                 let _ = calls
                     .write_size
                     .get_or_insert_with(new_histogram)

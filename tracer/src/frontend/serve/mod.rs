@@ -71,7 +71,7 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
         .local_addr()
         .map_err(|err| Error::caused("cannot read the listening address", err))?;
     let geometry = current_disks(&disks_selected)?;
-    let config = selection::capture_config(devices_selected, &devices, !args.by.is_empty());
+    let config = selection::capture_config(&devices, args.read.reads_owners(!args.by.is_empty()));
     let capture = Capture::start(&config, Engine::new(geometry.clone(), Default::default()))?;
     let exporter = Arc::new(Exporter {
         inner: Mutex::new(Inner {
