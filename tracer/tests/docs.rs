@@ -329,6 +329,7 @@ const RAID: DevId = DevId::new(8, 0);
 const RAID1: DevId = DevId::new(8, 1);
 const FAILING: DevId = DevId::new(7, 7);
 const DISCARDING: DevId = DevId::new(7, 6);
+const STRIPED: DevId = DevId::new(253, 4);
 
 fn rwbs(text: &str) -> [u8; RWBS_BYTES] {
     let mut bytes = [0; RWBS_BYTES];
@@ -517,6 +518,31 @@ fn capped_discards(sink: &mut impl EventSink, base: u64, count: u64) {
             sink.block_event(&discard(issue(ts + 1000, DISCARDING, start, 128)));
             sink.block_event(&discard(complete(ts + 9000, DISCARDING, start, 128)));
         }
+    }
+}
+
+/// A dm-stripe device: bio-based, its 64 KiB chunks no queue limit names.
+fn striped_dm() -> DiskGeometry {
+    DiskGeometry {
+        name: "dm-4".into(),
+        dev: Some(STRIPED),
+        partitions: Vec::new(),
+        block_size: None,
+        request_based: false,
+        max_sectors_kb: 1024,
+        ..loop9()
+    }
+}
+
+/// 144 KiB writes to dm-4 starting 32 sectors before a chunk ends, cut at
+/// each chunk boundary, as dm-stripe traced alone prints them (Q and X).
+fn chunk_splits(sink: &mut impl EventSink, base: u64, count: u64) {
+    for index in 0..count {
+        let sector = index * 1024 + 96;
+        let ts = base + MS * (index + 1);
+        sink.block_event(&queue(ts, STRIPED, sector, 288));
+        sink.block_event(&split(ts, STRIPED, sector, sector + 32));
+        sink.block_event(&split(ts, STRIPED, sector + 32, sector + 160));
     }
 }
 
@@ -844,6 +870,7 @@ fn documents() -> Vec<(String, Value)> {
             raid(),
             failing_disk(),
             discard_disk(),
+            striped_dm(),
         ],
         None,
         |sink| {
@@ -854,6 +881,7 @@ fn documents() -> Vec<(String, Value)> {
             unmerged_small_writes(sink, 700 * MS, 32);
             failed_writes(sink, 800 * MS, 8);
             capped_discards(sink, 900 * MS, 20);
+            chunk_splits(sink, 1000 * MS, 20);
         },
     );
     let report = analyze(&[&path(every)]);

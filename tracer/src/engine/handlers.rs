@@ -251,6 +251,7 @@ impl Engine {
         stats.split_user_ios += first_cut;
         stats.fragments += 1;
         stats.split_causes[cause.index()] += 1;
+        stats.split_point_zeros = stats.split_point_zeros.min(new_sector.trailing_zeros());
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;
             return;

@@ -22,6 +22,9 @@ pub struct SplitLimits {
     pub virt_boundary_mask: u64,
     /// `discard_max_bytes` in sectors (0: unknown).
     pub max_discard_sectors: u64,
+    /// Bio-based (dm): it cuts ordinary I/O at its own boundaries, never by
+    /// segments, so a short piece there is not a segment limit's.
+    pub bio_based: bool,
 }
 
 impl SplitLimits {
@@ -35,6 +38,7 @@ impl SplitLimits {
             lbs_sectors: power_of_two_sectors(disk.logical_block_size),
             virt_boundary_mask: disk.virt_boundary_mask,
             max_discard_sectors: disk.discard_max_bytes / SECTOR_BYTES,
+            bio_based: !disk.request_based,
         }
     }
 
@@ -78,7 +82,8 @@ fn power_of_two_sectors(bytes: u32) -> u64 {
 /// exactly the `get_max_io_size()` length is `max_sectors`, or
 /// `physical_block` when the start was not physical-block aligned (the
 /// kernel shortened the piece to end on an absolute pbs boundary). A shorter
-/// piece was cut by the segment walk: `virt_boundary` when it ends inside a
+/// piece on a bio-based device is `unknown` (it cut at its own boundaries);
+/// on a request-based one it was cut by the segment walk: `virt_boundary` when it ends inside a
 /// page and the device has a virt boundary, `max_segment_size` when it is
 /// exactly `max_segments` full segments, `max_segments` when it fits within
 /// `max_segments` segments, and `unknown` otherwise (or when limits are unknown).
@@ -117,6 +122,9 @@ pub fn split_cause(limits: &SplitLimits, op: Op, sector: u64, new_sector: u64) -
     if piece > limit {
         return SplitCause::Unknown;
     }
+    if limits.bio_based {
+        return SplitCause::Unknown;
+    }
     let piece_bytes = piece * SECTOR_BYTES;
     if limits.virt_boundary_mask != 0 && piece_bytes & limits.virt_boundary_mask != 0 {
         return SplitCause::VirtBoundary;
@@ -153,6 +161,7 @@ mod tests {
             lbs_sectors: 1,
             virt_boundary_mask: 0,
             max_discard_sectors: 0,
+            bio_based: false,
         }
     }
 
@@ -166,6 +175,7 @@ mod tests {
             lbs_sectors: 1,
             virt_boundary_mask: 0,
             max_discard_sectors: 0,
+            bio_based: false,
         }
     }
 
@@ -242,6 +252,22 @@ mod tests {
             SplitCause::ChunkBoundary
         );
         assert_eq!(limits.max_io_sectors(100), Some(28));
+    }
+
+    /// dm cuts ordinary I/O at its targets' and chunks' ends, not by
+    /// segments: a short piece there is not `max_segments`.
+    #[test]
+    fn short_pieces_of_a_bio_based_device_are_its_own_boundaries() {
+        let request_based = vda();
+        assert_eq!(
+            split_cause(&request_based, Op::Write, 96, 128),
+            SplitCause::MaxSegments
+        );
+        let dm = SplitLimits {
+            bio_based: true,
+            ..vda()
+        };
+        assert_eq!(split_cause(&dm, Op::Write, 96, 128), SplitCause::Unknown);
     }
 
     #[test]

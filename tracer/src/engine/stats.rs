@@ -109,6 +109,9 @@ pub struct OpStats {
     pub misaligned_pbs: u64,
     pub misaligned_4k: u64,
     pub split_causes: [u64; SplitCause::COUNT],
+    /// The fewest trailing zero bits of any split point (64: none yet): every
+    /// cut fell on a multiple of `1 << split_point_zeros` sectors.
+    pub split_point_zeros: u32,
     /// Commands adjacent to the previous command of the same op on the same
     /// disk, both far below `max_sectors`, whose bios were queued before the
     /// previous one was issued: merges that could have happened and did not.
@@ -152,6 +155,7 @@ impl Default for OpStats {
             misaligned_pbs: 0,
             misaligned_4k: 0,
             split_causes: [0; SplitCause::COUNT],
+            split_point_zeros: 64,
             adjacent_unmerged: 0,
             user_io_sectors: RunHistogram::default(),
             command_sectors: RunHistogram::default(),
@@ -174,6 +178,7 @@ impl Default for OpStats {
 impl OpStats {
     /// Adds `other` into `self` (merging partitions or origins for a report).
     pub fn absorb(&mut self, other: &OpStats) {
+        self.split_point_zeros = self.split_point_zeros.min(other.split_point_zeros);
         self.user_ios += other.user_ios;
         self.fragments += other.fragments;
         self.commands += other.commands;

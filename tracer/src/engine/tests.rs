@@ -2344,13 +2344,16 @@ fn split_shares_count_user_ios_of_the_op_they_name() {
 fn splits_on_a_bio_based_device_with_no_commands_in_the_trace_are_not_priced() {
     let mut engine = engine();
     for index in 0..20 {
-        // 64 KiB bios cut at a 12 KiB stripe chunk: no queue limit of dm-0 says so.
-        let base = index * 128 + 8;
+        // 144 KiB writes starting 32 sectors before a 64 KiB stripe chunk
+        // ends: cut there and at the next chunk; no queue limit of dm-0 says so.
+        let base = index * 1024 + 96;
+        let ts = MS * (index + 1);
         feed(
             &mut engine,
             &[
-                queue(MS * (index + 1), DM, base, 128),
-                split(MS * (index + 1), DM, base, base + 16),
+                queue(ts, DM, base, 288),
+                split(ts, DM, base, base + 32),
+                split(ts, DM, base + 32, base + 160),
             ],
         );
     }
@@ -2360,7 +2363,12 @@ fn splits_on_a_bio_based_device_with_no_commands_in_the_trace_are_not_priced() {
     };
     assert_eq!(
         (split.cost, split.fix),
-        (SplitCost::Unmeasured, SplitFix::AlignToOwnBoundaries)
+        (
+            SplitCost::Unmeasured,
+            SplitFix::AlignToOwnBoundaries {
+                boundary_sectors: 128
+            }
+        )
     );
     assert_eq!(split.commands, 0);
     assert!(split.what_if.is_none());
@@ -2377,6 +2385,13 @@ fn splits_on_a_bio_based_device_with_no_commands_in_the_trace_are_not_priced() {
         words.explanation
     );
     assert!(words.fix.contains("dmsetup table dm-0"), "{}", words.fix);
+    assert!(
+        words
+            .explanation
+            .contains("Every split point is a multiple of 128 sectors (64 KiB)"),
+        "{}",
+        words.explanation
+    );
     assert!(!words.fix.contains("above dm-0"), "{}", words.fix);
 }
 

@@ -142,14 +142,27 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 evidence.discard_granularity
             ),
         ),
-        SplitFix::RaiseDiscardMaxBytes { to_bytes } => (
-            format!(
-                "Each piece is discard_max_bytes = {}, the queue's discard cap; the device accepts up to {} (discard_max_hw_bytes).",
-                exact_size(evidence.discard_max_bytes),
-                exact_size(evidence.discard_max_hw_bytes)
-            ),
-            format!("raise /sys/block/{disk}/queue/discard_max_bytes to {to_bytes}"),
-        ),
+        SplitFix::SetDiscardMaxBytes { to_bytes } => {
+            let grid = pbs.max(4096);
+            let off_grid = match evidence.discard_max_bytes % grid {
+                0 => String::new(),
+                _ => format!(
+                    " It is not a multiple of {}, so every piece after the first starts off the {} grid.",
+                    exact_size(grid),
+                    exact_size(grid)
+                ),
+            };
+            (
+                format!(
+                    "Each piece is discard_max_bytes = {} bytes, the queue's discard cap (the device takes up to {} bytes, discard_max_hw_bytes).{off_grid}",
+                    evidence.discard_max_bytes, evidence.discard_max_hw_bytes
+                ),
+                format!(
+                    "set /sys/block/{disk}/queue/discard_max_bytes to {to_bytes} (a multiple of {} within discard_max_hw_bytes)",
+                    exact_size(grid)
+                ),
+            )
+        }
         SplitFix::AtDiscardLimit => {
             let limit = match evidence.discard_max_bytes {
                 0 => format!(
@@ -165,14 +178,23 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 ),
             )
         }
-        SplitFix::AlignToOwnBoundaries => (
-            format!(
-                "No queue limit explains the split points, and {disk} is bio-based (device-mapper or md): it splits I/O at its own boundaries, where a target ends or a stripe chunk does."
-            ),
-            format!(
-                "align the I/O on {name} to {disk}'s chunk or target boundaries (`dmsetup table {disk}`, or `mdadm --detail` for md)"
-            ),
-        ),
+        SplitFix::AlignToOwnBoundaries { boundary_sectors } => {
+            let boundary = match boundary_sectors {
+                0 => String::new(),
+                sectors => format!(
+                    " Every split point is a multiple of {sectors} sectors ({}), so its chunk or target size divides that; I/O that starts off such a boundary gets a short first piece.",
+                    exact_size(sectors * 512)
+                ),
+            };
+            (
+                format!(
+                    "No queue limit explains the split points, and {disk} is bio-based (device-mapper or md): it splits I/O at its own boundaries, where a target ends or a stripe chunk does.{boundary}"
+                ),
+                format!(
+                    "align the I/O on {name} to {disk}'s chunk or target boundaries (`dmsetup table {disk}`, or `mdadm --detail` for md)"
+                ),
+            )
+        }
         SplitFix::CheckStackedDevices => (
             "No queue limit of this device explains the split points.".to_string(),
             format!(

@@ -658,33 +658,37 @@ fn statuses_are_said_most_frequent_first() {
 /// the fix names the setting and the hardware's value.
 #[test]
 fn discards_cut_at_their_cap_name_discard_max_bytes() {
-    let disk = DiskGeometry {
-        discard_max_bytes: 64 << 10,
-        discard_max_hw_bytes: 2 << 30,
-        ..loop0()
-    };
-    let mut engine = Engine::new(vec![disk], EngineLimits::default());
-    let discard = |event: BlockEvent| BlockEvent {
-        rwbs: *b"DS\0\0\0\0\0\0",
-        ..event
-    };
-    for index in 0..20 {
-        let (ts, sector) = (MS * (index + 1), 20_000 + index * 512);
-        engine.ingest(&discard(queue(ts, LOOP0, sector, 512)));
-        for piece in 0..4 {
-            let start = sector + piece * 128;
-            if piece < 3 {
-                engine.ingest(&discard(BlockEvent {
-                    aux_sector: start + 128,
-                    ..event(EventKind::Split, ts, LOOP0, start, 0)
-                }));
+    let worded_with = |max: u64, hw: u64| {
+        let disk = DiskGeometry {
+            discard_max_bytes: max,
+            discard_max_hw_bytes: hw,
+            ..loop0()
+        };
+        let mut engine = Engine::new(vec![disk], EngineLimits::default());
+        let discard = |event: BlockEvent| BlockEvent {
+            rwbs: *b"DS\0\0\0\0\0\0",
+            ..event
+        };
+        let piece = max / 512;
+        for index in 0..20 {
+            let (ts, sector) = (MS * (index + 1), 20_000 + index * 4 * piece);
+            engine.ingest(&discard(queue(ts, LOOP0, sector, (4 * piece) as u32)));
+            for cut in 0..4 {
+                let start = sector + cut * piece;
+                if cut < 3 {
+                    engine.ingest(&discard(BlockEvent {
+                        aux_sector: start + piece,
+                        ..event(EventKind::Split, ts, LOOP0, start, 0)
+                    }));
+                }
+                engine.ingest(&discard(issue(ts, LOOP0, start, piece as u32)));
+                engine.ingest(&discard(complete(ts, LOOP0, start, piece as u32)));
             }
-            engine.ingest(&discard(issue(ts, LOOP0, start, 128)));
-            engine.ingest(&discard(complete(ts, LOOP0, start, 128)));
         }
-    }
-    let found = worded(&engine);
-    let split = find(&found, Code::SplitAmplification);
+        find(&worded(&engine), Code::SplitAmplification).clone()
+    };
+    // A 64 KiB cap on a disk that takes 2 GiB.
+    let split = worded_with(64 << 10, 2 << 30);
     let Evidence::SplitAmplification(evidence) = &split.evidence else {
         panic!("not a split");
     };
@@ -692,20 +696,34 @@ fn discards_cut_at_their_cap_name_discard_max_bytes() {
     assert_eq!(evidence.op, Op::Discard);
     assert_eq!(
         evidence.fix,
-        SplitFix::RaiseDiscardMaxBytes { to_bytes: 2 << 30 }
+        SplitFix::SetDiscardMaxBytes { to_bytes: 2 << 30 }
     );
     assert!(
         split.explanation.contains("20 of 20 discard user I/Os"),
         "{}",
         split.explanation
     );
-    assert!(
-        split.explanation.contains("discard_max_bytes = 64 KiB"),
-        "{}",
-        split.explanation
-    );
     assert_eq!(
         split.fix,
-        "raise /sys/block/loop0/queue/discard_max_bytes to 2147483648"
+        "set /sys/block/loop0/queue/discard_max_bytes to 2147483648 (a multiple of 4 KiB within discard_max_hw_bytes)"
+    );
+    // mpt3sas' 134217216-byte cap, at the hardware's: every piece after the
+    // first starts off the 4 KiB grid, and the fix rounds the cap down.
+    let split = worded_with(134_217_216, 134_217_216);
+    let Evidence::SplitAmplification(evidence) = &split.evidence else {
+        panic!("not a split");
+    };
+    assert_eq!(
+        evidence.fix,
+        SplitFix::SetDiscardMaxBytes {
+            to_bytes: 134_213_632
+        }
+    );
+    assert!(
+        split
+            .explanation
+            .contains("It is not a multiple of 4 KiB, so every piece after the first starts off the 4 KiB grid"),
+        "{}",
+        split.explanation
     );
 }

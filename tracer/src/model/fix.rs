@@ -93,10 +93,13 @@ pub enum SplitFix {
     /// `unknown`: look for stacked devices that split on their own limits.
     CheckStackedDevices,
     /// `unknown` on a bio-based device (device-mapper, md): it splits at
-    /// its own boundaries, a target's end or a stripe chunk.
-    AlignToOwnBoundaries,
-    /// `max_discard`: raise `discard_max_bytes` to the hardware's ceiling.
-    RaiseDiscardMaxBytes { to_bytes: u64 },
+    /// its own boundaries, a target's end or a stripe chunk; every split
+    /// point was a multiple of `boundary_sectors` (0: too few to say).
+    AlignToOwnBoundaries { boundary_sectors: u64 },
+    /// `max_discard`: set `discard_max_bytes` to `to_bytes`, the largest
+    /// multiple of 4 KiB (and of the physical block) the hardware takes: a
+    /// raise, or a cap that no longer puts every later piece off the grid.
+    SetDiscardMaxBytes { to_bytes: u64 },
     /// `max_discard` at the ceiling (or an unknown limit): the device takes
     /// discards of at most that size; the pieces are its own.
     AtDiscardLimit,
@@ -110,9 +113,14 @@ impl Serialize for SplitFix {
                 map.serialize_entry("proposed_max_sectors_kb", to_kb)?;
                 map.end()
             }
-            SplitFix::RaiseDiscardMaxBytes { to_bytes } => {
+            SplitFix::SetDiscardMaxBytes { to_bytes } => {
                 let mut map = serializer.serialize_map(Some(1))?;
                 map.serialize_entry("proposed_discard_max_bytes", to_bytes)?;
+                map.end()
+            }
+            SplitFix::AlignToOwnBoundaries { boundary_sectors } if *boundary_sectors > 0 => {
+                let mut map = serializer.serialize_map(Some(1))?;
+                map.serialize_entry("split_boundary_sectors", boundary_sectors)?;
                 map.end()
             }
             _ => serializer.serialize_map(Some(0))?.end(),

@@ -164,16 +164,24 @@ fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) ->
         },
         SplitCause::VirtBoundary => SplitFix::AlignedBuffers,
         SplitCause::DiscardGranularity => SplitFix::AlignDiscards,
-        SplitCause::MaxDiscard
-            if geometry.discard_max_hw_bytes > geometry.discard_max_bytes
-                && geometry.discard_max_bytes > 0 =>
-        {
-            SplitFix::RaiseDiscardMaxBytes {
-                to_bytes: geometry.discard_max_hw_bytes,
+        SplitCause::MaxDiscard => {
+            let current = geometry.discard_max_bytes;
+            let grid = u64::from(geometry.physical_block_size).max(4096);
+            let to_bytes = current.max(geometry.discard_max_hw_bytes) / grid * grid;
+            match current {
+                0 => SplitFix::AtDiscardLimit,
+                _ if to_bytes == current || to_bytes == 0 => SplitFix::AtDiscardLimit,
+                _ => SplitFix::SetDiscardMaxBytes { to_bytes },
             }
         }
-        SplitCause::MaxDiscard => SplitFix::AtDiscardLimit,
-        SplitCause::Unknown if traffic.device.bio_based() => SplitFix::AlignToOwnBoundaries,
+        SplitCause::Unknown if traffic.device.bio_based() => {
+            // Eight sectors or fewer say nothing beyond the block grid.
+            let boundary_sectors = match total.split_point_zeros {
+                zeros @ 4..=40 => 1 << zeros,
+                _ => 0,
+            };
+            SplitFix::AlignToOwnBoundaries { boundary_sectors }
+        }
         SplitCause::Unknown => SplitFix::CheckStackedDevices,
     }
 }
@@ -197,7 +205,7 @@ fn a_setting_fixes(fix: SplitFix) -> bool {
         SplitFix::AtHardwareLimit
             | SplitFix::SmallerIo { .. }
             | SplitFix::CheckStackedDevices
-            | SplitFix::AlignToOwnBoundaries
+            | SplitFix::AlignToOwnBoundaries { .. }
             | SplitFix::AtDiscardLimit
     )
 }
