@@ -585,3 +585,99 @@ fn unknown_geometry_is_said_unknown_and_partition_starts_come_from_remaps() {
     );
     assert!(!text.contains("logical 0 B"), "{text}");
 }
+
+/// Each corpus trace reads the same in every view: the text report's per
+/// device lines, the JSON, the HTML header and the Perfetto command slices
+/// count the same user I/Os and commands.
+#[test]
+fn every_corpus_trace_reads_the_same_in_text_json_html_and_perfetto() {
+    let dir = std::env::temp_dir().join(format!("iosplit-corpus-views-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut failures = Vec::new();
+    for case in CASES {
+        let (html, perfetto) = (dir.join("report.html"), dir.join("trace.json"));
+        let out = Command::new(env!("CARGO_BIN_EXE_iosplit-trace"))
+            .args(["analyze", "--from", case.from, "--json", "--html"])
+            .arg(&html)
+            .arg("--perfetto")
+            .arg(&perfetto)
+            .arg(corpus(case.file))
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            failures.push(format!("{}: views failed", case.file));
+            continue;
+        }
+        let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+        let json_total = |key: &str| -> u64 {
+            report["devices"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|d| d["measures"]["ops"].as_object().unwrap().values())
+                .map(|op| op[key].as_u64().unwrap())
+                .sum()
+        };
+        let (user_ios, commands) = (json_total("user_ios"), json_total("commands"));
+
+        let text = Command::new(env!("CARGO_BIN_EXE_iosplit-trace"))
+            .args(["analyze", "--from", case.from])
+            .arg(corpus(case.file))
+            .env("COLUMNS", "200")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&text.stdout);
+        // Disk-level op lines: "  write: 5 user I/Os (avg 4 KiB) -> 5 commands (…)".
+        let (mut text_user_ios, mut text_commands) = (0, 0);
+        for line in text
+            .lines()
+            .filter(|l| l.starts_with("  ") && !l.starts_with("   "))
+        {
+            let Some((_, rest)) = line.split_once(": ") else {
+                continue;
+            };
+            let number = |text: &str| text.replace(',', "").parse::<u64>().ok();
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            if words.get(1..3) == Some(&["user", "I/Os"][..]) {
+                text_user_ios += number(words[0]).unwrap_or(0);
+                if let Some(at) = words.iter().position(|w| *w == "->") {
+                    text_commands += words.get(at + 1).and_then(|w| number(w)).unwrap_or(0);
+                }
+            }
+        }
+        if (text_user_ios, text_commands) != (user_ios, commands) {
+            failures.push(format!(
+                "{}: text says {text_user_ios} user I/Os and {text_commands} commands, JSON {user_ios} and {commands}",
+                case.file
+            ));
+        }
+
+        let page = std::fs::read_to_string(&html).unwrap();
+        let html_commands = page
+            .split(" commands</p>")
+            .next()
+            .and_then(|head| head.rsplit(" · ").next())
+            .and_then(|n| n.trim().replace(',', "").parse::<u64>().ok());
+        if html_commands != Some(commands) {
+            failures.push(format!(
+                "{}: HTML header says {html_commands:?} commands, JSON {commands}",
+                case.file
+            ));
+        }
+        let timeline: Value = serde_json::from_slice(&std::fs::read(&perfetto).unwrap()).unwrap();
+        let slices = timeline["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["ph"] == "X" && e["name"] == "command")
+            .count() as u64;
+        if slices != commands {
+            failures.push(format!(
+                "{}: Perfetto has {slices} command slices, JSON {commands} commands",
+                case.file
+            ));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
