@@ -183,6 +183,11 @@ pub enum Command {
         after_help = "Examples:\n  sudo iosplit-trace serve\n  sudo iosplit-trace serve --listen 0.0.0.0:9788 -d sdc\n\nSIGHUP re-reads the devices and starts the diagnoses afresh; served counters\nnever go down. Metrics are listed in docs/prometheus.md."
     )]
     Serve(ServeArgs),
+    /// Compare two reports of one workload, before and after a fix: side by side, and each prediction against what was measured.
+    #[command(
+        after_help = "Examples:\n  sudo iosplit-trace run --json -o before.json -- mkfs.ext4 -F /dev/sdc2\n  (apply the fix the report names, then)\n  sudo iosplit-trace run --json -o after.json -- mkfs.ext4 -F /dev/sdc2\n  iosplit-trace compare before.json after.json\n\nEither side is a JSON report (report, run or analyze --json) or a recording."
+    )]
+    Compare(CompareArgs),
 }
 
 impl Command {
@@ -196,6 +201,7 @@ impl Command {
             Command::Record(_) => "record",
             Command::Analyze(_) => "analyze",
             Command::Serve(_) => "serve",
+            Command::Compare(_) => "compare",
         }
     }
 
@@ -214,7 +220,10 @@ impl Command {
             Command::Run(args) => Some(&mut args.read),
             Command::Record(args) => Some(&mut args.read),
             Command::Serve(args) => Some(&mut args.read),
-            Command::Generate { .. } | Command::Check(_) | Command::Analyze(_) => None,
+            Command::Generate { .. }
+            | Command::Check(_)
+            | Command::Analyze(_)
+            | Command::Compare(_) => None,
         }
     }
 }
@@ -359,6 +368,23 @@ pub struct AnalyzeArgs {
     /// Add a section by who caused the I/O: process, cgroup or file (repeatable).
     #[arg(long = "by", value_enum, value_name = "VIEW")]
     pub by: Vec<ByView>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CompareArgs {
+    /// The report (or recording) taken before the fix.
+    #[arg(value_name = "BEFORE")]
+    pub before: PathBuf,
+    /// The report (or recording) of the same workload after it.
+    #[arg(value_name = "AFTER")]
+    pub after: PathBuf,
+    /// Print one JSON document instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Compare device BEFORE_NAME of BEFORE with AFTER_NAME of AFTER, when the
+    /// fix renamed it (repeatable; same-named devices pair by themselves).
+    #[arg(long, value_name = "BEFORE_NAME=AFTER_NAME")]
+    pub pair: Vec<String>,
 }
 
 /// Where `serve` listens unless told otherwise (loopback: exposing it is a choice).

@@ -39,6 +39,40 @@ fn unknown_device_is_refused_before_tracing() {
     assert_clear_error(&out, 2, "unknown device `sdzz9`");
 }
 
+/// compare's inputs: a missing file, JSON that is no report, bytes that are
+/// neither, a malformed --pair: one line each, no panic.
+#[test]
+fn compare_refuses_what_is_no_report_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("iosplit-bad-compare-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (json, junk) = (dir.join("not-a-report.json"), dir.join("junk.bin"));
+    std::fs::write(&json, "{\"a\": 1}").unwrap();
+    std::fs::write(&junk, "garbage").unwrap();
+    let path = |p: &std::path::Path| p.to_str().unwrap().to_string();
+    let missing = dir.join("missing.json");
+    assert_clear_error(
+        &iosplit(&["compare", &path(&missing), &path(&json)]),
+        1,
+        "cannot read",
+    );
+    assert_clear_error(
+        &iosplit(&["compare", &path(&json), &path(&json)]),
+        2,
+        "is JSON but no report",
+    );
+    assert_clear_error(
+        &iosplit(&["compare", &path(&junk), &path(&json)]),
+        1,
+        "neither a JSON report nor a recording",
+    );
+    assert_clear_error(
+        &iosplit(&["compare", "--pair", "loop0", &path(&json), &path(&json)]),
+        2,
+        "--pair takes BEFORE=AFTER",
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn run_needs_a_command_that_exists() {
     let out = iosplit(&["run", "--"]);

@@ -90,6 +90,70 @@ fn assert_within_tolerance(observed: u64, predicted: u64, what: &str) {
 
 /// Replaces partition `number` of `disk` with one of `spec`, as a resize
 /// with sfdisk and partx does on a real disk.
+/// `iosplit-trace compare` of the two reports reads the prediction as this
+/// test did: `predicted` commands after the fix, `measured` on `device`.
+fn assert_compare_agrees(
+    (before, after): (&Value, &Value),
+    code: &str,
+    device: &str,
+    predicted: u64,
+    measured: u64,
+) {
+    let tag = format!("{}-{code}", std::process::id());
+    let files = [
+        ScratchFile(std::env::temp_dir().join(format!("iosplit-compare-before-{tag}.json"))),
+        ScratchFile(std::env::temp_dir().join(format!("iosplit-compare-after-{tag}.json"))),
+    ];
+    std::fs::write(&files[0].0, before.to_string()).unwrap();
+    std::fs::write(&files[1].0, after.to_string()).unwrap();
+    let run = |json: bool| {
+        let mut command = std::process::Command::new(common::binary());
+        command.arg("compare").arg(&files[0].0).arg(&files[1].0);
+        if json {
+            command.arg("--json");
+        }
+        let out = command.output().unwrap();
+        assert!(
+            out.status.success(),
+            "compare failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    };
+    let comparison: Value = serde_json::from_slice(&run(true)).unwrap();
+    let check = comparison["predictions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["code"] == code && p["device"] == device)
+        .unwrap_or_else(|| panic!("compare checked no {code} on {device}: {comparison}"));
+    assert_eq!(check["predicted_commands"], predicted, "{check}");
+    assert_eq!(check["measured_commands"], measured, "{check}");
+    let text = String::from_utf8(run(false)).unwrap();
+    let said = format!(
+        "predicted {} after the fix; measured {}",
+        thousands(predicted),
+        thousands(measured)
+    );
+    assert!(
+        text.contains(&said),
+        "compare's text lacks {said:?}:\n{text}"
+    );
+}
+
+/// 12345 as the report prints it: "12,345".
+fn thousands(value: u64) -> String {
+    let digits = value.to_string();
+    let mut out = String::new();
+    for (index, digit) in digits.chars().enumerate() {
+        if index > 0 && (digits.len() - index).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 fn resize_partition(disk: &LoopDisk, number: usize, spec: PartitionSpec) {
     let device = disk.device();
     let nr = number.to_string();
@@ -158,6 +222,13 @@ fn subpage_block_size_fix_takes_commands_where_predicted() {
         predicted,
         "subpage_block_size",
     );
+    assert_compare_agrees(
+        (&before, &after),
+        "subpage_block_size",
+        &name,
+        predicted,
+        write_commands(&after, &name),
+    );
 }
 
 #[test]
@@ -205,6 +276,13 @@ fn max_sectors_fix_takes_commands_where_predicted() {
         write_commands(&after, &disk.name),
         predicted,
         "split_amplification (max_sectors)",
+    );
+    assert_compare_agrees(
+        (&before, &after),
+        "split_amplification",
+        &disk.name,
+        predicted,
+        write_commands(&after, &disk.name),
     );
 }
 
@@ -357,5 +435,12 @@ fn nomerges_fix_takes_commands_where_predicted() {
         write_commands(&after, &disk.name),
         predicted,
         "merge_blocked (nomerges)",
+    );
+    assert_compare_agrees(
+        (&before, &after),
+        "merge_blocked",
+        &disk.name,
+        predicted,
+        write_commands(&after, &disk.name),
     );
 }

@@ -7,6 +7,7 @@
 
 pub mod analyze;
 pub mod check;
+pub mod compare;
 pub mod html;
 pub mod live;
 pub mod output;
@@ -41,6 +42,7 @@ pub fn dispatch(cli: Cli) -> Result<ExitCode> {
         Some(Command::Check(args)) => check::run(&args),
         Some(Command::Record(args)) => record::run(&cli.selection, &args),
         Some(Command::Analyze(args)) => analyze::run(&args),
+        Some(Command::Compare(args)) => compare::run(&args),
         Some(Command::Serve(args)) => serve::run(&cli.selection, &args),
         Some(Command::Generate { what }) => {
             let mut page = Vec::new();
