@@ -442,6 +442,9 @@ pub struct OwnerEntry {
     pub cgroup: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cgroup_id: Option<u64>,
+    /// cgroups: the pod, container and unit the path names, where it does.
+    #[serde(flatten)]
+    pub workload: Workload,
     /// files: the path when it could be found without scanning the
     /// filesystem, else the inode and the filesystem's device ("major:minor").
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -482,6 +485,7 @@ impl OwnerEntry {
             comm: None,
             cgroup: None,
             cgroup_id: None,
+            workload: Workload::default(),
             path: None,
             inode: None,
             dev: None,
@@ -490,6 +494,28 @@ impl OwnerEntry {
             device,
             measures,
         }
+    }
+}
+
+/// Who a cgroup belongs to, as far as its path says.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Workload {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// `guaranteed`, `burstable` or `besteffort`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub qos: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub container_id: Option<String>,
+    /// The innermost systemd unit that is not a container's scope or a pod's
+    /// slice: `nginx.service`, `session-3.scope`, `user@1000.service`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unit: Option<String>,
+}
+
+impl Workload {
+    pub fn is_empty(&self) -> bool {
+        *self == Workload::default()
     }
 }
 

@@ -436,3 +436,106 @@ fn owners_are_read_only_when_asked() {
         .sum();
     assert_eq!(dd_bytes, 8 * 65536, "{}", asked["attribution"]);
 }
+
+/// Nested cgroups, made where the kubelet and the runtimes make them, and
+/// removed innermost first (their writers have exited by then).
+struct NestedCgroup {
+    dirs: Vec<PathBuf>,
+}
+
+impl NestedCgroup {
+    fn new(relative: &str) -> NestedCgroup {
+        let mut dirs = Vec::new();
+        let mut path = PathBuf::from(BLKIO);
+        for component in relative.split('/').filter(|c| !c.is_empty()) {
+            path.push(component);
+            if !path.exists() {
+                std::fs::create_dir(&path).unwrap_or_else(|err| panic!("mkdir {path:?}: {err}"));
+                dirs.push(path.clone());
+            }
+        }
+        assert!(!dirs.is_empty(), "{relative} exists already");
+        NestedCgroup { dirs }
+    }
+
+    fn inner(&self) -> Cgroup {
+        Cgroup {
+            path: self.dirs.last().unwrap().clone(),
+        }
+    }
+}
+
+impl Drop for NestedCgroup {
+    fn drop(&mut self) {
+        for dir in self.dirs.iter().rev() {
+            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in procs.lines() {
+                    let _ = std::fs::write(Path::new(BLKIO).join("cgroup.procs"), pid);
+                }
+            }
+            let _ = std::fs::remove_dir(dir);
+        }
+    }
+}
+
+/// Writers in cgroups laid out as the kubelet lays them out (systemd driver
+/// with containerd, cgroupfs driver with a bare id) are named by pod UID,
+/// QoS class and container id.
+#[test]
+fn kubernetes_cgroups_name_their_pod_qos_and_container() {
+    if !privileged("kubernetes_cgroups_name_their_pod_qos_and_container") {
+        return;
+    }
+    let _serial = SERIAL
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let tag = format!("{:012x}", std::process::id());
+    let (uid_a, uid_b) = (
+        format!("0d4a7e5c-3b1f-4c2a-9e8d-{tag}"),
+        format!("7c0b2d9e-1a2b-4c3d-8e9f-{tag}"),
+    );
+    let (id_a, id_b) = (format!("{:a>52}{tag}", ""), format!("{:b>52}{tag}", ""));
+    let systemd = NestedCgroup::new(&format!(
+        "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{}.slice/cri-containerd-{id_a}.scope",
+        uid_a.replace('-', "_")
+    ));
+    let cgroupfs = NestedCgroup::new(&format!("kubepods/besteffort/pod{uid_b}/{id_b}"));
+    let disk = two_partitions("attr-k8s");
+    let tracer = Tracer::start(&["-d", &disk.name, "report", "--by", "cgroup", "--json"]);
+    // Kept until the report is made: names are resolved then.
+    let writers = [(systemd.inner(), 1), (cgroupfs.inner(), 2)];
+    for (cgroup, partition) in &writers {
+        dd_in(
+            Some(cgroup),
+            &[
+                "if=/dev/zero",
+                &format!("of={}", disk.partition(*partition)),
+                "bs=64k",
+                "count=16",
+                "oflag=direct",
+            ],
+        );
+    }
+    let report = parse(&tracer.stop());
+    let cgroups = entries(&report, "cgroups");
+    let of = |uid: &str| -> &Value {
+        cgroups
+            .iter()
+            .find(|entry| entry["pod_uid"] == uid)
+            .unwrap_or_else(|| panic!("no entry for pod {uid}: {cgroups:#?}"))
+    };
+    for (uid, qos, id, partition) in [
+        (&uid_a, "burstable", &id_a, 1),
+        (&uid_b, "besteffort", &id_b, 2),
+    ] {
+        let entry = of(uid);
+        assert_eq!(entry["qos"], qos, "{entry:#}");
+        assert_eq!(entry["container_id"], id.as_str(), "{entry:#}");
+        assert_eq!(
+            entry["device"],
+            format!("{}p{partition}", disk.name),
+            "{entry:#}"
+        );
+        assert_eq!(number(entry, "bytes"), 16 * 65536, "{entry:#}");
+    }
+}

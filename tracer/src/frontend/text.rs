@@ -192,9 +192,23 @@ fn owner_name(entry: &OwnerEntry) -> String {
                 };
             }
             if let Some(id) = entry.cgroup_id {
-                return match &entry.cgroup {
-                    Some(path) => path.clone(),
-                    None => format!("cgroup id {id}"),
+                let workload = &entry.workload;
+                // A container's id is told apart by its first 12 digits, as runtimes print it.
+                let container = workload
+                    .container_id
+                    .as_deref()
+                    .map(|id| format!("container {}", &id[..id.len().min(12)]));
+                return match (&workload.pod_uid, container, &entry.cgroup) {
+                    (Some(pod), container, _) => {
+                        let qos = workload.qos.as_deref().unwrap_or("?");
+                        match container {
+                            Some(container) => format!("pod {pod} ({qos}), {container}"),
+                            None => format!("pod {pod} ({qos})"),
+                        }
+                    }
+                    (None, Some(container), _) => container,
+                    (None, None, Some(path)) => path.clone(),
+                    (None, None, None) => format!("cgroup id {id}"),
                 };
             }
             let direct = if entry.direct { " (direct I/O)" } else { "" };

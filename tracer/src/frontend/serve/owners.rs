@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use crate::engine::attribution::TOP_OWNERS;
-use crate::model::{Attribution, OwnerEntry, OwnerKnown, OwnerMeasures, OwnerView};
+use crate::model::{Attribution, OwnerEntry, OwnerKnown, OwnerMeasures, OwnerView, Workload};
 
 use super::{Labels, Total};
 
@@ -124,6 +124,9 @@ fn view_entries_mut(attribution: &mut Attribution, view: OwnerView) -> &mut Vec<
 #[derive(Debug)]
 struct Member {
     label: String,
+    /// cgroups: the pod, container and unit labels (`pod_uid` joins with
+    /// kube-state-metrics' `kube_pod_info{uid=…}`).
+    workload: Workload,
     totals: [Total; 3],
 }
 
@@ -244,6 +247,7 @@ impl OwnerSeries {
                 key,
                 Member {
                     label: owner_label(entry),
+                    workload: entry.workload.clone(),
                     totals,
                 },
             );
@@ -289,10 +293,19 @@ impl OwnerSeries {
     /// The samples of counter `index` of [`OWNER_COUNTERS`]: labels and value.
     pub fn samples(&self, index: usize) -> Vec<(Labels, u64)> {
         let members = self.members.iter().map(|((view, device, _), member)| {
-            (
-                labels(device, *view, &member.label),
-                member.totals[index].served,
-            )
+            let mut labels = labels(device, *view, &member.label);
+            let workload = &member.workload;
+            for (name, value) in [
+                ("pod_uid", &workload.pod_uid),
+                ("qos", &workload.qos),
+                ("container_id", &workload.container_id),
+                ("unit", &workload.unit),
+            ] {
+                if let Some(value) = value {
+                    labels.push((name, value.clone()));
+                }
+            }
+            (labels, member.totals[index].served)
         });
         let others = self.attributed.iter().map(|((view, device), attributed)| {
             (labels(device, *view, "other"), attributed.other[index])
@@ -426,6 +439,52 @@ mod tests {
             assert!(now.len() <= SERVED_OWNERS + 1, "{} series", now.len());
             assert_eq!(now.values().sum::<u64>(), total);
         }
+    }
+
+    /// A pod's cgroup is served with the labels a PromQL join needs.
+    #[test]
+    fn a_pods_cgroup_carries_pod_qos_and_container_labels() {
+        let mut series = OwnerSeries::new(vec![OwnerView::Cgroup]);
+        let mut pod = OwnerEntry::new(
+            OwnerKnown::Known,
+            "sda".into(),
+            OwnerMeasures {
+                commands: 5,
+                ..OwnerMeasures::default()
+            },
+        );
+        pod.cgroup_id = Some(7);
+        pod.cgroup = Some("/kubepods/burstable/pod…".into());
+        pod.workload = Workload {
+            pod_uid: Some("0d4a7e5c-3b1f-4c2a-9e8d-1f2a3b4c5d6e".into()),
+            qos: Some("burstable".into()),
+            container_id: Some("3f1c".into()),
+            unit: None,
+        };
+        let attribution = Attribution {
+            cgroups: vec![pod],
+            ..Attribution::default()
+        };
+        series.absorb(&attribution, |_| {});
+        let samples = series.samples(1);
+        let (labels, _) = samples
+            .iter()
+            .find(|(labels, _)| labels.iter().any(|(name, _)| *name == "pod_uid"))
+            .unwrap_or_else(|| panic!("no pod_uid label: {samples:?}"));
+        let label = |name: &str| {
+            labels
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, v)| v.as_str())
+        };
+        assert_eq!(
+            label("pod_uid"),
+            Some("0d4a7e5c-3b1f-4c2a-9e8d-1f2a3b4c5d6e")
+        );
+        assert_eq!(label("qos"), Some("burstable"));
+        assert_eq!(label("container_id"), Some("3f1c"));
+        assert_eq!(label("unit"), None);
+        assert_eq!(label("by"), Some("cgroup"));
     }
 
     #[test]

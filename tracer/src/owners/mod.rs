@@ -10,6 +10,8 @@
 //!   checking) on a mount of its filesystem, and the kernel names the opened
 //!   file. Other filesystems, or a file no longer cached, keep inode and dev.
 
+pub mod workload;
+
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -226,6 +228,7 @@ pub fn resolve_with(attribution: &mut Attribution, mounts: &[Mount]) {
         let paths = cgroup_paths(&hierarchy.mount_point, &ids);
         for entry in &mut attribution.cgroups {
             if let Some((_, path)) = paths.iter().find(|(id, _)| Some(*id) == entry.cgroup_id) {
+                entry.workload = workload::workload_of(path);
                 entry.cgroup = Some(path.clone());
             }
         }
