@@ -578,6 +578,17 @@ pub enum Severity {
     Critical,
 }
 
+impl Severity {
+    /// As the JSON and the Prometheus labels spell it.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warning => "warning",
+            Severity::Critical => "critical",
+        }
+    }
+}
+
 /// One finding as the engine makes it: the device, how severe, and the
 /// evidence, which also holds the fix the engine decided on. Typed, no
 /// prose: `crate::explain` words it into a [`Diagnosis`].

@@ -805,3 +805,69 @@ fn a_busy_or_invalid_listen_address_is_one_line_and_fails() {
         }
     }
 }
+
+/// Without the capabilities to load its probes, serve keeps serving the
+/// geometry audit (the seed's odd-sized partition among it), says why in
+/// `iosplit_tracing` and one stderr line, stays healthy, and does not exit.
+#[test]
+fn without_probes_serve_keeps_serving_the_audit() {
+    if !privileged("without_probes_serve_keeps_serving_the_audit") {
+        return;
+    }
+    // The seed's case: an odd-sized partition, so the kernel's block size is 512 B.
+    let disk = LoopDisk::new(
+        "serve-audit",
+        128,
+        &[PartitionSpec {
+            start: 2048,
+            size: 200_001,
+        }],
+    );
+    let copy = NobodysCopy::new("no-caps");
+    let serve = Serve::start(
+        Command::new("setpriv")
+            .args([
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--no-new-privs",
+                "--inh-caps=-all",
+                "--ambient-caps=-all",
+                "--bounding-set=-all",
+            ])
+            .arg(&copy.binary)
+            .args(["serve", "--listen", "127.0.0.1:0", "-d", &disk.name]),
+    );
+    let text = serve.metrics();
+    let partition = format!("{}p1", disk.name);
+    let finding = text.lines().find(|line| {
+        line.starts_with("iosplit_finding{")
+            && line.contains("code=\"subpage_block_size\"")
+            && line.contains(&format!("device=\"{partition}\""))
+    });
+    let value = |line: &str| line.rsplit(' ').next().and_then(|v| v.parse::<f64>().ok());
+    assert_eq!(finding.and_then(value), Some(1.0), "{text}");
+    let tracing = text
+        .lines()
+        .find(|line| line.starts_with("iosplit_tracing{"))
+        .unwrap_or_else(|| panic!("no iosplit_tracing: {text}"));
+    assert_eq!(value(tracing), Some(0.0), "{tracing}");
+    assert!(
+        tracing.contains("CAP_BPF"),
+        "the reason is named: {tracing}"
+    );
+    let health = http_get(&format!("http://{}/healthz", serve.address)).unwrap();
+    assert!(
+        health.starts_with("ok: serving the geometry audit only"),
+        "{health}"
+    );
+    // Still there at a second scrape.
+    assert!(serve.metrics().contains("iosplit_finding{"));
+    let (ok, said) = promtool_check_metrics(&exposition_text(&serve));
+    assert!(ok, "promtool: {said}");
+}
+
+/// A scrape in the classic text format, as promtool reads it.
+fn exposition_text(serve: &Serve) -> String {
+    http_get_as(&format!("http://{}/metrics", serve.address), None).1
+}

@@ -143,10 +143,7 @@ pub fn render_prometheus(report: &CheckReport, now: SystemTime) -> String {
         .diagnoses
         .iter()
         .map(|d| {
-            let severity = serde_json::to_value(d.severity)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default();
+            let severity = d.severity.as_str().to_string();
             (
                 vec![
                     ("code", d.code.to_string()),

@@ -72,7 +72,18 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
         .map_err(|err| Error::caused("cannot read the listening address", err))?;
     let geometry = current_disks(&disks_selected)?;
     let config = selection::capture_config(&devices, args.read.reads_owners(!args.by.is_empty()));
-    let capture = Capture::start(&config, Engine::new(geometry.clone(), Default::default()))?;
+    // Without probes (no CAP_BPF, a locked-down kernel) the geometry audit
+    // is still worth serving: say why once, and keep serving.
+    let capture = match Capture::start(&config, Engine::new(geometry.clone(), Default::default())) {
+        Ok(capture) => Ok(capture),
+        Err(err) => {
+            let reason = one_line(&err);
+            output::status(format_args!(
+                "warning: not tracing ({reason}); serving the geometry audit only"
+            ));
+            Err(reason)
+        }
+    };
     let exporter = Arc::new(Exporter {
         inner: Mutex::new(Inner {
             capture,
@@ -82,6 +93,7 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             present: present_names(&geometry),
             served: Served {
                 owners: owners::OwnerSeries::new(args.by.iter().map(|by| by.view()).collect()),
+                audit: audit_of(&geometry),
                 ..Served::default()
             },
         }),
@@ -94,8 +106,12 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::from_std(listener)
             .map_err(|err| Error::caused(format!("cannot listen on {listening}"), err))?;
-        if let Ok(inner) = exporter.inner.lock() {
-            selection::announce(&devices, &inner.capture);
+        if let Ok(Inner {
+            capture: Ok(capture),
+            ..
+        }) = exporter.inner.lock().as_deref()
+        {
+            selection::announce(&devices, capture);
         }
         output::status(format_args!("serving http://{listening}/metrics"));
         let app = axum::Router::new()
@@ -168,15 +184,26 @@ async fn healthz(State(exporter): State<Arc<Exporter>>) -> Response {
         .inner
         .lock()
         .map_err(|_| Error::failure("the exporter's state is poisoned"))
-        .and_then(|inner| inner.capture.query(|_, _| ()));
+        .and_then(|inner| match &inner.capture {
+            Ok(capture) => capture.query(|_, _| "ok\n".to_string()),
+            // Serving the audit is what it can do: healthy, and saying so.
+            Err(reason) => Ok(format!(
+                "ok: serving the geometry audit only, not tracing ({reason})\n"
+            )),
+        });
     match alive {
-        Ok(()) => (StatusCode::OK, "ok\n").into_response(),
+        Ok(text) => (StatusCode::OK, text).into_response(),
         Err(err) => (
             StatusCode::SERVICE_UNAVAILABLE,
             format!("{}\n", one_line(&err)),
         )
             .into_response(),
     }
+}
+
+/// The static audit's findings on `disks`, worded as `check` words them.
+fn audit_of(disks: &[DiskGeometry]) -> Vec<Diagnosis> {
+    crate::explain::diagnoses(disks.iter().flat_map(crate::engine::audit::audit_disk))
 }
 
 /// Every attached disk (size > 0), or the selected ones that still exist.
@@ -217,7 +244,8 @@ struct Exporter {
 }
 
 struct Inner {
-    capture: Capture<Engine>,
+    /// The probes, or why they could not load (the audit is served alone).
+    capture: std::result::Result<Capture<Engine>, String>,
     disks_selected: Vec<String>,
     listing: Vec<String>,
     geometry_read: Instant,
@@ -251,6 +279,7 @@ impl Exporter {
             match current_disks(&inner.disks_selected) {
                 Ok(disks) => {
                     inner.present = present_names(&disks);
+                    inner.served.audit = audit_of(&disks);
                     inner.listing = listing;
                     inner.geometry_read = Instant::now();
                     Some(disks)
@@ -264,7 +293,14 @@ impl Exporter {
             None
         };
         let by_owner = !inner.served.owners.is_empty();
-        let snapshot = inner.capture.query(move |engine, kernel| {
+        let capture = match &inner.capture {
+            Ok(capture) => capture,
+            Err(reason) => {
+                inner.served.not_tracing = Some(reason.clone());
+                return Ok(());
+            }
+        };
+        let snapshot = capture.query(move |engine, kernel| {
             if let Some(disks) = geometry {
                 engine.set_disks(disks);
             }
@@ -487,6 +523,10 @@ struct Served {
     devices: BTreeMap<String, (String, String)>,
     /// The `--by` views.
     owners: owners::OwnerSeries,
+    /// The static geometry audit of the devices served now, as `check` finds it.
+    audit: Vec<Diagnosis>,
+    /// Why the probes are not tracing, when they could not load.
+    not_tracing: Option<String>,
 }
 
 impl Served {
@@ -698,10 +738,7 @@ impl Served {
             diagnoses
                 .iter()
                 .map(|d| {
-                    let severity = serde_json::to_value(d.severity)
-                        .ok()
-                        .and_then(|v| v.as_str().map(str::to_string))
-                        .unwrap_or_default();
+                    let severity = d.severity.as_str().to_string();
                     (
                         vec![
                             ("code", d.code.to_string()),
@@ -758,6 +795,32 @@ impl Served {
         if let Some(stats) = process::ProcessStats::read() {
             families.extend(stats.families());
         }
+        families.push(Family::new(
+            "iosplit_finding",
+            "1 for every finding of the static geometry audit (as iosplit-trace check finds it; codes in docs/diagnoses.md).",
+            MetricType::Gauge,
+            self.audit
+                .iter()
+                .map(|finding| {
+                    let labels = vec![
+                        ("code", finding.code.to_string()),
+                        ("device", finding.device.clone()),
+                        ("severity", finding.severity.as_str().to_string()),
+                    ];
+                    (labels, Value::Gauge(1.0))
+                })
+                .collect(),
+        ));
+        let tracing = match &self.not_tracing {
+            None => (vec![("reason", String::new())], Value::Gauge(1.0)),
+            Some(reason) => (vec![("reason", reason.clone())], Value::Gauge(0.0)),
+        };
+        families.push(Family::new(
+            "iosplit_tracing",
+            "1 while the probes trace; 0 when they could not load, with the reason (the audit is still served).",
+            MetricType::Gauge,
+            vec![tracing],
+        ));
         families.push(Family::new(
             "iosplit_build",
             "The iosplit-trace build serving these metrics.",
