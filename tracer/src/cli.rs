@@ -401,6 +401,10 @@ pub struct ServeArgs {
     pub by: Vec<ByView>,
     #[command(flatten)]
     pub read: ReadOwners,
+    /// TLS and basic auth, in the web configuration file Prometheus exporters
+    /// share (exporter-toolkit's: tls_server_config, basic_auth_users).
+    #[arg(long = "web.config.file", value_name = "FILE")]
+    pub web_config: Option<PathBuf>,
 }
 
 /// Why a `--duration` or `--interval` value was refused (clap prints it).

@@ -871,3 +871,180 @@ fn without_probes_serve_keeps_serving_the_audit() {
 fn exposition_text(serve: &Serve) -> String {
     http_get_as(&format!("http://{}/metrics", serve.address), None).1
 }
+
+/// Runs `program args` in `dir`, panicking with its stderr when it fails.
+fn in_dir(dir: &Path, program: &str, args: &[&str]) -> String {
+    let out = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap_or_else(|err| panic!("{program}: {err}"));
+    assert!(
+        out.status.success(),
+        "{program} {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `--web.config.file` as Prometheus exporters take it: a real Prometheus
+/// scrapes serve over TLS (a CA and certificate made offline with openssl)
+/// with basic auth (a bcrypt hash from htpasswd); plain HTTP, no password
+/// and a wrong one are all refused.
+#[test]
+fn prometheus_scrapes_over_tls_with_basic_auth_and_nothing_else_gets_in() {
+    if !privileged("prometheus_scrapes_over_tls_with_basic_auth_and_nothing_else_gets_in") {
+        return;
+    }
+    let dir = PathBuf::from(format!("/tmp/iosplit-serve-tls-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let openssl = |args: &[&str]| in_dir(&dir, "openssl", args);
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=iosplit-test-ca",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=127.0.0.1",
+    ]);
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+    ]);
+    let line = in_dir(&dir, "htpasswd", &["-nbBC", "10", "prometheus", "s3cret"]);
+    let hash = line.trim().split_once(':').unwrap().1.to_string();
+    std::fs::write(
+        dir.join("web.yml"),
+        format!(
+            "tls_server_config:\n  cert_file: server.crt\n  key_file: server.key\nbasic_auth_users:\n  prometheus: '{hash}'\n"
+        ),
+    )
+    .unwrap();
+    let web = dir.join("web.yml");
+    let serve = Serve::start(Command::new(binary()).args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--web.config.file",
+        web.to_str().unwrap(),
+    ]));
+    let ca = dir.join("ca.crt");
+    let curl = |args: &[&str]| -> String {
+        let out = Command::new("curl")
+            .args([
+                "-s",
+                "-o",
+                "/dev/null",
+                "-w",
+                "%{http_code}",
+                "--max-time",
+                "5",
+            ])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let url = format!("https://{}/metrics", serve.address);
+    let ca_arg = ca.to_str().unwrap();
+    assert_eq!(
+        curl(&["--cacert", ca_arg, "-u", "prometheus:s3cret", &url]),
+        "200"
+    );
+    assert_eq!(
+        curl(&["--cacert", ca_arg, "-u", "prometheus:wrong", &url]),
+        "401"
+    );
+    assert_eq!(curl(&["--cacert", ca_arg, &url]), "401");
+    // Plain HTTP gets no answer: the handshake fails and the connection closes.
+    assert_eq!(curl(&[&format!("http://{}/metrics", serve.address)]), "000");
+
+    // A real Prometheus, scraping over HTTPS with the password.
+    let prometheus_dir = dir.join("prometheus");
+    std::fs::create_dir_all(prometheus_dir.join("data")).unwrap();
+    std::fs::write(
+        prometheus_dir.join("prometheus.yml"),
+        format!(
+            "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: iosplit-trace\n    scheme: https\n    tls_config:\n      ca_file: {}\n    basic_auth:\n      username: prometheus\n      password: s3cret\n    static_configs:\n      - targets: [\"{}\"]\n",
+            ca.display(),
+            serve.address
+        ),
+    )
+    .unwrap();
+    let address = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(prometheus_dir.join("log")).unwrap();
+    let mut child = Command::new("prometheus")
+        .arg(format!(
+            "--config.file={}",
+            prometheus_dir.join("prometheus.yml").display()
+        ))
+        .arg(format!(
+            "--storage.tsdb.path={}",
+            prometheus_dir.join("data").display()
+        ))
+        .arg(format!("--web.listen-address={address}"))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .expect("start prometheus");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let query = |q: &str| -> Option<String> {
+        http_get(&format!("http://{address}/api/v1/query?query={q}"))
+    };
+    let mut scraped = false;
+    while Instant::now() < deadline {
+        if let Some(body) = query("up%7Bjob%3D%22iosplit-trace%22%7D") {
+            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            let up = value["data"]["result"][0]["value"][1]
+                .as_str()
+                .map(str::to_string);
+            if up.as_deref() == Some("1") {
+                scraped = query("iosplit_build_info").is_some_and(|b| b.contains("version"));
+                if scraped {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    drop(serve);
+    let log = std::fs::read_to_string(prometheus_dir.join("log")).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(scraped, "Prometheus never scraped serve over TLS: {log}");
+}

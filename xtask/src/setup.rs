@@ -33,7 +33,11 @@ pub const PACKAGES: &[&str] = &[
     "curl",
     "systemd",
     "libcap2-bin", // setcap, for the non-root test
-    "chromium",    // tests/html.rs: renders `analyze --html` headless
+    // tests/serve.rs: serve over TLS with basic auth, as Prometheus scrapes it:
+    // a certificate made offline, and a bcrypt hash made as users make them.
+    "openssl",
+    "apache2-utils", // htpasswd
+    "chromium",      // tests/html.rs: renders `analyze --html` headless
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";

@@ -15,6 +15,7 @@
 mod exposition;
 mod owners;
 mod process;
+mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
@@ -62,6 +63,13 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     // SAFETY: mallopt only sets an allocator parameter, before any thread starts.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) };
     let devices = selection::resolve_selection(devices_selected)?;
+    let web = args.web_config.as_deref().map(web::load).transpose()?;
+    if web.as_ref().is_none_or(|web| web.tls.is_none()) && !args.listen.ip().is_loopback() {
+        output::status(format_args!(
+            "warning: serving {} over plain HTTP without authentication; with --by, process names and file paths show to anyone who can reach it (--web.config.file adds TLS and basic auth)",
+            args.listen
+        ));
+    }
     let disks_selected: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
     // Bind first: a busy or forbidden address fails before the probes load.
     let listener = std::net::TcpListener::bind(args.listen)
@@ -114,16 +122,32 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             selection::announce(&devices, capture);
         }
         output::status(format_args!("serving http://{listening}/metrics"));
-        let app = axum::Router::new()
+        let mut app = axum::Router::new()
             .route("/metrics", get(metrics))
             .route("/healthz", get(healthz))
             .with_state(Arc::clone(&exporter));
-        let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        if let Some(auth) = web.as_ref().and_then(|web| web.auth.clone()) {
+            app = app.layer(axum::middleware::from_fn_with_state(
+                auth,
+                web::require_auth,
+            ));
+        }
+        let stopped = async move {
             tokio::select! {
                 _ = interrupt.recv() => {}
                 _ = terminate.recv() => {}
             }
-        });
+        };
+        let tls = web.and_then(|web| web.tls);
+        let server = async move {
+            match tls {
+                None => axum::serve(listener, app)
+                    .with_graceful_shutdown(stopped)
+                    .await
+                    .map_err(|err| Error::caused("the HTTP server failed", err)),
+                Some(tls) => serve_tls(listener, app, tls, stopped).await,
+            }
+        };
         let hangups = async {
             while hangup.recv().await.is_some() {
                 match exporter.collect(true) {
@@ -136,12 +160,45 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             std::future::pending::<()>().await;
         };
         tokio::select! {
-            result = server => result.map_err(|err| Error::caused("the HTTP server failed", err)),
+            result = server => result,
             () = hangups => Ok(()),
         }
     });
     served?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// HTTPS: each connection's handshake, then HTTP/1.1 on it. A handshake
+/// that fails (plain HTTP, an unverified client certificate) closes that
+/// connection only.
+async fn serve_tls(
+    listener: tokio::net::TcpListener,
+    app: axum::Router,
+    tls: Arc<rustls::ServerConfig>,
+    stopped: impl std::future::Future<Output = ()>,
+) -> Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls);
+    tokio::pin!(stopped);
+    loop {
+        let (tcp, _) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                // Out of fds or the like: this connection is lost, not the server.
+                Err(_) => continue,
+            },
+            () = &mut stopped => return Ok(()),
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let Ok(stream) = acceptor.accept(tcp).await else {
+                return;
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+        });
+    }
 }
 
 async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> Response {
