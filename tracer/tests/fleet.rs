@@ -383,3 +383,89 @@ fn every_rule_names_its_documentation_and_documented_metrics() {
         }
     }
 }
+
+/// dist/kubernetes/ under the Kubernetes API schemas (PyPI's
+/// kubernetes-validate bundles them; `cargo xtask setup` installs it), and
+/// what no schema checks: the DaemonSet asks for the unit's three
+/// capabilities and no privilege, probes /healthz, mounts tracefs, sysfs and
+/// the cgroup root, runs this version's image, and the Service and the
+/// ServiceMonitor find its pods and their `metrics` port.
+#[test]
+fn the_kubernetes_manifests_validate_and_match_the_unit() {
+    let files = ["daemonset.yaml", "service.yaml"].map(|f| dist(&format!("kubernetes/{f}")));
+    let validated = Command::new("kubernetes-validate")
+        .arg("--strict")
+        .args(&files)
+        .output();
+    match validated {
+        Ok(out) => assert!(
+            out.status.success(),
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+        Err(err) => {
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "kubernetes-validate: {err} (cargo xtask setup installs it)"
+            );
+            eprintln!("skipped the schema check: kubernetes-validate: {err}");
+        }
+    }
+    let yaml = |file: &str| -> serde_yaml::Value {
+        serde_yaml::from_str(&std::fs::read_to_string(dist(&format!("kubernetes/{file}"))).unwrap())
+            .unwrap()
+    };
+    let (daemonset, service, monitor) = (
+        yaml("daemonset.yaml"),
+        yaml("service.yaml"),
+        yaml("servicemonitor.yaml"),
+    );
+    let pod = &daemonset["spec"]["template"]["spec"];
+    let container = &pod["containers"][0];
+    let security = &container["securityContext"];
+    assert_eq!(security["privileged"], false);
+    let added: BTreeSet<String> = security["capabilities"]["add"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|cap| format!("CAP_{}", cap.as_str().unwrap()))
+        .collect();
+    let unit = std::fs::read_to_string(dist("iosplit-trace.service")).unwrap();
+    let unit_caps: BTreeSet<String> = unit
+        .lines()
+        .find_map(|line| line.strip_prefix("AmbientCapabilities="))
+        .unwrap()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(
+        added, unit_caps,
+        "the DaemonSet's capabilities are the unit's"
+    );
+    assert_eq!(
+        container["image"].as_str().unwrap(),
+        format!("localhost/iosplit-trace:{}", env!("CARGO_PKG_VERSION")),
+        "the image `cargo xtask image` builds"
+    );
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/healthz");
+    let mounts: BTreeSet<&str> = container["volumeMounts"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|m| m["mountPath"].as_str().unwrap())
+        .collect();
+    for path in ["/sys/kernel/tracing", "/sys", "/sys/fs/cgroup"] {
+        assert!(mounts.contains(path), "{path} is not mounted: {mounts:?}");
+    }
+    assert!(container["resources"]["requests"]["memory"].is_string());
+    let labels = &daemonset["spec"]["template"]["metadata"]["labels"];
+    assert_eq!(&service["spec"]["selector"], labels);
+    assert_eq!(
+        &monitor["spec"]["selector"]["matchLabels"],
+        &service["metadata"]["labels"]
+    );
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(service["spec"]["ports"][0]["name"], "metrics");
+    assert_eq!(container["ports"][0]["name"], "metrics");
+}

@@ -37,7 +37,12 @@ pub const PACKAGES: &[&str] = &[
     // a certificate made offline, and a bcrypt hash made as users make them.
     "openssl",
     "apache2-utils", // htpasswd
-    "chromium",      // tests/html.rs: renders `analyze --html` headless
+    // cargo xtask image builds the OCI image offline; cargo xtask test runs it
+    // under podman with Debian's runc (../shared/ENVIRONMENT.md).
+    "buildah",
+    "podman",
+    "runc",
+    "chromium", // tests/html.rs: renders `analyze --html` headless
 ];
 
 const BPF_LINKER_VERSION: &str = "0.13.0";
@@ -50,7 +55,26 @@ pub fn setup() -> Result<()> {
     install_nightly()?;
     install_bpf_linker()?;
     install_cargo_fuzz()?;
+    install_kubernetes_validate()?;
     Ok(())
+}
+
+/// PyPI's kubernetes-validate: the Kubernetes API schemas, bundled, for
+/// checking dist/kubernetes/ offline (tests/fleet.rs).
+const KUBERNETES_VALIDATE_VERSION: &str = "1.37.0";
+
+fn install_kubernetes_validate() -> Result<()> {
+    if on_path("kubernetes-validate") {
+        return Ok(());
+    }
+    eprintln!("xtask: installing kubernetes-validate {KUBERNETES_VALIDATE_VERSION} from PyPI");
+    run(Command::new("python3").args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        &format!("kubernetes-validate=={KUBERNETES_VALIDATE_VERSION}"),
+    ]))
 }
 
 fn installed(package: &str) -> bool {
