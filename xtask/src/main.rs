@@ -1,9 +1,10 @@
-//! Developer and CI tasks: `cargo xtask setup | run | test | bench | vm-test | dist | install`.
+//! Developer and CI tasks: `cargo xtask setup | run | test | bench | vm-test | dist | image | install`.
 //!
 //! Every task sets up what it needs first, so each one works on a fresh machine.
 
 mod bench;
 mod dist;
+mod image;
 mod setup;
 mod test;
 mod util;
@@ -44,6 +45,12 @@ enum Task {
     VmTest(vm::VmArgs),
     /// Build the release tarball: static binary, man page, completions, systemd unit, examples.
     Dist,
+    /// Build the OCI image (static binary on an empty base) offline, as target/dist/*-oci.tar.
+    Image {
+        /// Then run it under podman as the DaemonSet does and check it counts a loop disk's writes.
+        #[arg(long)]
+        smoke_test: bool,
+    },
     /// Build the same tree and install it under a prefix.
     Install {
         /// Where to install (bin/, share/, lib/systemd/system/ go under it).
@@ -71,6 +78,14 @@ fn main() -> ExitCode {
         Task::Bench(args) => setup::setup().and_then(|()| bench::bench(&args)),
         Task::VmTest(args) => setup::setup().and_then(|()| vm::vm_test(&args)),
         Task::Dist => setup::setup().and_then(|()| dist::dist()),
+        Task::Image { smoke_test } => {
+            setup::setup()
+                .and_then(|()| image::image())
+                .and_then(|_| match smoke_test {
+                    true => image::smoke_test(),
+                    false => Ok(()),
+                })
+        }
         Task::Install { prefix } => setup::setup().and_then(|()| dist::install(&prefix)),
     };
     match result {

@@ -31,7 +31,16 @@ pub fn test(extra: &[String]) -> Result<()> {
         .current_dir(&root)
         .args(["test", "--workspace"])
         .args(extra))?;
-    fuzz(&root)
+    fuzz(&root)?;
+    // The image as fleets run it: built offline, then under podman with the
+    // DaemonSet's capabilities and mounts (root only, as the probes are).
+    if is_root() {
+        crate::image::image()?;
+        crate::image::smoke_test()?;
+    } else {
+        eprintln!("xtask: not root: the container image was not run under podman");
+    }
+    Ok(())
 }
 
 /// The cargo-fuzz targets in fuzz/: parsers of kernel-supplied bytes, the
