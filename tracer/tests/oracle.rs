@@ -239,8 +239,24 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
         .iter()
         .find(|d| d["code"] == "split_amplification" && d["device"] == p1_name.as_str())
         .unwrap_or_else(|| {
+            let p1 = report["devices"][0]["partitions"]
+                .as_array()
+                .and_then(|parts| parts.iter().find(|p| p["name"] == p1_name.as_str()))
+                .map(|p| {
+                    p["measures"]["ops"]
+                        .as_object()
+                        .unwrap()
+                        .iter()
+                        .map(|(op, m)| {
+                            format!(
+                                "{op}: {} user I/Os, {} split, {} splits",
+                                m["user_ios"], m["split_user_ios"], m["splits"]
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                });
             panic!(
-                "no split_amplification on {p1_name}: {}",
+                "no split_amplification on {p1_name} ({p1:?}): {}",
                 report["diagnoses"]
             )
         });

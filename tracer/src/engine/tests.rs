@@ -2421,3 +2421,49 @@ fn a_remapped_bio_issued_without_a_queue_is_queued_at_its_issue() {
         (0, 0)
     );
 }
+
+/// A few split writes among many do not hide reads that were all split.
+#[test]
+fn the_split_finding_names_the_op_that_was_split_enough() {
+    let mut engine = engine();
+    max_sectors_splits(&mut engine, 20);
+    let read = |event: BlockEvent| BlockEvent {
+        rwbs: rwbs("R"),
+        ..event
+    };
+    // 200 unsplit writes, so 20 split writes would be 9%...
+    for index in 0..200 {
+        let (ts, sector) = (30 * MS + index * 1000, 20_000 + index * 8);
+        feed(
+            &mut engine,
+            &[
+                queue(ts, LOOP0, sector, 8),
+                issue(ts, LOOP0, sector, 8),
+                complete(ts, LOOP0, sector, 8),
+            ],
+        );
+    }
+    // ...while 18 reads are all split.
+    for index in 0..18 {
+        let base = 30_000 + index * 512;
+        let ts = 60 * MS + index * MS;
+        feed(
+            &mut engine,
+            &[
+                read(queue(ts, LOOP0, base, 512)),
+                read(split(ts, LOOP0, base, base + 256)),
+                read(issue(ts, LOOP0, base, 256)),
+                read(issue(ts, LOOP0, base + 256, 256)),
+                read(complete(ts, LOOP0, base, 256)),
+                read(complete(ts, LOOP0, base + 256, 256)),
+            ],
+        );
+    }
+    let Evidence::SplitAmplification(split) =
+        finding_of(&engine, Code::SplitAmplification).evidence
+    else {
+        panic!("not a split");
+    };
+    assert_eq!(split.op, Op::Read);
+    assert_eq!((split.split_user_ios, split.user_ios), (18, 18));
+}

@@ -31,9 +31,6 @@ impl Check for SplitAmplification {
     fn diagnose(&self, traffic: &DeviceTraffic<'_>) -> Option<Finding> {
         let (op, total) = split_op(traffic)?;
         let share = ratio(total.split_user_ios, total.user_ios);
-        if total.splits < MIN_SPLITS || share < MIN_SPLIT_SHARE {
-            return None;
-        }
         let cause = total.dominant_cause()?;
         let geometry = &traffic.device.geometry;
         let amplification = ratio(total.commands, total.user_ios);
@@ -186,14 +183,18 @@ fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) ->
     }
 }
 
-/// The data operation whose user I/Os were split most: every number of the
-/// finding is of that operation alone, as its words say.
+/// The data operation whose user I/Os were split enough to matter, the most
+/// of them: every number of the finding is of that operation alone, as its
+/// words say (a few split writes must not hide reads that were all split).
 fn split_op<'t>(traffic: &'t DeviceTraffic<'_>) -> Option<(Op, &'t OpStats)> {
     Op::ALL
         .into_iter()
         .filter(|&op| op != Op::Flush)
         .filter_map(|op| Some((op, traffic.op(op)?)))
-        .filter(|(_, stats)| stats.splits > 0)
+        .filter(|(_, stats)| {
+            stats.splits >= MIN_SPLITS
+                && ratio(stats.split_user_ios, stats.user_ios) >= MIN_SPLIT_SHARE
+        })
         .max_by_key(|(_, stats)| (stats.split_user_ios, stats.splits))
 }
 
