@@ -19,7 +19,7 @@
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
@@ -28,8 +28,9 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, iocb_cmd, IocbHead, Iovec, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets,
-    AIO_IOCBS_READ, AIO_IOVECS_READ, NO_FIELD, RWF_APPEND, UNKNOWN_OFFSET,
+    counter, iocb_cmd, uring_how, uring_op, IocbHead, Iovec, OpenEvent, ProcessEvent,
+    ProcessEventKind, ProcessOffsets, UringOffsets, AIO_IOCBS_READ, AIO_IOVECS_READ,
+    IORING_FSYNC_DATASYNC, NO_FIELD, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET,
 };
 
 use super::shared::{bump, PIDS};
@@ -54,6 +55,9 @@ static PENDING_CALLS: HashMap<u64, PendingCall> = HashMap::with_max_entries(4096
 
 #[unsafe(no_mangle)]
 static PROCESS_FIELDS: Global<ProcessOffsets> = Global::new(ProcessOffsets::ABSENT);
+
+#[unsafe(no_mangle)]
+static URING_FIELDS: Global<UringOffsets> = Global::new(UringOffsets::ABSENT);
 
 #[inline(always)]
 fn tracked(tgid: u32) -> bool {
@@ -206,7 +210,8 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
         tgid: (pid_tgid >> 32) as u32,
         fd: call.fd,
         kind: call.kind,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 6],
     };
     let is_open = ProcessEventKind::from_u8(call.kind).is_some_and(|kind| kind.is_open());
     if !is_open {
@@ -256,7 +261,8 @@ pub fn process_exec(_ctx: TracePointContext) -> u32 {
         tgid,
         fd: 0,
         kind: ProcessEventKind::Exec as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 6],
     });
     0
 }
@@ -315,7 +321,8 @@ pub fn process_fork(ctx: TracePointContext) -> u32 {
         tgid: child,
         fd: parent,
         kind: ProcessEventKind::Fork as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 6],
     });
     0
 }
@@ -391,7 +398,8 @@ pub fn exit_io_submit(ctx: TracePointContext) -> u32 {
         tgid,
         fd: 0,
         kind: ProcessEventKind::IoSubmit as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 6],
     });
     0
 }
@@ -432,7 +440,8 @@ fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64) -> bool {
         tgid,
         fd: iocb.aio_fildes,
         kind: kind as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 6],
     });
     true
 }
@@ -455,4 +464,158 @@ fn iovec_bytes(array: u64, count: u64) -> Option<u64> {
         bytes = bytes.wrapping_add(iovec.iov_len);
     }
     Some(bytes)
+}
+
+/// A byte of a tracepoint record, or `None` without the field.
+#[inline(always)]
+fn read_u8(ctx: &TracePointContext, offset: u16) -> Option<u8> {
+    if offset == NO_FIELD {
+        return None;
+    }
+    // SAFETY: offset from the tracepoint's format file; probe_read faults safely.
+    unsafe { ctx.read_at::<u8>(offset as usize) }.ok()
+}
+
+/// A `T` at `offset` bytes into the kernel object at `base` (an offset BTF gave).
+#[inline(always)]
+fn read_kernel<T>(base: u64, offset: u16) -> Option<T> {
+    if offset == NO_FIELD {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
+}
+
+/// io_uring's submission of one SQE (`io_uring_submit_req`, or
+/// `io_uring_submit_sqe` before 6.4), after the kernel prepared it: the
+/// request (`struct io_kiocb`) holds the SQE's fd in `cqe.fd` and, for
+/// the read/write ops, `off`, `addr` and `len` in the `io_rw` of its
+/// `cmd`. One event per WRITE, WRITEV, WRITE_FIXED and FSYNC of a traced
+/// process, with the SQPOLL thread and registered files said in `how`.
+/// Fired where the SQE is taken (in io_uring_enter, or by the SQPOLL
+/// thread, a thread of the same process), before any punt to io-wq.
+#[tracepoint]
+pub fn uring_submit_req(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(tgid) {
+        return 0;
+    }
+    let Some(opcode) = read_u8(&ctx, fields.submit_opcode) else {
+        return 0;
+    };
+    if !uring_op::is_followed(opcode) {
+        return 0;
+    }
+    let (Some(req), Some(flags)) = (
+        read_u64(&ctx, fields.submit_req),
+        read_u8(&ctx, fields.submit_flags),
+    ) else {
+        return 0;
+    };
+    let mut how = 0u8;
+    if read_u8(&ctx, fields.submit_sq_thread).unwrap_or(0) != 0 {
+        how |= uring_how::SQPOLL;
+    }
+    // SAFETY: a helper with no preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    let fd = read_kernel::<i32>(req, fields.req_fd);
+    let not_followed = |how: u8, fd: u32| ProcessEvent {
+        ts_ns,
+        offset: opcode as u64,
+        result: 0,
+        tgid,
+        fd,
+        kind: ProcessEventKind::UringNotFollowed as u8,
+        how,
+        _pad: [0; 6],
+    };
+    let Some(fd) = fd else {
+        emit(not_followed(how, 0));
+        return 0;
+    };
+    let fd = fd as u32;
+    if flags & REQ_F_FIXED_FILE != 0 {
+        emit(not_followed(how | uring_how::FIXED_FILE, fd));
+        return 0;
+    }
+    let (kind, offset, bytes) = if opcode == uring_op::FSYNC {
+        let datasync = read_kernel::<u32>(req, fields.sync_flags).unwrap_or(0);
+        let kind = if datasync & IORING_FSYNC_DATASYNC != 0 {
+            ProcessEventKind::UringFdsync
+        } else {
+            ProcessEventKind::UringFsync
+        };
+        (kind, 0u64, 0u64)
+    } else {
+        let (Some(pos), Some(addr), Some(len)) = (
+            read_kernel::<i64>(req, fields.rw_pos),
+            read_kernel::<u64>(req, fields.rw_addr),
+            read_kernel::<u32>(req, fields.rw_len),
+        ) else {
+            emit(not_followed(how, fd));
+            return 0;
+        };
+        // -1: at the file position (not followed for io_uring, as RWF_APPEND is not).
+        let offset = if pos < 0 { UNKNOWN_OFFSET } else { pos as u64 };
+        match opcode {
+            // addr is the iovec array, len its length (the iovecs are still
+            // the caller's: the submitting task or its SQPOLL thread).
+            uring_op::WRITEV => match iovec_bytes(addr, len as u64) {
+                Some(bytes) => (ProcessEventKind::UringWritev, offset, bytes),
+                None => {
+                    emit(not_followed(how, fd));
+                    return 0;
+                }
+            },
+            uring_op::WRITE_FIXED => (ProcessEventKind::UringWriteFixed, offset, len as u64),
+            _ => (ProcessEventKind::UringWrite, offset, len as u64),
+        }
+    };
+    emit(ProcessEvent {
+        ts_ns,
+        offset,
+        result: bytes as i64,
+        tgid,
+        fd,
+        kind: kind as u8,
+        how,
+        _pad: [0; 6],
+    });
+    0
+}
+
+/// A traced process's write or sync request handed to an io-wq worker
+/// (`io_uring_queue_async_work`): counted, to say how the writes ran.
+#[tracepoint]
+pub fn uring_queue_async_work(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(tgid) {
+        return 0;
+    }
+    let Some(opcode) = read_u8(&ctx, fields.async_opcode) else {
+        return 0;
+    };
+    if !uring_op::is_followed(opcode) {
+        return 0;
+    }
+    emit(ProcessEvent {
+        // SAFETY: a helper with no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        offset: opcode as u64,
+        result: 0,
+        tgid,
+        fd: 0,
+        kind: ProcessEventKind::UringPunt as u8,
+        how: 0,
+        _pad: [0; 6],
+    });
+    0
 }

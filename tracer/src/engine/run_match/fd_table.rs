@@ -8,7 +8,7 @@
 //! position). An fd whose open was not seen is asked of the [`FdResolver`]
 //! once, and its position is not known. Writes and syncs submitted through
 //! io_submit (libaio) arrive one per iocb and are placed like pwrite's: by
-//! their own offset, never the file position.
+//! their own offset, never the file position; so are io_uring's SQEs.
 
 use std::collections::{HashMap, HashSet};
 
@@ -238,6 +238,8 @@ impl<R: FdResolver> FdTable<R> {
                     self.close_on_exec.remove(&fd);
                 }
             }
+            // Counted by the matcher from the event itself; no fd to place.
+            ProcessEventKind::UringNotFollowed | ProcessEventKind::UringPunt => {}
             ProcessEventKind::IoSubmit => {
                 return match u64::try_from(event.result) {
                     Ok(accepted) => Syscall::IoSubmit {
@@ -279,13 +281,16 @@ impl<R: FdResolver> FdTable<R> {
         let bytes = event.result as u64;
         let path = if kind.is_aio() {
             WritePath::Libaio
+        } else if kind.is_uring() {
+            WritePath::Uring
         } else {
             WritePath::Syscall
         };
         let offset = if event.offset != UNKNOWN_OFFSET {
             Some(event.offset)
-        } else if path == WritePath::Libaio {
-            // RWF_APPEND: at the file's end, which is not followed.
+        } else if path != WritePath::Syscall {
+            // RWF_APPEND, or an SQE's off of -1 (the file position, which
+            // io_uring advances itself): not followed.
             None
         } else {
             // write(), writev(), pwritev2(-1): at the file position, which they advance.
@@ -549,6 +554,54 @@ mod tests {
         );
         assert_eq!(matcher.failed_syscalls, 1);
         // A plain write() after them is at position 0: the iocbs did not move it.
+        matcher.process_event(&plain_write(3));
+        let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
+        assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
+        assert_eq!(bytes.unknown_offset, 4096);
+    }
+
+    #[test]
+    fn uring_sqes_are_placed_by_their_own_offset_and_counted_by_how() {
+        use tracer_common::uring_how;
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        // WRITE at 512 KiB (io_uring_enter), WRITEV at 0 (SQPOLL), an FSYNC.
+        matcher.process_event(&iocb(ProcessEventKind::UringWrite, 3, 512 << 10, 65536));
+        matcher.process_event(&ProcessEvent {
+            how: uring_how::SQPOLL,
+            ..iocb(ProcessEventKind::UringWritev, 3, 0, 65536)
+        });
+        matcher.process_event(&iocb(ProcessEventKind::UringFdsync, 3, 0, 0));
+        // off = -1: at the file position, which io_uring moves itself: unknown.
+        matcher.process_event(&iocb(
+            ProcessEventKind::UringWriteFixed,
+            3,
+            UNKNOWN_OFFSET,
+            4096,
+        ));
+        // A registered file's SQE and a punt: counted, no write.
+        matcher.process_event(&ProcessEvent {
+            how: uring_how::FIXED_FILE | uring_how::SQPOLL,
+            ..iocb(ProcessEventKind::UringNotFollowed, 0, 23, 0)
+        });
+        matcher.process_event(&iocb(ProcessEventKind::UringPunt, 0, 23, 0));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.uring_writes), (3, 3));
+        assert_eq!(calls.uring_write_bytes, 2 * 65536 + 4096);
+        assert_eq!((calls.aio_writes, calls.fsync_calls), (0, 1));
+        assert_eq!(calls.unknown_offset_writes, 1);
+        assert_eq!(
+            matcher.uring,
+            super::super::UringSqes {
+                writes: 3,
+                syncs: 1,
+                sqpoll: 2,
+                punted: 1,
+                fixed_files: 1,
+                not_followed: 0
+            }
+        );
+        // A plain write() after them is at position 0: the SQEs did not move it.
         matcher.process_event(&plain_write(3));
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
