@@ -1479,6 +1479,54 @@ mod tests {
     }
 
     #[test]
+    fn uring_writes_how_they_were_submitted_and_sqes_not_followed_are_said() {
+        let mut run = seed_run();
+        run.targets[0].uring_writes = 2000;
+        run.targets[0].uring_write_bytes = 2000 * 32768;
+        run.io_uring = Some(crate::model::UringReport {
+            writes: 2000,
+            syncs: 1,
+            sqpoll: 500,
+            punted_to_io_wq: 64,
+            fixed_files_not_followed: 7,
+            not_followed: 2,
+            unsupported: None,
+        });
+        let text = render_run_summary(&run);
+        let flat = squeezed(&text);
+        assert!(
+            text.contains("48 write syscalls (1.5 MiB), 2,000 through io_uring (62.5 MiB)"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("io_uring: 2,010 write and fsync SQEs (2,000 writes and 1 fsyncs followed): 1,510 by io_uring_enter, 500 by the SQPOLL thread; 64 handed to io-wq workers"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("7 SQEs on registered (fixed) files NOT followed"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("2 SQEs NOT followed (a WRITEV of more than 8"),
+            "{text}"
+        );
+        assert_fits(&text, 80);
+        // A kernel whose io_uring cannot be followed says so, with no counts.
+        run.io_uring = Some(crate::model::UringReport {
+            unsupported: Some("io_uring/io_uring_submit_req: cannot read it".into()),
+            ..crate::model::UringReport::default()
+        });
+        let flat = squeezed(&render_run_summary(&run));
+        assert!(
+            flat.contains("io_uring: submissions NOT followed on this kernel (io_uring/io_uring_submit_req: cannot read it)"),
+            "{flat}"
+        );
+        assert!(!flat.contains("SQEs ("), "{flat}");
+        // Without io_uring, nothing is said of it.
+        assert!(!render_run_summary(&seed_run()).contains("io_uring"));
+    }
+
+    #[test]
     fn a_files_dirty_and_unplaceable_bytes_are_said_with_their_counts() {
         let mut run = seed_run();
         run.targets[0].file = Some(crate::model::RunFile {
