@@ -701,6 +701,32 @@ pub enum ProcessEventKind {
     /// worker (`iou-wrk-*`, `io_uring_queue_async_work`): `offset` holds
     /// its opcode. Its SQE was already counted at its submission.
     UringPunt = 30,
+    /// io_uring_register of files to `ring` (IORING_REGISTER_FILES or
+    /// FILES2), `result` slots: its table starts afresh; the
+    /// [`Self::UringFile`] events of its first [`URING_FILES_READ`] slots follow.
+    UringFilesRegistered = 31,
+    /// `fd` registered at slot `offset` of `ring`.
+    UringFile = 32,
+    /// `ring`'s registered files changed in a way not followed (an update,
+    /// an unregister, a direct descriptor installed by an SQE): its slots
+    /// are unknown from now on, until files are registered again.
+    UringFilesChanged = 33,
+}
+
+/// Registered files read per io_uring_register; later slots stay unknown.
+pub const URING_FILES_READ: usize = 64;
+
+/// `IORING_REGISTER_*` opcodes from <linux/io_uring.h> that change a ring's
+/// registered files (`IORING_REGISTER_USE_REGISTERED_RING` masked off).
+pub mod uring_register {
+    pub const FILES: u32 = 2;
+    pub const UNREGISTER_FILES: u32 = 3;
+    pub const FILES_UPDATE: u32 = 6;
+    pub const FILES2: u32 = 13;
+    pub const FILES_UPDATE2: u32 = 14;
+    pub const USE_REGISTERED_RING: u32 = 1 << 31;
+    /// `IORING_RSRC_REGISTER_SPARSE` in `io_uring_rsrc_register.flags`.
+    pub const RSRC_SPARSE: u32 = 1;
 }
 
 /// `IORING_OP_*` values from <linux/io_uring.h> (a user ABI).
@@ -712,6 +738,12 @@ pub mod uring_op {
     /// Write opcodes and FSYNC: the ones `run` follows.
     pub const fn is_followed(op: u8) -> bool {
         matches!(op, WRITEV | FSYNC | WRITE_FIXED | WRITE)
+    }
+    /// Ops that can install a direct descriptor into the ring's registered
+    /// files (ACCEPT, OPENAT, CLOSE, FILES_UPDATE, OPENAT2, MSG_RING,
+    /// SOCKET, PIPE): after one, the ring's slots are not trusted.
+    pub const fn may_change_files(op: u8) -> bool {
+        matches!(op, 13 | 18 | 19 | 20 | 28 | 40 | 45 | 62)
     }
 }
 
@@ -754,6 +786,17 @@ pub struct UringOffsets {
     pub rw_addr: u16,
     pub rw_len: u16,
     pub sync_flags: u16,
+    /// `ctx` in the submit record (which ring, for registered files).
+    pub submit_ctx: u16,
+    /// `ctx`, `opcode` and `ret` in `io_uring_register`, and `opcode`,
+    /// `arg` and `nr_args` in `sys_enter_io_uring_register` (NO_FIELD:
+    /// registered files are not followed).
+    pub register_ctx: u16,
+    pub register_opcode: u16,
+    pub register_ret: u16,
+    pub enter_register_opcode: u16,
+    pub enter_register_arg: u16,
+    pub enter_register_nr: u16,
     pub _pad: u16,
 }
 
@@ -770,6 +813,13 @@ impl UringOffsets {
         rw_addr: NO_FIELD,
         rw_len: NO_FIELD,
         sync_flags: NO_FIELD,
+        submit_ctx: NO_FIELD,
+        register_ctx: NO_FIELD,
+        register_opcode: NO_FIELD,
+        register_ret: NO_FIELD,
+        enter_register_opcode: NO_FIELD,
+        enter_register_arg: NO_FIELD,
+        enter_register_nr: NO_FIELD,
         _pad: 0,
     };
 }
@@ -823,7 +873,7 @@ pub const O_CLOEXEC: u64 = 0o2000000;
 pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 31;
+    pub const COUNT: usize = 34;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -856,6 +906,9 @@ impl ProcessEventKind {
         ProcessEventKind::UringFdsync,
         ProcessEventKind::UringNotFollowed,
         ProcessEventKind::UringPunt,
+        ProcessEventKind::UringFilesRegistered,
+        ProcessEventKind::UringFile,
+        ProcessEventKind::UringFilesChanged,
     ];
     /// The syscalls traced, in program order (`Fork` and `Exec` are not
     /// ones; close_range and io_submit have their own probes).
@@ -920,6 +973,9 @@ impl ProcessEventKind {
             ProcessEventKind::UringFdsync => "io_uring(IORING_OP_FSYNC, DATASYNC)",
             ProcessEventKind::UringNotFollowed => "io_uring(not followed)",
             ProcessEventKind::UringPunt => "io_uring(io-wq)",
+            ProcessEventKind::UringFilesRegistered => "io_uring_register(FILES)",
+            ProcessEventKind::UringFile => "io_uring_register(file)",
+            ProcessEventKind::UringFilesChanged => "io_uring(files changed)",
         }
     }
 
@@ -955,8 +1011,12 @@ impl ProcessEventKind {
             | ProcessEventKind::UringWriteFixed
             | ProcessEventKind::UringFsync
             | ProcessEventKind::UringFdsync
-            | ProcessEventKind::UringNotFollowed => "uring_submit_req",
+            | ProcessEventKind::UringNotFollowed
+            | ProcessEventKind::UringFilesChanged => "uring_submit_req",
             ProcessEventKind::UringPunt => "uring_queue_async_work",
+            ProcessEventKind::UringFilesRegistered | ProcessEventKind::UringFile => {
+                "enter_io_uring_register"
+            }
         }
     }
 
@@ -1037,7 +1097,10 @@ pub struct ProcessEvent {
     pub kind: u8,
     /// io_uring events: how the SQE was submitted ([`uring_how`]); else 0.
     pub how: u8,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// io_uring events: the ring (the low 32 bits of its `io_ring_ctx`
+    /// address), which registered files belong to; else 0.
+    pub ring: u32,
 }
 
 impl ProcessEvent {
@@ -1049,7 +1112,8 @@ impl ProcessEvent {
         fd: 0,
         kind: 0,
         how: 0,
-        _pad: [0; 6],
+        _pad: [0; 2],
+        ring: 0,
     };
 }
 
@@ -1266,7 +1330,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 40);
-        assert_eq!(core::mem::size_of::<UringOffsets>(), 24);
+        assert_eq!(core::mem::size_of::<UringOffsets>(), 38);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }

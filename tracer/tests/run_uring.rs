@@ -7,10 +7,11 @@
 //! `write.total_ios` (I/Os it completed), `write.io_bytes` (their bytes) and
 //! `sync.total_ios` (its fsyncs). fio's io_uring engine submits WRITEV by
 //! default, WRITE with `nonvectored=1` and WRITE_FIXED with `fixedbufs=1`;
-//! `registerfiles=1` names registered files (not followed: counted so),
 //! `force_async=N` hands every Nth SQE to io-wq, and `sqthread_poll=1`
 //! submits from the SQPOLL thread (fio 3.33 then registers its files too:
 //! seen as `flags 0x400001`, REQ_F_FIXED_FILE, in the tracepoint's own text).
+//! `registerfiles=1` names registered files, which run resolves through
+//! io_uring_register.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -154,15 +155,17 @@ fn uring_writes_are_counted_as_fio_counts_them() {
     }
 }
 
-/// Registered files: the SQE's fd is an index into the ring's file table,
-/// which run does not read. Every such SQE is counted as not followed, and
-/// no write is invented for it.
+/// Registered files: the SQE's fd is a slot of the ring's registered
+/// files, which run follows through io_uring_register (fio registers its
+/// file with `registerfiles=1`, and always with `sqthread_poll=1`). The
+/// writes are fio's, placed on the partition; with SQPOLL, all submitted
+/// by the SQPOLL thread.
 #[test]
-fn uring_writes_to_registered_files_are_counted_as_not_followed() {
-    if !privileged("uring_writes_to_registered_files_are_counted_as_not_followed") {
+fn uring_writes_to_registered_files_are_followed_through_the_registration() {
+    if !privileged("uring_writes_to_registered_files_are_followed_through_the_registration") {
         return;
     }
-    let (_disk, partition, name) = one_partition("run-uring-fixed");
+    let (disk, partition, name) = one_partition("run-uring-fixed");
     for (case, flag, sqpoll) in [
         ("registered", "--registerfiles=1", false),
         ("sqpoll", "--sqthread_poll=1", true),
@@ -172,17 +175,19 @@ fn uring_writes_to_registered_files_are_counted_as_not_followed() {
             case,
             &["--direct=1", "--bs=64k", "--iodepth=8", "--size=4M", flag],
         );
-        let (ios, _) = fio_writes(&fio);
-        assert_eq!(ios, 64, "{case}: fio's own totals");
+        let (ios, bytes) = fio_writes(&fio);
+        assert_eq!((ios, bytes), (64, 4 << 20), "{case}: fio's own totals");
         let uring = &report["run"]["io_uring"];
-        assert_eq!(uring["fixed_files_not_followed"], ios, "{case}: {uring}");
-        assert_eq!(uring["writes"], 0, "{case}: {uring}");
-        // How they were submitted is counted all the same.
+        assert_eq!(uring["fixed_files_not_followed"], 0, "{case}: {uring}");
+        assert_eq!(uring["writes"], ios, "{case}: {uring}");
         let by_sqpoll = if sqpoll { ios } else { 0 };
         assert_eq!(uring["sqpoll"], by_sqpoll, "{case}: {uring}");
-        if let Some(target) = target(&report, &name) {
-            assert_eq!(target["uring_writes"], 0, "{case}: {target}");
-        }
+        let target = target(&report, &name).unwrap_or_else(|| panic!("{case}: {}", report["run"]));
+        assert_eq!(target["uring_writes"], ios, "{case}: {target}");
+        assert_eq!(target["write_syscall_bytes"], bytes, "{case}: {target}");
+        let measured = partition_writes(&report, &disk.name, &name);
+        assert_eq!(target["commands"], measured["commands"], "{case}");
+        assert_eq!(target["commands_per_write"]["count"], ios, "{case}");
     }
 }
 

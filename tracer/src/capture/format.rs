@@ -235,6 +235,17 @@ pub fn read_offsets(events_dir: &Path, kind: EventKind) -> Result<FieldOffsets, 
         .map_err(|why| ProbeStatus::Broken(format!("{}: {why}", kind.tracepoint())))
 }
 
+/// Reads a format file, naming it in the error.
+trait PipeRead {
+    fn pipe_read(self) -> Result<String, FormatError>;
+}
+
+impl PipeRead for PathBuf {
+    fn pipe_read(self) -> Result<String, FormatError> {
+        std::fs::read_to_string(&self).map_err(|source| FormatError::Read { path: self, source })
+    }
+}
+
 /// The io_uring submission tracepoints, newest name first: 6.4 renamed
 /// `io_uring_submit_sqe` (which also had `force_nonblock`) to
 /// `io_uring_submit_req`. Both carry `req`, `opcode`, `flags` and `sq_thread`.
@@ -286,6 +297,30 @@ pub fn read_uring_offsets(events_dir: &Path) -> Result<(UringOffsets, &'static s
         offsets.async_opcode = fields("io_uring_queue_async_work")
             .and_then(|queued| find(&queued, "opcode", &[1]))
             .unwrap_or(NO_FIELD);
+        // Registered files, followed through io_uring_register: without any
+        // of these, SQEs on them are counted as not followed.
+        let register = fields("io_uring_register");
+        let enter = events_dir
+            .join("syscalls/sys_enter_io_uring_register/format")
+            .pipe_read()
+            .and_then(|text| parse_fields(&text));
+        if let (Ok(ctx), Ok(register), Ok(enter)) = (find(&submit, "ctx", &[8]), register, enter) {
+            let found = (
+                find(&register, "ctx", &[8]),
+                find(&register, "opcode", &[4]),
+                find(&register, "ret", &[8]),
+                find(&enter, "opcode", &[8]),
+                find(&enter, "arg", &[8]),
+                find(&enter, "nr_args", &[8]),
+            );
+            if let (Ok(r_ctx), Ok(r_opcode), Ok(r_ret), Ok(e_opcode), Ok(e_arg), Ok(e_nr)) = found {
+                offsets.submit_ctx = ctx;
+                (offsets.register_ctx, offsets.register_opcode) = (r_ctx, r_opcode);
+                offsets.register_ret = r_ret;
+                (offsets.enter_register_opcode, offsets.enter_register_arg) = (e_opcode, e_arg);
+                offsets.enter_register_nr = e_nr;
+            }
+        }
         return Ok((offsets, event));
     }
     Err(first_error.unwrap_or(FormatError::NoFields))
@@ -494,6 +529,18 @@ mod tests {
             ),
             (16, 32, 40, 48, 32)
         );
+        assert_eq!(
+            (
+                offsets.submit_ctx,
+                offsets.register_ctx,
+                offsets.register_opcode,
+                offsets.register_ret,
+                offsets.enter_register_opcode,
+                offsets.enter_register_arg,
+                offsets.enter_register_nr
+            ),
+            (8, 8, 16, 32, 24, 32, 40)
+        );
         // 6.1's io_uring_submit_sqe, laid out by its TRACE_EVENT (u32 flags,
         // force_nonblock before sq_thread).
         let dir = std::env::temp_dir().join(format!("iosplit-uring-6.1-{}", std::process::id()));
@@ -520,6 +567,8 @@ mod tests {
             (old.submit_flags, old.submit_sq_thread, old.async_opcode),
             (36, 41, NO_FIELD)
         );
+        // Without io_uring_register's format, registered files are not followed.
+        assert_eq!(old.register_ctx, NO_FIELD);
         // No io_uring events (CONFIG_IO_URING off): an error that names the file.
         let none = read_uring_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         assert!(

@@ -642,11 +642,14 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         (false, _, _) => None,
         (true, Some(why), _) => Some(why.clone()),
         (true, None, Err(why)) => Some(why),
-        (true, None, Ok((fields, tracepoint))) => {
-            attach_uring_probes(&mut ebpf, tracepoint, fields.async_opcode != NO_FIELD)
-                .err()
-                .map(|err| err.to_string())
-        }
+        (true, None, Ok((fields, tracepoint))) => attach_uring_probes(
+            &mut ebpf,
+            tracepoint,
+            fields.async_opcode != NO_FIELD,
+            fields.register_ctx != NO_FIELD,
+        )
+        .err()
+        .map(|err| err.to_string()),
     };
     Ok((
         ebpf,
@@ -790,17 +793,19 @@ fn uring_offsets(events_dir: &Path) -> std::result::Result<(UringOffsets, &'stat
     Ok((fields, tracepoint))
 }
 
-/// The io_uring submission probe, and the io-wq punt counter when the
-/// kernel has `io_uring_queue_async_work` with an opcode.
+/// The io_uring submission probe, the io-wq punt counter when the kernel
+/// has `io_uring_queue_async_work` with an opcode, and the registered-file
+/// probes when `io_uring_register` and its syscall have the fields read.
 fn attach_uring_probes(
     ebpf: &mut Ebpf,
     submit: &str,
     punts: bool,
+    registered_files: bool,
 ) -> std::result::Result<(), ProcessProbeError> {
-    let mut attach_one = |program: &str, name: &str| {
+    let mut attach_one = |program: &str, category: &str, name: &str| {
         let failed = |step: &'static str, reason: &dyn std::fmt::Display| ProcessProbeError {
             step,
-            program: format!("{program} (io_uring/{name})"),
+            program: format!("{program} ({category}/{name})"),
             reason: reason.to_string(),
         };
         let tracepoint: &mut TracePoint = ebpf
@@ -810,16 +815,30 @@ fn attach_uring_probes(
             .map_err(|err| failed("typing", &err))?;
         tracepoint.load().map_err(|err| failed("loading", &err))?;
         tracepoint
-            .attach("io_uring", name)
+            .attach(category, name)
             .map(|_| ())
             .map_err(|err| failed("attaching", &err))
     };
-    attach_one(ProcessEventKind::UringWrite.enter_program(), submit)?;
+    attach_one(
+        ProcessEventKind::UringWrite.enter_program(),
+        "io_uring",
+        submit,
+    )?;
     if punts {
         attach_one(
             ProcessEventKind::UringPunt.enter_program(),
+            "io_uring",
             "io_uring_queue_async_work",
         )?;
+    }
+    // Registered files: the syscall's arguments, then the ring it registered to.
+    if registered_files {
+        attach_one(
+            ProcessEventKind::UringFile.enter_program(),
+            "syscalls",
+            "sys_enter_io_uring_register",
+        )?;
+        attach_one("uring_register", "io_uring", "io_uring_register")?;
     }
     Ok(())
 }
@@ -1242,6 +1261,8 @@ mod tests {
         size_of("exit_io_submit");
         size_of("uring_submit_req");
         size_of("uring_queue_async_work");
+        size_of("uring_register");
+        size_of("enter_io_uring_register");
         for ring in names::EVENT_RINGS {
             size_of(ring);
         }

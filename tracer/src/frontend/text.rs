@@ -377,8 +377,9 @@ fn run_uring_lines(out: &mut Out, uring: &crate::model::UringReport) {
             "    ",
             "    ",
             &format!(
-                "{} SQEs on registered (fixed) files NOT followed: their writes are in no count above",
+                "{} SQEs on registered (fixed) files NOT followed (registered before tracing, past the first {} slots, or changed since): their writes are in no count above",
                 units::thousands(uring.fixed_files_not_followed),
+                tracer_common::URING_FILES_READ,
             ),
         );
     }
@@ -1503,7 +1504,7 @@ mod tests {
             "{text}"
         );
         assert!(
-            flat.contains("7 SQEs on registered (fixed) files NOT followed"),
+            flat.contains("7 SQEs on registered (fixed) files NOT followed (registered before"),
             "{text}"
         );
         assert!(

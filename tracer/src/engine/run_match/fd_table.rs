@@ -13,7 +13,7 @@
 use std::collections::{HashMap, HashSet};
 
 use tracer_common::{
-    OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC,
+    uring_how, OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC,
     UNKNOWN_OFFSET,
 };
 
@@ -41,6 +41,9 @@ pub(super) enum Syscall {
     /// One io_submit call: the iocbs it had accepted (its iocbs' writes and
     /// syncs came before), and how many of them the probe did not follow.
     IoSubmit { accepted: u64, not_followed: u64 },
+    /// A write or sync SQE on a registered file whose slot is not known
+    /// (registered before tracing, past the slots read, or changed since).
+    FixedFileNotFollowed,
 }
 
 /// An fd of the traced tree that is a target: which one, and the open file
@@ -69,6 +72,11 @@ pub(super) struct FdTable<R: FdResolver> {
     is_file: Vec<bool>,
     /// Targets numbered since [`FdTable::take_new_targets`], in order.
     new_targets: Vec<FdTarget>,
+    /// By io_uring ring (the low 32 bits of its address): its registered
+    /// files by slot, each resolved when it was registered (the ring holds
+    /// the file itself, whatever the fd becomes). A ring missing here has
+    /// slots unknown: registered before tracing, or changed since.
+    registered: HashMap<u32, HashMap<u32, Option<OpenTarget>>>,
 }
 
 impl<R: FdResolver> FdTable<R> {
@@ -81,6 +89,7 @@ impl<R: FdResolver> FdTable<R> {
             target_index: HashMap::new(),
             is_file: Vec::new(),
             new_targets: Vec::new(),
+            registered: HashMap::new(),
         }
     }
 
@@ -240,6 +249,18 @@ impl<R: FdResolver> FdTable<R> {
             }
             // Counted by the matcher from the event itself; no fd to place.
             ProcessEventKind::UringNotFollowed | ProcessEventKind::UringPunt => {}
+            ProcessEventKind::UringFilesRegistered => {
+                let _ = self.registered.insert(event.ring, HashMap::new());
+            }
+            ProcessEventKind::UringFile => {
+                let target = self.target_of(event.tgid, event.fd);
+                if let Some(slots) = self.registered.get_mut(&event.ring) {
+                    slots.insert(event.offset as u32, target);
+                }
+            }
+            ProcessEventKind::UringFilesChanged => {
+                self.registered.remove(&event.ring);
+            }
             ProcessEventKind::IoSubmit => {
                 return match u64::try_from(event.result) {
                     Ok(accepted) => Syscall::IoSubmit {
@@ -270,7 +291,20 @@ impl<R: FdResolver> FdTable<R> {
         if event.result < 0 {
             return Syscall::Failed;
         }
-        let Some(open) = self.target_of(event.tgid, event.fd) else {
+        let open = if kind.is_uring() && event.how & uring_how::FIXED_FILE != 0 {
+            // `fd` is a slot of the ring's registered files.
+            let Some(slot) = self
+                .registered
+                .get(&event.ring)
+                .and_then(|slots| slots.get(&event.fd))
+            else {
+                return Syscall::FixedFileNotFollowed;
+            };
+            *slot
+        } else {
+            self.target_of(event.tgid, event.fd)
+        };
+        let Some(open) = open else {
             return Syscall::NotATarget;
         };
         if !kind.is_write() {
@@ -606,6 +640,37 @@ mod tests {
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 4096);
+    }
+
+    #[test]
+    fn registered_files_are_resolved_per_ring_as_they_were_registered() {
+        use tracer_common::uring_how;
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        let on_ring = |kind, fd, offset, bytes, ring| ProcessEvent {
+            ring,
+            ..iocb(kind, fd, offset, bytes)
+        };
+        // Ring 7 registers fd 3 at slot 1; then fd 3 is closed (the ring keeps the file).
+        matcher.process_event(&on_ring(ProcessEventKind::UringFilesRegistered, 0, 0, 2, 7));
+        matcher.process_event(&on_ring(ProcessEventKind::UringFile, 3, 1, 0, 7));
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        let fixed = |slot, offset, ring| ProcessEvent {
+            how: uring_how::FIXED_FILE,
+            ..on_ring(ProcessEventKind::UringWrite, slot, offset, 65536, ring)
+        };
+        matcher.process_event(&fixed(1, 0, 7));
+        // Slot 0 is empty, ring 8 registered nothing seen: not followed.
+        matcher.process_event(&fixed(0, 0, 7));
+        matcher.process_event(&fixed(1, 0, 8));
+        // An update: ring 7's slots are unknown from now on.
+        matcher.process_event(&on_ring(ProcessEventKind::UringFilesChanged, 0, 6, 0, 7));
+        matcher.process_event(&fixed(1, 512 << 10, 7));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.uring_writes), (1, 1));
+        assert_eq!((matcher.uring.writes, matcher.uring.fixed_files), (1, 3));
+        let bytes = matched_with_commands_at(matcher, &[0]);
+        assert_eq!(bytes.matched, 65536, "{bytes:?}");
     }
 
     #[test]

@@ -161,8 +161,9 @@ pub struct UringSqes {
     /// Write and sync requests handed to io-wq workers (`iou-wrk-*`),
     /// after their submission was counted.
     pub punted: u64,
-    /// Write and sync SQEs on registered (fixed) files: not followed, so
-    /// in no count but this one.
+    /// Write and sync SQEs on registered (fixed) files whose slot is not
+    /// known (registered before tracing, past the slots read, or changed
+    /// since): not followed, so in no count but this one.
     pub fixed_files: u64,
     /// Other write and sync SQEs not followed (a WRITEV of more iovecs
     /// than the probe sums, unreadable memory).
@@ -229,12 +230,12 @@ impl<R: FdResolver> RunMatcher<R> {
 
     /// A syscall, fork or exec of the traced tree.
     pub fn process_event(&mut self, event: &ProcessEvent) {
-        self.count_uring(event);
         let syscall = self.fds.syscall(event);
+        self.count_uring(event, &syscall);
         self.add_new_targets();
         match syscall {
             Syscall::Fork => self.processes += 1,
-            Syscall::FdsOnly | Syscall::NotATarget => {}
+            Syscall::FdsOnly | Syscall::NotATarget | Syscall::FixedFileNotFollowed => {}
             Syscall::Failed => self.failed_syscalls += 1,
             Syscall::Sync { target } => self.targets[target].fsync_calls += 1,
             Syscall::IoSubmit {
@@ -273,7 +274,7 @@ impl<R: FdResolver> RunMatcher<R> {
     }
 
     /// io_uring's own tallies, whatever fd the SQE named.
-    fn count_uring(&mut self, event: &ProcessEvent) {
+    fn count_uring(&mut self, event: &ProcessEvent, syscall: &Syscall) {
         let Some(kind) = ProcessEventKind::from_u8(event.kind) else {
             return;
         };
@@ -287,6 +288,7 @@ impl<R: FdResolver> RunMatcher<R> {
                 uring.fixed_files += 1;
             }
             ProcessEventKind::UringNotFollowed => uring.not_followed += 1,
+            _ if matches!(syscall, Syscall::FixedFileNotFollowed) => uring.fixed_files += 1,
             _ if kind.is_uring() && kind.is_write() => uring.writes += 1,
             _ if kind.is_uring() => uring.syncs += 1,
             _ => return,

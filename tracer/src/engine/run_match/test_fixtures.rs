@@ -67,7 +67,8 @@ pub(super) fn write(fd: u32, offset: u64, bytes: i64) -> ProcessEvent {
         fd,
         kind: ProcessEventKind::Pwrite64 as u8,
         how: 0,
-        _pad: [0; 6],
+        _pad: [0; 2],
+        ring: 0,
     }
 }
 
