@@ -692,10 +692,11 @@ pub enum ProcessEventKind {
     /// `IORING_OP_FSYNC` of `fd`, and with `IORING_FSYNC_DATASYNC`.
     UringFsync = 27,
     UringFdsync = 28,
-    /// A write or sync SQE that could not be followed: `offset` holds its
-    /// opcode, `how` why ([`uring_how::FIXED_FILE`]: `fd` indexes the
-    /// ring's registered files, which are not followed; else a WRITEV of
-    /// too many iovecs or unreadable memory). Counted, never dropped.
+    /// A write or sync SQE that could not be followed (a WRITEV of more
+    /// than [`AIO_IOVECS_READ`] iovecs, or unreadable memory): `offset`
+    /// holds its opcode. Counted, never dropped. (A registered file's SQE
+    /// comes as its own kind with [`uring_how::FIXED_FILE`]: the fd table
+    /// resolves its slot or counts it.)
     UringNotFollowed = 29,
     /// A write or sync request of a traced process handed to an io-wq
     /// worker (`iou-wrk-*`, `io_uring_queue_async_work`): `offset` holds

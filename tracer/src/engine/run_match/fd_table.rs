@@ -613,10 +613,10 @@ mod tests {
             UNKNOWN_OFFSET,
             4096,
         ));
-        // A registered file's SQE and a punt: counted, no write.
+        // A WRITEV of too many iovecs (on a registered file) and a punt: counted, no write.
         matcher.process_event(&ProcessEvent {
             how: uring_how::FIXED_FILE | uring_how::SQPOLL,
-            ..iocb(ProcessEventKind::UringNotFollowed, 0, 23, 0)
+            ..iocb(ProcessEventKind::UringNotFollowed, 0, 2, 0)
         });
         matcher.process_event(&iocb(ProcessEventKind::UringPunt, 0, 23, 0));
         let calls = &matcher.targets()[0];
@@ -631,8 +631,8 @@ mod tests {
                 syncs: 1,
                 sqpoll: 2,
                 punted: 1,
-                fixed_files: 1,
-                not_followed: 0
+                fixed_files: 0,
+                not_followed: 1
             }
         );
         // A plain write() after them is at position 0: the SQEs did not move it.

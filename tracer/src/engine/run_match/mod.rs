@@ -284,9 +284,7 @@ impl<R: FdResolver> RunMatcher<R> {
                 uring.punted += 1;
                 return;
             }
-            ProcessEventKind::UringNotFollowed if event.how & uring_how::FIXED_FILE != 0 => {
-                uring.fixed_files += 1;
-            }
+            // Unreadable or past the iovecs summed, on a registered file or not.
             ProcessEventKind::UringNotFollowed => uring.not_followed += 1,
             _ if matches!(syscall, Syscall::FixedFileNotFollowed) => uring.fixed_files += 1,
             _ if kind.is_uring() && kind.is_write() => uring.writes += 1,
