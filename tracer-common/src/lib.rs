@@ -677,6 +677,152 @@ pub enum ProcessEventKind {
     /// iocbs the probe did not follow (past [`AIO_IOCBS_READ`], a PWRITEV
     /// of more than [`AIO_IOVECS_READ`] iovecs, or unreadable).
     IoSubmit = 23,
+    /// One io_uring SQE of a traced process, at its submission
+    /// (`io_uring_submit_req`, after the kernel prepared it):
+    /// `IORING_OP_WRITE` of `result` bytes (the SQE's `len`) to `fd` at
+    /// `offset` (the SQE's `off`, or [`UNKNOWN_OFFSET`] for -1, the file
+    /// position). [`ProcessEvent::how`] says how it was submitted
+    /// ([`uring_how`]). Submitted, not completed, like an iocb.
+    UringWrite = 24,
+    /// `IORING_OP_WRITEV`: `result` the iovecs' lengths summed (at most
+    /// [`AIO_IOVECS_READ`] of them; a longer one is [`Self::UringNotFollowed`]).
+    UringWritev = 25,
+    /// `IORING_OP_WRITE_FIXED` (a registered buffer): like [`Self::UringWrite`].
+    UringWriteFixed = 26,
+    /// `IORING_OP_FSYNC` of `fd`, and with `IORING_FSYNC_DATASYNC`.
+    UringFsync = 27,
+    UringFdsync = 28,
+    /// A write or sync SQE that could not be followed (a WRITEV of more
+    /// than [`AIO_IOVECS_READ`] iovecs, or unreadable memory): `offset`
+    /// holds its opcode. Counted, never dropped. (A registered file's SQE
+    /// comes as its own kind with [`uring_how::FIXED_FILE`]: the fd table
+    /// resolves its slot or counts it.)
+    UringNotFollowed = 29,
+    /// A write or sync request of a traced process handed to an io-wq
+    /// worker (`iou-wrk-*`, `io_uring_queue_async_work`): `offset` holds
+    /// its opcode. Its SQE was already counted at its submission.
+    UringPunt = 30,
+    /// io_uring_register of files to `ring` (IORING_REGISTER_FILES or
+    /// FILES2), `result` slots: its table starts afresh; the
+    /// [`Self::UringFile`] events of its first [`URING_FILES_READ`] slots follow.
+    UringFilesRegistered = 31,
+    /// `fd` registered at slot `offset` of `ring`.
+    UringFile = 32,
+    /// `ring`'s registered files changed in a way not followed (an update,
+    /// an unregister, a direct descriptor installed by an SQE): its slots
+    /// are unknown from now on, until files are registered again.
+    UringFilesChanged = 33,
+}
+
+/// Registered files read per io_uring_register; later slots stay unknown.
+pub const URING_FILES_READ: usize = 64;
+
+/// `IORING_REGISTER_*` opcodes from <linux/io_uring.h> that change a ring's
+/// registered files (`IORING_REGISTER_USE_REGISTERED_RING` masked off).
+pub mod uring_register {
+    pub const FILES: u32 = 2;
+    pub const UNREGISTER_FILES: u32 = 3;
+    pub const FILES_UPDATE: u32 = 6;
+    pub const FILES2: u32 = 13;
+    pub const FILES_UPDATE2: u32 = 14;
+    pub const USE_REGISTERED_RING: u32 = 1 << 31;
+    /// `IORING_RSRC_REGISTER_SPARSE` in `io_uring_rsrc_register.flags`.
+    pub const RSRC_SPARSE: u32 = 1;
+}
+
+/// `IORING_OP_*` values from <linux/io_uring.h> (a user ABI).
+pub mod uring_op {
+    pub const WRITEV: u8 = 2;
+    pub const FSYNC: u8 = 3;
+    pub const WRITE_FIXED: u8 = 5;
+    pub const WRITE: u8 = 23;
+    /// Write opcodes and FSYNC: the ones `run` follows.
+    pub const fn is_followed(op: u8) -> bool {
+        matches!(op, WRITEV | FSYNC | WRITE_FIXED | WRITE)
+    }
+    /// Ops that can install a direct descriptor into the ring's registered
+    /// files (ACCEPT, OPENAT, CLOSE, FILES_UPDATE, OPENAT2, MSG_RING,
+    /// SOCKET, PIPE): after one, the ring's slots are not trusted.
+    pub const fn may_change_files(op: u8) -> bool {
+        matches!(op, 13 | 18 | 19 | 20 | 28 | 40 | 45 | 62)
+    }
+}
+
+/// `IORING_FSYNC_DATASYNC` in an FSYNC SQE's `fsync_flags`.
+pub const IORING_FSYNC_DATASYNC: u32 = 1;
+/// `REQ_F_FIXED_FILE` in `io_kiocb.flags` (bit 0, `IOSQE_FIXED_FILE_BIT`
+/// since io_uring began): the SQE's fd is a registered file's index.
+pub const REQ_F_FIXED_FILE: u8 = 1;
+
+/// Bits of [`ProcessEvent::how`] for io_uring events.
+pub mod uring_how {
+    /// Submitted by the ring's SQPOLL thread (`sq_thread`), not an
+    /// io_uring_enter of the process.
+    pub const SQPOLL: u8 = 1;
+    /// The SQE named a registered (fixed) file.
+    pub const FIXED_FILE: u8 = 2;
+}
+
+/// Where the io_uring probes read their fields: offsets in the
+/// `io_uring_submit_req` (`io_uring_submit_sqe` before 6.4) and
+/// `io_uring_queue_async_work` records, from their format files, and in
+/// `struct io_kiocb` (the request the records point to), from BTF.
+/// `enabled` is 0 when any is missing: io_uring is then not followed.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UringOffsets {
+    pub enabled: u16,
+    /// `req`, `opcode`, `flags` (its low byte) and `sq_thread` in the submit record.
+    pub submit_req: u16,
+    pub submit_opcode: u16,
+    pub submit_flags: u16,
+    pub submit_sq_thread: u16,
+    /// `opcode` in `io_uring_queue_async_work` (NO_FIELD: punts not counted).
+    pub async_opcode: u16,
+    /// In `struct io_kiocb`: `cqe.fd` (the SQE's fd, set before prep),
+    /// and in the `io_rw` its `cmd` holds: `kiocb.ki_pos`, `addr`, `len`;
+    /// in the `io_sync` of an FSYNC: `flags`.
+    pub req_fd: u16,
+    pub rw_pos: u16,
+    pub rw_addr: u16,
+    pub rw_len: u16,
+    pub sync_flags: u16,
+    /// `ctx` in the submit record (which ring, for registered files).
+    pub submit_ctx: u16,
+    /// `ctx`, `opcode` and `ret` in `io_uring_register`, and `opcode`,
+    /// `arg` and `nr_args` in `sys_enter_io_uring_register` (NO_FIELD:
+    /// registered files are not followed).
+    pub register_ctx: u16,
+    pub register_opcode: u16,
+    pub register_ret: u16,
+    pub enter_register_opcode: u16,
+    pub enter_register_arg: u16,
+    pub enter_register_nr: u16,
+    pub _pad: u16,
+}
+
+impl UringOffsets {
+    pub const ABSENT: UringOffsets = UringOffsets {
+        enabled: 0,
+        submit_req: NO_FIELD,
+        submit_opcode: NO_FIELD,
+        submit_flags: NO_FIELD,
+        submit_sq_thread: NO_FIELD,
+        async_opcode: NO_FIELD,
+        req_fd: NO_FIELD,
+        rw_pos: NO_FIELD,
+        rw_addr: NO_FIELD,
+        rw_len: NO_FIELD,
+        sync_flags: NO_FIELD,
+        submit_ctx: NO_FIELD,
+        register_ctx: NO_FIELD,
+        register_opcode: NO_FIELD,
+        register_ret: NO_FIELD,
+        enter_register_opcode: NO_FIELD,
+        enter_register_arg: NO_FIELD,
+        enter_register_nr: NO_FIELD,
+        _pad: 0,
+    };
 }
 
 /// iocbs read per io_submit call; more are counted, not followed.
@@ -728,7 +874,7 @@ pub const O_CLOEXEC: u64 = 0o2000000;
 pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 24;
+    pub const COUNT: usize = 34;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -754,6 +900,16 @@ impl ProcessEventKind {
         ProcessEventKind::AioFsync,
         ProcessEventKind::AioFdsync,
         ProcessEventKind::IoSubmit,
+        ProcessEventKind::UringWrite,
+        ProcessEventKind::UringWritev,
+        ProcessEventKind::UringWriteFixed,
+        ProcessEventKind::UringFsync,
+        ProcessEventKind::UringFdsync,
+        ProcessEventKind::UringNotFollowed,
+        ProcessEventKind::UringPunt,
+        ProcessEventKind::UringFilesRegistered,
+        ProcessEventKind::UringFile,
+        ProcessEventKind::UringFilesChanged,
     ];
     /// The syscalls traced, in program order (`Fork` and `Exec` are not
     /// ones; close_range and io_submit have their own probes).
@@ -811,6 +967,16 @@ impl ProcessEventKind {
             ProcessEventKind::AioFsync => "io_submit(IOCB_CMD_FSYNC)",
             ProcessEventKind::AioFdsync => "io_submit(IOCB_CMD_FDSYNC)",
             ProcessEventKind::IoSubmit => "io_submit",
+            ProcessEventKind::UringWrite => "io_uring(IORING_OP_WRITE)",
+            ProcessEventKind::UringWritev => "io_uring(IORING_OP_WRITEV)",
+            ProcessEventKind::UringWriteFixed => "io_uring(IORING_OP_WRITE_FIXED)",
+            ProcessEventKind::UringFsync => "io_uring(IORING_OP_FSYNC)",
+            ProcessEventKind::UringFdsync => "io_uring(IORING_OP_FSYNC, DATASYNC)",
+            ProcessEventKind::UringNotFollowed => "io_uring(not followed)",
+            ProcessEventKind::UringPunt => "io_uring(io-wq)",
+            ProcessEventKind::UringFilesRegistered => "io_uring_register(FILES)",
+            ProcessEventKind::UringFile => "io_uring_register(file)",
+            ProcessEventKind::UringFilesChanged => "io_uring(files changed)",
         }
     }
 
@@ -841,6 +1007,17 @@ impl ProcessEventKind {
             | ProcessEventKind::AioFsync
             | ProcessEventKind::AioFdsync
             | ProcessEventKind::IoSubmit => "enter_io_submit",
+            ProcessEventKind::UringWrite
+            | ProcessEventKind::UringWritev
+            | ProcessEventKind::UringWriteFixed
+            | ProcessEventKind::UringFsync
+            | ProcessEventKind::UringFdsync
+            | ProcessEventKind::UringNotFollowed
+            | ProcessEventKind::UringFilesChanged => "uring_submit_req",
+            ProcessEventKind::UringPunt => "uring_queue_async_work",
+            ProcessEventKind::UringFilesRegistered | ProcessEventKind::UringFile => {
+                "enter_io_uring_register"
+            }
         }
     }
 
@@ -848,8 +1025,24 @@ impl ProcessEventKind {
         (self as u8) <= (ProcessEventKind::Pwritev2 as u8)
             || matches!(
                 self,
-                ProcessEventKind::AioPwrite | ProcessEventKind::AioPwritev
+                ProcessEventKind::AioPwrite
+                    | ProcessEventKind::AioPwritev
+                    | ProcessEventKind::UringWrite
+                    | ProcessEventKind::UringWritev
+                    | ProcessEventKind::UringWriteFixed
             )
+    }
+
+    /// One SQE submitted through io_uring, not a syscall of its own.
+    pub const fn is_uring(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::UringWrite
+                | ProcessEventKind::UringWritev
+                | ProcessEventKind::UringWriteFixed
+                | ProcessEventKind::UringFsync
+                | ProcessEventKind::UringFdsync
+        )
     }
 
     /// One iocb submitted through io_submit (libaio), not a syscall of its own.
@@ -903,7 +1096,12 @@ pub struct ProcessEvent {
     pub tgid: u32,
     pub fd: u32,
     pub kind: u8,
-    pub _pad: [u8; 7],
+    /// io_uring events: how the SQE was submitted ([`uring_how`]); else 0.
+    pub how: u8,
+    pub _pad: [u8; 2],
+    /// io_uring events: the ring (the low 32 bits of its `io_ring_ctx`
+    /// address), which registered files belong to; else 0.
+    pub ring: u32,
 }
 
 impl ProcessEvent {
@@ -914,7 +1112,9 @@ impl ProcessEvent {
         tgid: 0,
         fd: 0,
         kind: 0,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     };
 }
 
@@ -1073,6 +1273,7 @@ pub mod names {
     pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
     pub const DIRTY_BUFFERS: &str = "DIRTY_BUFFERS";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";
+    pub const URING_FIELDS: &str = "URING_FIELDS";
     pub const COUNTERS: &str = "COUNTERS";
     pub const DEVICES: &str = "DEVICES";
     pub const PIDS: &str = "PIDS";
@@ -1105,6 +1306,7 @@ mod user {
     unsafe impl aya::Pod for ClassicRecord {}
     unsafe impl aya::Pod for ProcessEvent {}
     unsafe impl aya::Pod for ProcessOffsets {}
+    unsafe impl aya::Pod for UringOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
     unsafe impl aya::Pod for DirtyCounts {}
     unsafe impl aya::Pod for KernelLayout {}
@@ -1129,6 +1331,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 40);
+        assert_eq!(core::mem::size_of::<UringOffsets>(), 38);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }

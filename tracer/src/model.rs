@@ -693,6 +693,30 @@ pub struct RunReport {
     /// The tree's io_submit (libaio) calls, when it made any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_submit: Option<IoSubmitReport>,
+    /// The tree's io_uring write and sync SQEs, when it submitted any, or
+    /// why this kernel's io_uring submissions cannot be followed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_uring: Option<UringReport>,
+}
+
+/// `run`'s io_uring SQEs (WRITE, WRITEV, WRITE_FIXED, FSYNC), to any fd:
+/// how many, how they were submitted, and those not followed (registered
+/// files; a WRITEV of more iovecs than summed): their writes are in no count.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct UringReport {
+    pub writes: u64,
+    pub syncs: u64,
+    /// Of all write and sync SQEs (followed or not), those submitted by
+    /// the ring's SQPOLL thread (the rest by io_uring_enter).
+    pub sqpoll: u64,
+    /// Handed to io-wq workers (`iou-wrk-*`) after submission.
+    pub punted_to_io_wq: u64,
+    pub fixed_files_not_followed: u64,
+    pub not_followed: u64,
+    /// Set when io_uring submissions cannot be followed on this kernel
+    /// (then every other count is 0, not measured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub unsupported: Option<String>,
 }
 
 /// `run`'s io_submit calls: how many, the iocbs they submitted, and those
@@ -729,6 +753,11 @@ pub struct RunTarget {
     pub aio_writes: u64,
     #[serde(default)]
     pub aio_write_bytes: u64,
+    /// The part submitted through io_uring (WRITE, WRITEV, WRITE_FIXED SQEs).
+    #[serde(default)]
+    pub uring_writes: u64,
+    #[serde(default)]
+    pub uring_write_bytes: u64,
     pub fsync_calls: u64,
     /// Bios the command's process tree submitted to this device.
     pub bios: u64,

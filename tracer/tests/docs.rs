@@ -21,7 +21,7 @@ use iosplit_trace::geometry::ioctl::NoBlockSize;
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
-    RunTarget,
+    RunTarget, UringReport,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -771,8 +771,10 @@ fn run_record() -> RunRecord {
         write_syscalls: 20,
         write_syscall_bytes: 20 * 128 * 1024,
         write_syscall_size: Distribution::default(),
-        aio_writes: 12,
-        aio_write_bytes: 12 * 128 * 1024,
+        aio_writes: 6,
+        aio_write_bytes: 6 * 128 * 1024,
+        uring_writes: 6,
+        uring_write_bytes: 6 * 128 * 1024,
         fsync_calls: 1,
         bios: 20,
         bio_size: Distribution::default(),
@@ -796,6 +798,15 @@ fn run_record() -> RunRecord {
             calls: 3,
             iocbs: 12,
             iocbs_not_followed: 0,
+        }),
+        io_uring: Some(UringReport {
+            writes: 6,
+            syncs: 1,
+            sqpoll: 0,
+            punted_to_io_wq: 2,
+            fixed_files_not_followed: 1,
+            not_followed: 0,
+            unsupported: Some("io_uring/io_uring_submit_req: cannot read it".into()),
         }),
     };
     RunRecord {

@@ -15,11 +15,16 @@
 //! not the entry, so iocbs the kernel refused are not counted; the iocbs
 //! stay the caller's until it reaps their completions, after io_submit
 //! returns (a reaper thread reusing an iocb sooner would be misread).
+//!
+//! io_uring is followed at `io_uring_submit_req` (one event per write or
+//! fsync SQE, its fd, offset and length read from the prepared request at
+//! offsets BTF gave), its punts to io-wq at `io_uring_queue_async_work`,
+//! and its registered files at io_uring_register (the fd array, per slot).
 
 use aya_ebpf::{
     bindings::BPF_RB_NO_WAKEUP,
     helpers::{
-        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_user,
+        bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
         bpf_probe_read_user_str_bytes,
     },
     macros::{map, tracepoint},
@@ -28,8 +33,10 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, iocb_cmd, IocbHead, Iovec, OpenEvent, ProcessEvent, ProcessEventKind, ProcessOffsets,
-    AIO_IOCBS_READ, AIO_IOVECS_READ, NO_FIELD, RWF_APPEND, UNKNOWN_OFFSET,
+    counter, iocb_cmd, uring_how, uring_op, uring_register, IocbHead, Iovec, OpenEvent,
+    ProcessEvent, ProcessEventKind, ProcessOffsets, UringOffsets, AIO_IOCBS_READ, AIO_IOVECS_READ,
+    IORING_FSYNC_DATASYNC, NO_FIELD, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET,
+    URING_FILES_READ,
 };
 
 use super::shared::{bump, PIDS};
@@ -54,6 +61,9 @@ static PENDING_CALLS: HashMap<u64, PendingCall> = HashMap::with_max_entries(4096
 
 #[unsafe(no_mangle)]
 static PROCESS_FIELDS: Global<ProcessOffsets> = Global::new(ProcessOffsets::ABSENT);
+
+#[unsafe(no_mangle)]
+static URING_FIELDS: Global<UringOffsets> = Global::new(UringOffsets::ABSENT);
 
 #[inline(always)]
 fn tracked(tgid: u32) -> bool {
@@ -206,7 +216,9 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
         tgid: (pid_tgid >> 32) as u32,
         fd: call.fd,
         kind: call.kind,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     };
     let is_open = ProcessEventKind::from_u8(call.kind).is_some_and(|kind| kind.is_open());
     if !is_open {
@@ -256,7 +268,9 @@ pub fn process_exec(_ctx: TracePointContext) -> u32 {
         tgid,
         fd: 0,
         kind: ProcessEventKind::Exec as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     });
     0
 }
@@ -315,7 +329,9 @@ pub fn process_fork(ctx: TracePointContext) -> u32 {
         tgid: child,
         fd: parent,
         kind: ProcessEventKind::Fork as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     });
     0
 }
@@ -391,7 +407,9 @@ pub fn exit_io_submit(ctx: TracePointContext) -> u32 {
         tgid,
         fd: 0,
         kind: ProcessEventKind::IoSubmit as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     });
     0
 }
@@ -432,7 +450,9 @@ fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64) -> bool {
         tgid,
         fd: iocb.aio_fildes,
         kind: kind as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     });
     true
 }
@@ -455,4 +475,310 @@ fn iovec_bytes(array: u64, count: u64) -> Option<u64> {
         bytes = bytes.wrapping_add(iovec.iov_len);
     }
     Some(bytes)
+}
+
+/// A byte of a tracepoint record, or `None` without the field.
+#[inline(always)]
+fn read_u8(ctx: &TracePointContext, offset: u16) -> Option<u8> {
+    if offset == NO_FIELD {
+        return None;
+    }
+    // SAFETY: offset from the tracepoint's format file; probe_read faults safely.
+    unsafe { ctx.read_at::<u8>(offset as usize) }.ok()
+}
+
+/// A `T` at `offset` bytes into the kernel object at `base` (an offset BTF gave).
+#[inline(always)]
+fn read_kernel<T>(base: u64, offset: u16) -> Option<T> {
+    if offset == NO_FIELD {
+        return None;
+    }
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    unsafe { bpf_probe_read_kernel((base + offset as u64) as *const T) }.ok()
+}
+
+/// io_uring's submission of one SQE (`io_uring_submit_req`, or
+/// `io_uring_submit_sqe` before 6.4), after the kernel prepared it: the
+/// request (`struct io_kiocb`) holds the SQE's fd in `cqe.fd` and, for
+/// the read/write ops, `off`, `addr` and `len` in the `io_rw` of its
+/// `cmd`. One event per WRITE, WRITEV, WRITE_FIXED and FSYNC of a traced
+/// process, with the SQPOLL thread and registered files said in `how`.
+/// Fired where the SQE is taken (in io_uring_enter, or by the SQPOLL
+/// thread, a thread of the same process), before any punt to io-wq.
+#[tracepoint]
+pub fn uring_submit_req(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(tgid) {
+        return 0;
+    }
+    let Some(opcode) = read_u8(&ctx, fields.submit_opcode) else {
+        return 0;
+    };
+    // The ring, by the low 32 bits of its address: registered files are its own.
+    let ring = read_u64(&ctx, fields.submit_ctx).unwrap_or(0) as u32;
+    // SAFETY: a helper with no preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    if uring_op::may_change_files(opcode) {
+        emit(ProcessEvent {
+            ts_ns,
+            offset: opcode as u64,
+            result: 0,
+            tgid,
+            fd: 0,
+            kind: ProcessEventKind::UringFilesChanged as u8,
+            how: 0,
+            _pad: [0; 2],
+            ring,
+        });
+        return 0;
+    }
+    if !uring_op::is_followed(opcode) {
+        return 0;
+    }
+    let (Some(req), Some(flags)) = (
+        read_u64(&ctx, fields.submit_req),
+        read_u8(&ctx, fields.submit_flags),
+    ) else {
+        return 0;
+    };
+    let mut how = 0u8;
+    if read_u8(&ctx, fields.submit_sq_thread).unwrap_or(0) != 0 {
+        how |= uring_how::SQPOLL;
+    }
+    // A registered file's index: the fd table resolves it through the
+    // ring's registrations, or counts it as not followed.
+    if flags & REQ_F_FIXED_FILE != 0 {
+        how |= uring_how::FIXED_FILE;
+    }
+    let fd = read_kernel::<i32>(req, fields.req_fd);
+    let not_followed = |how: u8, fd: u32| ProcessEvent {
+        ts_ns,
+        offset: opcode as u64,
+        result: 0,
+        tgid,
+        fd,
+        kind: ProcessEventKind::UringNotFollowed as u8,
+        how,
+        _pad: [0; 2],
+        ring,
+    };
+    let Some(fd) = fd else {
+        emit(not_followed(how, 0));
+        return 0;
+    };
+    let fd = fd as u32;
+    let (kind, offset, bytes) = if opcode == uring_op::FSYNC {
+        let datasync = read_kernel::<u32>(req, fields.sync_flags).unwrap_or(0);
+        let kind = if datasync & IORING_FSYNC_DATASYNC != 0 {
+            ProcessEventKind::UringFdsync
+        } else {
+            ProcessEventKind::UringFsync
+        };
+        (kind, 0u64, 0u64)
+    } else {
+        let (Some(pos), Some(addr), Some(len)) = (
+            read_kernel::<i64>(req, fields.rw_pos),
+            read_kernel::<u64>(req, fields.rw_addr),
+            read_kernel::<u32>(req, fields.rw_len),
+        ) else {
+            emit(not_followed(how, fd));
+            return 0;
+        };
+        // -1: at the file position (not followed for io_uring, as RWF_APPEND is not).
+        let offset = if pos < 0 { UNKNOWN_OFFSET } else { pos as u64 };
+        match opcode {
+            // addr is the iovec array, len its length (the iovecs are still
+            // the caller's: the submitting task or its SQPOLL thread).
+            uring_op::WRITEV => match iovec_bytes(addr, len as u64) {
+                Some(bytes) => (ProcessEventKind::UringWritev, offset, bytes),
+                None => {
+                    emit(not_followed(how, fd));
+                    return 0;
+                }
+            },
+            uring_op::WRITE_FIXED => (ProcessEventKind::UringWriteFixed, offset, len as u64),
+            _ => (ProcessEventKind::UringWrite, offset, len as u64),
+        }
+    };
+    emit(ProcessEvent {
+        ts_ns,
+        offset,
+        result: bytes as i64,
+        tgid,
+        fd,
+        kind: kind as u8,
+        how,
+        _pad: [0; 2],
+        ring,
+    });
+    0
+}
+
+/// A traced process's write or sync request handed to an io-wq worker
+/// (`io_uring_queue_async_work`): counted, to say how the writes ran.
+#[tracepoint]
+pub fn uring_queue_async_work(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    if !tracked(tgid) {
+        return 0;
+    }
+    let Some(opcode) = read_u8(&ctx, fields.async_opcode) else {
+        return 0;
+    };
+    if !uring_op::is_followed(opcode) {
+        return 0;
+    }
+    emit(ProcessEvent {
+        // SAFETY: a helper with no preconditions.
+        ts_ns: unsafe { bpf_ktime_get_ns() },
+        offset: opcode as u64,
+        result: 0,
+        tgid,
+        fd: 0,
+        kind: ProcessEventKind::UringPunt as u8,
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
+    });
+    0
+}
+
+#[map(name = "URING_REGISTERS")]
+static URING_REGISTERS: HashMap<u64, PendingCall> = HashMap::with_max_entries(1024, 0);
+
+/// io_uring_register(fd, opcode, arg, nr_args): stashed for the
+/// `io_uring_register` tracepoint that the call fires once done, which
+/// names the ring (`ctx`) and the result.
+#[tracepoint]
+pub fn enter_io_uring_register(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    if fields.enabled == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    let (Some(opcode), Some(arg), Some(nr)) = (
+        read_u64(&ctx, fields.enter_register_opcode),
+        read_u64(&ctx, fields.enter_register_arg),
+        read_u64(&ctx, fields.enter_register_nr),
+    ) else {
+        return 0;
+    };
+    let call = PendingCall {
+        offset: arg,
+        fd: nr.min(u32::MAX as u64) as u32,
+        kind: ProcessEventKind::UringFilesRegistered as u8,
+        _pad: [0; 3],
+        open_flags: opcode & !(uring_register::USE_REGISTERED_RING as u64),
+    };
+    let _ = URING_REGISTERS.insert(&pid_tgid, &call, 0);
+    0
+}
+
+/// A ring's registered files, from the fd array the caller passed (the
+/// first [`URING_FILES_READ`]), or that they changed in a way not followed.
+#[tracepoint]
+pub fn uring_register(ctx: TracePointContext) -> u32 {
+    let fields = URING_FIELDS.load();
+    let pid_tgid = bpf_get_current_pid_tgid();
+    // SAFETY: the value is copied out before the entry is removed.
+    let Some(call) = (unsafe { URING_REGISTERS.get(&pid_tgid) }).copied() else {
+        return 0;
+    };
+    let _ = URING_REGISTERS.remove(&pid_tgid);
+    let ret = read_u64(&ctx, fields.register_ret).unwrap_or(u64::MAX) as i64;
+    let ring = read_u64(&ctx, fields.register_ctx).unwrap_or(0) as u32;
+    let tgid = (pid_tgid >> 32) as u32;
+    // SAFETY: a helper with no preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
+    let event = |kind: ProcessEventKind, offset: u64, result: i64, fd: u32| ProcessEvent {
+        ts_ns,
+        offset,
+        result,
+        tgid,
+        fd,
+        kind: kind as u8,
+        how: 0,
+        _pad: [0; 2],
+        ring,
+    };
+    let opcode = call.open_flags as u32;
+    let (array, count) = match opcode {
+        uring_register::FILES => (call.offset, call.fd as u64),
+        // struct io_uring_rsrc_register { u32 nr; u32 flags; u64 resv2; u64 data; u64 tags; }
+        uring_register::FILES2 => {
+            // SAFETY: user memory read with a faulting-safe helper.
+            let head = unsafe { bpf_probe_read_user(call.offset as *const [u32; 2]) };
+            // SAFETY: as above.
+            let data = unsafe { bpf_probe_read_user((call.offset + 16) as *const u64) };
+            match (head, data) {
+                (Ok([nr, flags]), _) if flags & uring_register::RSRC_SPARSE != 0 => {
+                    if ret >= 0 {
+                        emit(event(
+                            ProcessEventKind::UringFilesRegistered,
+                            0,
+                            nr as i64,
+                            0,
+                        ));
+                    }
+                    return 0;
+                }
+                (Ok([nr, _]), Ok(data)) => (data, nr as u64),
+                _ => (0, u64::MAX),
+            }
+        }
+        uring_register::UNREGISTER_FILES
+        | uring_register::FILES_UPDATE
+        | uring_register::FILES_UPDATE2 => {
+            emit(event(
+                ProcessEventKind::UringFilesChanged,
+                opcode as u64,
+                0,
+                0,
+            ));
+            return 0;
+        }
+        _ => return 0,
+    };
+    if ret < 0 {
+        return 0;
+    }
+    if count == u64::MAX {
+        emit(event(
+            ProcessEventKind::UringFilesChanged,
+            opcode as u64,
+            0,
+            0,
+        ));
+        return 0;
+    }
+    emit(event(
+        ProcessEventKind::UringFilesRegistered,
+        0,
+        count as i64,
+        0,
+    ));
+    for index in 0..URING_FILES_READ as u64 {
+        if index >= count {
+            break;
+        }
+        // SAFETY: user memory read with a faulting-safe helper.
+        let Ok(fd) = (unsafe { bpf_probe_read_user((array + index * 4) as *const i32) }) else {
+            break;
+        };
+        if fd >= 0 {
+            emit(event(ProcessEventKind::UringFile, index, 0, fd as u32));
+        }
+    }
+    0
 }

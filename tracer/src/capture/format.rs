@@ -5,7 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use tracer_common::{EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, NO_FIELD};
+use tracer_common::{
+    EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, UringOffsets, NO_FIELD,
+};
 
 /// One `field:` line of a format file.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,6 +235,97 @@ pub fn read_offsets(events_dir: &Path, kind: EventKind) -> Result<FieldOffsets, 
         .map_err(|why| ProbeStatus::Broken(format!("{}: {why}", kind.tracepoint())))
 }
 
+/// Reads a format file, naming it in the error.
+trait PipeRead {
+    fn pipe_read(self) -> Result<String, FormatError>;
+}
+
+impl PipeRead for PathBuf {
+    fn pipe_read(self) -> Result<String, FormatError> {
+        std::fs::read_to_string(&self).map_err(|source| FormatError::Read { path: self, source })
+    }
+}
+
+/// The io_uring submission tracepoints, newest name first: 6.4 renamed
+/// `io_uring_submit_sqe` (which also had `force_nonblock`) to
+/// `io_uring_submit_req`. Both carry `req`, `opcode`, `flags` and `sq_thread`.
+pub const URING_SUBMIT_TRACEPOINTS: [&str; 2] = ["io_uring_submit_req", "io_uring_submit_sqe"];
+
+/// The io_uring record offsets `run` reads (the request's own come from
+/// BTF), and which submission tracepoint this kernel has. `flags` is 4
+/// bytes on 6.1 and 8 since; only its low byte is read (`REQ_F_FIXED_FILE`).
+pub fn read_uring_offsets(events_dir: &Path) -> Result<(UringOffsets, &'static str), FormatError> {
+    let fields = |event: &str| -> Result<Vec<Field>, FormatError> {
+        let path = events_dir.join("io_uring").join(event).join("format");
+        std::fs::read_to_string(&path)
+            .map_err(|source| FormatError::Read { path, source })
+            .and_then(|text| parse_fields(&text))
+            .map_err(|err| err.within(format!("io_uring/{event}")))
+    };
+    let find = |fields: &[Field], name: &'static str, sizes: &'static [u16]| {
+        let field = fields
+            .iter()
+            .find(|f| f.name == name)
+            .ok_or(FormatError::MissingField { name })?;
+        if !sizes.contains(&field.size) {
+            return Err(FormatError::FieldSize {
+                name,
+                size: field.size,
+                expected: sizes,
+            });
+        }
+        Ok(field.offset)
+    };
+    let mut first_error = None;
+    for event in URING_SUBMIT_TRACEPOINTS {
+        let submit = match fields(event) {
+            Ok(submit) => submit,
+            Err(err) => {
+                first_error.get_or_insert(err);
+                continue;
+            }
+        };
+        let within = |err: FormatError| err.within(format!("io_uring/{event}"));
+        let mut offsets = UringOffsets {
+            submit_req: find(&submit, "req", &[8]).map_err(within)?,
+            submit_opcode: find(&submit, "opcode", &[1]).map_err(within)?,
+            submit_flags: find(&submit, "flags", &[4, 8]).map_err(within)?,
+            submit_sq_thread: find(&submit, "sq_thread", &[1]).map_err(within)?,
+            ..UringOffsets::ABSENT
+        };
+        // Without it, punts to io-wq are not counted; the writes still are.
+        offsets.async_opcode = fields("io_uring_queue_async_work")
+            .and_then(|queued| find(&queued, "opcode", &[1]))
+            .unwrap_or(NO_FIELD);
+        // Registered files, followed through io_uring_register: without any
+        // of these, SQEs on them are counted as not followed.
+        let register = fields("io_uring_register");
+        let enter = events_dir
+            .join("syscalls/sys_enter_io_uring_register/format")
+            .pipe_read()
+            .and_then(|text| parse_fields(&text));
+        if let (Ok(ctx), Ok(register), Ok(enter)) = (find(&submit, "ctx", &[8]), register, enter) {
+            let found = (
+                find(&register, "ctx", &[8]),
+                find(&register, "opcode", &[4]),
+                find(&register, "ret", &[8]),
+                find(&enter, "opcode", &[8]),
+                find(&enter, "arg", &[8]),
+                find(&enter, "nr_args", &[8]),
+            );
+            if let (Ok(r_ctx), Ok(r_opcode), Ok(r_ret), Ok(e_opcode), Ok(e_arg), Ok(e_nr)) = found {
+                offsets.submit_ctx = ctx;
+                (offsets.register_ctx, offsets.register_opcode) = (r_ctx, r_opcode);
+                offsets.register_ret = r_ret;
+                (offsets.enter_register_opcode, offsets.enter_register_arg) = (e_opcode, e_arg);
+                offsets.enter_register_nr = e_nr;
+            }
+        }
+        return Ok((offsets, event));
+    }
+    Err(first_error.unwrap_or(FormatError::NoFields))
+}
+
 /// Offsets for the `run` probes: syscall arguments and the fork's child pid.
 pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatError> {
     let fields = |category: &str, event: &str| -> Result<Vec<Field>, FormatError> {
@@ -419,6 +512,70 @@ mod tests {
         let dir = std::env::temp_dir().join("iosplit-no-events");
         let status = read_offsets(&dir, EventKind::DirtyBuffer).unwrap_err();
         assert!(matches!(status, ProbeStatus::Unsupported(_)), "{status:?}");
+    }
+
+    #[test]
+    fn uring_offsets_come_from_the_submit_formats_of_6_18_and_6_1() {
+        let events = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/events-6.18");
+        let (offsets, tracepoint) = read_uring_offsets(&events).expect("6.18 layout understood");
+        assert_eq!(tracepoint, "io_uring_submit_req");
+        assert_eq!(
+            (
+                offsets.submit_req,
+                offsets.submit_opcode,
+                offsets.submit_flags,
+                offsets.submit_sq_thread,
+                offsets.async_opcode
+            ),
+            (16, 32, 40, 48, 32)
+        );
+        assert_eq!(
+            (
+                offsets.submit_ctx,
+                offsets.register_ctx,
+                offsets.register_opcode,
+                offsets.register_ret,
+                offsets.enter_register_opcode,
+                offsets.enter_register_arg,
+                offsets.enter_register_nr
+            ),
+            (8, 8, 16, 32, 24, 32, 40)
+        );
+        // 6.1's io_uring_submit_sqe, laid out by its TRACE_EVENT (u32 flags,
+        // force_nonblock before sq_thread).
+        let dir = std::env::temp_dir().join(format!("iosplit-uring-6.1-{}", std::process::id()));
+        let submit = dir.join("io_uring/io_uring_submit_sqe");
+        std::fs::create_dir_all(&submit).expect("temp dir");
+        std::fs::write(
+            submit.join("format"),
+            "name: io_uring_submit_sqe\nformat:\n\
+             \tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;\n\
+             \tfield:void * ctx;\toffset:8;\tsize:8;\tsigned:0;\n\
+             \tfield:void * req;\toffset:16;\tsize:8;\tsigned:0;\n\
+             \tfield:unsigned long long user_data;\toffset:24;\tsize:8;\tsigned:0;\n\
+             \tfield:u8 opcode;\toffset:32;\tsize:1;\tsigned:0;\n\
+             \tfield:u32 flags;\toffset:36;\tsize:4;\tsigned:0;\n\
+             \tfield:bool force_nonblock;\toffset:40;\tsize:1;\tsigned:0;\n\
+             \tfield:bool sq_thread;\toffset:41;\tsize:1;\tsigned:0;\n\
+             \tfield:__data_loc char[] op_str;\toffset:44;\tsize:4;\tsigned:0;\n",
+        )
+        .expect("format written");
+        let (old, tracepoint) = read_uring_offsets(&dir).expect("6.1 layout understood");
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!(tracepoint, "io_uring_submit_sqe");
+        assert_eq!(
+            (old.submit_flags, old.submit_sq_thread, old.async_opcode),
+            (36, 41, NO_FIELD)
+        );
+        // Without io_uring_register's format, registered files are not followed.
+        assert_eq!(old.register_ctx, NO_FIELD);
+        // No io_uring events (CONFIG_IO_URING off): an error that names the file.
+        let none = read_uring_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
+        assert!(
+            crate::error::one_line(&none).contains("io_uring/io_uring_submit_req"),
+            "{}",
+            crate::error::one_line(&none)
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! the op-flag bits that make the `rwbs` string the classic tracepoints print).
 
 use tracer_common::{
-    EventKind, KernelLayout, OwnerLayout, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
+    EventKind, KernelLayout, OwnerLayout, UringOffsets, INODE_SPAN_BYTES, PAGE_SPAN_BYTES,
+    WINDOW_BYTES,
 };
 
 use super::btf::{Btf, BtfError, Member};
@@ -461,6 +462,61 @@ pub fn enable_direct_io(layout: &mut OwnerLayout, kallsyms: &str) {
     }
 }
 
+/// Where `run`'s io_uring probe finds an SQE's fd, offset and length in
+/// the request (`struct io_kiocb`) the submit tracepoint points to: the fd
+/// in `cqe.fd` (set from the SQE before prep), and for the read/write ops
+/// `kiocb.ki_pos`, `addr` and `len` of the `struct io_rw` that the
+/// request's `cmd` holds; for FSYNC `flags` of its `struct io_sync`. All
+/// from BTF, relative to the request; refused when any is missing or
+/// reaches past `cmd`.
+pub fn uring_request_offsets(btf: &Btf, offsets: &mut UringOffsets) -> Result<(), LayoutError> {
+    let member = |strukt: &'static str, path: &[&str], size: u32| -> Result<Member, LayoutError> {
+        let found = btf
+            .member(strukt, path)
+            .ok_or_else(|| LayoutError::MissingMember {
+                strukt,
+                path: path.join("."),
+            })?;
+        if found.size != size {
+            return Err(LayoutError::MemberSize {
+                strukt,
+                path: path.join("."),
+                size: found.size,
+                expected: size,
+            });
+        }
+        Ok(found)
+    };
+    let cmd = btf
+        .member("io_kiocb", &["cmd"])
+        .ok_or_else(|| LayoutError::MissingMember {
+            strukt: "io_kiocb",
+            path: "cmd".into(),
+        })?;
+    let in_cmd = |strukt: &'static str, inner: Member| -> Result<u16, LayoutError> {
+        if inner.offset + inner.size > cmd.size {
+            return Err(LayoutError::WindowTooWide {
+                strukt,
+                span: u64::from(inner.offset + inner.size),
+            });
+        }
+        u16::try_from(cmd.offset + inner.offset).map_err(|_| LayoutError::WindowTooWide {
+            strukt,
+            span: u64::from(cmd.offset + inner.offset),
+        })
+    };
+    let fd = member("io_kiocb", &["cqe", "fd"], 4)?;
+    offsets.req_fd = u16::try_from(fd.offset).map_err(|_| LayoutError::WindowTooWide {
+        strukt: "io_kiocb",
+        span: u64::from(fd.offset),
+    })?;
+    offsets.rw_pos = in_cmd("io_rw", member("io_rw", &["kiocb", "ki_pos"], 8)?)?;
+    offsets.rw_addr = in_cmd("io_rw", member("io_rw", &["addr"], 8)?)?;
+    offsets.rw_len = in_cmd("io_rw", member("io_rw", &["len"], 4)?)?;
+    offsets.sync_flags = in_cmd("io_sync", member("io_sync", &["flags"], 4)?)?;
+    Ok(())
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -659,6 +715,14 @@ pub(crate) mod tests {
         );
         assert_ne!(owner.file_inode, 0);
         assert_ne!(owner.page_mapping, owner.page_compound_head);
+        // io_uring's request: the io_rw in `cmd` (which shares the request's
+        // first bytes with `file`) starts with its kiocb, ki_pos after ki_filp.
+        let mut uring = UringOffsets::ABSENT;
+        uring_request_offsets(&btf, &mut uring).unwrap();
+        assert_eq!(uring.rw_pos, 8, "{uring:?}");
+        assert_eq!(uring.rw_len, uring.rw_addr + 8, "{uring:?}");
+        assert!(uring.req_fd > uring.rw_len, "cqe is past cmd: {uring:?}");
+        assert_eq!(uring.sync_flags, 24, "file, len, off, then flags");
     }
 
     #[test]

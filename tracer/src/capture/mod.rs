@@ -30,7 +30,7 @@ use aya::{
 use tracer_common::{
     counter, device_filter, names, BlockEvent, BtfEvent, BtfQueueEvent, ClassicFields,
     ClassicRecord, DirtyCounts, EventKind, FieldOffsets, KernelLayout, OpenEvent, ProcessEvent,
-    ProcessEventKind, ProcessOffsets, DEVICE_LIST_LEN,
+    ProcessEventKind, ProcessOffsets, UringOffsets, DEVICE_LIST_LEN, NO_FIELD,
 };
 
 use crate::error::{Error, Result};
@@ -178,6 +178,8 @@ pub struct Capture<S: EventSink> {
     pub probes: Vec<ProbeReport>,
     /// Why the process-tree probes are missing, if they are.
     pub process_probes: Option<String>,
+    /// Why io_uring submissions are not followed (`run` only), if they are not.
+    pub uring_probes: Option<String>,
     pub flavor: ProbeFlavor,
     /// Whether owners are read (`CaptureConfig::read_owners`): the reports
     /// have an attribution section only then.
@@ -190,7 +192,8 @@ impl<S: EventSink> Capture<S> {
     pub fn start(config: &CaptureConfig, mut sink: S) -> Result<Capture<S>> {
         system::require_privileges()?;
         let events_dir = system::tracefs_events()?;
-        let (mut ebpf, probes, process_probes, decoder, ring_sizes) = load(config, &events_dir)?;
+        let (mut ebpf, probes, process_probes, uring_probes, decoder, ring_sizes) =
+            load(config, &events_dir)?;
         let mut events = Vec::new();
         for (name, bytes) in names::EVENT_RINGS.iter().zip(ring_sizes) {
             let ring = match ebpf.take_map(name) {
@@ -226,6 +229,7 @@ impl<S: EventSink> Capture<S> {
             processes,
             probes,
             process_probes,
+            uring_probes,
             flavor,
             owners_read,
             started: Instant::now(),
@@ -325,6 +329,7 @@ impl<S: EventSink> Drop for Capture<S> {
 type Loaded = (
     Ebpf,
     Vec<ProbeReport>,
+    Option<String>,
     Option<String>,
     Decoding,
     [u32; names::RINGS],
@@ -545,6 +550,13 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         Err("not requested".to_string())
     };
     let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
+    let uring = match (config.process_tree, &process_offsets) {
+        (true, Ok(_)) => uring_offsets(events_dir),
+        _ => Err("not requested".to_string()),
+    };
+    let uring_fields = uring
+        .as_ref()
+        .map_or(UringOffsets::ABSENT, |(fields, _)| *fields);
 
     let mut loader = EbpfLoader::new();
     // Only one flavor runs: the classic programs stay inert under btf.
@@ -571,6 +583,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         )
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
+        .override_global(names::URING_FIELDS, &uring_fields, true)
         .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
     for (name, bytes) in names::EVENT_RINGS.iter().zip(ring_sizes) {
         loader.map_max_entries(name, bytes);
@@ -625,7 +638,27 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             ));
         }
     }
-    Ok((ebpf, probes, process_probes, decoding, ring_sizes))
+    let uring_probes = match (config.process_tree, &process_probes, uring) {
+        (false, _, _) => None,
+        (true, Some(why), _) => Some(why.clone()),
+        (true, None, Err(why)) => Some(why),
+        (true, None, Ok((fields, tracepoint))) => attach_uring_probes(
+            &mut ebpf,
+            tracepoint,
+            fields.async_opcode != NO_FIELD,
+            fields.register_ctx != NO_FIELD,
+        )
+        .err()
+        .map(|err| err.to_string()),
+    };
+    Ok((
+        ebpf,
+        probes,
+        process_probes,
+        uring_probes,
+        decoding,
+        ring_sizes,
+    ))
 }
 
 /// The floor's program for `kind`, as `probes/noop.rs` names it.
@@ -744,6 +777,68 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), ProcessProb
         Ok(()) => attach_one("exit_io_submit", "syscalls", "sys_exit_io_submit", true)?,
         Err(err) if err.step == "attaching" => {}
         Err(err) => return Err(err),
+    }
+    Ok(())
+}
+
+/// The io_uring fields `run` reads: the submit record's from its format
+/// file, the request's from BTF; or why io_uring cannot be followed here.
+fn uring_offsets(events_dir: &Path) -> std::result::Result<(UringOffsets, &'static str), String> {
+    let (mut fields, tracepoint) =
+        format::read_uring_offsets(events_dir).map_err(|err| crate::error::one_line(&err))?;
+    let btf = btf::Btf::from_sys_fs().map_err(|err| format!("the kernel's BTF: {err}"))?;
+    layout::uring_request_offsets(&btf, &mut fields)
+        .map_err(|err| format!("the kernel's BTF: {}", crate::error::one_line(&err)))?;
+    fields.enabled = 1;
+    Ok((fields, tracepoint))
+}
+
+/// The io_uring submission probe, the io-wq punt counter when the kernel
+/// has `io_uring_queue_async_work` with an opcode, and the registered-file
+/// probes when `io_uring_register` and its syscall have the fields read.
+fn attach_uring_probes(
+    ebpf: &mut Ebpf,
+    submit: &str,
+    punts: bool,
+    registered_files: bool,
+) -> std::result::Result<(), ProcessProbeError> {
+    let mut attach_one = |program: &str, category: &str, name: &str| {
+        let failed = |step: &'static str, reason: &dyn std::fmt::Display| ProcessProbeError {
+            step,
+            program: format!("{program} ({category}/{name})"),
+            reason: reason.to_string(),
+        };
+        let tracepoint: &mut TracePoint = ebpf
+            .program_mut(program)
+            .ok_or_else(|| failed("finding", &"not in the object"))?
+            .try_into()
+            .map_err(|err| failed("typing", &err))?;
+        tracepoint.load().map_err(|err| failed("loading", &err))?;
+        tracepoint
+            .attach(category, name)
+            .map(|_| ())
+            .map_err(|err| failed("attaching", &err))
+    };
+    attach_one(
+        ProcessEventKind::UringWrite.enter_program(),
+        "io_uring",
+        submit,
+    )?;
+    if punts {
+        attach_one(
+            ProcessEventKind::UringPunt.enter_program(),
+            "io_uring",
+            "io_uring_queue_async_work",
+        )?;
+    }
+    // Registered files: the syscall's arguments, then the ring it registered to.
+    if registered_files {
+        attach_one(
+            ProcessEventKind::UringFile.enter_program(),
+            "syscalls",
+            "sys_enter_io_uring_register",
+        )?;
+        attach_one("uring_register", "io_uring", "io_uring_register")?;
     }
     Ok(())
 }
@@ -1102,7 +1197,7 @@ mod tests {
     use std::time::{Duration, Instant};
     use tracer_common::{
         device_filter, names, ClassicFields, EventKind, KernelLayout, ProcessEventKind,
-        ProcessOffsets, DEVICE_LIST_LEN,
+        ProcessOffsets, UringOffsets, DEVICE_LIST_LEN,
     };
 
     /// Global symbols of a little-endian ELF64 object and their sizes.
@@ -1164,6 +1259,10 @@ mod tests {
         }
         size_of("exit_write_family");
         size_of("exit_io_submit");
+        size_of("uring_submit_req");
+        size_of("uring_queue_async_work");
+        size_of("uring_register");
+        size_of("enter_io_uring_register");
         for ring in names::EVENT_RINGS {
             size_of(ring);
         }
@@ -1184,6 +1283,7 @@ mod tests {
             (names::CLASSIC_FIELDS, std::mem::size_of::<ClassicFields>()),
             (names::KERNEL_LAYOUT, std::mem::size_of::<KernelLayout>()),
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
+            (names::URING_FIELDS, std::mem::size_of::<UringOffsets>()),
             (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
             (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),

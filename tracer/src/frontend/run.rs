@@ -22,7 +22,9 @@ use crate::engine::Engine;
 use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
-use crate::model::{FilesNotListed, IoSubmitReport, Report, RunFile, RunReport, RunTarget};
+use crate::model::{
+    FilesNotListed, IoSubmitReport, Report, RunFile, RunReport, RunTarget, UringReport,
+};
 use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
@@ -262,6 +264,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let command = args.command.clone();
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
+    let uring_probes = capture.uring_probes.clone();
     let owners_read = capture.owners_read;
     let elapsed = started.elapsed();
     let report = capture.finish(move |sink, counters| {
@@ -269,7 +272,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             sink.matcher.set_file_map(target, map);
         }
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported, owners_read);
-        let run = run_report(&mut *sink, &command, exit_code);
+        let run = run_report(&mut *sink, &command, exit_code, uring_probes);
         let tracked_devices: Vec<String> = sink
             .engine
             .origins()
@@ -345,7 +348,12 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
         .unwrap_or_else(|| 128 + status.signal().unwrap_or(0))
 }
 
-fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunReport {
+fn run_report(
+    sink: &mut RunSink,
+    command: &[String],
+    exit_status: i32,
+    uring_unsupported: Option<String>,
+) -> RunReport {
     let matcher = &mut sink.matcher;
     let program = command
         .first()
@@ -394,7 +402,7 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; the device received {} commands",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
-            write_paths(calls.write_syscalls, calls.aio_writes),
+            write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),
             units::thousands(bios),
             units::bytes(bio_size.p50 as f64),
             units::thousands(commands),
@@ -412,6 +420,8 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             write_syscall_size: write_size,
             aio_writes: calls.aio_writes,
             aio_write_bytes: calls.aio_write_bytes,
+            uring_writes: calls.uring_writes,
+            uring_write_bytes: calls.uring_write_bytes,
             fsync_calls: calls.fsync_calls,
             bios,
             bio_size,
@@ -444,19 +454,52 @@ fn run_report(sink: &mut RunSink, command: &[String], exit_status: i32) -> RunRe
             iocbs: matcher.io_submit.iocbs,
             iocbs_not_followed: matcher.io_submit.iocbs_not_followed,
         }),
+        io_uring: uring_report(&matcher.uring, uring_unsupported),
     }
 }
 
+/// io_uring's section: when the tree submitted write or sync SQEs, or when
+/// this kernel's io_uring cannot be followed (said, never a silent 0).
+fn uring_report(
+    sqes: &crate::engine::run_match::UringSqes,
+    unsupported: Option<String>,
+) -> Option<UringReport> {
+    let any = sqes.writes + sqes.syncs + sqes.fixed_files + sqes.not_followed + sqes.punted > 0;
+    let shown = any || unsupported.is_some();
+    shown.then_some(UringReport {
+        writes: sqes.writes,
+        syncs: sqes.syncs,
+        sqpoll: sqes.sqpoll,
+        punted_to_io_wq: sqes.punted,
+        fixed_files_not_followed: sqes.fixed_files,
+        not_followed: sqes.not_followed,
+        unsupported,
+    })
+}
+
 /// How the writes were submitted, for the summary: nothing when all were
-/// write syscalls (the usual case), else through libaio in part or whole.
-fn write_paths(writes: u64, aio_writes: u64) -> String {
-    match aio_writes {
-        0 => String::new(),
-        _ if aio_writes == writes => " through libaio (io_submit)".to_string(),
+/// write syscalls (the usual case), else through libaio or io_uring in
+/// part or whole.
+fn write_paths(writes: u64, aio_writes: u64, uring_writes: u64) -> String {
+    let syscalls = writes.saturating_sub(aio_writes + uring_writes);
+    let paths: Vec<(u64, &str)> = [
+        (syscalls, "write syscalls"),
+        (aio_writes, "libaio (io_submit)"),
+        (uring_writes, "io_uring"),
+    ]
+    .into_iter()
+    .filter(|(count, _)| *count > 0)
+    .collect();
+    match paths.as_slice() {
+        [] | [(_, "write syscalls")] => String::new(),
+        [(_, path)] => format!(" through {path}"),
         _ => format!(
-            " ({} through write syscalls, {} through libaio (io_submit))",
-            units::thousands(writes - aio_writes),
-            units::thousands(aio_writes)
+            " ({})",
+            paths
+                .iter()
+                .map(|(count, path)| format!("{} through {path}", units::thousands(*count)))
+                .collect::<Vec<_>>()
+                .join(", ")
         ),
     }
 }
@@ -607,11 +650,16 @@ mod tests {
 
     #[test]
     fn the_summary_says_how_writes_were_submitted() {
-        assert_eq!(write_paths(5, 0), "");
-        assert_eq!(write_paths(256, 256), " through libaio (io_submit)");
+        assert_eq!(write_paths(5, 0, 0), "");
+        assert_eq!(write_paths(256, 256, 0), " through libaio (io_submit)");
         assert_eq!(
-            write_paths(1001, 1000),
+            write_paths(1001, 1000, 0),
             " (1 through write syscalls, 1,000 through libaio (io_submit))"
+        );
+        assert_eq!(write_paths(256, 0, 256), " through io_uring");
+        assert_eq!(
+            write_paths(12, 2, 8),
+            " (2 through write syscalls, 2 through libaio (io_submit), 8 through io_uring)"
         );
     }
 

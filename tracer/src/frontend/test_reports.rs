@@ -495,6 +495,8 @@ pub fn seed_run() -> RunReport {
             write_syscall_size: distribution(&[(32768, 2048)]),
             aio_writes: 0,
             aio_write_bytes: 0,
+            uring_writes: 0,
+            uring_write_bytes: 0,
             fsync_calls: 1,
             bios: 131072,
             bio_size: distribution(&[(512, 131072)]),
@@ -509,5 +511,6 @@ pub fn seed_run() -> RunReport {
         files_not_listed: None,
         background: measures(writes(&[(4096, 10)], &[(4096, 10)])),
         io_submit: None,
+        io_uring: None,
     }
 }

@@ -244,7 +244,7 @@ fn run_summary(out: &mut Out, run: &RunReport) {
     for target in &run.targets {
         out.blank();
         out.wrapped(&format!("  {}: ", target.device), "    ", &target.summary);
-        let what = if target.aio_writes == 0 {
+        let what = if target.aio_writes + target.uring_writes == 0 {
             "write syscalls"
         } else {
             "writes"
@@ -256,14 +256,30 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             units::bytes(target.write_syscall_size.mean),
             units::thousands(target.fsync_calls),
         ));
-        if target.aio_writes > 0 {
-            out.line(&format!(
-                "      {} write syscalls ({}), {} through libaio (io_submit) ({})",
-                units::thousands(target.write_syscalls - target.aio_writes),
-                units::bytes((target.write_syscall_bytes - target.aio_write_bytes) as f64),
-                units::thousands(target.aio_writes),
-                units::bytes(target.aio_write_bytes as f64),
-            ));
+        if target.aio_writes + target.uring_writes > 0 {
+            let mut parts = vec![format!(
+                "{} write syscalls ({})",
+                units::thousands(target.write_syscalls - target.aio_writes - target.uring_writes),
+                units::bytes(
+                    (target.write_syscall_bytes - target.aio_write_bytes - target.uring_write_bytes)
+                        as f64
+                ),
+            )];
+            if target.aio_writes > 0 {
+                parts.push(format!(
+                    "{} through libaio (io_submit) ({})",
+                    units::thousands(target.aio_writes),
+                    units::bytes(target.aio_write_bytes as f64),
+                ));
+            }
+            if target.uring_writes > 0 {
+                parts.push(format!(
+                    "{} through io_uring ({})",
+                    units::thousands(target.uring_writes),
+                    units::bytes(target.uring_write_bytes as f64),
+                ));
+            }
+            out.line(&format!("      {}", parts.join(", ")));
         }
         // Writes without an offset (plain write()) cannot be matched to commands.
         let per_command = if target.writes_per_command.count > 0 {
@@ -325,6 +341,9 @@ fn run_summary(out: &mut Out, run: &RunReport) {
             );
         }
     }
+    if let Some(uring) = &run.io_uring {
+        run_uring_lines(out, uring);
+    }
     let background: u64 = run.background.ops.values().map(|m| m.user_ios).sum();
     if background > 0 {
         let commands: u64 = run.background.ops.values().map(|m| m.commands).sum();
@@ -338,6 +357,59 @@ fn run_summary(out: &mut Out, run: &RunReport) {
 }
 
 /// Where a file's written bytes went: matched, still dirty, or unmappable.
+/// The run's io_uring SQEs: how many, how they were submitted, and the
+/// ones not followed; or that this kernel's io_uring is not followed.
+fn run_uring_lines(out: &mut Out, uring: &crate::model::UringReport) {
+    out.blank();
+    if let Some(why) = &uring.unsupported {
+        out.wrapped(
+            "  ",
+            "    ",
+            &format!(
+                "io_uring: submissions NOT followed on this kernel ({why}); writes the command made through io_uring are in no count above"
+            ),
+        );
+        return;
+    }
+    let submitted =
+        uring.writes + uring.syncs + uring.fixed_files_not_followed + uring.not_followed;
+    out.wrapped(
+        "  ",
+        "    ",
+        &format!(
+            "io_uring: {} write and fsync SQEs ({} writes and {} fsyncs followed): {} by io_uring_enter, {} by the SQPOLL thread; {} handed to io-wq workers (iou-wrk)",
+            units::thousands(submitted),
+            units::thousands(uring.writes),
+            units::thousands(uring.syncs),
+            units::thousands(submitted.saturating_sub(uring.sqpoll)),
+            units::thousands(uring.sqpoll),
+            units::thousands(uring.punted_to_io_wq),
+        ),
+    );
+    if uring.fixed_files_not_followed > 0 {
+        out.wrapped(
+            "    ",
+            "    ",
+            &format!(
+                "{} SQEs on registered (fixed) files NOT followed (registered before tracing, past the first {} slots, or changed since): their writes are in no count above",
+                units::thousands(uring.fixed_files_not_followed),
+                tracer_common::URING_FILES_READ,
+            ),
+        );
+    }
+    if uring.not_followed > 0 {
+        out.wrapped(
+            "    ",
+            "    ",
+            &format!(
+                "{} SQEs NOT followed (a WRITEV of more than {} iovecs, or unreadable): their writes are in no count above",
+                units::thousands(uring.not_followed),
+                tracer_common::AIO_IOVECS_READ,
+            ),
+        );
+    }
+}
+
 fn run_file_lines(out: &mut Out, file: &RunFile) {
     out.wrapped(
         "    ",
@@ -1419,6 +1491,54 @@ mod tests {
             !text.contains("libaio") && !text.contains("io_submit"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn uring_writes_how_they_were_submitted_and_sqes_not_followed_are_said() {
+        let mut run = seed_run();
+        run.targets[0].uring_writes = 2000;
+        run.targets[0].uring_write_bytes = 2000 * 32768;
+        run.io_uring = Some(crate::model::UringReport {
+            writes: 2000,
+            syncs: 1,
+            sqpoll: 500,
+            punted_to_io_wq: 64,
+            fixed_files_not_followed: 7,
+            not_followed: 2,
+            unsupported: None,
+        });
+        let text = render_run_summary(&run);
+        let flat = squeezed(&text);
+        assert!(
+            text.contains("48 write syscalls (1.5 MiB), 2,000 through io_uring (62.5 MiB)"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("io_uring: 2,010 write and fsync SQEs (2,000 writes and 1 fsyncs followed): 1,510 by io_uring_enter, 500 by the SQPOLL thread; 64 handed to io-wq workers"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("7 SQEs on registered (fixed) files NOT followed (registered before"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("2 SQEs NOT followed (a WRITEV of more than 8"),
+            "{text}"
+        );
+        assert_fits(&text, 80);
+        // A kernel whose io_uring cannot be followed says so, with no counts.
+        run.io_uring = Some(crate::model::UringReport {
+            unsupported: Some("io_uring/io_uring_submit_req: cannot read it".into()),
+            ..crate::model::UringReport::default()
+        });
+        let flat = squeezed(&render_run_summary(&run));
+        assert!(
+            flat.contains("io_uring: submissions NOT followed on this kernel (io_uring/io_uring_submit_req: cannot read it)"),
+            "{flat}"
+        );
+        assert!(!flat.contains("SQEs ("), "{flat}");
+        // Without io_uring, nothing is said of it.
+        assert!(!render_run_summary(&seed_run()).contains("io_uring"));
     }
 
     #[test]

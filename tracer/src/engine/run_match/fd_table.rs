@@ -8,12 +8,12 @@
 //! position). An fd whose open was not seen is asked of the [`FdResolver`]
 //! once, and its position is not known. Writes and syncs submitted through
 //! io_submit (libaio) arrive one per iocb and are placed like pwrite's: by
-//! their own offset, never the file position.
+//! their own offset, never the file position; so are io_uring's SQEs.
 
 use std::collections::{HashMap, HashSet};
 
 use tracer_common::{
-    OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC,
+    uring_how, OpenEvent, ProcessEvent, ProcessEventKind, CLOSE_RANGE_CLOEXEC, O_APPEND, O_CLOEXEC,
     UNKNOWN_OFFSET,
 };
 
@@ -41,6 +41,9 @@ pub(super) enum Syscall {
     /// One io_submit call: the iocbs it had accepted (its iocbs' writes and
     /// syncs came before), and how many of them the probe did not follow.
     IoSubmit { accepted: u64, not_followed: u64 },
+    /// A write or sync SQE on a registered file whose slot is not known
+    /// (registered before tracing, past the slots read, or changed since).
+    FixedFileNotFollowed,
 }
 
 /// An fd of the traced tree that is a target: which one, and the open file
@@ -69,6 +72,11 @@ pub(super) struct FdTable<R: FdResolver> {
     is_file: Vec<bool>,
     /// Targets numbered since [`FdTable::take_new_targets`], in order.
     new_targets: Vec<FdTarget>,
+    /// By io_uring ring (the low 32 bits of its address): its registered
+    /// files by slot, each resolved when it was registered (the ring holds
+    /// the file itself, whatever the fd becomes). A ring missing here has
+    /// slots unknown: registered before tracing, or changed since.
+    registered: HashMap<u32, HashMap<u32, Option<OpenTarget>>>,
 }
 
 impl<R: FdResolver> FdTable<R> {
@@ -81,6 +89,7 @@ impl<R: FdResolver> FdTable<R> {
             target_index: HashMap::new(),
             is_file: Vec::new(),
             new_targets: Vec::new(),
+            registered: HashMap::new(),
         }
     }
 
@@ -238,6 +247,20 @@ impl<R: FdResolver> FdTable<R> {
                     self.close_on_exec.remove(&fd);
                 }
             }
+            // Counted by the matcher from the event itself; no fd to place.
+            ProcessEventKind::UringNotFollowed | ProcessEventKind::UringPunt => {}
+            ProcessEventKind::UringFilesRegistered => {
+                let _ = self.registered.insert(event.ring, HashMap::new());
+            }
+            ProcessEventKind::UringFile => {
+                let target = self.target_of(event.tgid, event.fd);
+                if let Some(slots) = self.registered.get_mut(&event.ring) {
+                    slots.insert(event.offset as u32, target);
+                }
+            }
+            ProcessEventKind::UringFilesChanged => {
+                self.registered.remove(&event.ring);
+            }
             ProcessEventKind::IoSubmit => {
                 return match u64::try_from(event.result) {
                     Ok(accepted) => Syscall::IoSubmit {
@@ -268,7 +291,20 @@ impl<R: FdResolver> FdTable<R> {
         if event.result < 0 {
             return Syscall::Failed;
         }
-        let Some(open) = self.target_of(event.tgid, event.fd) else {
+        let open = if kind.is_uring() && event.how & uring_how::FIXED_FILE != 0 {
+            // `fd` is a slot of the ring's registered files.
+            let Some(slot) = self
+                .registered
+                .get(&event.ring)
+                .and_then(|slots| slots.get(&event.fd))
+            else {
+                return Syscall::FixedFileNotFollowed;
+            };
+            *slot
+        } else {
+            self.target_of(event.tgid, event.fd)
+        };
+        let Some(open) = open else {
             return Syscall::NotATarget;
         };
         if !kind.is_write() {
@@ -279,13 +315,16 @@ impl<R: FdResolver> FdTable<R> {
         let bytes = event.result as u64;
         let path = if kind.is_aio() {
             WritePath::Libaio
+        } else if kind.is_uring() {
+            WritePath::Uring
         } else {
             WritePath::Syscall
         };
         let offset = if event.offset != UNKNOWN_OFFSET {
             Some(event.offset)
-        } else if path == WritePath::Libaio {
-            // RWF_APPEND: at the file's end, which is not followed.
+        } else if path != WritePath::Syscall {
+            // RWF_APPEND, or an SQE's off of -1 (the file position, which
+            // io_uring advances itself): not followed.
             None
         } else {
             // write(), writev(), pwritev2(-1): at the file position, which they advance.
@@ -553,6 +592,85 @@ mod tests {
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 4096);
+    }
+
+    #[test]
+    fn uring_sqes_are_placed_by_their_own_offset_and_counted_by_how() {
+        use tracer_common::uring_how;
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        // WRITE at 512 KiB (io_uring_enter), WRITEV at 0 (SQPOLL), an FSYNC.
+        matcher.process_event(&iocb(ProcessEventKind::UringWrite, 3, 512 << 10, 65536));
+        matcher.process_event(&ProcessEvent {
+            how: uring_how::SQPOLL,
+            ..iocb(ProcessEventKind::UringWritev, 3, 0, 65536)
+        });
+        matcher.process_event(&iocb(ProcessEventKind::UringFdsync, 3, 0, 0));
+        // off = -1: at the file position, which io_uring moves itself: unknown.
+        matcher.process_event(&iocb(
+            ProcessEventKind::UringWriteFixed,
+            3,
+            UNKNOWN_OFFSET,
+            4096,
+        ));
+        // A WRITEV of too many iovecs (on a registered file) and a punt: counted, no write.
+        matcher.process_event(&ProcessEvent {
+            how: uring_how::FIXED_FILE | uring_how::SQPOLL,
+            ..iocb(ProcessEventKind::UringNotFollowed, 0, 2, 0)
+        });
+        matcher.process_event(&iocb(ProcessEventKind::UringPunt, 0, 23, 0));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.uring_writes), (3, 3));
+        assert_eq!(calls.uring_write_bytes, 2 * 65536 + 4096);
+        assert_eq!((calls.aio_writes, calls.fsync_calls), (0, 1));
+        assert_eq!(calls.unknown_offset_writes, 1);
+        assert_eq!(
+            matcher.uring,
+            super::super::UringSqes {
+                writes: 3,
+                syncs: 1,
+                sqpoll: 2,
+                punted: 1,
+                fixed_files: 0,
+                not_followed: 1
+            }
+        );
+        // A plain write() after them is at position 0: the SQEs did not move it.
+        matcher.process_event(&plain_write(3));
+        let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
+        assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
+        assert_eq!(bytes.unknown_offset, 4096);
+    }
+
+    #[test]
+    fn registered_files_are_resolved_per_ring_as_they_were_registered() {
+        use tracer_common::uring_how;
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        let on_ring = |kind, fd, offset, bytes, ring| ProcessEvent {
+            ring,
+            ..iocb(kind, fd, offset, bytes)
+        };
+        // Ring 7 registers fd 3 at slot 1; then fd 3 is closed (the ring keeps the file).
+        matcher.process_event(&on_ring(ProcessEventKind::UringFilesRegistered, 0, 0, 2, 7));
+        matcher.process_event(&on_ring(ProcessEventKind::UringFile, 3, 1, 0, 7));
+        matcher.process_event(&fd_call(ProcessEventKind::Close, 3, 0));
+        let fixed = |slot, offset, ring| ProcessEvent {
+            how: uring_how::FIXED_FILE,
+            ..on_ring(ProcessEventKind::UringWrite, slot, offset, 65536, ring)
+        };
+        matcher.process_event(&fixed(1, 0, 7));
+        // Slot 0 is empty, ring 8 registered nothing seen: not followed.
+        matcher.process_event(&fixed(0, 0, 7));
+        matcher.process_event(&fixed(1, 0, 8));
+        // An update: ring 7's slots are unknown from now on.
+        matcher.process_event(&on_ring(ProcessEventKind::UringFilesChanged, 0, 6, 0, 7));
+        matcher.process_event(&fixed(1, 512 << 10, 7));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.uring_writes), (1, 1));
+        assert_eq!((matcher.uring.writes, matcher.uring.fixed_files), (1, 3));
+        let bytes = matched_with_commands_at(matcher, &[0]);
+        assert_eq!(bytes.matched, 65536, "{bytes:?}");
     }
 
     #[test]

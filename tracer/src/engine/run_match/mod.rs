@@ -42,7 +42,7 @@ mod sector_match;
 mod test_fixtures;
 
 use hdrhistogram::Histogram;
-use tracer_common::{OpenEvent, ProcessEvent};
+use tracer_common::{uring_how, OpenEvent, ProcessEvent, ProcessEventKind};
 
 use super::stats::new_histogram;
 use crate::geometry::fiemap::FileMap;
@@ -99,6 +99,9 @@ pub struct TargetCalls {
     /// io_submit (libaio), one per iocb.
     pub aio_writes: u64,
     pub aio_write_bytes: u64,
+    /// The part submitted through io_uring, one per SQE.
+    pub uring_writes: u64,
+    pub uring_write_bytes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<std::io::Result<FileMap>>,
 }
@@ -114,6 +117,8 @@ impl TargetCalls {
             unknown_offset_writes: 0,
             aio_writes: 0,
             aio_write_bytes: 0,
+            uring_writes: 0,
+            uring_write_bytes: 0,
             file_map: None,
         }
     }
@@ -138,6 +143,31 @@ pub enum WritePath {
     Syscall,
     /// An iocb submitted through io_submit (libaio).
     Libaio,
+    /// An SQE submitted through io_uring.
+    Uring,
+}
+
+/// The traced tree's io_uring SQEs that `run` follows (writes and
+/// fsyncs), to any fd, and how they were submitted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UringSqes {
+    /// WRITE, WRITEV and WRITE_FIXED SQEs followed.
+    pub writes: u64,
+    /// FSYNC SQEs followed (with or without DATASYNC).
+    pub syncs: u64,
+    /// Of all write and sync SQEs (followed or not), the ones the ring's
+    /// SQPOLL thread submitted; the rest came through io_uring_enter.
+    pub sqpoll: u64,
+    /// Write and sync requests handed to io-wq workers (`iou-wrk-*`),
+    /// after their submission was counted.
+    pub punted: u64,
+    /// Write and sync SQEs on registered (fixed) files whose slot is not
+    /// known (registered before tracing, past the slots read, or changed
+    /// since): not followed, so in no count but this one.
+    pub fixed_files: u64,
+    /// Other write and sync SQEs not followed (a WRITEV of more iovecs
+    /// than the probe sums, unreadable memory).
+    pub not_followed: u64,
 }
 
 /// The traced tree's io_submit calls.
@@ -176,6 +206,7 @@ pub struct RunMatcher<R: FdResolver> {
     /// Writes and syncs that failed, on any fd.
     pub failed_syscalls: u64,
     pub io_submit: IoSubmitCalls,
+    pub uring: UringSqes,
 }
 
 impl<R: FdResolver> RunMatcher<R> {
@@ -187,6 +218,7 @@ impl<R: FdResolver> RunMatcher<R> {
             processes: 0,
             failed_syscalls: 0,
             io_submit: IoSubmitCalls::default(),
+            uring: UringSqes::default(),
         }
     }
 
@@ -199,10 +231,11 @@ impl<R: FdResolver> RunMatcher<R> {
     /// A syscall, fork or exec of the traced tree.
     pub fn process_event(&mut self, event: &ProcessEvent) {
         let syscall = self.fds.syscall(event);
+        self.count_uring(event, &syscall);
         self.add_new_targets();
         match syscall {
             Syscall::Fork => self.processes += 1,
-            Syscall::FdsOnly | Syscall::NotATarget => {}
+            Syscall::FdsOnly | Syscall::NotATarget | Syscall::FixedFileNotFollowed => {}
             Syscall::Failed => self.failed_syscalls += 1,
             Syscall::Sync { target } => self.targets[target].fsync_calls += 1,
             Syscall::IoSubmit {
@@ -217,9 +250,16 @@ impl<R: FdResolver> RunMatcher<R> {
                 let calls = &mut self.targets[write.target];
                 calls.write_syscalls += 1;
                 calls.write_bytes += write.bytes;
-                if path == WritePath::Libaio {
-                    calls.aio_writes += 1;
-                    calls.aio_write_bytes += write.bytes;
+                match path {
+                    WritePath::Libaio => {
+                        calls.aio_writes += 1;
+                        calls.aio_write_bytes += write.bytes;
+                    }
+                    WritePath::Uring => {
+                        calls.uring_writes += 1;
+                        calls.uring_write_bytes += write.bytes;
+                    }
+                    WritePath::Syscall => {}
                 }
                 let _ = calls
                     .write_size
@@ -230,6 +270,29 @@ impl<R: FdResolver> RunMatcher<R> {
                 }
                 self.sectors.keep_write(write);
             }
+        }
+    }
+
+    /// io_uring's own tallies, whatever fd the SQE named.
+    fn count_uring(&mut self, event: &ProcessEvent, syscall: &Syscall) {
+        let Some(kind) = ProcessEventKind::from_u8(event.kind) else {
+            return;
+        };
+        let uring = &mut self.uring;
+        match kind {
+            ProcessEventKind::UringPunt => {
+                uring.punted += 1;
+                return;
+            }
+            // Unreadable or past the iovecs summed, on a registered file or not.
+            ProcessEventKind::UringNotFollowed => uring.not_followed += 1,
+            _ if matches!(syscall, Syscall::FixedFileNotFollowed) => uring.fixed_files += 1,
+            _ if kind.is_uring() && kind.is_write() => uring.writes += 1,
+            _ if kind.is_uring() => uring.syncs += 1,
+            _ => return,
+        }
+        if event.how & uring_how::SQPOLL != 0 {
+            uring.sqpoll += 1;
         }
     }
 

@@ -66,7 +66,9 @@ pub(super) fn write(fd: u32, offset: u64, bytes: i64) -> ProcessEvent {
         tgid: 42,
         fd,
         kind: ProcessEventKind::Pwrite64 as u8,
-        _pad: [0; 7],
+        how: 0,
+        _pad: [0; 2],
+        ring: 0,
     }
 }
 
