@@ -9,7 +9,7 @@ use std::process::Command;
 use iosplit_trace::engine::audit::audit_disk;
 use iosplit_trace::frontend::check::{check_in, render_text, CHECK_SCHEMA_NAME};
 use iosplit_trace::geometry::error::GeometryError;
-use iosplit_trace::geometry::ioctl::NoBlockSize;
+use iosplit_trace::geometry::ioctl::NoIoctls;
 use iosplit_trace::geometry::sysfs::read_disks_in;
 use iosplit_trace::model::{Code, Evidence};
 use serde_json::Value;
@@ -19,7 +19,7 @@ fn seed_layout(n: u32) -> PathBuf {
 }
 
 fn codes_and_evidence(n: u32) -> Vec<(Code, String, Option<u64>)> {
-    let disks = read_disks_in(&seed_layout(n), None, &NoBlockSize).unwrap();
+    let disks = read_disks_in(&seed_layout(n), None, &NoIoctls).unwrap();
     assert_eq!(disks.len(), 1);
     audit_disk(&disks[0])
         .into_iter()
@@ -32,7 +32,7 @@ fn codes_and_evidence(n: u32) -> Vec<(Code, String, Option<u64>)> {
 
 #[test]
 fn seed_disk_is_read_from_sysfs() {
-    let disks = read_disks_in(&seed_layout(1), None, &NoBlockSize).unwrap();
+    let disks = read_disks_in(&seed_layout(1), None, &NoIoctls).unwrap();
     let disk = &disks[0];
     assert_eq!(disk.name, "sdc");
     assert_eq!(disk.size_sectors, 41_943_040);
@@ -61,7 +61,7 @@ fn seed_layout_1_is_misaligned_with_512_byte_blocks() {
     );
     // The audit's alignment offset agrees with the one the kernel wrote to
     // sdc2/alignment_offset in the fixture.
-    let disks = read_disks_in(&seed_layout(1), None, &NoBlockSize).unwrap();
+    let disks = read_disks_in(&seed_layout(1), None, &NoIoctls).unwrap();
     let found = audit_disk(&disks[0]);
     let Evidence::MisalignedStart(misaligned) = &found[0].evidence else {
         panic!("{:?}", found[0]);
@@ -88,14 +88,14 @@ fn seed_layout_3_is_clean() {
 #[test]
 fn check_resolves_partitions_to_their_disk_and_renders_in_80_columns() {
     for arg in ["sdc2", "8:34", "sdc"] {
-        let report = check_in(&seed_layout(1), &[arg.to_string()], &NoBlockSize).unwrap();
+        let report = check_in(&seed_layout(1), &[arg.to_string()], &NoIoctls).unwrap();
         assert_eq!(report.schema, CHECK_SCHEMA_NAME);
         assert_eq!(report.devices.len(), 1, "{arg}");
         assert_eq!(report.devices[0].name, "sdc");
         assert_eq!(report.devices[0].partitions[0].dev, "8:34");
         assert_eq!(report.diagnoses.len(), 2);
     }
-    let report = check_in(&seed_layout(1), &[], &NoBlockSize).unwrap();
+    let report = check_in(&seed_layout(1), &[], &NoIoctls).unwrap();
     let text = render_text(&report);
     for line in text.lines() {
         assert!(line.chars().count() <= 80, "too wide: {line:?}");
@@ -127,7 +127,7 @@ fn check_resolves_partitions_to_their_disk_and_renders_in_80_columns() {
         "{text}"
     );
 
-    let err = check_in(&seed_layout(1), &["sdz".to_string()], &NoBlockSize).unwrap_err();
+    let err = check_in(&seed_layout(1), &["sdz".to_string()], &NoIoctls).unwrap_err();
     assert!(
         matches!(&err, GeometryError::UnknownDevice { name } if name == "sdz"),
         "{err}"
@@ -137,7 +137,7 @@ fn check_resolves_partitions_to_their_disk_and_renders_in_80_columns() {
 
 #[test]
 fn check_json_has_the_report_model_shape() {
-    let report = check_in(&seed_layout(2), &[], &NoBlockSize).unwrap();
+    let report = check_in(&seed_layout(2), &[], &NoIoctls).unwrap();
     let json: Value = serde_json::to_value(&report).unwrap();
     assert_eq!(json["schema"], CHECK_SCHEMA_NAME);
     assert!(json["schema_version"].as_u64().is_some());

@@ -17,7 +17,7 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 
 use iosplit_trace::frontend::check::check_in;
-use iosplit_trace::geometry::ioctl::NoBlockSize;
+use iosplit_trace::geometry::ioctl::NoIoctls;
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
@@ -859,7 +859,7 @@ fn documents() -> Vec<(String, Value)> {
     let mut geometry_file = None;
     for layout in 1..=3 {
         let sysfs = root.join(format!("tracer/tests/fixtures/sysfs/seed-layout{layout}"));
-        let check = serde_json::to_value(check_in(&sysfs, &[], &NoBlockSize).unwrap()).unwrap();
+        let check = serde_json::to_value(check_in(&sysfs, &[], &NoIoctls).unwrap()).unwrap();
         if layout == 1 {
             let file = scratch.0.join("check.json");
             std::fs::write(&file, serde_json::to_vec(&check).unwrap()).unwrap();

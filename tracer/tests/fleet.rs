@@ -21,7 +21,7 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use common::{binary, privileged, sh};
 use iosplit_trace::frontend::check::{check_in, render_prometheus, write_atomically};
-use iosplit_trace::geometry::ioctl::NoBlockSize;
+use iosplit_trace::geometry::ioctl::NoIoctls;
 
 fn seed_layout(n: u32) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/sysfs/seed-layout{n}"))
@@ -75,7 +75,7 @@ fn promtool_check_metrics(text: &str) -> (bool, String) {
 }
 
 fn seed_audit() -> String {
-    let report = check_in(&seed_layout(1), &[], &NoBlockSize).unwrap();
+    let report = check_in(&seed_layout(1), &[], &NoIoctls).unwrap();
     render_prometheus(&report, UNIX_EPOCH + Duration::from_secs(1_800_000_000))
 }
 
@@ -115,7 +115,7 @@ fn the_seed_audit_in_the_text_format() {
         }
     }
     // The clean layout has no finding, and is aligned.
-    let clean = check_in(&seed_layout(3), &[], &NoBlockSize).unwrap();
+    let clean = check_in(&seed_layout(3), &[], &NoIoctls).unwrap();
     let clean = render_prometheus(&clean, UNIX_EPOCH);
     assert!(!clean.contains("iosplit_finding{"), "{clean}");
     assert!(clean.contains("iosplit_partition_aligned{device=\"sdc2\",disk=\"sdc\"} 1"));

@@ -11,6 +11,7 @@
 mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
+mod misaligned_stack;
 mod misaligned_start;
 mod partition;
 mod requeued_commands;
@@ -38,6 +39,7 @@ pub fn words(finding: &Finding) -> Words {
         Evidence::SubpageBlockSize(evidence) => subpage_block_size::words(finding, evidence),
         Evidence::MisalignedStart(evidence) => misaligned_start::words(finding, evidence),
         Evidence::MisalignedIoOpt(evidence) => misaligned_io_opt::words(finding, evidence),
+        Evidence::MisalignedStack(evidence) => misaligned_stack::words(finding, evidence),
         Evidence::SplitAmplification(evidence) => split_amplification::words(finding, evidence),
         Evidence::MergeBlocked(evidence) => merge_blocked::words(finding, evidence),
         Evidence::RequeuedCommands(evidence) => requeued_commands::words(finding, evidence),

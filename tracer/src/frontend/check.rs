@@ -15,7 +15,7 @@ use crate::engine::audit::{self, Placement};
 use crate::error::{Error, Result};
 use crate::explain;
 use crate::geometry::error::GeometryError;
-use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe};
+use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::{predicted_block_size, sysfs, DiskGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
@@ -275,7 +275,7 @@ pub fn render_prometheus(report: &CheckReport, now: SystemTime) -> String {
 pub fn check_in(
     sysfs_root: &Path,
     devices: &[String],
-    probe: &dyn BlockSizeProbe,
+    probe: &dyn DeviceProbe,
 ) -> std::result::Result<CheckReport, GeometryError> {
     let disks = if devices.is_empty() {
         let mut disks = sysfs::read_disks_in(sysfs_root, None, probe)?;

@@ -8,7 +8,7 @@ use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
 use crate::error::{Context, Result};
 use crate::geometry::error::GeometryError;
-use crate::geometry::ioctl::{BlockSizeProbe, DevNodeProbe, NoBlockSize};
+use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe, NoIoctls};
 use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::{sysfs, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
@@ -61,7 +61,7 @@ impl GeometryWatch {
     }
 
     /// The present disks (with media) in scope; a missing one is left out.
-    fn read(&self, probe: &dyn BlockSizeProbe) -> Vec<DiskGeometry> {
+    fn read(&self, probe: &dyn DeviceProbe) -> Vec<DiskGeometry> {
         let sysfs_root = Path::new("/sys");
         let mut disks = match &self.disk_names {
             None => sysfs::read_disks_in(sysfs_root, None, probe).unwrap_or_default(),
@@ -86,7 +86,7 @@ impl GeometryWatch {
             return None;
         }
         self.due = Instant::now() + GEOMETRY_REFRESH;
-        let seen = self.read(&NoBlockSize);
+        let seen = self.read(&NoIoctls);
         if seen == self.last {
             return None;
         }

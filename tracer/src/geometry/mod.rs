@@ -104,6 +104,9 @@ pub struct DiskGeometry {
     /// The whole device's current block size (BLKBSZGET), if it could be read.
     pub block_size: Option<u32>,
     pub partitions: Vec<PartitionGeometry>,
+    /// For a device-mapper or md device: where its data lands below.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stack: Option<stack::Stack>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -139,6 +142,7 @@ pub mod error;
 pub mod fiemap;
 pub mod ioctl;
 pub mod resolve;
+pub mod stack;
 pub mod sysfs;
 
 // Kept for callers outside engine and geometry; the rule lives in `blk`.

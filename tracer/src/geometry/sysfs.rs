@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::error::GeometryError;
-use super::ioctl::{BlockSizeProbe, DevNodeProbe};
+use super::ioctl::{DevNodeProbe, DeviceProbe};
 use super::{DevId, DiskGeometry, PartitionGeometry};
 
 type Result<T> = std::result::Result<T, GeometryError>;
@@ -33,7 +33,7 @@ pub fn read_disks(names: Option<&[String]>) -> Result<Vec<DiskGeometry>> {
 pub fn read_disks_in(
     sysfs_root: &Path,
     names: Option<&[String]>,
-    probe: &dyn BlockSizeProbe,
+    probe: &dyn DeviceProbe,
 ) -> Result<Vec<DiskGeometry>> {
     let disk_names = match names {
         Some(names) => {
@@ -107,7 +107,7 @@ fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
 pub fn read_disk_in(
     sysfs_root: &Path,
     name: &str,
-    probe: &dyn BlockSizeProbe,
+    probe: &dyn DeviceProbe,
 ) -> Result<DiskGeometry> {
     let dir = sysfs_root.join("block").join(name);
     if !dir.is_dir() {
@@ -149,13 +149,15 @@ pub fn read_disk_in(
         virtio_indirect_desc: read_virtio_indirect_desc(&dir.join("device")),
         block_size: probe.block_size(name),
         partitions: Vec::new(),
+        stack: None,
     };
     disk.partitions = read_partitions(&dir, probe);
+    disk.stack = super::stack::read_stack(sysfs_root, name, probe);
     Ok(disk)
 }
 
 /// Subdirectories with a `partition` file, sorted by partition number.
-fn read_partitions(disk_dir: &Path, probe: &dyn BlockSizeProbe) -> Vec<PartitionGeometry> {
+fn read_partitions(disk_dir: &Path, probe: &dyn DeviceProbe) -> Vec<PartitionGeometry> {
     let Ok(entries) = fs::read_dir(disk_dir) else {
         return Vec::new();
     };
@@ -169,7 +171,7 @@ fn read_partitions(disk_dir: &Path, probe: &dyn BlockSizeProbe) -> Vec<Partition
     partitions
 }
 
-fn read_partition(dir: &Path, probe: &dyn BlockSizeProbe) -> Option<PartitionGeometry> {
+fn read_partition(dir: &Path, probe: &dyn DeviceProbe) -> Option<PartitionGeometry> {
     let name = dir.file_name()?.to_string_lossy().into_owned();
     Some(PartitionGeometry {
         dev: read_dev(&dir.join("dev")),
@@ -287,7 +289,7 @@ pub fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::geometry::ioctl::NoBlockSize;
+    use crate::geometry::ioctl::{DmTarget, NoIoctls};
     use std::collections::HashMap;
 
     /// A scratch sysfs tree removed on drop.
@@ -344,10 +346,144 @@ mod tests {
 
     struct FakeProbe(HashMap<&'static str, u32>);
 
-    impl BlockSizeProbe for FakeProbe {
+    impl DeviceProbe for FakeProbe {
         fn block_size(&self, name: &str) -> Option<u32> {
             self.0.get(name).copied()
         }
+
+        fn dm_table(&self, _dev: DevId) -> std::result::Result<Vec<DmTarget>, String> {
+            Err("no tables here".into())
+        }
+    }
+
+    /// Tables by device number, as DM_TABLE_STATUS would answer.
+    struct TableProbe(HashMap<DevId, Vec<DmTarget>>);
+
+    impl DeviceProbe for TableProbe {
+        fn block_size(&self, _name: &str) -> Option<u32> {
+            None
+        }
+
+        fn dm_table(&self, dev: DevId) -> std::result::Result<Vec<DmTarget>, String> {
+            self.0
+                .get(&dev)
+                .cloned()
+                .ok_or_else(|| "no such table".into())
+        }
+    }
+
+    fn target(start: u64, length: u64, kind: &str, params: &str) -> DmTarget {
+        DmTarget {
+            start,
+            length,
+            target_type: kind.into(),
+            params: params.into(),
+        }
+    }
+
+    /// vda (512e) with vda1 at 2048, vdb with vdb1 at 2048; dm-0 and md0 above.
+    fn stacked_tree(tag: &str) -> Tree {
+        let tree = Tree::new(tag);
+        let disk_attrs = [
+            ("size", "524288"),
+            ("queue/logical_block_size", "512"),
+            ("queue/physical_block_size", "4096"),
+            ("queue/minimum_io_size", "4096"),
+        ];
+        tree.disk("vda", "252:0", &disk_attrs);
+        tree.partition(
+            "vda",
+            "vda1",
+            "252:1",
+            &[("partition", "1"), ("start", "2048"), ("size", "400000")],
+        );
+        tree.disk("vdb", "252:16", &disk_attrs);
+        tree.partition(
+            "vdb",
+            "vdb1",
+            "252:17",
+            &[("partition", "1"), ("start", "2048"), ("size", "400000")],
+        );
+        tree.disk(
+            "dm-0",
+            "254:0",
+            &[
+                ("size", "399997"),
+                ("alignment_offset", "2560"),
+                ("dm/name", "vmtest"),
+                ("dm/uuid", ""),
+            ],
+        );
+        tree.disk(
+            "md0",
+            "9:0",
+            &[
+                ("size", "390000"),
+                ("md/level", "raid1"),
+                ("md/chunk_size", "0"),
+                ("md/dev-vdb1/offset", "8"),
+            ],
+        );
+        std::os::unix::fs::symlink(
+            tree.0.join("devices/virtual/block/vdb/vdb1"),
+            tree.0.join("devices/virtual/block/md0/md/dev-vdb1/block"),
+        )
+        .unwrap();
+        tree
+    }
+
+    #[test]
+    fn stacks_are_followed_through_tables_data_offsets_and_partitions() {
+        let tree = stacked_tree("stack");
+        let probe = TableProbe(HashMap::from([(
+            DevId::new(254, 0),
+            vec![target(0, 399_997, "linear", "252:1 3")],
+        )]));
+        let disks = read_disks_in(&tree.0, None, &probe).unwrap();
+        let dm = disks.iter().find(|disk| disk.name == "dm-0").unwrap();
+        let stack = dm.stack.as_ref().expect("dm-0 is stacked");
+        assert_eq!(
+            (stack.kind.as_str(), stack.dm_name.as_str()),
+            ("dm-linear", "vmtest")
+        );
+        let leg = &stack.legs[0];
+        let path: Vec<(&str, &str, u64)> = leg
+            .levels
+            .iter()
+            .map(|level| {
+                (
+                    level.device.as_str(),
+                    level.via.as_str(),
+                    level.start_sectors,
+                )
+            })
+            .collect();
+        assert_eq!(path, [("vda1", "linear", 3), ("vda", "partition", 2051)]);
+        assert_eq!((leg.bottom.name.as_str(), leg.bottom_start), ("vda", 2051));
+        assert_eq!(leg.bottom.physical_block_size, 4096);
+        assert!(leg.bottom.partitions.is_empty() && leg.bottom.stack.is_none());
+
+        let md = disks.iter().find(|disk| disk.name == "md0").unwrap();
+        let stack = md.stack.as_ref().expect("md0 is stacked");
+        assert_eq!(stack.kind, "md-raid1");
+        assert_eq!(stack.legs.len(), 1);
+        assert_eq!(stack.legs[0].bottom_start, 2056);
+        assert_eq!(stack.legs[0].levels[0].via, "raid1 data offset");
+
+        let plain = disks.iter().find(|disk| disk.name == "vda").unwrap();
+        assert_eq!(plain.stack, None);
+    }
+
+    #[test]
+    fn an_unreadable_table_is_said_not_guessed() {
+        let tree = stacked_tree("stack-unreadable");
+        let disks = read_disks_in(&tree.0, Some(&["dm-0".to_string()]), &NoIoctls).unwrap();
+        let stack = disks[0].stack.as_ref().unwrap();
+        assert!(stack.legs.is_empty());
+        assert!(
+            stack.unreadable.as_deref().unwrap().contains("not read"),
+            "{stack:?}"
+        );
     }
 
     #[test]
@@ -449,7 +585,7 @@ mod tests {
                 ("queue/scheduler", "none"),
             ],
         );
-        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let disks = read_disks_in(&tree.0, None, &NoIoctls).unwrap();
         let disk = &disks[0];
         assert_eq!(disk.physical_block_size, 4096, "defaults to logical");
         assert_eq!(disk.minimum_io_size, 4096, "defaults to physical");
@@ -476,7 +612,7 @@ mod tests {
             "259:4",
             &[("partition", "1"), ("start", "0"), ("size", "8")],
         );
-        let all = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let all = read_disks_in(&tree.0, None, &NoIoctls).unwrap();
         let names: Vec<&str> = all.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["loop2", "loop10", "vda"]);
 
@@ -485,11 +621,11 @@ mod tests {
             "loop2p1".to_string(),
             "loop2".to_string(),
         ];
-        let some = read_disks_in(&tree.0, Some(&wanted), &NoBlockSize).unwrap();
+        let some = read_disks_in(&tree.0, Some(&wanted), &NoIoctls).unwrap();
         let names: Vec<&str> = some.iter().map(|d| d.name.as_str()).collect();
         assert_eq!(names, ["vda", "loop2"]);
 
-        let err = read_disks_in(&tree.0, Some(&["sdz".to_string()]), &NoBlockSize).unwrap_err();
+        let err = read_disks_in(&tree.0, Some(&["sdz".to_string()]), &NoIoctls).unwrap_err();
         assert!(
             matches!(&err, GeometryError::UnknownDevice { name } if name == "sdz"),
             "{err}"
@@ -520,7 +656,7 @@ mod tests {
         assert_eq!(partition_start_in(&tree.0, "loop3"), None);
         assert_eq!(partition_start_in(&tree.0, "nosuch"), None);
 
-        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let disks = read_disks_in(&tree.0, None, &NoIoctls).unwrap();
         let (disk, part) = locate(&disks, DevId::from_kernel((259 << 20) | 7)).unwrap();
         assert_eq!(
             (disk.name.as_str(), part.map(|p| p.name.as_str())),
@@ -573,7 +709,7 @@ mod tests {
         tree.disk("sda", "8:0", &[("size", "8"), ("device/features", "1111")]);
         tree.disk("zram0", "252:0", &[("size", "8")]);
 
-        let disks = read_disks_in(&tree.0, None, &NoBlockSize).unwrap();
+        let disks = read_disks_in(&tree.0, None, &NoIoctls).unwrap();
         let by_name = |name: &str| disks.iter().find(|disk| disk.name == name).unwrap();
         let vda = by_name("vda");
         assert_eq!((vda.nr_requests, vda.hw_queue_tags), (256, 128));

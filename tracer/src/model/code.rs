@@ -15,6 +15,7 @@ pub enum Code {
     SubpageBlockSize,
     MisalignedStart,
     MisalignedIoOpt,
+    MisalignedStack,
     SplitAmplification,
     MergeBlocked,
     RequeuedCommands,
@@ -22,10 +23,11 @@ pub enum Code {
 }
 
 impl Code {
-    pub const ALL: [Code; 7] = [
+    pub const ALL: [Code; 8] = [
         Code::SubpageBlockSize,
         Code::MisalignedStart,
         Code::MisalignedIoOpt,
+        Code::MisalignedStack,
         Code::SplitAmplification,
         Code::MergeBlocked,
         Code::RequeuedCommands,
@@ -38,6 +40,7 @@ impl Code {
             Code::SubpageBlockSize => "subpage_block_size",
             Code::MisalignedStart => "misaligned_start",
             Code::MisalignedIoOpt => "misaligned_io_opt",
+            Code::MisalignedStack => "misaligned_stack",
             Code::SplitAmplification => "split_amplification",
             Code::MergeBlocked => "merge_blocked",
             Code::RequeuedCommands => "requeued_commands",
@@ -86,6 +89,7 @@ mod tests {
                 "\"subpage_block_size\"",
                 "\"misaligned_start\"",
                 "\"misaligned_io_opt\"",
+                "\"misaligned_stack\"",
                 "\"split_amplification\"",
                 "\"merge_blocked\"",
                 "\"requeued_commands\"",

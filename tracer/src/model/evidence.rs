@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    Code, MergeFix, Op, ProposedPlace, RequeueCause, RequeueFix, SplitCause, SplitFix, SubpageFix,
-    WhatIf,
+    Code, MergeFix, Op, ProposedPlace, RequeueCause, RequeueFix, SplitCause, SplitFix, StackFix,
+    SubpageFix, WhatIf,
 };
 
 /// The evidence of one diagnosis; the variant decides its code.
@@ -27,6 +27,7 @@ pub enum Evidence {
     SubpageBlockSize(SubpageBlockSizeEvidence),
     MisalignedStart(MisalignedStartEvidence),
     MisalignedIoOpt(MisalignedIoOptEvidence),
+    MisalignedStack(MisalignedStackEvidence),
     SplitAmplification(SplitAmplificationEvidence),
     MergeBlocked(MergeBlockedEvidence),
     RequeuedCommands(RequeuedCommandsEvidence),
@@ -40,6 +41,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(_) => Code::SubpageBlockSize,
             Evidence::MisalignedStart(_) => Code::MisalignedStart,
             Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
+            Evidence::MisalignedStack(_) => Code::MisalignedStack,
             Evidence::SplitAmplification(_) => Code::SplitAmplification,
             Evidence::MergeBlocked(_) => Code::MergeBlocked,
             Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
@@ -70,6 +72,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => evidence.partition,
             Evidence::MisalignedStart(evidence) => Some(evidence.partition),
             Evidence::MisalignedIoOpt(evidence) => Some(evidence.partition),
+            Evidence::MisalignedStack(_) => None,
             Evidence::SplitAmplification(evidence) => evidence.partition,
             Evidence::MergeBlocked(evidence) => evidence.partition,
             Evidence::RequeuedCommands(evidence) => evidence.partition,
@@ -83,6 +86,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedStart(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedIoOpt(evidence) => Some(&mut evidence.live),
+            Evidence::MisalignedStack(evidence) => Some(&mut evidence.live),
             _ => None,
         }
     }
@@ -106,6 +110,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => &mut evidence.what_if,
             Evidence::MisalignedStart(evidence) => &mut evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &mut evidence.what_if,
+            Evidence::MisalignedStack(evidence) => &mut evidence.what_if,
             Evidence::SplitAmplification(evidence) => &mut evidence.what_if,
             Evidence::MergeBlocked(evidence) => &mut evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &mut evidence.what_if,
@@ -118,6 +123,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => &evidence.what_if,
             Evidence::MisalignedStart(evidence) => &evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &evidence.what_if,
+            Evidence::MisalignedStack(evidence) => &evidence.what_if,
             Evidence::SplitAmplification(evidence) => &evidence.what_if,
             Evidence::MergeBlocked(evidence) => &evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &evidence.what_if,
@@ -293,6 +299,55 @@ pub struct MisalignedIoOptEvidence {
     pub live: LiveEvidence,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+}
+
+/// `misaligned_stack`: a device-mapper or md device whose data lands off
+/// the physical-block (or chunk) grid of the disk below, through the offsets
+/// its levels add (partition start, table offset, data offset).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MisalignedStackEvidence {
+    /// `dm-linear`, `dm-crypt`, `md-raid1`, ...
+    pub stack_kind: String,
+    /// The misaligned leg from below the top to the bottom: each device,
+    /// how the level above reaches it, and where the top's data starts in it.
+    pub stack: Vec<StackStep>,
+    /// The device the data lands on, and where (sectors).
+    pub bottom_device: String,
+    pub bottom_start: u64,
+    /// max(physical block, minimum I/O) of the bottom, bytes.
+    pub granularity: u32,
+    /// Bytes past the previous granularity boundary (or chunk, below).
+    pub offset_bytes: u64,
+    /// Bytes to the next boundary: what mkfs prints as "alignment is offset by".
+    pub alignment_offset: u64,
+    /// The top device's own sysfs `alignment_offset` (the kernel's stacked
+    /// limit), as a cross-check.
+    pub kernel_alignment_offset: u64,
+    pub physical_block_size: u32,
+    pub minimum_io_size: u32,
+    /// Legs (stripes, mirrors, targets) that land misaligned, of all.
+    pub misaligned_legs: u64,
+    pub legs: u64,
+    /// Where the fix goes: the level whose own offset is off the grid.
+    pub culprit_device: String,
+    pub culprit_via: String,
+    /// That level's offset now, and the one that aligns the data, sectors.
+    pub culprit_offset_sectors: i64,
+    pub proposed_offset_sectors: i64,
+    #[serde(skip)]
+    pub fix: StackFix,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub what_if: Option<WhatIf>,
+}
+
+/// One level of a stack, as `misaligned_stack` shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct StackStep {
+    pub device: String,
+    pub via: String,
+    pub start_sectors: u64,
 }
 
 /// `split_amplification`.

@@ -158,6 +158,36 @@ pub enum RequeueFix {
     LowerNrRequests { nr_requests: u32 },
 }
 
+/// `misaligned_stack`'s fix: where the misaligned offset is set, by the
+/// tool that set it. Each means recreating (or moving) the data.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StackFix {
+    /// The partition below the stack starts off the grid: recreate it at
+    /// `proposed_start` (sectors).
+    Partition {
+        partition: String,
+        disk: String,
+        proposed_start: u64,
+    },
+    /// An LVM logical volume (dm uuid `LVM-`): the PV's data area on
+    /// `pv` starts off the grid.
+    LvmDataAlignment { pv: String, alignment_kib: u64 },
+    /// dm-crypt (`CRYPT-` uuid): the payload starts off the grid on `device`.
+    CryptPayload {
+        device: String,
+        proposed_offset: u64,
+    },
+    /// md: the member `member`'s data offset is off the grid.
+    MdDataOffset { member: String, alignment_kib: u64 },
+    /// A table loaded by hand: reload `dm_name`'s target with this offset
+    /// into `device`.
+    DmTable {
+        dm_name: String,
+        device: String,
+        proposed_offset: u64,
+    },
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

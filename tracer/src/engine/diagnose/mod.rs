@@ -22,18 +22,26 @@
 mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
+mod misaligned_stack;
 mod misaligned_start;
 mod requeued_commands;
 mod split_amplification;
 mod subpage_block_size;
 
 /// Diagnoses for one disk and its partitions from geometry alone
-/// (`subpage_block_size`, `misaligned_start`, `misaligned_io_opt`).
+/// (`subpage_block_size`, `misaligned_start`, `misaligned_io_opt`), and for
+/// a stacked device, for where its data lands below (`misaligned_stack`).
 pub fn audit_disk(disk: &DiskGeometry) -> Vec<Finding> {
-    disk.partitions
+    let mut found: Vec<Finding> = disk
+        .partitions
         .iter()
         .flat_map(|part| audit_partition(disk, part))
-        .collect()
+        .collect();
+    if let Some(stack) = &disk.stack {
+        let audit = StackAudit { top: disk, stack };
+        found.extend(CHECKS.iter().filter_map(|check| check.audit_stack(&audit)));
+    }
+    found
 }
 
 /// Diagnoses for one partition of `disk`, in the order misaligned_start,
@@ -54,6 +62,8 @@ pub fn audit_partition(disk: &DiskGeometry, part: &PartitionGeometry) -> Vec<Fin
 
 #[cfg(test)]
 pub use split_amplification::MIN_SPLITS;
+
+use misaligned_stack::StackAudit;
 
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
 use super::placement::{place_of, propose, PartitionAudit, Placement};
@@ -77,6 +87,11 @@ pub(crate) trait Check: Sync {
         None
     }
 
+    /// From geometry alone: one device-mapper or md device and its stack.
+    fn audit_stack(&self, _stack: &StackAudit<'_>) -> Option<Finding> {
+        None
+    }
+
     /// From the traffic of one disk (its own) or one partition.
     fn diagnose(&self, _traffic: &DeviceTraffic<'_>) -> Option<Finding> {
         None
@@ -92,6 +107,7 @@ pub(crate) trait Check: Sync {
 pub(crate) const CHECKS: &[&dyn Check] = &[
     &misaligned_start::MisalignedStart,
     &misaligned_io_opt::MisalignedIoOpt,
+    &misaligned_stack::MisalignedStack,
     &subpage_block_size::SubpageBlockSize,
     &split_amplification::SplitAmplification,
     &merge_blocked::MergeBlocked,
