@@ -18,6 +18,7 @@ use std::process::Command;
 
 use iosplit_trace::frontend::check::check_in;
 use iosplit_trace::geometry::ioctl::NoIoctls;
+use iosplit_trace::geometry::stack::{Stack, StackLeg, StackLevel};
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
@@ -337,6 +338,7 @@ const RAID1: DevId = DevId::new(8, 1);
 const FAILING: DevId = DevId::new(7, 7);
 const DISCARDING: DevId = DevId::new(7, 6);
 const STRIPED: DevId = DevId::new(253, 4);
+const OFFSET_DM: DevId = DevId::new(253, 5);
 
 fn rwbs(text: &str) -> [u8; RWBS_BYTES] {
     let mut bytes = [0; RWBS_BYTES];
@@ -538,6 +540,53 @@ fn striped_dm() -> DiskGeometry {
         request_based: false,
         max_sectors_kb: 1024,
         ..loop9()
+    }
+}
+
+/// A plain dm-crypt mapping 3 sectors into sdz1 (which starts at 2056):
+/// its data lands 1536 bytes past a physical block of sdz.
+fn offset_dm() -> DiskGeometry {
+    let level = |device: &str, via: &str, start_sectors| StackLevel {
+        device: device.into(),
+        via: via.into(),
+        start_sectors,
+    };
+    let mut bottom = raid();
+    bottom.partitions.clear();
+    DiskGeometry {
+        name: "dm-5".into(),
+        dev: Some(OFFSET_DM),
+        size_sectors: 8184,
+        partitions: Vec::new(),
+        request_based: false,
+        stack: Some(Stack {
+            kind: "dm-crypt".into(),
+            dm_name: "offset".into(),
+            uuid: "CRYPT-PLAIN-offset".into(),
+            crypt_sector_size: Some(512),
+            legs: vec![StackLeg {
+                top_sector: 0,
+                levels: vec![level("sdz1", "crypt", 3), level("sdz", "partition", 2059)],
+                bottom: Box::new(bottom),
+                bottom_start: 2059,
+            }],
+            ..Stack::default()
+        }),
+        ..raid()
+    }
+}
+
+/// A dm device whose table could not be read (as without root).
+fn unread_dm() -> DiskGeometry {
+    DiskGeometry {
+        name: "dm-6".into(),
+        dev: Some(DevId::new(253, 6)),
+        stack: Some(Stack {
+            kind: "dm".into(),
+            unreadable: Some("/dev/mapper/control: Permission denied".into()),
+            ..Stack::default()
+        }),
+        ..striped_dm()
     }
 }
 
@@ -889,6 +938,8 @@ fn documents() -> Vec<(String, Value)> {
             failing_disk(),
             discard_disk(),
             striped_dm(),
+            offset_dm(),
+            unread_dm(),
         ],
         None,
         |sink| {

@@ -11,6 +11,7 @@ pub use super::placement::{propose, Placement};
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    pub(crate) use crate::engine::diagnose::misaligned_stack::tests::linear_dm;
     use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
     use crate::model::{Code, Evidence, Finding, ProposedPlace, Severity, SubpageFix};
 

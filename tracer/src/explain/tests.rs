@@ -8,7 +8,7 @@ use tracer_common::{BlockEvent, EventKind};
 
 use super::{diagnoses, exact_size, words};
 use crate::engine::audit::audit_disk;
-use crate::engine::audit::tests::{seed_disk, striped};
+use crate::engine::audit::tests::{linear_dm, seed_disk, striped};
 use crate::engine::split::SplitLimits;
 use crate::engine::tests::{
     assert_clean, assert_near, backmerge, complete, disk_op, engine, event, feed, issue, loop0,
@@ -726,4 +726,38 @@ fn discards_cut_at_their_cap_name_discard_max_bytes() {
         "{}",
         split.explanation
     );
+}
+
+#[test]
+fn a_misaligned_dm_table_is_worded_with_its_path_mkfs_number_and_reload() {
+    let dm = linear_dm(3, "");
+    let found = audited(&dm);
+    let diagnosis = find(&found, Code::MisalignedStack);
+    assert_eq!(diagnosis.severity, Severity::Warning);
+    for words in [
+        "dm-0 -> vda1 (linear at sector 3) -> vda (partition at sector 2051)",
+        "\"alignment is offset by 2560 bytes\"",
+        "reports alignment_offset 2560 bytes",
+    ] {
+        assert!(
+            diagnosis.explanation.contains(words),
+            "{words}: {}",
+            diagnosis.explanation
+        );
+    }
+    assert!(diagnosis.fix.starts_with("Back up"), "{}", diagnosis.fix);
+    assert!(
+        diagnosis.fix.contains("dmsetup reload vmtest"),
+        "{}",
+        diagnosis.fix
+    );
+    assert!(
+        diagnosis.fix.contains("to 8 sectors (4 KiB)"),
+        "{}",
+        diagnosis.fix
+    );
+    let lvm = audited(&linear_dm(3, "LVM-x"));
+    assert!(find(&lvm, Code::MisalignedStack)
+        .fix
+        .contains("pvcreate --dataalignment 1024k /dev/vda1"));
 }

@@ -17,6 +17,7 @@ use crate::explain;
 use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
+use crate::geometry::stack::Stack;
 use crate::geometry::{predicted_block_size, sysfs, DiskGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
@@ -416,6 +417,9 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         "  block size {}",
         block_size_text(disk.block_size, disk.size_sectors, disk.logical_block_size)
     );
+    if let Some(stack) = &disk.stack {
+        render_stack(out, disk, stack);
+    }
     if disk.partitions.is_empty() {
         out.push_str("  no partitions\n");
         return;
@@ -446,6 +450,37 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
             part.size % 8,
             block_size_text(part.block_size, part.size, disk.logical_block_size),
         );
+    }
+}
+
+/// A stacked device's legs: each level down to the disk, and where the
+/// data lands against the disk's grid.
+fn render_stack(out: &mut String, disk: &DiskGeometry, stack: &Stack) {
+    let name = if stack.dm_name.is_empty() {
+        String::new()
+    } else {
+        format!(" `{}`", stack.dm_name)
+    };
+    let _ = writeln!(out, "  stack     {}{name}", stack.kind);
+    if let Some(why) = &stack.unreadable {
+        let _ = writeln!(out, "            not read: {why}");
+    }
+    for leg in &stack.legs {
+        let mut path = disk.name.clone();
+        for level in &leg.levels {
+            let _ = write!(
+                path,
+                " -> {} ({} {})",
+                level.device, level.via, level.start_sectors
+            );
+        }
+        let placement = Placement::of(&leg.bottom, leg.top_zero_on_bottom());
+        let verdict = if placement.start_offset_bytes != 0 {
+            format!("misaligned by {} B", placement.start_offset_bytes)
+        } else {
+            "aligned".to_string()
+        };
+        let _ = writeln!(out, "            {path}: {verdict}");
     }
 }
 

@@ -8,7 +8,7 @@ use crate::capture::{Capture, KernelCounters};
 use crate::engine::Engine;
 use crate::error::{Context, Result};
 use crate::geometry::error::GeometryError;
-use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe, NoIoctls};
+use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::{sysfs, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
@@ -86,7 +86,7 @@ impl GeometryWatch {
             return None;
         }
         self.due = Instant::now() + GEOMETRY_REFRESH;
-        let seen = self.read(&NoIoctls);
+        let seen = self.read(&DevNodeProbe::tables_only());
         if seen == self.last {
             return None;
         }
@@ -107,6 +107,9 @@ fn as_watched(disks: &[DiskGeometry]) -> Vec<DiskGeometry> {
         disk.block_size = None;
         for part in &mut disk.partitions {
             part.block_size = None;
+        }
+        for leg in disk.stack.iter_mut().flat_map(|stack| &mut stack.legs) {
+            leg.bottom.block_size = None;
         }
     }
     watched

@@ -47,21 +47,39 @@ impl DeviceProbe for NoIoctls {
     }
 }
 
-/// Reads BLKBSZGET from device nodes under a directory (normally `/dev`).
+/// Reads BLKBSZGET from device nodes under a directory (normally `/dev`),
+/// and dm tables from its `mapper/control`.
 pub struct DevNodeProbe {
     pub dev_dir: PathBuf,
+    /// False: leave the devices unopened (opening one recomputes its block
+    /// size); tables are read through the control node either way.
+    pub block_sizes: bool,
 }
 
 impl Default for DevNodeProbe {
     fn default() -> Self {
         DevNodeProbe {
             dev_dir: PathBuf::from("/dev"),
+            block_sizes: true,
+        }
+    }
+}
+
+impl DevNodeProbe {
+    /// Tables only: for a cheap, repeated look.
+    pub fn tables_only() -> Self {
+        DevNodeProbe {
+            block_sizes: false,
+            ..DevNodeProbe::default()
         }
     }
 }
 
 impl DeviceProbe for DevNodeProbe {
     fn block_size(&self, name: &str) -> Option<u32> {
+        if !self.block_sizes {
+            return None;
+        }
         block_size_of(&self.dev_dir.join(name)).ok()
     }
 
@@ -289,6 +307,7 @@ mod tests {
     fn a_missing_node_yields_none() {
         let probe = DevNodeProbe {
             dev_dir: PathBuf::from("/nonexistent-dev-dir"),
+            block_sizes: true,
         };
         assert_eq!(probe.block_size("sdc2"), None);
         assert_eq!(NoIoctls.block_size("sdc2"), None);

@@ -72,6 +72,24 @@ impl StackLeg {
         i128::from(self.bottom_start) - i128::from(self.top_sector)
     }
 
+    /// The bottom sector the top's sector 0 would land on, kept
+    /// non-negative modulo every boundary the bottom has (a later target
+    /// can map onto a lower sector than its own start).
+    pub fn top_zero_on_bottom(&self) -> u64 {
+        let bottom = &self.bottom;
+        let period = [
+            2048,
+            u64::from(bottom.physical_block_size.max(bottom.minimum_io_size)) / 512,
+            u64::from(bottom.optimal_io_size) / 512,
+            u64::from(bottom.chunk_sectors),
+        ]
+        .into_iter()
+        .filter(|&sectors| sectors > 1)
+        .fold(1u64, |a, b| a / gcd(a, b) * b);
+        let period = i128::from(period);
+        u64::try_from(self.shift().rem_euclid(period) + period).unwrap_or(0)
+    }
+
     /// The first level, from the top, whose own offset is not a multiple
     /// of `unit` sectors: where the fix goes. `None` when the shift is one.
     pub fn culprit(&self, unit: u64) -> Option<&StackLevel> {
@@ -325,6 +343,14 @@ impl TargetMapping {
             _ => {}
         }
         mapping
+    }
+}
+
+fn gcd(a: u64, b: u64) -> u64 {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
     }
 }
 

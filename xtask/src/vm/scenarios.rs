@@ -1003,6 +1003,135 @@ fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
         }
         Err(why) => Check::missing(what, expected, why),
     });
+    checks.extend(misaligned_table(results));
+    checks
+}
+
+/// mkfs.ext4's own warning: "/dev/dm-1 alignment is offset by 2560 bytes."
+fn mkfs_alignment_warning(output: &str) -> Option<u64> {
+    let rest = output.split("alignment is offset by ").nth(1)?;
+    rest.split_whitespace().next()?.parse().ok()
+}
+
+/// The first `misaligned_stack` diagnosis on `device`.
+fn stack_diagnosis<'a>(report: &'a Value, device: &str) -> Option<&'a Value> {
+    report.get("diagnoses")?.as_array()?.iter().find(|d| {
+        d.get("code").and_then(Value::as_str) == Some("misaligned_stack")
+            && d.get("device").and_then(Value::as_str) == Some(device)
+    })
+}
+
+/// (commands, misaligned-4k commands) of writes on `device` in a report.
+fn write_commands(report: &Value, device: &str) -> Option<(u64, u64)> {
+    let entry = device_entry(report, device)?;
+    Some((
+        op_measure(entry, "write", "commands")?,
+        op_measure(entry, "write", "misaligned_4k_commands")?,
+    ))
+}
+
+/// dm-linear.sh's second table, 3 sectors into the partition, then reloaded
+/// with the offset the finding proposes.
+fn misaligned_table(results: &Results) -> Vec<Check> {
+    let names = (
+        results.value("names", "offset_dm"),
+        results.value("names", "dm"),
+    );
+    let (Ok(offset_dm), Ok(aligned_dm)) = names else {
+        return vec![Check::missing(
+            "misaligned dm table",
+            "names offset_dm and dm",
+            "dm-linear.sh did not name the devices".to_string(),
+        )];
+    };
+    let part = results.value("names", "part").unwrap_or_default();
+    let check = results.json("check.json");
+    let mut checks = vec![
+        expect_diagnoses(
+            "check: dm table 3 sectors into an aligned partition",
+            &check,
+            &offset_dm,
+            &["misaligned_stack"],
+            None,
+        ),
+        expect_diagnoses(
+            "check: aligned dm table (false alarm)",
+            &check,
+            &aligned_dm,
+            &[],
+            None,
+        ),
+    ];
+    // mkfs.ext4 (libblkid's topology) is the oracle for the offset.
+    let what = "misaligned_stack's alignment offset vs mkfs.ext4's warning";
+    let expected = "evidence.alignment_offset = mkfs's \"offset by\" = 2560; proposed offset 8";
+    checks.push(match (&check, &results.text("mkfs-offset.out")) {
+        (Ok(report), Ok(mkfs)) => {
+            let mkfs = mkfs.as_str();
+            let evidence = stack_diagnosis(report, &offset_dm).and_then(|d| d.get("evidence"));
+            let field = |key: &str| evidence.and_then(|e| e.get(key)).and_then(Value::as_i64);
+            let warned = mkfs_alignment_warning(mkfs);
+            let offset = field("alignment_offset");
+            let proposed = field("proposed_offset_sectors");
+            Check::new(
+                what,
+                expected,
+                format!("tool {offset:?}, mkfs {warned:?}, proposed {proposed:?}"),
+                offset == Some(2560) && warned.map(|w| w as i64) == offset && proposed == Some(8),
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why.clone()),
+    });
+    let run = results.json("run-offset.json");
+    checks.push(expect_diagnoses(
+        "run -- mkfs.ext4 on the misaligned table",
+        &run,
+        &offset_dm,
+        &["misaligned_stack"],
+        None,
+    ));
+    let fixed = results.json("check-fixed.json");
+    checks.push(expect_diagnoses(
+        "check after the table is reloaded at offset 8",
+        &fixed,
+        &offset_dm,
+        &[],
+        None,
+    ));
+    let what = "mkfs.ext4 after the fix: no warning, same commands, none off the 4 KiB grid";
+    let expected = "no mkfs warning; commands within 20%; misaligned share > 0.9 before, 0 after";
+    let fixed_run = results.json("run-offset-fixed.json");
+    checks.push(
+        match (&run, &fixed_run, &results.text("mkfs-offset-fixed.out")) {
+            (Ok(before), Ok(after), Ok(mkfs)) => {
+                let mkfs = mkfs.as_str();
+                let now = write_commands(before, &part);
+                let then = write_commands(after, &part);
+                let warned = mkfs_alignment_warning(mkfs);
+                let pass = match (now, then) {
+                    (Some((before, off_before)), Some((after, off_after))) => {
+                        warned.is_none()
+                            && before > 0
+                            && after.abs_diff(before) * 5 <= before
+                            && off_before * 10 > before * 9
+                            && off_after == 0
+                    }
+                    _ => false,
+                };
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "{part} (commands, misaligned): before {now:?}, after {then:?}; mkfs warning {warned:?}"
+                    ),
+                    pass,
+                )
+            }
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                Check::missing(what, expected, why.clone())
+            }
+        },
+    );
     checks
 }
 

@@ -34,7 +34,7 @@ impl Check for MisalignedStack {
             .legs
             .iter()
             .filter_map(|leg| {
-                let placement = Placement::of(&leg.bottom, effective_start(leg));
+                let placement = Placement::of(&leg.bottom, leg.top_zero_on_bottom());
                 (placement.start_offset_bytes != 0).then_some((leg, placement))
             })
             .collect();
@@ -123,34 +123,8 @@ impl Check for MisalignedStack {
     }
 }
 
-/// The bottom sector the top's sector 0 would land on, kept non-negative
-/// modulo every boundary the placement checks (a later target can map
-/// onto a lower sector than its own start).
-fn effective_start(leg: &StackLeg) -> u64 {
-    let bottom = &leg.bottom;
-    let period = [
-        2048,
-        u64::from(bottom.physical_block_size.max(bottom.minimum_io_size)) / SECTOR_BYTES,
-        u64::from(bottom.optimal_io_size) / SECTOR_BYTES,
-        u64::from(bottom.chunk_sectors),
-    ]
-    .into_iter()
-    .filter(|&sectors| sectors > 1)
-    .fold(1u64, |a, b| a / gcd(a, b) * b);
-    let period = i128::from(period);
-    u64::try_from(leg.shift().rem_euclid(period) + period).unwrap_or(0)
-}
-
-fn gcd(a: u64, b: u64) -> u64 {
-    if b == 0 {
-        a
-    } else {
-        gcd(b, a % b)
-    }
-}
-
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::engine::audit::audit_disk;
     use crate::geometry::stack::StackLevel;
@@ -169,7 +143,7 @@ mod tests {
     }
 
     /// dm-0 as `linear vda1 <offset>` over vda1 at sector 2048.
-    fn linear_dm(offset: u64, uuid: &str) -> DiskGeometry {
+    pub(crate) fn linear_dm(offset: u64, uuid: &str) -> DiskGeometry {
         DiskGeometry {
             name: "dm-0".into(),
             logical_block_size: 512,

@@ -22,7 +22,7 @@
 mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
-mod misaligned_stack;
+pub(crate) mod misaligned_stack;
 mod misaligned_start;
 mod requeued_commands;
 mod split_amplification;
