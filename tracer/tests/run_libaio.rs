@@ -14,82 +14,21 @@ mod common;
 
 use std::process::Command;
 
-use common::{binary, device_named, privileged, LoopDisk, Mounted, PartitionSpec, ScratchFile};
+use common::fio::{device_target, fio_writes, one_partition, partition_writes};
+use common::{binary, privileged, Mounted, ScratchFile};
 use serde_json::Value;
 
-/// What fio says its one job wrote: (total_ios, io_bytes).
-fn fio_writes(fio_json: &Value) -> (u64, u64) {
-    let write = &fio_json["jobs"][0]["write"];
-    (
-        write["total_ios"].as_u64().unwrap(),
-        write["io_bytes"].as_u64().unwrap(),
-    )
-}
-
 /// `run --json -- fio …` writing direct to `filename` (a partition or a
-/// file; its last component names fio's report) with `engine`; run's
-/// report and fio's own.
+/// file) with `engine`; run's report and fio's own.
 fn run_fio(filename: &str, engine: &str, extra: &[&str]) -> (Value, Value) {
-    // Named by the partition too: the tests run in parallel.
-    let fio_out = ScratchFile(std::env::temp_dir().join(format!(
-        "iosplit-fio-{engine}-{}-{}.json",
-        filename.rsplit('/').next().unwrap_or(filename),
-        std::process::id()
-    )));
-    let out = Command::new(binary())
-        .args(["run", "--json", "--", "fio", "--name=aio"])
-        .arg(format!("--filename={filename}"))
-        .arg(format!("--ioengine={engine}"))
-        .args(["--rw=write", "--direct=1", "--output-format=json"])
-        .arg(format!("--output={}", fio_out.0.display()))
-        .args(extra)
-        .output()
-        .expect("iosplit-trace runs");
-    assert!(
-        out.status.success(),
-        "run or fio failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)));
-    let fio: Value = serde_json::from_str(&std::fs::read_to_string(&fio_out.0).unwrap())
-        .unwrap_or_else(|err| panic!("fio's JSON: {err}"));
-    (report, fio)
+    let mut args = vec![format!("--ioengine={engine}"), "--direct=1".to_string()];
+    args.extend(extra.iter().map(|arg| arg.to_string()));
+    common::fio::run_fio("aio", filename, engine, &args)
 }
 
 /// The run target `device`.
 fn target<'a>(report: &'a Value, device: &str) -> &'a Value {
-    report["run"]["targets"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|t| t["device"] == device)
-        .unwrap_or_else(|| panic!("no target {device}: {}", report["run"]))
-}
-
-/// The partition's own write measures in the report's device section.
-fn partition_writes<'a>(report: &'a Value, disk: &str, partition: &str) -> &'a Value {
-    let partitions = device_named(report, disk)["partitions"].as_array().unwrap();
-    let found = partitions
-        .iter()
-        .find(|p| p["name"] == partition)
-        .unwrap_or_else(|| panic!("no partition {partition}: {partitions:?}"));
-    &found["measures"]["ops"]["write"]
-}
-
-/// A 64 MiB loop disk with one 32 MiB partition.
-fn one_partition(tag: &str) -> (LoopDisk, String, String) {
-    let disk = LoopDisk::new(
-        tag,
-        64,
-        &[PartitionSpec {
-            start: 2048,
-            size: 65536,
-        }],
-    );
-    let path = disk.partition(1);
-    let name = format!("{}p1", disk.name);
-    (disk, path, name)
+    device_target(report, device).unwrap_or_else(|| panic!("no target {device}: {}", report["run"]))
 }
 
 #[test]

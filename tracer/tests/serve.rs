@@ -158,14 +158,8 @@ struct Prometheus {
 }
 
 impl Prometheus {
+    /// The example config, pointed at this serve and scraping every second.
     fn start(target: &str) -> Prometheus {
-        let dir = PathBuf::from(format!(
-            "/tmp/iosplit-serve-prometheus-{}",
-            std::process::id()
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("data")).unwrap();
-        // The example config, pointed at this serve and scraping every second.
         let config = std::fs::read_to_string(dist("prometheus.yml"))
             .unwrap()
             .replace("127.0.0.1:9788", target)
@@ -174,6 +168,18 @@ impl Prometheus {
             config.contains(target),
             "dist/prometheus.yml lost its target"
         );
+        Prometheus::with_config("example", &config)
+    }
+
+    /// A Prometheus with this config (`tag` names its directory), returned
+    /// once it has scraped serve.
+    fn with_config(tag: &str, config: &str) -> Prometheus {
+        let dir = PathBuf::from(format!(
+            "/tmp/iosplit-serve-prometheus-{tag}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("data")).unwrap();
         std::fs::write(dir.join("prometheus.yml"), config).unwrap();
         let address = format!("127.0.0.1:{}", free_port());
         let log = std::fs::File::create(dir.join("log")).unwrap();
@@ -203,7 +209,11 @@ impl Prometheus {
         }
         // Its scrape manager applies new targets every 5 s: wait for the first scrape.
         while prometheus.query("iosplit_build_info").is_empty() {
-            assert!(Instant::now() < deadline, "prometheus never scraped serve");
+            assert!(
+                Instant::now() < deadline,
+                "prometheus never scraped serve: {}",
+                std::fs::read_to_string(prometheus.dir.join("log")).unwrap_or_default()
+            );
             std::thread::sleep(Duration::from_millis(200));
         }
         prometheus
@@ -994,59 +1004,20 @@ fn prometheus_scrapes_over_tls_with_basic_auth_and_nothing_else_gets_in() {
     assert_eq!(curl(&[&format!("http://{}/metrics", serve.address)]), "000");
 
     // A real Prometheus, scraping over HTTPS with the password.
-    let prometheus_dir = dir.join("prometheus");
-    std::fs::create_dir_all(prometheus_dir.join("data")).unwrap();
-    std::fs::write(
-        prometheus_dir.join("prometheus.yml"),
-        format!(
+    let prometheus = Prometheus::with_config(
+        "tls",
+        &format!(
             "global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: iosplit-trace\n    scheme: https\n    tls_config:\n      ca_file: {}\n    basic_auth:\n      username: prometheus\n      password: s3cret\n    static_configs:\n      - targets: [\"{}\"]\n",
             ca.display(),
             serve.address
         ),
-    )
-    .unwrap();
-    let address = format!("127.0.0.1:{}", free_port());
-    let log = std::fs::File::create(prometheus_dir.join("log")).unwrap();
-    let mut child = Command::new("prometheus")
-        .arg(format!(
-            "--config.file={}",
-            prometheus_dir.join("prometheus.yml").display()
-        ))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            prometheus_dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={address}"))
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .spawn()
-        .expect("start prometheus");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let query = |q: &str| -> Option<String> {
-        http_get(&format!("http://{address}/api/v1/query?query={q}"))
-    };
-    let mut scraped = false;
-    while Instant::now() < deadline {
-        if let Some(body) = query("up%7Bjob%3D%22iosplit-trace%22%7D") {
-            let value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
-            let up = value["data"]["result"][0]["value"][1]
-                .as_str()
-                .map(str::to_string);
-            if up.as_deref() == Some("1") {
-                scraped = query("iosplit_build_info").is_some_and(|b| b.contains("version"));
-                if scraped {
-                    break;
-                }
-            }
-        }
-        std::thread::sleep(Duration::from_millis(300));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    );
+    let up = prometheus.query("up{job=\"iosplit-trace\"}");
+    assert_eq!(up.len(), 1, "{up:?}");
+    assert_eq!(up[0].1, 1.0, "the TLS scrape target is up");
+    drop(prometheus);
     drop(serve);
-    let log = std::fs::read_to_string(prometheus_dir.join("log")).unwrap_or_default();
     let _ = std::fs::remove_dir_all(&dir);
-    assert!(scraped, "Prometheus never scraped serve over TLS: {log}");
 }
 
 /// One GET of `path` on `address`, by hand (no client per request): the

@@ -398,8 +398,19 @@ fn run_report(
             Some(file) => format!("{} on {}", file.path, calls.target.device),
             None => calls.target.device.clone(),
         };
+        // A device's failed commands are the command's own; a file's share
+        // its device with other writers, so they stay in io_errors.
+        let failed = match (&calls.target.file, &writes) {
+            (None, Some(writes)) if writes.failed_commands > 0 => format!(
+                ", {} of them failed ({}), and {} bios with them: see io_errors",
+                units::thousands(writes.failed_commands),
+                crate::explain::statuses(&writes.errors),
+                units::thousands(writes.failed_user_ios),
+            ),
+            _ => String::new(),
+        };
         let summary = format!(
-            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; the device received {} commands",
+            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; the device received {} commands{failed}",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
             write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),

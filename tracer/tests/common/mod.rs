@@ -3,6 +3,8 @@
 //! Every guard puts back what it changed when dropped, also on panic.
 #![allow(dead_code)]
 
+pub mod fio;
+
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

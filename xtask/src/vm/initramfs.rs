@@ -27,6 +27,11 @@ pub const MODULES: &[&str] = &[
     "sd_mod",
     "nvme",
     "dm_mod",
+    // dm-stack: dm-crypt with the null cipher (the kernel would ask a
+    // modprobe the guest does not run for the cipher and its ECB mode).
+    "dm_crypt",
+    "crypto_null",
+    "ecb",
     // ext4 for cgroup-writeback; its checksums need the crc32c shash, which
     // the kernel would otherwise ask a modprobe the guest does not run for.
     "crc32c_generic",

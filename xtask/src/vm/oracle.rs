@@ -82,6 +82,27 @@ pub fn lines_with_data(text: &str, dev: (u32, u32), action: &str) -> (u64, u64) 
     (with_data, without)
 }
 
+/// `C` lines on device `dev` whose status (the bracketed number the blk
+/// tracer prints after the range) is not 0.
+pub fn failed_completions(text: &str, dev: (u32, u32)) -> u64 {
+    let device = format!("{},{}", dev.0, dev.1);
+    text.lines()
+        .filter_map(|line| line.split_once(": ").map(|(_, rest)| rest))
+        .filter(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            words.len() >= 2
+                && words[0] == device
+                && words[1] == "C"
+                && words.last().is_some_and(|last| {
+                    last.strip_prefix('[')
+                        .and_then(|n| n.strip_suffix(']'))
+                        .and_then(|n| n.parse::<i64>().ok())
+                        .is_some_and(|status| status != 0)
+                })
+        })
+        .count() as u64
+}
+
 /// One row of the comparison: the report's events against the tracer's actions.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Agreement {
@@ -164,6 +185,17 @@ pub fn recursion_misses(fdinfo: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_completions_are_c_lines_with_a_status() {
+        let trace = "\
+              dd-97  [000] d..1.  5.1: 254,2    C  WS 8192 + 128 [5]
+              dd-97  [000] d..1.  5.2: 254,2    C  WS 0 + 128 [0]
+              dd-97  [000] d..1.  5.3: 254,2    Q  WS 8192 + 128 [dd]
+              dd-97  [000] d..1.  5.4: 252,0    C  WS 8192 + 128 [5]
+";
+        assert_eq!(failed_completions(trace, (254, 2)), 1);
+    }
 
     // Lines as the 6.1 guest's blk tracer printed them.
     const TRACE: &str = "\

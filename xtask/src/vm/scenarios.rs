@@ -121,8 +121,8 @@ pub fn all() -> Vec<Scenario> {
             fixed_disks: Vec::new(),
         },
         Scenario {
-            name: "dm-linear",
-            summary: "dm-linear over a partition: remaps through a stacked device keep the chain",
+            name: "dm-stack",
+            summary: "device-mapper over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt with 512 and 4096-byte sectors",
             disks: vec![Disk {
                 serial: "stacked",
                 bytes: 256 * MIB,
@@ -130,7 +130,7 @@ pub fn all() -> Vec<Scenario> {
                 partition: Some((2048, 400_000)),
             }],
             timeout: Duration::from_secs(300),
-            evaluate: dm_linear,
+            evaluate: dm_stack,
             fixed_disks: Vec::new(),
         },
         Scenario {
@@ -701,9 +701,7 @@ fn requeue_disk(results: &Results) -> Check {
     let indirect = geometry
         .get("virtio.features")
         .and_then(|bits| bits.chars().nth(INDIRECT_DESC_BIT));
-    let dev = device
-        .split_once(':')
-        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)));
+    let dev = device_number(&device);
     let requeues = dev
         .and_then(|dev| {
             super::oracle::parse_blk_trace(&trace)
@@ -751,10 +749,7 @@ fn requeue_run(results: &Results, prefix: &str) -> Result<RequeueRun, String> {
     let trace = results.text(&format!("{prefix}blk.trace"))?;
     let device = results.value(&format!("{prefix}names"), "requeue")?;
     let dev_text = results.value(&format!("{prefix}names"), "requeue_dev")?;
-    let dev = dev_text
-        .split_once(':')
-        .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
-        .ok_or_else(|| format!("bad device number {dev_text}"))?;
+    let dev = device_number(&dev_text).ok_or_else(|| format!("bad device number {dev_text}"))?;
     let (data_issues, _flushes) = super::oracle::lines_with_data(&trace, dev, "D");
     let requeues = super::oracle::parse_blk_trace(&trace)
         .per_device
@@ -917,7 +912,7 @@ fn requeue_fix(results: &Results, _line: &Line) -> Vec<Check> {
     checks
 }
 
-fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
+fn dm_stack(results: &Results, _line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "dm-linear table",
         results,
@@ -937,10 +932,7 @@ fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
     checks.push(
         match (results.text("blk.trace"), results.value("names", "dm_dev")) {
             (Ok(trace), Ok(dm_dev)) => {
-                let dm = dm_dev
-                    .split_once(':')
-                    .and_then(|(major, minor)| Some((major.parse().ok()?, minor.parse().ok()?)))
-                    .unwrap_or((0, 0));
+                let dm = device_number(&dm_dev).unwrap_or((0, 0));
                 let (data, empty) = super::oracle::lines_with_data(&trace, dm, "Q");
                 let remaps = super::oracle::parse_blk_trace(&trace).total("A");
                 let tool_remaps = results
@@ -1004,6 +996,197 @@ fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
         Err(why) => Check::missing(what, expected, why),
     });
     checks.extend(misaligned_table(results));
+    checks.extend(failing_table(results));
+    for sector_size in [512, 4096] {
+        checks.extend(crypt_table(results, sector_size));
+    }
+    checks
+}
+
+/// O_DIRECT writes dm-stack.sh makes on each dm-crypt device: 4 of 1 MiB, 64 of 4 KiB.
+const CRYPT_WRITES: u64 = 4 + 64;
+
+/// dm-stack.sh's dm-crypt table with `sector_size` bytes per encryption sector.
+fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
+    let (Ok(crypt), Ok(dev)) = (
+        results.value("names", &format!("crypt{sector_size}")),
+        results.value("names", &format!("crypt{sector_size}_dev")),
+    ) else {
+        return vec![Check::missing(
+            &format!("dm-crypt sector_size {sector_size}"),
+            "names crypt",
+            "dm-stack.sh did not name the device".to_string(),
+        )];
+    };
+    let dev = device_number(&dev).unwrap_or((0, 0));
+    let report_name = format!("report-crypt{sector_size}.json");
+    let trace_name = format!("blk-crypt{sector_size}.trace");
+    let mut checks = vec![expect_oracle_agreement(
+        &format!("dm-crypt ({sector_size} B sectors) + vda: events vs blk tracer"),
+        results,
+        &report_name,
+        &trace_name,
+    )];
+    let what = format!("dm-crypt ({sector_size} B sectors): user I/Os = what was submitted");
+    let expected = format!("tool user_ios = blk Q with data on the crypt device = {CRYPT_WRITES}");
+    checks.push(
+        match (results.json(&report_name), results.text(&trace_name)) {
+            (Ok(report), Ok(trace)) => {
+                let (queued, _) = super::oracle::lines_with_data(&trace, dev, "Q");
+                let user_ios =
+                    device_entry(&report, &crypt).and_then(|e| op_measure(e, "write", "user_ios"));
+                Check::new(
+                    &what,
+                    &expected,
+                    format!("tool {user_ios:?}, blk Q {queued}"),
+                    user_ios == Some(queued) && queued == CRYPT_WRITES,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(&what, &expected, why),
+        },
+    );
+    let check = results.json(&format!("check-crypt{sector_size}.json"));
+    let what = format!("check: dm-crypt ({sector_size} B sectors) stack, aligned");
+    let expected =
+        format!("stack dm-crypt with crypt_sector_size {sector_size} onto vda; no diagnosis");
+    checks.push(match &check {
+        Ok(report) => {
+            let stack = device_entry(report, &crypt).and_then(|e| e.pointer("/geometry/stack"));
+            let kind = stack.and_then(|s| s.get("kind")).and_then(Value::as_str);
+            let size = stack
+                .and_then(|s| s.get("crypt_sector_size"))
+                .and_then(Value::as_u64);
+            let bottom = stack
+                .and_then(|s| s.pointer("/legs/0/bottom/name"))
+                .and_then(Value::as_str);
+            let found = super::check::diagnoses_on(report, &crypt);
+            Check::new(
+                &what,
+                &expected,
+                format!(
+                    "{kind:?}, sector size {size:?}, bottom {bottom:?}, {} diagnoses",
+                    found.len()
+                ),
+                kind == Some("dm-crypt")
+                    && size == Some(sector_size)
+                    && bottom.is_some_and(|b| b.starts_with("vd"))
+                    && found.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(&what, &expected, why.clone()),
+    });
+    let what = format!("run -- dd on dm-crypt ({sector_size} B sectors): chain to commands");
+    let expected = "64 writes, 64 bios on the crypt device, commands > 0".to_string();
+    checks.push(
+        match results.json(&format!("run-crypt{sector_size}.json")) {
+            Ok(report) => {
+                let target = report
+                    .pointer("/run/targets")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                    .find(|t| t.get("device").and_then(Value::as_str) == Some(crypt.as_str()));
+                let field = |key: &str| target.and_then(|t| t.get(key)).and_then(Value::as_u64);
+                let (writes, bios, commands) =
+                    (field("write_syscalls"), field("bios"), field("commands"));
+                Check::new(
+                    &what,
+                    &expected,
+                    format!("writes {writes:?}, bios {bios:?}, commands {commands:?}"),
+                    writes == Some(64) && bios == Some(64) && commands.is_some_and(|c| c > 0),
+                )
+            }
+            Err(why) => Check::missing(&what, &expected, why),
+        },
+    );
+    checks
+}
+
+/// dm-stack.sh's table whose second half is dm-error: 4 failing dd writes.
+fn failing_table(results: &Results) -> Vec<Check> {
+    let (Ok(err), Ok(dev)) = (
+        results.value("names", "error_dm"),
+        results.value("names", "error_dev"),
+    ) else {
+        return vec![Check::missing(
+            "dm-error",
+            "names error_dm",
+            "dm-stack.sh did not name the device".to_string(),
+        )];
+    };
+    let dev = device_number(&dev).unwrap_or((0, 0));
+    let mut checks = vec![expect_oracle_agreement(
+        "linear + error table: events vs blk tracer",
+        results,
+        "report-error.json",
+        "blk-error.trace",
+    )];
+    let what = "failed writes on the dm-error half: tool vs blk C status";
+    let expected = "blk C with status = tool failed_commands = failed_user_ios = 4, all EIO";
+    let report = results.json("report-error.json");
+    checks.push(match (&report, &results.text("blk-error.trace")) {
+        (Ok(report), Ok(trace)) => {
+            let blk = super::oracle::failed_completions(trace, dev);
+            let entry = device_entry(report, &err);
+            let failed = entry.and_then(|e| op_measure(e, "write", "failed_commands"));
+            let failed_ios = entry.and_then(|e| op_measure(e, "write", "failed_user_ios"));
+            let eio = report
+                .get("diagnoses")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|d| {
+                    d.get("code").and_then(Value::as_str) == Some("io_errors")
+                        && d.get("device").and_then(Value::as_str) == Some(err.as_str())
+                })
+                .and_then(|d| d.pointer("/evidence/errors/EIO"))
+                .and_then(Value::as_u64);
+            Check::new(
+                what,
+                expected,
+                format!("blk {blk}, tool {failed:?} commands, {failed_ios:?} user I/Os, io_errors EIO {eio:?}"),
+                blk == 4 && failed == Some(blk) && failed_ios == Some(blk) && eio == Some(blk),
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why.clone()),
+    });
+    checks.push(expect_diagnoses(
+        "report on the linear + error table",
+        &report,
+        &err,
+        &["io_errors"],
+        None,
+    ));
+    let run = results.json("run-error.json");
+    let what = "run -- dd into dm-error: dd fails and the run says io_errors";
+    let expected =
+        "dd exit status != 0; io_errors on the dm device; the summary says 1 failed (EIO)";
+    checks.push(match (&run, &results.text("run-error.rc")) {
+        (Ok(report), Ok(rc)) => {
+            let found = super::check::diagnoses_on(report, &err);
+            let summary = report
+                .pointer("/run/targets/0/summary")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let named = found.iter().any(|f| f.code == "io_errors")
+                && summary.contains("1 of them failed (EIO ×1)");
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "rc {}, {err}: {}",
+                    rc.trim(),
+                    found
+                        .iter()
+                        .map(|f| f.code.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                rc.trim() != "0" && named,
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why.clone()),
+    });
     checks
 }
 
@@ -1011,6 +1194,12 @@ fn dm_linear(results: &Results, _line: &Line) -> Vec<Check> {
 fn mkfs_alignment_warning(output: &str) -> Option<u64> {
     let rest = output.split("alignment is offset by ").nth(1)?;
     rest.split_whitespace().next()?.parse().ok()
+}
+
+/// "254:1" as the blk tracer's (major, minor).
+fn device_number(text: &str) -> Option<(u32, u32)> {
+    let (major, minor) = text.trim().split_once(':')?;
+    Some((major.parse().ok()?, minor.parse().ok()?))
 }
 
 /// The first `misaligned_stack` diagnosis on `device`.
@@ -1030,7 +1219,7 @@ fn write_commands(report: &Value, device: &str) -> Option<(u64, u64)> {
     ))
 }
 
-/// dm-linear.sh's second table, 3 sectors into the partition, then reloaded
+/// dm-stack.sh's second table, 3 sectors into the partition, then reloaded
 /// with the offset the finding proposes.
 fn misaligned_table(results: &Results) -> Vec<Check> {
     let names = (
@@ -1041,7 +1230,7 @@ fn misaligned_table(results: &Results) -> Vec<Check> {
         return vec![Check::missing(
             "misaligned dm table",
             "names offset_dm and dm",
-            "dm-linear.sh did not name the devices".to_string(),
+            "dm-stack.sh did not name the devices".to_string(),
         )];
     };
     let part = results.value("names", "part").unwrap_or_default();
