@@ -97,6 +97,10 @@ pub(super) struct Fragment {
     /// The front piece of a split cut at a size or segment limit: its request
     /// can take nothing more, so it is never a missed merge.
     pub(super) full: bool,
+    /// Cut off by device-mapper from a bio it trims and resubmits: no
+    /// completion of its own is traced (the trimmed bio's covers it), so it
+    /// ends when it is sent down.
+    pub(super) untraced_end: bool,
     /// Next fragment in the same command.
     pub(super) next: u32,
 }
@@ -109,6 +113,7 @@ impl Default for Fragment {
             end: 0,
             state: FragmentState::Pending,
             full: false,
+            untraced_end: false,
             next: NIL,
         }
     }

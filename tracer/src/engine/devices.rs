@@ -107,6 +107,10 @@ pub(crate) struct DeviceState {
     /// Requeued commands without a range (flushes, passthrough), per op:
     /// the next such issue is their re-issue, not a new command.
     pub(super) requeued_empty: [u32; OP_COUNT],
+    /// Bio-based only: the fragment queued or cut last. Device-mapper traces
+    /// a split on the bio it trimmed, which already starts at the cut, so
+    /// the piece it was cut from is found here, not by its start.
+    pub(super) last_fragment: SlotRef,
 }
 
 impl DeviceState {
@@ -128,6 +132,7 @@ impl DeviceState {
             last_issue: [LastIssue::default(); OP_COUNT],
             last_queued: [LastQueued::default(); OP_COUNT],
             requeued_empty: [0; OP_COUNT],
+            last_fragment: SlotRef::NONE,
         }
     }
 

@@ -29,14 +29,17 @@ impl Engine {
             _ => None,
         };
         if let Some(index) = traced.or(inferred) {
-            let (io, start) = match self.fragments.get_mut(index) {
+            let (io, start, untraced_end) = match self.fragments.get_mut(index) {
                 Some(fragment) => {
                     fragment.state = FragmentState::SentDown;
-                    (fragment.io, fragment.start)
+                    (fragment.io, fragment.start, fragment.untraced_end)
                 }
                 None => return,
             };
             self.count_bio_command(from_dev, io, start, length);
+            if untraced_end {
+                self.complete_fragment(index, false);
+            }
             // The upper device's completion is not in the trace: its user I/O
             // ends with the bio it became.
             let upper_fragment = match inferred {
@@ -195,31 +198,55 @@ impl Engine {
             end: event.sector.saturating_add(sectors),
             state: FragmentState::Pending,
             full: false,
+            untraced_end: false,
             next: NIL,
         };
-        if self
-            .fragments
-            .insert(fragment, Some((event.dev, event.sector)), self.now_ns, true)
-            .is_none()
-        {
+        let Some(fragment_index) =
+            self.fragments
+                .insert(fragment, Some((event.dev, event.sector)), self.now_ns, true)
+        else {
             self.user_ios.remove(io_index);
             self.correlation.evicted += 1;
             self.emit(queued(None));
             return;
+        };
+        let device = &mut self.devices[disk as usize];
+        if device.bio_based() {
+            device.last_fragment = self.fragments.slot_ref(fragment_index);
         }
         self.emit(queued(Some(IoId::of(io_ref))));
+    }
+
+    /// The pending fragment a split at `new_sector` cuts. block/blk-merge.c
+    /// traces the piece cut off (its start, then the cut); device-mapper
+    /// traces the bio it trimmed, whose start is already the cut, so that
+    /// piece is the device's last fragment, if the cut falls inside it.
+    fn fragment_split_at(&self, event: &BlockEvent, new_sector: u64) -> Option<(u32, u64)> {
+        if new_sector > event.sector {
+            let found = self
+                .fragments
+                .find(&(event.dev, event.sector), |fragment| {
+                    fragment.state == FragmentState::Pending && fragment.end > new_sector
+                })?;
+            return Some((found, event.sector));
+        }
+        if new_sector != event.sector {
+            return None;
+        }
+        let slot = self.dev_index.get(&event.dev)?;
+        let device = &self.devices[slot.disk as usize];
+        let index = self.fragments.resolve(device.last_fragment)?;
+        let fragment = self.fragments.get(index)?;
+        let inside = fragment.start < new_sector && new_sector < fragment.end;
+        (fragment.state == FragmentState::Pending && inside).then_some((index, fragment.start))
     }
 
     pub(super) fn on_split(&mut self, event: &BlockEvent, new_sector: u64) {
         // Room first: making room may evict the very fragment we are about to cut.
         let room = self.make_room_for_fragment();
-        let found = if new_sector > event.sector {
-            self.fragments.find(&(event.dev, event.sector), |fragment| {
-                fragment.state == FragmentState::Pending && fragment.end > new_sector
-            })
-        } else {
-            None
-        };
+        let cut = self.fragment_split_at(event, new_sector);
+        let found = cut.map(|(index, _)| index);
+        let piece_start = cut.map_or(event.sector, |(_, start)| start);
         let io_ref = found
             .and_then(|index| self.fragments.get(index))
             .map(|fragment| fragment.io);
@@ -243,7 +270,7 @@ impl Engine {
         let cause = split_cause(
             &self.devices[target.disk as usize].limits,
             target.op,
-            event.sector,
+            piece_start,
             new_sector,
         );
         let stats = self.stats_mut(target);
@@ -262,15 +289,27 @@ impl Engine {
         let remainder = Fragment {
             start: new_sector,
             end: front.end,
+            untraced_end: false,
             ..*front
         };
         front.end = new_sector;
         front.full = cause.fills_the_request();
-        let inserted = room
-            && self
-                .fragments
+        front.untraced_end = new_sector == event.sector;
+        let remainder_index = if room {
+            self.fragments
                 .insert(remainder, Some((event.dev, new_sector)), self.now_ns, true)
-                .is_some();
+        } else {
+            None
+        };
+        let inserted = remainder_index.is_some();
+        if let (Some(index), Some(slot)) =
+            (remainder_index, self.dev_index.get(&event.dev).copied())
+        {
+            let device = &mut self.devices[slot.disk as usize];
+            if device.bio_based() {
+                device.last_fragment = self.fragments.slot_ref(index);
+            }
+        }
         if let Some(io) = io_index.and_then(|index| self.user_ios.get_mut(index)) {
             io.fragments += 1;
             if inserted {

@@ -552,6 +552,39 @@ fn stacked_remap_continues_the_chain_on_the_lower_partition() {
     assert!(p1_origin.other.ops.is_empty());
 }
 
+/// dm-crypt on 6.12 cuts a 1 MiB write into 128 KiB clones: device-mapper
+/// traces each cut on the bio it trims (`X 256 / 256`: its start is already
+/// the cut), remaps each clone, and traces one completion, of the last
+/// piece, for the whole bio (as the `dm-stack` VM scenario's blk trace shows).
+#[test]
+fn device_mapper_cuts_traced_on_the_trimmed_bio_keep_the_chain() {
+    let mut engine = engine();
+    let mut events = vec![queue(MS, DM, 0, 1024)];
+    for cut in [256, 512, 768] {
+        events.push(split(MS, DM, cut, cut));
+    }
+    for piece in 0..4u64 {
+        let sector = piece * 256;
+        events.push(remap(2 * MS, LOOP0, sector, 256, DM, sector));
+        events.push(remap(2 * MS, LOOP0, 2048 + sector, 256, P1, sector));
+        events.push(queue(2 * MS, LOOP0, 2048 + sector, 256));
+        events.push(issue(3 * MS, LOOP0, 2048 + sector, 256));
+        events.push(complete(4 * MS, LOOP0, 2048 + sector, 256));
+    }
+    events.push(bio_complete(5 * MS, DM, 768, 256));
+    feed(&mut engine, &events);
+    assert_clean(&engine);
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!((upper.user_ios, upper.fragments, upper.splits), (1, 4, 3));
+    assert_eq!(
+        upper.commands, 4,
+        "each clone sent down is a command of dm-0"
+    );
+    assert_near(upper.queue_to_complete_us.p50, 4000);
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((p1.user_ios, p1.commands), (4, 4));
+}
+
 /// `blktrace -d` on the lower disk of LVM on a partition (as on CentOS 7,
 /// where the dm remap names the partition): no queue on dm-0, two remaps.
 /// The dm bio is the user I/O, and the chain reaches the partition's bio.
