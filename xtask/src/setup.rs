@@ -22,7 +22,8 @@ pub const PACKAGES: &[&str] = &[
     "busybox-static",
     "cpio",
     "kmod",    // depmod for the guest kernel's modules
-    "dmsetup", // the dm-stack scenario
+    "dmsetup", // the stacks scenario
+    "mdadm",   // the stacks scenario
     "file",    // checks the guest binary is static
     "gcc",     // builds the static guest-io helper
     "libc6-dev",

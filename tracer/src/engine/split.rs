@@ -33,7 +33,12 @@ impl SplitLimits {
             max_sectors: u64::from(disk.max_sectors_kb) * 2,
             max_segments: u64::from(disk.max_segments),
             max_segment_bytes: u64::from(disk.max_segment_size),
-            chunk_sectors: u64::from(disk.chunk_sectors),
+            // md raid0/10/4/5/6 and dm-striped cut at their chunks without
+            // saying so in queue/chunk_sectors.
+            chunk_sectors: match disk.chunk_sectors {
+                0 => disk.stack.as_ref().map_or(0, |stack| stack.chunk_sectors),
+                queue => u64::from(queue),
+            },
             pbs_sectors: power_of_two_sectors(disk.physical_block_size),
             lbs_sectors: power_of_two_sectors(disk.logical_block_size),
             virt_boundary_mask: disk.virt_boundary_mask,
@@ -102,7 +107,13 @@ pub fn split_cause(limits: &SplitLimits, op: Op, sector: u64, new_sector: u64) -
     }
     let limit = limits.max_io_sectors(sector);
     let below_max = limits.max_sectors == 0 || piece < limits.max_sectors;
-    if limits.chunk_sectors != 0 && new_sector.is_multiple_of(limits.chunk_sectors) && below_max {
+    // A cap no larger than the chunk is the chunk's (md raid0 sets its
+    // max_hw_sectors to it).
+    let chunk_capped = limits.max_sectors == limits.chunk_sectors;
+    if limits.chunk_sectors != 0
+        && new_sector.is_multiple_of(limits.chunk_sectors)
+        && (below_max || chunk_capped)
+    {
         return SplitCause::ChunkBoundary;
     }
     let Some(limit) = limit else {
@@ -234,6 +245,35 @@ mod tests {
         );
         // Longer than max_segments full segments can carry: not a segment split.
         assert_eq!(split_cause(&limits, Op::Read, 0, 1024), SplitCause::Unknown);
+    }
+
+    /// md raid0 with 64 KiB chunks, as the `stacks` VM scenario reads it:
+    /// queue/chunk_sectors 0, max_sectors_kb 64 (the chunk), md/chunk_size 65536.
+    #[test]
+    fn a_raid0_cuts_at_its_chunks_not_at_its_size_cap() {
+        let md1 = DiskGeometry {
+            name: "md1".into(),
+            logical_block_size: 512,
+            physical_block_size: 4096,
+            max_sectors_kb: 64,
+            max_hw_sectors_kb: 64,
+            stack: Some(crate::geometry::stack::Stack {
+                kind: "md-raid0".into(),
+                chunk_sectors: 128,
+                ..Default::default()
+            }),
+            ..DiskGeometry::default()
+        };
+        let limits = SplitLimits::from_geometry(&md1);
+        assert_eq!(limits.chunk_sectors, 128);
+        assert_eq!(
+            split_cause(&limits, Op::Write, 0, 128),
+            SplitCause::ChunkBoundary
+        );
+        assert_eq!(
+            split_cause(&limits, Op::Write, 64, 128),
+            SplitCause::ChunkBoundary
+        );
     }
 
     #[test]

@@ -555,7 +555,7 @@ fn stacked_remap_continues_the_chain_on_the_lower_partition() {
 /// dm-crypt on 6.12 cuts a 1 MiB write into 128 KiB clones: device-mapper
 /// traces each cut on the bio it trims (`X 256 / 256`: its start is already
 /// the cut), remaps each clone, and traces one completion, of the last
-/// piece, for the whole bio (as the `dm-stack` VM scenario's blk trace shows).
+/// piece, for the whole bio (as the `stacks` VM scenario's blk trace shows).
 #[test]
 fn device_mapper_cuts_traced_on_the_trimmed_bio_keep_the_chain() {
     let mut engine = engine();

@@ -69,9 +69,9 @@ fn fix(top: &str, evidence: &MisalignedStackEvidence) -> String {
             disk,
             proposed_start,
         } => format!(
-            "{backup} Recreate {partition} on {disk} at sector {proposed_start} or any later \
-             multiple of 2048 (1 MiB), with `sfdisk` or `parted {disk} unit s`, then rebuild \
-             the stack on it."
+            "{backup} Recreate {partition} on /dev/{disk} with its start on the grid: sector \
+             {proposed_start} at the least, or a multiple of 2048 (1 MiB) as fdisk and parted \
+             choose (`sfdisk -N` or `parted /dev/{disk} unit s`), then rebuild the stack on it."
         ),
         StackFix::LvmDataAlignment { pv, alignment_kib } => format!(
             "{backup} The LV's extents start off the grid on the physical volume {pv}. Move \

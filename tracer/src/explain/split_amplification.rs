@@ -93,7 +93,7 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
         ),
         SplitFix::AlignToChunks => (
             format!(
-                "The device splits I/O at every {}-sector chunk boundary (chunk_sectors), counted from the start of the disk.",
+                "The device splits I/O at every {}-sector chunk boundary (its chunk_sectors, or the chunk of the RAID or stripe it is), counted from its start: I/O larger than a chunk is cut by design, one piece per chunk.",
                 evidence.chunk_sectors
             ),
             format!(

@@ -14,7 +14,7 @@ use super::kernel::{module_name, Kernel, ModuleDeps};
 use crate::util::{run, workspace_root, Result};
 
 /// Dynamic host binaries the scenarios run; copied with their libraries.
-const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup"];
+const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm"];
 /// Config files those tools read.
 const HOST_FILES: &[&str] = &["/etc/mke2fs.conf"];
 /// Modules loaded by `load_module` in the guest (each with its dependencies).
@@ -27,9 +27,11 @@ pub const MODULES: &[&str] = &[
     "sd_mod",
     "nvme",
     "dm_mod",
-    // dm-stack: dm-crypt with the null cipher (the kernel would ask a
+    // stacks: md RAID, and dm-crypt with the null cipher (the kernel would ask a
     // modprobe the guest does not run for the cipher and its ECB mode).
     "dm_crypt",
+    "raid0",
+    "raid1",
     "crypto_null",
     "ecb",
     // ext4 for cgroup-writeback; its checksums need the crc32c shash, which

@@ -121,16 +121,26 @@ pub fn all() -> Vec<Scenario> {
             fixed_disks: Vec::new(),
         },
         Scenario {
-            name: "dm-stack",
-            summary: "device-mapper over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt with 512 and 4096-byte sectors",
-            disks: vec![Disk {
-                serial: "stacked",
-                bytes: 256 * MIB,
+            name: "stacks",
+            summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096; md raid1 on sector-63 partitions, raid0 (64 KiB chunks) and a table 8 sectors into it",
+            disks: [
+                ("stacked", 256 * MIB, 2048, 400_000),
+                // Legacy DOS partitions at sector 63 for raid1; aligned ones for raid0.
+                ("mirror-a", 64 * MIB, 63, 100_000),
+                ("mirror-b", 64 * MIB, 63, 100_000),
+                ("stripe-a", 64 * MIB, 2048, 100_000),
+                ("stripe-b", 64 * MIB, 2048, 100_000),
+            ]
+            .into_iter()
+            .map(|(serial, bytes, start, size)| Disk {
+                serial,
+                bytes,
                 bus: SEED_512E,
-                partition: Some((2048, 400_000)),
-            }],
+                partition: Some((start, size)),
+            })
+            .collect(),
             timeout: Duration::from_secs(300),
-            evaluate: dm_stack,
+            evaluate: stacks,
             fixed_disks: Vec::new(),
         },
         Scenario {
@@ -912,7 +922,7 @@ fn requeue_fix(results: &Results, _line: &Line) -> Vec<Check> {
     checks
 }
 
-fn dm_stack(results: &Results, _line: &Line) -> Vec<Check> {
+fn stacks(results: &Results, _line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "dm-linear table",
         results,
@@ -1000,13 +1010,203 @@ fn dm_stack(results: &Results, _line: &Line) -> Vec<Check> {
     for sector_size in [512, 4096] {
         checks.extend(crypt_table(results, sector_size));
     }
+    checks.extend(md_arrays(results));
     checks
 }
 
-/// O_DIRECT writes dm-stack.sh makes on each dm-crypt device: 4 of 1 MiB, 64 of 4 KiB.
+/// The `misaligned_stack` evidence on `device` in a report, if any.
+fn stack_evidence<'a>(report: &'a Value, device: &str) -> Option<&'a Value> {
+    stack_diagnosis(report, device).and_then(|d| d.get("evidence"))
+}
+
+/// stacks.sh's md arrays: raid1 md0 on sector-63 partitions, raid0 md1
+/// with 64 KiB chunks on aligned ones, a dm table 8 sectors into md1.
+fn md_arrays(results: &Results) -> Vec<Check> {
+    let names = [
+        "mirror_part",
+        "mirror_disk",
+        "md0_offset",
+        "md0_dev",
+        "md1_dev",
+        "onraid",
+    ]
+    .map(|key| results.value("names", key));
+    let [Ok(mirror_part), Ok(mirror_disk), Ok(md0_offset), Ok(md0_dev), Ok(md1_dev), Ok(onraid)] =
+        names
+    else {
+        return vec![Check::missing(
+            "md arrays",
+            "names of the arrays",
+            format!(
+                "stacks.sh did not name them: {}",
+                results.text("mdadm.out").unwrap_or_default().trim()
+            ),
+        )];
+    };
+    let check = results.json("check-md.json");
+    let mut checks = Vec::new();
+    let what = "check: raid1 on partitions at sector 63";
+    let offset: u64 = md0_offset.parse().unwrap_or(0);
+    let expected = format!(
+        "misaligned_stack on md0, bottom_start 63 + data offset {offset}, culprit the partition {mirror_part} (recreate at 64)"
+    );
+    checks.push(match &check {
+        Ok(report) => {
+            let evidence = stack_evidence(report, "md0");
+            let text = |key: &str| evidence.and_then(|e| e.get(key)).and_then(Value::as_str);
+            let number = |key: &str| evidence.and_then(|e| e.get(key)).and_then(Value::as_i64);
+            let fix = stack_diagnosis(report, "md0")
+                .and_then(|d| d.get("fix"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            Check::new(
+                what,
+                &expected,
+                format!(
+                    "{:?} via {:?} at {:?} -> {:?}, bottom_start {:?}",
+                    text("culprit_device"),
+                    text("culprit_via"),
+                    number("culprit_offset_sectors"),
+                    number("proposed_offset_sectors"),
+                    number("bottom_start")
+                ),
+                text("culprit_via") == Some("partition")
+                    && text("culprit_device") == Some(mirror_disk.as_str())
+                    && number("bottom_start") == Some(63 + offset as i64)
+                    && number("proposed_offset_sectors") == Some(64)
+                    && fix.contains(&format!("Recreate {mirror_part}")),
+            )
+        }
+        Err(why) => Check::missing(what, &expected, why.clone()),
+    });
+    checks.push(expect_diagnoses(
+        "check: raid0 on aligned partitions (false alarm)",
+        &check,
+        "md1",
+        &[],
+        None,
+    ));
+    let what = "check: a table 8 sectors into the raid0 cuts its 64 KiB chunks";
+    let expected =
+        "misaligned_stack on the dm device: bottom md1, granularity 65536, 4096 bytes past";
+    checks.push(match &check {
+        Ok(report) => {
+            let evidence = stack_evidence(report, &onraid);
+            let field = |key: &str| evidence.and_then(|e| e.get(key)).cloned();
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "bottom {:?}, granularity {:?}, offset {:?}",
+                    field("bottom_device"),
+                    field("granularity"),
+                    field("offset_bytes")
+                ),
+                field("bottom_device") == Some(Value::from("md1"))
+                    && field("granularity") == Some(Value::from(65536))
+                    && field("offset_bytes") == Some(Value::from(4096)),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why.clone()),
+    });
+    checks.push(expect_oracle_agreement(
+        "md0 + md1 + members: events vs blk tracer",
+        results,
+        "report-md.json",
+        "blk-md.trace",
+    ));
+    let what = "md user I/Os = what was submitted; every chain ended";
+    let expected = "md0 16 and md1 4 user I/Os (= blk Q with data); unmatched 0, in flight 0";
+    checks.push(
+        match (results.json("report-md.json"), results.text("blk-md.trace")) {
+            (Ok(report), Ok(trace)) => {
+                let user_ios = |name: &str| {
+                    device_entry(&report, name).and_then(|e| op_measure(e, "write", "user_ios"))
+                };
+                let queued = |dev: &str| {
+                    device_number(dev)
+                        .map(|dev| super::oracle::lines_with_data(&trace, dev, "Q").0)
+                        .unwrap_or(0)
+                };
+                let field = |key: &str| {
+                    report
+                        .pointer(&format!("/correlation/{key}"))
+                        .and_then(Value::as_u64)
+                };
+                let (md0, md1) = (user_ios("md0"), user_ios("md1"));
+                let (q0, q1) = (queued(&md0_dev), queued(&md1_dev));
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "md0 {md0:?} (blk {q0}), md1 {md1:?} (blk {q1}); unmatched {:?}, in flight {:?}",
+                        field("unmatched_events"),
+                        field("in_flight")
+                    ),
+                    md0 == Some(16)
+                        && q0 == 16
+                        && md1 == Some(4)
+                        && q1 == 4
+                        && field("unmatched_events") == Some(0)
+                        && field("in_flight") == Some(0),
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    let what = "raid0: 1 MiB writes cut at its 64 KiB chunks, and named so";
+    let expected = "md1 split_causes only chunk_boundary, as many as blk X on md1 (60)";
+    checks.push(
+        match (results.json("report-md.json"), results.text("blk-md.trace")) {
+            (Ok(report), Ok(trace)) => {
+                let causes = device_entry(&report, "md1")
+                    .and_then(|e| e.pointer("/measures/ops/write/split_causes"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let cuts = device_number(&md1_dev)
+                    .map(|dev| super::oracle::lines_with_data(&trace, dev, "X"))
+                    .map_or(0, |(with, without)| with + without);
+                let chunk = causes.get("chunk_boundary").and_then(Value::as_u64);
+                let only = causes.as_object().is_some_and(|c| c.len() == 1);
+                Check::new(
+                    what,
+                    expected,
+                    format!("{causes}; blk X {cuts}"),
+                    only && chunk == Some(cuts) && cuts == 60,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    let what = "run -- dd on raid0: chain to commands";
+    let expected = "16 writes, 16 bios on md1, commands > 0";
+    checks.push(match results.json("run-md1.json") {
+        Ok(report) => {
+            let target = report
+                .pointer("/run/targets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|t| t.get("device").and_then(Value::as_str) == Some("md1"));
+            let field = |key: &str| target.and_then(|t| t.get(key)).and_then(Value::as_u64);
+            let (writes, bios, commands) =
+                (field("write_syscalls"), field("bios"), field("commands"));
+            Check::new(
+                what,
+                expected,
+                format!("writes {writes:?}, bios {bios:?}, commands {commands:?}"),
+                writes == Some(16) && bios == Some(16) && commands.is_some_and(|c| c > 0),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
+/// O_DIRECT writes stacks.sh makes on each dm-crypt device: 4 of 1 MiB, 64 of 4 KiB.
 const CRYPT_WRITES: u64 = 4 + 64;
 
-/// dm-stack.sh's dm-crypt table with `sector_size` bytes per encryption sector.
+/// stacks.sh's dm-crypt table with `sector_size` bytes per encryption sector.
 fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
     let (Ok(crypt), Ok(dev)) = (
         results.value("names", &format!("crypt{sector_size}")),
@@ -1015,7 +1215,7 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
         return vec![Check::missing(
             format!("dm-crypt sector_size {sector_size}"),
             "names crypt",
-            "dm-stack.sh did not name the device".to_string(),
+            "stacks.sh did not name the device".to_string(),
         )];
     };
     let dev = device_number(&dev).unwrap_or((0, 0));
@@ -1124,7 +1324,7 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
     checks
 }
 
-/// dm-stack.sh's table whose second half is dm-error: 4 failing dd writes.
+/// stacks.sh's table whose second half is dm-error: 4 failing dd writes.
 fn failing_table(results: &Results) -> Vec<Check> {
     let (Ok(err), Ok(dev)) = (
         results.value("names", "error_dm"),
@@ -1133,7 +1333,7 @@ fn failing_table(results: &Results) -> Vec<Check> {
         return vec![Check::missing(
             "dm-error",
             "names error_dm",
-            "dm-stack.sh did not name the device".to_string(),
+            "stacks.sh did not name the device".to_string(),
         )];
     };
     let dev = device_number(&dev).unwrap_or((0, 0));
@@ -1241,7 +1441,7 @@ fn write_commands(report: &Value, device: &str) -> Option<(u64, u64)> {
     ))
 }
 
-/// dm-stack.sh's second table, 3 sectors into the partition, then reloaded
+/// stacks.sh's second table, 3 sectors into the partition, then reloaded
 /// with the offset the finding proposes.
 fn misaligned_table(results: &Results) -> Vec<Check> {
     let names = (
@@ -1252,7 +1452,7 @@ fn misaligned_table(results: &Results) -> Vec<Check> {
         return vec![Check::missing(
             "misaligned dm table",
             "names offset_dm and dm",
-            "dm-stack.sh did not name the devices".to_string(),
+            "stacks.sh did not name the devices".to_string(),
         )];
     };
     let part = results.value("names", "part").unwrap_or_default();

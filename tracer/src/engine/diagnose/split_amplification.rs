@@ -79,7 +79,7 @@ impl Check for SplitAmplification {
             max_segments: geometry.max_segments,
             max_segment_size: geometry.max_segment_size,
             physical_block_size: geometry.physical_block_size,
-            chunk_sectors: geometry.chunk_sectors,
+            chunk_sectors: u32::try_from(traffic.device.limits.chunk_sectors).unwrap_or(u32::MAX),
             virt_boundary_mask: geometry.virt_boundary_mask,
             discard_granularity: geometry.discard_granularity,
             discard_max_bytes: geometry.discard_max_bytes,

@@ -102,3 +102,47 @@ for ss in 512 4096; do
         dd if=/dev/zero of="/dev/$crypt" bs=4k count=64 oflag=direct 2> /results/run-crypt$ss.json.stderr
     dmsetup remove $name
 done
+
+# md: raid1 over two partitions at the legacy DOS sector 63, raid0 with
+# 64 KiB chunks over two aligned ones, and a dm table 8 sectors (4 KiB) into
+# the raid0: on the physical-block grid, off the chunk grid.
+load_module raid1
+load_module raid0
+mirror_a=$(wait_for_serial mirror-a 10)
+mirror_b=$(wait_for_serial mirror-b 10)
+stripe_a=$(wait_for_serial stripe-a 10)
+stripe_b=$(wait_for_serial stripe-b 10)
+for member in $mirror_a $mirror_b $stripe_a $stripe_b; do wait_for_block "${member}1" 10; done
+mdadm --create /dev/md0 --run --assume-clean --level=1 --raid-devices=2 --metadata=1.2 \
+    "/dev/${mirror_a}1" "/dev/${mirror_b}1" > /results/mdadm.out 2>&1
+mdadm --create /dev/md1 --run --level=0 --chunk=64 --raid-devices=2 --metadata=1.2 \
+    "/dev/${stripe_a}1" "/dev/${stripe_b}1" >> /results/mdadm.out 2>&1
+wait_for_block md0 10
+wait_for_block md1 10
+{
+    echo "mirror_part=${mirror_a}1"
+    echo "mirror_disk=$mirror_a"
+    echo "md0_offset=$(cat /sys/block/md0/md/dev-${mirror_a}1/offset)"
+    echo "md0_dev=$(cat /sys/block/md0/dev)"
+    echo "md1_dev=$(cat /sys/block/md1/dev)"
+} >> /results/names
+md1_size=$(cat /sys/block/md1/size)
+dmsetup create vmtest-onraid --table "0 $(( (md1_size - 128) / 128 * 128 )) linear /dev/md1 8"
+onraid=$(dmsetup info -c --noheadings -o blkdevname vmtest-onraid | tr -d " ")
+wait_for_block "$onraid" 10
+echo "onraid=$onraid" >> /results/names
+bounded 30 iosplit-trace check --json -o /results/check-md.json > /dev/null 2> /results/check-md.json.stderr
+bounded 30 iosplit-trace check md0 "$onraid" > /results/check-md.txt 2>&1
+members="$mirror_a $mirror_b $stripe_a $stripe_b"
+blk_trace_start md0 md1 $members
+start_report /results/report-md.json -d md0 -d md1 $(for m in $members; do echo "-d $m"; done)
+guest-io write /dev/md0 0 65536 16
+guest-io write /dev/md1 0 1048576 4
+sleep 1
+stop_report
+blk_trace_stop /results/blk-md.trace md0 md1 $members
+bounded 60 iosplit-trace run --json -o /results/run-md1.json -- \
+    dd if=/dev/zero of=/dev/md1 bs=64k count=16 oflag=direct 2> /results/run-md1.json.stderr
+dmsetup remove vmtest-onraid
+mdadm --stop /dev/md0 >> /results/mdadm.out 2>&1
+mdadm --stop /dev/md1 >> /results/mdadm.out 2>&1
