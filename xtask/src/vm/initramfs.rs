@@ -30,6 +30,7 @@ pub const MODULES: &[&str] = &[
     // stacks: md RAID, and dm-crypt with the null cipher (the kernel would ask a
     // modprobe the guest does not run for the cipher and its ECB mode).
     "dm_crypt",
+    "dm_flakey",
     "raid0",
     "raid1",
     "crypto_null",

@@ -122,7 +122,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stacks",
-            summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096; md raid1 on sector-63 partitions, raid0 (64 KiB chunks) and a table 8 sectors into it",
+            summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096; md raid1 on sector-63 partitions, raid0 (64 KiB chunks) and a table 8 sectors into it; dm-striped; dm-flakey",
             disks: [
                 ("stacked", 256 * MIB, 2048, 400_000),
                 // Legacy DOS partitions at sector 63 for raid1; aligned ones for raid0.
@@ -1011,6 +1011,114 @@ fn stacks(results: &Results, _line: &Line) -> Vec<Check> {
         checks.extend(crypt_table(results, sector_size));
     }
     checks.extend(md_arrays(results));
+    checks.extend(striped_table(results));
+    checks.extend(flakey_table(results));
+    checks
+}
+
+/// stacks.sh's dm-striped table: 2 stripes of 64 KiB chunks, 4 writes of 1 MiB.
+fn striped_table(results: &Results) -> Vec<Check> {
+    let (Ok(striped), Ok(dev)) = (
+        results.value("names", "striped"),
+        results.value("names", "striped_dev"),
+    ) else {
+        return vec![Check::missing(
+            "dm-striped",
+            "names striped",
+            "stacks.sh did not name the device".to_string(),
+        )];
+    };
+    let mut checks = vec![expect_oracle_agreement(
+        "dm-striped + both disks: events vs blk tracer",
+        results,
+        "report-stripe.json",
+        "blk-stripe.trace",
+    )];
+    let what = "dm-striped: 4 user I/Os cut at each 64 KiB chunk, named so; every chain ended";
+    let expected =
+        "4 user I/Os; split_causes only chunk_boundary = blk X (60); unmatched 0, in flight 0";
+    checks.push(
+        match (results.json("report-stripe.json"), results.text("blk-stripe.trace")) {
+            (Ok(report), Ok(trace)) => {
+                let entry = device_entry(&report, &striped);
+                let user_ios = entry.and_then(|e| op_measure(e, "write", "user_ios"));
+                let causes = entry
+                    .and_then(|e| e.pointer("/measures/ops/write/split_causes"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                let cuts = device_number(&dev)
+                    .map(|dev| super::oracle::lines_with_data(&trace, dev, "X"))
+                    .map_or(0, |(with, without)| with + without);
+                let chunk = causes.get("chunk_boundary").and_then(Value::as_u64);
+                let only = causes.as_object().is_some_and(|c| c.len() == 1);
+                let field = |key: &str| {
+                    report
+                        .pointer(&format!("/correlation/{key}"))
+                        .and_then(Value::as_u64)
+                };
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "user I/Os {user_ios:?}; {causes}; blk X {cuts}; unmatched {:?}, in flight {:?}",
+                        field("unmatched_events"),
+                        field("in_flight")
+                    ),
+                    user_ios == Some(4)
+                        && only
+                        && chunk == Some(cuts)
+                        && cuts == 60
+                        && field("unmatched_events") == Some(0)
+                        && field("in_flight") == Some(0),
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks
+}
+
+/// stacks.sh's dm-flakey table, down for its whole life: 6 failing writes.
+fn flakey_table(results: &Results) -> Vec<Check> {
+    let (Ok(flakey), Ok(dev)) = (
+        results.value("names", "flakey"),
+        results.value("names", "flakey_dev"),
+    ) else {
+        return vec![Check::missing(
+            "dm-flakey",
+            "names flakey",
+            "stacks.sh did not name the device".to_string(),
+        )];
+    };
+    let mut checks = vec![expect_oracle_agreement(
+        "dm-flakey + disk: events vs blk tracer",
+        results,
+        "report-flakey.json",
+        "blk-flakey.trace",
+    )];
+    let what = "dm-flakey down: failed writes, tool vs blk C status";
+    let expected = "blk C with status = tool failed_commands = failed_user_ios = 6; io_errors";
+    checks.push(
+        match (results.json("report-flakey.json"), results.text("blk-flakey.trace")) {
+            (Ok(report), Ok(trace)) => {
+                let blk = device_number(&dev)
+                    .map_or(0, |dev| super::oracle::failed_completions(&trace, dev));
+                let entry = device_entry(&report, &flakey);
+                let failed = entry.and_then(|e| op_measure(e, "write", "failed_commands"));
+                let failed_ios = entry.and_then(|e| op_measure(e, "write", "failed_user_ios"));
+                let named = super::check::diagnoses_on(&report, &flakey)
+                    .iter()
+                    .any(|f| f.code == "io_errors");
+                Check::new(
+                    what,
+                    expected,
+                    format!("blk {blk}, tool {failed:?} commands, {failed_ios:?} user I/Os, io_errors {named}"),
+                    blk == 6 && failed == Some(blk) && failed_ios == Some(blk) && named,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
     checks
 }
 

@@ -146,3 +146,37 @@ bounded 60 iosplit-trace run --json -o /results/run-md1.json -- \
 dmsetup remove vmtest-onraid
 mdadm --stop /dev/md0 >> /results/mdadm.out 2>&1
 mdadm --stop /dev/md1 >> /results/mdadm.out 2>&1
+
+# dm-striped across the two aligned partitions md1 used (64 KiB chunks),
+# then dm-flakey over the first: up 0 s, down 60 s, so every write fails.
+stripe_size=$(( $(cat /sys/class/block/${stripe_a}1/size) / 128 * 128 ))
+dmsetup create vmtest-stripe --table \
+    "0 $(( stripe_size * 2 )) striped 2 128 /dev/${stripe_a}1 0 /dev/${stripe_b}1 0"
+striped=$(dmsetup info -c --noheadings -o blkdevname vmtest-stripe | tr -d " ")
+wait_for_block "$striped" 10
+echo "striped=$striped" >> /results/names
+echo "striped_dev=$(cat /sys/class/block/$striped/dev)" >> /results/names
+blk_trace_start "$striped" "$stripe_a" "$stripe_b"
+start_report /results/report-stripe.json -d "$striped" -d "$stripe_a" -d "$stripe_b"
+guest-io write "/dev/$striped" 0 1048576 4
+sleep 1
+stop_report
+blk_trace_stop /results/blk-stripe.trace "$striped" "$stripe_a" "$stripe_b"
+dmsetup remove vmtest-stripe
+
+load_module dm_flakey
+flakey_size=$(( $(cat /sys/class/block/${stripe_a}1/size) / 8 * 8 ))
+dmsetup create vmtest-flakey --table "0 $flakey_size flakey /dev/${stripe_a}1 0 0 60"
+flakey=$(dmsetup info -c --noheadings -o blkdevname vmtest-flakey | tr -d " ")
+wait_for_block "$flakey" 10
+echo "flakey=$flakey" >> /results/names
+echo "flakey_dev=$(cat /sys/class/block/$flakey/dev)" >> /results/names
+blk_trace_start "$flakey" "$stripe_a"
+start_report /results/report-flakey.json -d "$flakey" -d "$stripe_a"
+for block in 0 1 2 3 4 5; do
+    dd if=/dev/zero of="/dev/$flakey" bs=64k count=1 seek=$block oflag=direct 2> /dev/null
+done
+sleep 1
+stop_report
+blk_trace_stop /results/blk-flakey.trace "$flakey" "$stripe_a"
+dmsetup remove vmtest-flakey
