@@ -111,6 +111,9 @@ pub(crate) struct DeviceState {
     /// a split on the bio it trimmed, which already starts at the cut, so
     /// the piece it was cut from is found here, not by its start.
     pub(super) last_fragment: SlotRef,
+    /// Where a clone's remap cut the last fragment before its trim was
+    /// traced: the split that follows is that cut, already made.
+    pub(super) precut_at: Option<u64>,
 }
 
 impl DeviceState {
@@ -133,6 +136,7 @@ impl DeviceState {
             last_queued: [LastQueued::default(); OP_COUNT],
             requeued_empty: [0; OP_COUNT],
             last_fragment: SlotRef::NONE,
+            precut_at: None,
         }
     }
 

@@ -20,9 +20,12 @@ impl Engine {
         let traced = if length == 0 {
             None
         } else {
-            self.fragments.find(&(from_dev, from_sector), |fragment| {
-                fragment.state == FragmentState::Pending && fragment.end - fragment.start == length
-            })
+            self.fragments
+                .find(&(from_dev, from_sector), |fragment| {
+                    fragment.state == FragmentState::Pending
+                        && fragment.end - fragment.start == length
+                })
+                .or_else(|| self.cut_front_for_clone(event, from_dev, from_sector))
         };
         let inferred = match (traced, length) {
             (None, 1..) => self.queue_seen_only_in_remap(event, from_dev, from_sector),
@@ -242,9 +245,75 @@ impl Engine {
     }
 
     pub(super) fn on_split(&mut self, event: &BlockEvent, new_sector: u64) {
+        if new_sector == event.sector && self.take_precut(event.dev, new_sector) {
+            // A clone's remap already cut the bio here (dm-striped maps the
+            // clone before it traces the trim).
+            return;
+        }
         // Room first: making room may evict the very fragment we are about to cut.
         let room = self.make_room_for_fragment();
         let cut = self.fragment_split_at(event, new_sector);
+        self.cut_fragment(event, cut, new_sector, room);
+    }
+
+    /// Whether a remap already made the cut at `at` on the bio-based `dev`
+    /// (and forgets it).
+    fn take_precut(&mut self, dev: u32, at: u64) -> bool {
+        let Some(slot) = self.dev_index.get(&dev).copied() else {
+            return false;
+        };
+        let device = &mut self.devices[slot.disk as usize];
+        let precut = device.precut_at == Some(at);
+        if precut {
+            device.precut_at = None;
+        }
+        precut
+    }
+
+    /// A remap of a clone of the front of a bio-based device's last
+    /// fragment, before the trim is traced: makes that cut now, as the
+    /// split that follows names it, and returns the front piece.
+    fn cut_front_for_clone(
+        &mut self,
+        event: &BlockEvent,
+        from_dev: u32,
+        from_sector: u64,
+    ) -> Option<u32> {
+        let slot = *self.dev_index.get(&from_dev)?;
+        let device = &self.devices[slot.disk as usize];
+        if !device.bio_based() {
+            return None;
+        }
+        let index = self.fragments.resolve(device.last_fragment)?;
+        let fragment = self.fragments.get(index)?;
+        let at = from_sector.checked_add(u64::from(event.nr_sector))?;
+        if fragment.state != FragmentState::Pending
+            || fragment.start != from_sector
+            || fragment.end <= at
+        {
+            return None;
+        }
+        let room = self.make_room_for_fragment();
+        // As device-mapper will trace it: on the trimmed bio, starting at the cut.
+        let trim = BlockEvent {
+            dev: from_dev,
+            sector: at,
+            ..*event
+        };
+        self.cut_fragment(&trim, Some((index, from_sector)), at, room);
+        self.devices[slot.disk as usize].precut_at = Some(at);
+        Some(index)
+    }
+
+    /// Cuts the fragment `cut` names (index, its start) at `new_sector`, and
+    /// counts the split `event` traced on the device.
+    fn cut_fragment(
+        &mut self,
+        event: &BlockEvent,
+        cut: Option<(u32, u64)>,
+        new_sector: u64,
+        room: bool,
+    ) {
         let found = cut.map(|(index, _)| index);
         let piece_start = cut.map_or(event.sector, |(_, start)| start);
         let io_ref = found

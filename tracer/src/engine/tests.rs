@@ -585,6 +585,37 @@ fn device_mapper_cuts_traced_on_the_trimmed_bio_keep_the_chain() {
     assert_eq!((p1.user_ios, p1.commands), (4, 4));
 }
 
+/// dm-striped maps each chunk's clone before it traces the trim (6.1 and
+/// 6.12 alike, in the `stacks` VM scenario): Q, then per chunk A, A, Q on
+/// the disk, and only then `X 128 / 128` on the trimmed bio.
+#[test]
+fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
+    let mut engine = engine();
+    let mut events = vec![queue(MS, DM, 0, 512)];
+    for piece in 0..4u64 {
+        let sector = piece * 128;
+        events.push(remap(MS, LOOP0, sector, 128, DM, sector));
+        events.push(remap(MS, LOOP0, 2048 + sector, 128, P1, sector));
+        events.push(queue(MS, LOOP0, 2048 + sector, 128));
+        if piece < 3 {
+            events.push(split(MS, DM, sector + 128, sector + 128));
+        }
+    }
+    for piece in 0..4u64 {
+        let sector = 2048 + piece * 128;
+        events.push(issue(2 * MS, LOOP0, sector, 128));
+        events.push(complete(3 * MS, LOOP0, sector, 128));
+    }
+    events.push(bio_complete(4 * MS, DM, 384, 128));
+    feed(&mut engine, &events);
+    assert_clean(&engine);
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!((upper.user_ios, upper.fragments, upper.splits), (1, 4, 3));
+    assert_eq!(upper.commands, 4);
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((p1.user_ios, p1.commands), (4, 4));
+}
+
 /// `blktrace -d` on the lower disk of LVM on a partition (as on CentOS 7,
 /// where the dm remap names the partition): no queue on dm-0, two remaps.
 /// The dm bio is the user I/O, and the chain reaches the partition's bio.

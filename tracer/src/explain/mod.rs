@@ -8,6 +8,7 @@
 //! new code adds its file and one arm in [`words`]. Pure: nothing here
 //! decides a number, it only says the ones the finding holds.
 
+mod crypt_sector_size;
 mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
@@ -40,6 +41,7 @@ pub fn words(finding: &Finding) -> Words {
         Evidence::MisalignedStart(evidence) => misaligned_start::words(finding, evidence),
         Evidence::MisalignedIoOpt(evidence) => misaligned_io_opt::words(finding, evidence),
         Evidence::MisalignedStack(evidence) => misaligned_stack::words(finding, evidence),
+        Evidence::CryptSectorSize(evidence) => crypt_sector_size::words(finding, evidence),
         Evidence::SplitAmplification(evidence) => split_amplification::words(finding, evidence),
         Evidence::MergeBlocked(evidence) => merge_blocked::words(finding, evidence),
         Evidence::RequeuedCommands(evidence) => requeued_commands::words(finding, evidence),

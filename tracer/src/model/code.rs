@@ -16,6 +16,7 @@ pub enum Code {
     MisalignedStart,
     MisalignedIoOpt,
     MisalignedStack,
+    CryptSectorSize,
     SplitAmplification,
     MergeBlocked,
     RequeuedCommands,
@@ -23,11 +24,12 @@ pub enum Code {
 }
 
 impl Code {
-    pub const ALL: [Code; 8] = [
+    pub const ALL: [Code; 9] = [
         Code::SubpageBlockSize,
         Code::MisalignedStart,
         Code::MisalignedIoOpt,
         Code::MisalignedStack,
+        Code::CryptSectorSize,
         Code::SplitAmplification,
         Code::MergeBlocked,
         Code::RequeuedCommands,
@@ -41,6 +43,7 @@ impl Code {
             Code::MisalignedStart => "misaligned_start",
             Code::MisalignedIoOpt => "misaligned_io_opt",
             Code::MisalignedStack => "misaligned_stack",
+            Code::CryptSectorSize => "crypt_sector_size",
             Code::SplitAmplification => "split_amplification",
             Code::MergeBlocked => "merge_blocked",
             Code::RequeuedCommands => "requeued_commands",
@@ -90,6 +93,7 @@ mod tests {
                 "\"misaligned_start\"",
                 "\"misaligned_io_opt\"",
                 "\"misaligned_stack\"",
+                "\"crypt_sector_size\"",
                 "\"split_amplification\"",
                 "\"merge_blocked\"",
                 "\"requeued_commands\"",

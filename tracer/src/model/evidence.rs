@@ -28,6 +28,7 @@ pub enum Evidence {
     MisalignedStart(MisalignedStartEvidence),
     MisalignedIoOpt(MisalignedIoOptEvidence),
     MisalignedStack(MisalignedStackEvidence),
+    CryptSectorSize(CryptSectorSizeEvidence),
     SplitAmplification(SplitAmplificationEvidence),
     MergeBlocked(MergeBlockedEvidence),
     RequeuedCommands(RequeuedCommandsEvidence),
@@ -42,6 +43,7 @@ impl Evidence {
             Evidence::MisalignedStart(_) => Code::MisalignedStart,
             Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
             Evidence::MisalignedStack(_) => Code::MisalignedStack,
+            Evidence::CryptSectorSize(_) => Code::CryptSectorSize,
             Evidence::SplitAmplification(_) => Code::SplitAmplification,
             Evidence::MergeBlocked(_) => Code::MergeBlocked,
             Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
@@ -72,7 +74,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => evidence.partition,
             Evidence::MisalignedStart(evidence) => Some(evidence.partition),
             Evidence::MisalignedIoOpt(evidence) => Some(evidence.partition),
-            Evidence::MisalignedStack(_) => None,
+            Evidence::MisalignedStack(_) | Evidence::CryptSectorSize(_) => None,
             Evidence::SplitAmplification(evidence) => evidence.partition,
             Evidence::MergeBlocked(evidence) => evidence.partition,
             Evidence::RequeuedCommands(evidence) => evidence.partition,
@@ -87,6 +89,7 @@ impl Evidence {
             Evidence::MisalignedStart(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedIoOpt(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedStack(evidence) => Some(&mut evidence.live),
+            Evidence::CryptSectorSize(evidence) => Some(&mut evidence.live),
             _ => None,
         }
     }
@@ -111,6 +114,7 @@ impl Evidence {
             Evidence::MisalignedStart(evidence) => &mut evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &mut evidence.what_if,
             Evidence::MisalignedStack(evidence) => &mut evidence.what_if,
+            Evidence::CryptSectorSize(_) => return None,
             Evidence::SplitAmplification(evidence) => &mut evidence.what_if,
             Evidence::MergeBlocked(evidence) => &mut evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &mut evidence.what_if,
@@ -124,6 +128,7 @@ impl Evidence {
             Evidence::MisalignedStart(evidence) => &evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &evidence.what_if,
             Evidence::MisalignedStack(evidence) => &evidence.what_if,
+            Evidence::CryptSectorSize(_) => return None,
             Evidence::SplitAmplification(evidence) => &evidence.what_if,
             Evidence::MergeBlocked(evidence) => &evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &evidence.what_if,
@@ -340,6 +345,26 @@ pub struct MisalignedStackEvidence {
     pub live: LiveEvidence,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub what_if: Option<WhatIf>,
+}
+
+/// `crypt_sector_size`: dm-crypt encrypting in sectors smaller than the
+/// physical block of the disk below.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CryptSectorSizeEvidence {
+    /// dm-crypt's `sector_size`, bytes.
+    pub crypt_sector_size: u32,
+    /// The disk the data lands on, and its physical block size.
+    pub bottom_device: String,
+    pub physical_block_size: u32,
+    /// The crypt device's logical block size: the smallest write it takes.
+    pub logical_block_size: u32,
+    /// A LUKS2 header (dm uuid `CRYPT-LUKS2-`), which `cryptsetup reencrypt`
+    /// can move to larger sectors in place.
+    pub luks2: bool,
+    #[serde(skip)]
+    pub dm_name: String,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
 }
 
 /// One level of a stack, as `misaligned_stack` shows it.

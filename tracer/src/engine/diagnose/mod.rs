@@ -19,6 +19,7 @@
 //! evidence keys in `docs/json-schema.md`, and events in `tests/docs.rs`'s
 //! synthetic recording that raise it.
 
+mod crypt_sector_size;
 mod io_errors;
 mod merge_blocked;
 mod misaligned_io_opt;
@@ -108,6 +109,7 @@ pub(crate) const CHECKS: &[&dyn Check] = &[
     &misaligned_start::MisalignedStart,
     &misaligned_io_opt::MisalignedIoOpt,
     &misaligned_stack::MisalignedStack,
+    &crypt_sector_size::CryptSectorSize,
     &subpage_block_size::SubpageBlockSize,
     &split_amplification::SplitAmplification,
     &merge_blocked::MergeBlocked,
