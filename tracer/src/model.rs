@@ -186,6 +186,10 @@ pub struct OpMeasures {
     pub fragments: u64,
     /// Device commands (block_rq_issue; bios after splitting on bio-based devices).
     pub commands: u64,
+    /// Stacked devices (dm, md): commands on the disks below that carried
+    /// its user I/Os, counted once per command; 0 on a disk.
+    #[serde(default)]
+    pub disk_commands: u64,
     /// Bytes carried by the user I/Os.
     pub bytes: u64,
     pub splits: u64,
@@ -242,6 +246,7 @@ impl OpMeasures {
         self.user_ios += other.user_ios;
         self.fragments += other.fragments;
         self.commands += other.commands;
+        self.disk_commands += other.disk_commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
         self.split_user_ios += other.split_user_ios;

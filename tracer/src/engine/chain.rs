@@ -74,6 +74,10 @@ pub(super) struct UserIo {
     /// The fragment it continues of an upper device's user I/O read off a
     /// remap: the trace lacks that device's completions, so it ends here.
     pub(super) upper_fragment: SlotRef,
+    /// The upper device's user I/O this bio was remapped from (stacked).
+    pub(super) parent: SlotRef,
+    /// The last disk command counted for it as an upper user I/O.
+    pub(super) last_disk_command: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -348,6 +352,9 @@ impl Engine {
                 ends.bios += 1;
                 ends.last_io = io_ref;
             }
+            if let Some(io_ref) = carried {
+                self.count_disk_command_above(io_ref, serial);
+            }
             if let Some((io_target, waited_us)) = first_issue {
                 self.stats_mut(io_target)
                     .queue_to_issue_us
@@ -359,6 +366,35 @@ impl Engine {
             }
         }
         (target, ends)
+    }
+
+    /// A disk command `serial` carrying `io`: one more for each user I/O on
+    /// the devices above that `io` was remapped from, once per command.
+    pub(super) fn count_disk_command_above(&mut self, io: SlotRef, serial: u64) {
+        let mut upper = match self
+            .user_ios
+            .resolve(io)
+            .and_then(|index| self.user_ios.get(index))
+        {
+            Some(io) => io.parent,
+            None => return,
+        };
+        // A stack deeper than this is a loop in the links, not a stack.
+        for _ in 0..8 {
+            let Some(index) = self.user_ios.resolve(upper) else {
+                return;
+            };
+            let Some(io) = self.user_ios.get_mut(index) else {
+                return;
+            };
+            if io.last_disk_command == serial {
+                return;
+            }
+            io.last_disk_command = serial;
+            let (target, parent) = (io.target, io.parent);
+            self.stats_mut(target).disk_commands += 1;
+            upper = parent;
+        }
     }
 
     /// A fragment of a bio-based device counted as its command, on `dev`.

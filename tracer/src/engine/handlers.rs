@@ -187,6 +187,8 @@ impl Engine {
             failed: false,
             epoch: self.epoch,
             upper_fragment: remap.upper_fragment,
+            parent: remap.parent,
+            last_disk_command: 0,
         };
         let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
             self.correlation.evicted += 1;
@@ -717,7 +719,9 @@ impl Engine {
         };
         let failed = error != 0;
         if fragment.state == FragmentState::Pending && bio_based {
+            let serial = self.next_command;
             self.count_bio_command(event.dev, fragment.io, fragment.start, length);
+            self.count_disk_command_above(fragment.io, serial);
             if failed {
                 // The bio was this device's command: it failed here.
                 let known = self

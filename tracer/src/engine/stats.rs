@@ -101,6 +101,9 @@ pub struct OpStats {
     pub user_ios: u64,
     pub fragments: u64,
     pub commands: u64,
+    /// Stacked devices: commands on the disks below that carried this
+    /// device's user I/Os (0 on a disk, whose commands are its own).
+    pub disk_commands: u64,
     pub bytes: u64,
     pub splits: u64,
     /// User I/Os cut at least once (a user I/O split twice counts once).
@@ -148,6 +151,7 @@ impl Default for OpStats {
             user_ios: 0,
             fragments: 0,
             commands: 0,
+            disk_commands: 0,
             bytes: 0,
             splits: 0,
             split_user_ios: 0,
@@ -182,6 +186,7 @@ impl OpStats {
         self.user_ios += other.user_ios;
         self.fragments += other.fragments;
         self.commands += other.commands;
+        self.disk_commands += other.disk_commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
         self.split_user_ios += other.split_user_ios;
@@ -237,6 +242,7 @@ impl OpStats {
             user_ios: self.user_ios,
             fragments: self.fragments,
             commands: self.commands,
+            disk_commands: self.disk_commands,
             bytes: self.bytes,
             splits: self.splits,
             split_user_ios: self.split_user_ios,

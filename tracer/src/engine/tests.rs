@@ -612,8 +612,37 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
     let upper = disk_op(&engine, "dm-0", Op::Write);
     assert_eq!((upper.user_ios, upper.fragments, upper.splits), (1, 4, 3));
     assert_eq!(upper.commands, 4);
+    assert_eq!(upper.disk_commands, 4);
     let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
     assert_eq!((p1.user_ios, p1.commands), (4, 4));
+    assert_eq!(p1.disk_commands, 0, "a disk's commands are its own");
+}
+
+/// Two clones of one dm write merged into one command on the disk: dm-0's
+/// user I/O went out as two pieces and reached the disk as one command.
+#[test]
+fn clones_merged_below_count_once_as_the_top_io_s_disk_command() {
+    let mut engine = engine();
+    let mut events = vec![queue(MS, DM, 0, 256), split(MS, DM, 128, 128)];
+    for piece in 0..2u64 {
+        let sector = piece * 128;
+        events.push(remap(MS, LOOP0, sector, 128, DM, sector));
+        events.push(remap(MS, LOOP0, 2048 + sector, 128, P1, sector));
+        events.push(queue(MS, LOOP0, 2048 + sector, 128));
+    }
+    events.push(backmerge(MS, LOOP0, 2176, 128));
+    events.push(issue(2 * MS, LOOP0, 2048, 256));
+    events.push(complete(3 * MS, LOOP0, 2048, 256));
+    events.push(bio_complete(4 * MS, DM, 128, 128));
+    feed(&mut engine, &events);
+    assert_clean(&engine);
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!(
+        (upper.user_ios, upper.commands, upper.disk_commands),
+        (1, 2, 1)
+    );
+    let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
+    assert_eq!((p1.user_ios, p1.commands), (2, 1));
 }
 
 /// `blktrace -d` on the lower disk of LVM on a partition (as on CentOS 7,

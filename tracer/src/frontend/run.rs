@@ -380,14 +380,23 @@ fn run_report(
                 distribution(&matched.bio_size, 1),
                 matched.commands,
             ),
+            // A stacked device's own "commands" are the pieces it sent
+            // down; what reached a device is the disks' commands below it.
             None => (
                 bios,
                 writes
                     .as_ref()
                     .map(|m| m.user_io_size.clone())
                     .unwrap_or_default(),
-                writes.as_ref().map_or(0, |m| m.commands),
+                writes.as_ref().map_or(0, |m| match m.disk_commands {
+                    0 => m.commands,
+                    below => below,
+                }),
             ),
+        };
+        let received = match writes.as_ref().map_or(0, |m| m.disk_commands) {
+            0 => "the device received",
+            _ => "the disks below it received",
         };
         let write_size = calls
             .write_size
@@ -410,7 +419,7 @@ fn run_report(
             _ => String::new(),
         };
         let summary = format!(
-            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; the device received {} commands{failed}",
+            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; {received} {} commands{failed}",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
             write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),

@@ -1034,6 +1034,15 @@ fn striped_table(results: &Results) -> Vec<Check> {
         "report-stripe.json",
         "blk-stripe.trace",
     )];
+    let disk = |key: &str| results.value("names", key).unwrap_or_default();
+    let (stripe_a, stripe_b) = (disk("stripe_a_disk"), disk("stripe_b_disk"));
+    checks.push(top_to_bottom(
+        results,
+        "report-stripe.json",
+        "blk-stripe.trace",
+        &striped,
+        &[&stripe_a, &stripe_b],
+    ));
     let what = "dm-striped: 4 user I/Os cut at each 64 KiB chunk, named so; every chain ended";
     let expected =
         "4 user I/Os; split_causes only chunk_boundary = blk X (60); unmatched 0, in flight 0";
@@ -1120,6 +1129,47 @@ fn flakey_table(results: &Results) -> Vec<Check> {
         },
     );
     checks
+}
+
+/// A stacked device's user I/Os counted through to the disks: its
+/// `disk_commands` equal the blk tracer's data D lines on `bottoms`, when
+/// nothing else wrote there during the window.
+fn top_to_bottom(
+    results: &Results,
+    report_name: &str,
+    trace_name: &str,
+    top: &str,
+    bottoms: &[&str],
+) -> Check {
+    let what = format!(
+        "{top}: commands on the disks below = blk D on {}",
+        bottoms.join(" + ")
+    );
+    let expected = "write disk_commands = blk D with data on the disks, > 0".to_string();
+    match (results.json(report_name), results.text(trace_name)) {
+        (Ok(report), Ok(trace)) => {
+            let issued: u64 = bottoms
+                .iter()
+                .filter_map(|bottom| {
+                    device_entry(&report, bottom)?
+                        .get("dev")?
+                        .as_str()
+                        .and_then(device_number)
+                })
+                .map(|dev| super::oracle::lines_with_data(&trace, dev, "D").0)
+                .sum();
+            let entry = device_entry(&report, top);
+            let disk_commands = entry.and_then(|e| op_measure(e, "write", "disk_commands"));
+            let user_ios = entry.and_then(|e| op_measure(e, "write", "user_ios"));
+            Check::new(
+                what,
+                expected,
+                format!("{top}: {user_ios:?} user I/Os -> {disk_commands:?} disk commands; blk D {issued}"),
+                issued > 0 && disk_commands == Some(issued),
+            )
+        }
+        (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+    }
 }
 
 /// The `misaligned_stack` evidence on `device` in a report, if any.
@@ -1222,6 +1272,28 @@ fn md_arrays(results: &Results) -> Vec<Check> {
         results,
         "report-md.json",
         "blk-md.trace",
+    ));
+    let disk = |key: &str| results.value("names", key).unwrap_or_default();
+    let (mirror_b, stripe_a, stripe_b) = (
+        disk("mirror_b_disk"),
+        disk("stripe_a_disk"),
+        disk("stripe_b_disk"),
+    );
+    let mirrors = [mirror_disk.as_str(), mirror_b.as_str()];
+    let stripes = [stripe_a.as_str(), stripe_b.as_str()];
+    checks.push(top_to_bottom(
+        results,
+        "report-md.json",
+        "blk-md.trace",
+        "md0",
+        &mirrors,
+    ));
+    checks.push(top_to_bottom(
+        results,
+        "report-md.json",
+        "blk-md.trace",
+        "md1",
+        &stripes,
     ));
     let what = "md user I/Os = what was submitted; every chain ended";
     let expected = "md0 16 and md1 4 user I/Os (= blk Q with data); unmatched 0, in flight 0";
@@ -1335,6 +1407,14 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
         &report_name,
         &trace_name,
     )];
+    let disk = results.value("names", "disk").unwrap_or_default();
+    checks.push(top_to_bottom(
+        results,
+        &report_name,
+        &trace_name,
+        &crypt,
+        &[&disk],
+    ));
     let what = format!("dm-crypt ({sector_size} B sectors): user I/Os = what was submitted");
     let expected = format!("tool user_ios = blk Q with data on the crypt device = {CRYPT_WRITES}");
     checks.push(

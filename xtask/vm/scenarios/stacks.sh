@@ -13,6 +13,7 @@ wait_for_block "$dm" 10
 echo "dm=$dm" > /results/names
 echo "dm_dev=$(cat /sys/class/block/$dm/dev)" >> /results/names
 echo "part=$part" >> /results/names
+echo "disk=$disk" >> /results/names
 { echo "dm.target=$(dmsetup table vmtest-linear | awk '{print $3}')"; geometry "$dm"; } > /results/dm.geometry
 blk_trace_start "$dm" "$disk"
 start_report /results/report.json -d "$dm" -d "$disk"
@@ -122,6 +123,9 @@ wait_for_block md1 10
 {
     echo "mirror_part=${mirror_a}1"
     echo "mirror_disk=$mirror_a"
+    echo "mirror_b_disk=$mirror_b"
+    echo "stripe_a_disk=$stripe_a"
+    echo "stripe_b_disk=$stripe_b"
     echo "md0_offset=$(cat /sys/block/md0/md/dev-${mirror_a}1/offset)"
     echo "md0_dev=$(cat /sys/block/md0/dev)"
     echo "md1_dev=$(cat /sys/block/md1/dev)"
