@@ -875,6 +875,13 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
         units::ratio(m.amplification),
         units::bytes(m.bytes as f64)
     ));
+    if m.disk_commands > 0 {
+        out.line(&format!(
+            "{inner}on the disks below: {} commands ({} per user I/O)",
+            units::thousands(m.disk_commands),
+            units::ratio(crate::model::ratio(m.disk_commands, m.user_ios)),
+        ));
+    }
     let splits = match m.splits {
         0 => "no splits".to_string(),
         splits => format!(
@@ -1066,6 +1073,28 @@ mod tests {
     use crate::frontend::test_reports::{
         distribution, empty_report, requeued_report, seed_report, seed_run,
     };
+
+    #[test]
+    fn a_stacked_device_says_what_reached_the_disks_below() {
+        let mut stacked = crate::frontend::test_reports::writes(&[(4096, 68)], &[(4096, 96)]);
+        stacked.disk_commands = 75;
+        let mut out = Out::new(80);
+        op_block(&mut out, "", Op::Write, &stacked);
+        assert!(
+            out.text
+                .contains("on the disks below: 75 commands (1.10 per user I/O)"),
+            "{}",
+            out.text
+        );
+        let mut plain = Out::new(80);
+        op_block(
+            &mut plain,
+            "",
+            Op::Write,
+            &crate::frontend::test_reports::writes(&[(4096, 4)], &[(4096, 4)]),
+        );
+        assert!(!plain.text.contains("disks below"), "{}", plain.text);
+    }
 
     /// The text with every run of whitespace (line breaks of the wrap
     /// included) turned into one space.
