@@ -308,6 +308,10 @@ pub struct RunArgs {
     pub record: Option<PathBuf>,
     #[command(flatten)]
     pub read: ReadOwners,
+    /// Do not stop the command at each open for writing until the file is
+    /// held: files it writes, closes and removes at once may then be missed.
+    #[arg(long)]
+    pub no_pause: bool,
     /// The command and its arguments, after `--`. Everything from the first
     /// word that is not one of run's own flags is the command's; a flag run
     /// does not take, before it, is a usage error.

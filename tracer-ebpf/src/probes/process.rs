@@ -3,8 +3,13 @@
 //! process is gone), and its write-family syscalls with fd, offset and
 //! result, as `ProcessEvent`s and `OpenEvent`s.
 //!
-//! Attached only by `run`. An entry probe stashes the arguments per thread;
-//! the exit probe emits one record with the result.
+//! Attached only by `run`. An entry probe stashes the arguments and the
+//! entry time per thread; the exit probe emits one record with the result
+//! and the call's duration (in `ring`), so userspace knows when it began.
+//! An open for writing is submitted with a wakeup, so `run` can take hold
+//! of the file before the command renames or removes it; unless `run
+//! --no-pause`, the process is also stopped (SIGSTOP, before the record is
+//! committed, so the reader's SIGCONT always comes after it) until then.
 //!
 //! io_submit (libaio) is followed at its exit: of the iocbs the kernel
 //! accepted (its return value; the first ones of the array, in order), the
@@ -22,10 +27,10 @@
 //! and its registered files at io_uring_register (the fd array, per slot).
 
 use aya_ebpf::{
-    bindings::BPF_RB_NO_WAKEUP,
+    bindings::{BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     helpers::{
         bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel, bpf_probe_read_user,
-        bpf_probe_read_user_str_bytes,
+        bpf_probe_read_user_str_bytes, bpf_send_signal,
     },
     macros::{map, tracepoint},
     maps::{HashMap, RingBuf},
@@ -35,11 +40,14 @@ use aya_ebpf::{
 use tracer_common::{
     counter, iocb_cmd, uring_how, uring_op, uring_register, IocbHead, Iovec, OpenEvent,
     ProcessEvent, ProcessEventKind, ProcessOffsets, UringOffsets, AIO_IOCBS_READ, AIO_IOVECS_READ,
-    IORING_FSYNC_DATASYNC, NO_FIELD, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET,
+    IORING_FSYNC_DATASYNC, NO_FIELD, OPEN_PAUSED, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET,
     URING_FILES_READ,
 };
 
 use super::shared::{bump, PIDS};
+
+/// `O_WRONLY | O_RDWR`: an open's access mode bits (<fcntl.h>).
+const O_ACCMODE: u64 = 0o3;
 
 #[map(name = "PROCESS_EVENTS")]
 static PROCESS_EVENTS: RingBuf = RingBuf::with_byte_size(1 << 20, 0);
@@ -54,6 +62,21 @@ struct PendingCall {
     _pad: [u8; 3],
     /// Opens: their flags (`O_APPEND` decides whether positions can be followed).
     open_flags: u64,
+    /// When the call began: a direct write's commands are issued before it
+    /// returns, so `run` places a write at its entry.
+    enter_ns: u64,
+}
+
+/// The call's duration from `enter_ns` to `exit_ns`, in microseconds
+/// rounded up (saturating): the `ring` field of a syscall's record.
+#[inline(always)]
+fn duration_us(enter_ns: u64, exit_ns: u64) -> u32 {
+    let us = exit_ns.saturating_sub(enter_ns).div_ceil(1000);
+    if us > u32::MAX as u64 {
+        u32::MAX
+    } else {
+        us as u32
+    }
 }
 
 #[map(name = "PENDING_CALLS")]
@@ -61,6 +84,13 @@ static PENDING_CALLS: HashMap<u64, PendingCall> = HashMap::with_max_entries(4096
 
 #[unsafe(no_mangle)]
 static PROCESS_FIELDS: Global<ProcessOffsets> = Global::new(ProcessOffsets::ABSENT);
+
+/// 0, or the tracer's tgid: opens for writing stop every other traced process.
+#[unsafe(no_mangle)]
+static PAUSE_WRITE_OPENS: Global<u32> = Global::new(0);
+
+/// `SIGSTOP` (<signal.h>).
+const SIGSTOP: u32 = 19;
 
 #[unsafe(no_mangle)]
 static URING_FIELDS: Global<UringOffsets> = Global::new(UringOffsets::ABSENT);
@@ -132,6 +162,8 @@ fn enter_with_fd_at(
         kind: kind as u8,
         _pad: [0; 3],
         open_flags: open_flags.unwrap_or(0),
+        // SAFETY: a helper with no preconditions.
+        enter_ns: unsafe { bpf_ktime_get_ns() },
     };
     let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
     0
@@ -208,9 +240,10 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
     };
     let _ = PENDING_CALLS.remove(&pid_tgid);
     let result = read_u64(&ctx, PROCESS_FIELDS.load().ret).unwrap_or(0) as i64;
+    // SAFETY: a helper with no preconditions.
+    let ts_ns = unsafe { bpf_ktime_get_ns() };
     let event = ProcessEvent {
-        // SAFETY: a helper with no preconditions.
-        ts_ns: unsafe { bpf_ktime_get_ns() },
+        ts_ns,
         offset: call.offset,
         result,
         tgid: (pid_tgid >> 32) as u32,
@@ -218,9 +251,13 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
         kind: call.kind,
         how: 0,
         _pad: [0; 2],
-        ring: 0,
+        ring: duration_us(call.enter_ns, ts_ns),
     };
-    let is_open = ProcessEventKind::from_u8(call.kind).is_some_and(|kind| kind.is_open());
+    // Compared as bytes: 6.1's verifier loses the bound of a table index
+    // spilled to the stack (`from_u8`), and rejects the program.
+    let is_open = call.kind == ProcessEventKind::Openat as u8
+        || call.kind == ProcessEventKind::Openat2 as u8
+        || call.kind == ProcessEventKind::Open as u8;
     if !is_open {
         emit(event);
         return 0;
@@ -242,7 +279,26 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
                 path[0] = 0;
                 let _ = bpf_probe_read_user_str_bytes(call.offset as *const u8, path);
             }
-            entry.submit(BPF_RB_NO_WAKEUP as u64);
+            // An open for writing wakes the reader: `run` takes hold of the
+            // file (through /proc/PID/fd) before it can be renamed or removed,
+            // and the process waits for it, stopped, unless that is off.
+            let for_writing = call.open_flags & O_ACCMODE != 0;
+            let tracer = PAUSE_WRITE_OPENS.load();
+            // SAFETY: a helper acting on the current task only.
+            if for_writing
+                && tracer != 0
+                && tracer != event.tgid
+                && unsafe { bpf_send_signal(SIGSTOP) } == 0
+            {
+                // SAFETY: as above, the reserved OpenEvent.
+                unsafe { (*open).event.how = OPEN_PAUSED };
+            }
+            let wakeup = if for_writing {
+                BPF_RB_FORCE_WAKEUP
+            } else {
+                BPF_RB_NO_WAKEUP
+            };
+            entry.submit(wakeup as u64);
         }
         None => bump(counter::PROCESS_DROPPED),
     }
@@ -299,6 +355,7 @@ pub fn enter_close_range(ctx: TracePointContext) -> u32 {
         kind: ProcessEventKind::CloseRange as u8,
         _pad: [0; 3],
         open_flags: 0,
+        enter_ns: 0,
     };
     let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
     0
@@ -336,6 +393,24 @@ pub fn process_fork(ctx: TracePointContext) -> u32 {
     0
 }
 
+/// `sched_process_exit` fires in each exiting task: a tracked one leaves
+/// the tree, so a later process given its number (pids wrap at `pid_max`)
+/// is not traced, nor stopped at its opens.
+#[tracepoint]
+pub fn process_exit(_ctx: TracePointContext) -> u32 {
+    if PROCESS_FIELDS.load().enabled == 0 {
+        return 0;
+    }
+    let pid_tgid = bpf_get_current_pid_tgid();
+    if !tracked((pid_tgid >> 32) as u32) {
+        return 0;
+    }
+    // The leader's number is the tgid; a thread's was added by its fork.
+    let _ = PIDS.remove(&(pid_tgid as u32));
+    let _ = PENDING_CALLS.remove(&pid_tgid);
+    0
+}
+
 /// io_submit(ctx, nr, iocbpp): the array and its length are stashed; the
 /// iocbs are read at the exit, once the kernel has said how many it took.
 #[tracepoint]
@@ -360,6 +435,8 @@ pub fn enter_io_submit(ctx: TracePointContext) -> u32 {
         kind: ProcessEventKind::IoSubmit as u8,
         _pad: [0; 3],
         open_flags: 0,
+        // SAFETY: a helper with no preconditions.
+        enter_ns: unsafe { bpf_ktime_get_ns() },
     };
     let _ = PENDING_CALLS.insert(&pid_tgid, &call, 0);
     0
@@ -395,7 +472,7 @@ pub fn exit_io_submit(ctx: TracePointContext) -> u32 {
                 break;
             }
             let slot = call.offset.wrapping_add(index * 8);
-            if !follow_iocb(slot, tgid, ts_ns) {
+            if !follow_iocb(slot, tgid, ts_ns, duration_us(call.enter_ns, ts_ns)) {
                 not_followed += 1;
             }
         }
@@ -417,7 +494,7 @@ pub fn exit_io_submit(ctx: TracePointContext) -> u32 {
 /// Reads the iocb whose pointer is at `slot` and emits it when it writes
 /// or syncs; false when it could not be followed.
 #[inline(always)]
-fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64) -> bool {
+fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64, duration_us: u32) -> bool {
     // SAFETY: user pointers read with a faulting-safe helper.
     let Ok(pointer) = (unsafe { bpf_probe_read_user(slot as *const u64) }) else {
         return false;
@@ -452,7 +529,9 @@ fn follow_iocb(slot: u64, tgid: u32, ts_ns: u64) -> bool {
         kind: kind as u8,
         how: 0,
         _pad: [0; 2],
-        ring: 0,
+        // The submission began at the call's entry (a direct write's
+        // commands are issued inside io_submit).
+        ring: duration_us,
     });
     true
 }
@@ -680,6 +759,7 @@ pub fn enter_io_uring_register(ctx: TracePointContext) -> u32 {
         kind: ProcessEventKind::UringFilesRegistered as u8,
         _pad: [0; 3],
         open_flags: opcode & !(uring_register::USE_REGISTERED_RING as u64),
+        enter_ns: 0,
     };
     let _ = URING_REGISTERS.insert(&pid_tgid, &call, 0);
     0

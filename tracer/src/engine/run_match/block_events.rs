@@ -19,22 +19,26 @@ impl<R: FdResolver> RunMatcher<R> {
                 sector,
                 sectors,
                 op: Op::Write,
+                ts_ns,
                 ..
             } => self.sectors.keep_command(DiskRange {
                 disk: dev,
                 sector,
                 nr_sector: u32::try_from(sectors).unwrap_or(u32::MAX),
+                ts_ns,
             }),
             Outcome::Queued {
                 dev,
                 sector,
                 sectors,
                 op: Op::Write,
+                ts_ns,
                 ..
             } if sectors > 0 => self.sectors.keep_bio(DiskRange {
                 disk: dev,
                 sector,
                 nr_sector: sectors,
+                ts_ns,
             }),
             _ => {}
         }

@@ -98,6 +98,24 @@ impl<R: FdResolver> FdTable<R> {
         self.new_targets.drain(..)
     }
 
+    /// The target number of an fd already in the table.
+    pub(super) fn known_target(&self, tgid: u32, fd: u32) -> Option<usize> {
+        self.fds
+            .get(&(tgid, fd))
+            .copied()
+            .flatten()
+            .map(|open| open.target)
+    }
+
+    /// How many fds of the tree (as far as seen; exited processes' stay)
+    /// are `target`: one pass over the table.
+    pub(super) fn fds_on(&self, target: usize) -> usize {
+        self.fds
+            .values()
+            .filter(|open| open.is_some_and(|open| open.target == target))
+            .count()
+    }
+
     fn target_of(&mut self, tgid: u32, fd: u32) -> Option<OpenTarget> {
         if let Some(known) = self.fds.get(&(tgid, fd)) {
             return *known;
@@ -340,6 +358,7 @@ impl<R: FdResolver> FdTable<R> {
                 target: open.target,
                 offset,
                 bytes,
+                at_ns: event.entered_ns(),
             },
             path,
         )
@@ -587,10 +606,12 @@ mod tests {
             }
         );
         assert_eq!(matcher.failed_syscalls, 1);
-        // A plain write() after them is at position 0: the iocbs did not move it.
+        // A plain write() after them is at position 0: the iocbs did not
+        // move it. It replaces the iocb's bytes there before the command.
         matcher.process_event(&plain_write(3));
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
-        assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
+        assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
+        assert_eq!(bytes.overwritten, 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 4096);
     }
 
@@ -635,10 +656,12 @@ mod tests {
                 not_followed: 1
             }
         );
-        // A plain write() after them is at position 0: the SQEs did not move it.
+        // A plain write() after them is at position 0: the SQEs did not
+        // move it. It replaces the SQE's bytes there before the command.
         matcher.process_event(&plain_write(3));
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
-        assert_eq!(bytes.matched, 3 * 65536, "{bytes:?}");
+        assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
+        assert_eq!(bytes.overwritten, 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 4096);
     }
 

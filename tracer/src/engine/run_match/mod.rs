@@ -12,8 +12,9 @@
 //! - Out: per target, the syscalls made to it ([`RunMatcher::targets`]);
 //!   once the run is over, its writes matched to the commands and bios over
 //!   the same sectors, and where its written bytes ended up
-//!   ([`RunMatcher::match_writes`]). Matching is by sector range alone: a
-//!   command counts whenever in the run it wrote those sectors.
+//!   ([`RunMatcher::match_writes`]). A command counts for a write when it
+//!   is over its sectors and was issued after the write began and before a
+//!   later write over the same disk bytes began.
 //! - Pure: files are named through the injected [`FdResolver`] (the
 //!   /proc-based one lives in `frontend::run`), so it is unit-tested with a
 //!   fake. Nothing here reads the clock or writes to disk.
@@ -104,6 +105,20 @@ pub struct TargetCalls {
     pub uring_write_bytes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<std::io::Result<FileMap>>,
+    /// When the last write syscall returned, and the last fsync or
+    /// fdatasync began (kernel monotonic ns; 0: none).
+    pub last_write_ns: u64,
+    pub last_sync_ns: u64,
+}
+
+impl TargetCalls {
+    /// Every write made to it so far is on the device by the command's own
+    /// word: its last fsync or fdatasync began after its last write
+    /// returned. Not for writes through libaio or io_uring, whose
+    /// completions are not traced.
+    pub fn synced(&self) -> bool {
+        self.aio_writes + self.uring_writes == 0 && self.last_sync_ns >= self.last_write_ns
+    }
 }
 
 impl TargetCalls {
@@ -120,6 +135,8 @@ impl TargetCalls {
             uring_writes: 0,
             uring_write_bytes: 0,
             file_map: None,
+            last_write_ns: 0,
+            last_sync_ns: 0,
         }
     }
 }
@@ -134,6 +151,9 @@ struct WriteCall {
     /// file position was followed.
     offset: Option<u64>,
     bytes: u64,
+    /// When the syscall began (an SQE: its submission), kernel
+    /// monotonic ns: only commands issued after it can carry its data.
+    at_ns: u64,
 }
 
 /// How a write reached the kernel.
@@ -237,7 +257,11 @@ impl<R: FdResolver> RunMatcher<R> {
             Syscall::Fork => self.processes += 1,
             Syscall::FdsOnly | Syscall::NotATarget | Syscall::FixedFileNotFollowed => {}
             Syscall::Failed => self.failed_syscalls += 1,
-            Syscall::Sync { target } => self.targets[target].fsync_calls += 1,
+            Syscall::Sync { target } => {
+                let calls = &mut self.targets[target];
+                calls.fsync_calls += 1;
+                calls.last_sync_ns = calls.last_sync_ns.max(event.entered_ns());
+            }
             Syscall::IoSubmit {
                 accepted,
                 not_followed,
@@ -249,6 +273,7 @@ impl<R: FdResolver> RunMatcher<R> {
             Syscall::Write(write, path) => {
                 let calls = &mut self.targets[write.target];
                 calls.write_syscalls += 1;
+                calls.last_write_ns = calls.last_write_ns.max(event.ts_ns);
                 calls.write_bytes += write.bytes;
                 match path {
                     WritePath::Libaio => {
@@ -302,6 +327,17 @@ impl<R: FdResolver> RunMatcher<R> {
             .extend(self.fds.take_new_targets().map(TargetCalls::new));
     }
 
+    /// The target `fd` of `tgid` is now, as far as its opens, dups and
+    /// closes were seen (nothing is resolved).
+    pub fn fd_target(&self, tgid: u32, fd: u32) -> Option<usize> {
+        self.fds.known_target(tgid, fd)
+    }
+
+    /// How many of the tree's fds are `target` now (a pass over them all).
+    pub fn fds_on(&self, target: usize) -> usize {
+        self.fds.fds_on(target)
+    }
+
     pub fn targets(&self) -> &[TargetCalls] {
         &self.targets
     }
@@ -318,6 +354,7 @@ impl<R: FdResolver> RunMatcher<R> {
 
     /// A file target's extent map (or why it could not be read).
     pub fn set_file_map(&mut self, target: usize, map: std::io::Result<FileMap>) {
+        self.sectors.maps_changed();
         if let Some(calls) = self.targets.get_mut(target) {
             calls.file_map = Some(map.map(|mut map| {
                 map.extents.sort_by_key(|extent| extent.logical);
@@ -333,7 +370,7 @@ impl<R: FdResolver> RunMatcher<R> {
     /// Called once the run is over: it sorts what was kept, so a command
     /// writing thousands of files is matched file by file in one pass each.
     pub fn match_writes(&mut self, target: usize) -> WriteMatch {
-        self.sectors.match_writes(target, self.targets.get(target))
+        self.sectors.match_writes(target, &self.targets)
     }
 
     /// What the caps dropped.

@@ -1,10 +1,17 @@
 //! Sector matching: the writes kept, placed on their disk's bytes (a
 //! device's own offsets, or a file's offsets through its extent map), and
 //! the write commands and bios kept over the same bytes, counted both ways
-//! (commands per write, writes per command). By sector range alone: the
-//! commands and bios are the whole run's, before or after the write.
+//! (commands per write, writes per command).
+//!
+//! A command carries a write's data when it is over the write's bytes and
+//! was issued after the write began and before a later write over those
+//! disk bytes began, through any target (from then on the bytes are the
+//! later write's; a file renamed is a new target with the same bytes). So a block rewritten and synced fifty times is fifty writes of
+//! about one command each, not fifty writes of fifty. Bytes a later write
+//! replaced before any command wrote them are counted as overwritten, not
+//! as a miss. Bios stay matched by sector range alone.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use hdrhistogram::Histogram;
 
@@ -21,6 +28,8 @@ pub(super) struct DiskRange {
     /// Its first sector, absolute on the disk.
     pub(super) sector: u64,
     pub(super) nr_sector: u32,
+    /// When it was issued (a command) or queued (a bio), kernel monotonic ns.
+    pub(super) ts_ns: u64,
 }
 
 /// Matching of writes to the device commands covering their sectors.
@@ -44,6 +53,9 @@ pub struct WriteBytes {
     /// On sectors no command wrote during the run: still dirty at exit (or
     /// written back later).
     pub not_written_back: u64,
+    /// Replaced by a later write of the command before any device command
+    /// wrote them: their data was never meant to reach the device.
+    pub overwritten: u64,
     /// In delayed-allocation extents: still dirty, and no sectors yet.
     pub delalloc: u64,
     /// No device address: extents FIEMAP could not place, holes (cut or
@@ -67,6 +79,8 @@ pub(super) struct SectorMatcher {
     /// write's first byte the sorted search must start.
     longest_command: HashMap<u32, u64>,
     longest_bio: HashMap<u32, u64>,
+    /// Per disk: its writes placed and cut, made at the first match there.
+    plans: HashMap<u32, DiskPlan>,
     pub(super) not_kept: NotKept,
 }
 
@@ -98,13 +112,9 @@ impl SectorMatcher {
         }
     }
 
-    /// The writes to target number `target` (whose tally is `calls`; none
-    /// matches nothing) matched: see [`super::RunMatcher::match_writes`].
-    pub(super) fn match_writes(
-        &mut self,
-        target: usize,
-        calls: Option<&TargetCalls>,
-    ) -> WriteMatch {
+    /// The writes to target number `target` of `targets` (none matches
+    /// nothing) matched: see [`super::RunMatcher::match_writes`].
+    pub(super) fn match_writes(&mut self, target: usize, targets: &[TargetCalls]) -> WriteMatch {
         self.sort_for_matching();
         let mut result = WriteMatch {
             commands_per_write: new_histogram(),
@@ -114,84 +124,82 @@ impl SectorMatcher {
             bio_size: new_histogram(),
             bytes: WriteBytes::default(),
         };
-        let Some(calls) = calls else {
+        let Some(calls) = targets.get(target) else {
             return result;
         };
         let disk = calls.target.disk_dev.to_kernel();
+        if !self.plans.contains_key(&disk) {
+            let plan = self.plan(disk, targets);
+            self.plans.insert(disk, plan);
+        }
+        let plan = &self.plans[&disk];
         let commands = on_disk(&self.commands, disk);
         let bios = on_disk(&self.bios, disk);
         let mut carried_bios: HashSet<usize> = HashSet::new();
         let longest_bio = self.longest_bio.get(&disk).copied().unwrap_or(0);
-        // Per command that carried any of the writes: how many, and the last
-        // one counted, so a write that spans several extents counts it once.
-        let mut carried_writes: HashMap<usize, (u64, usize)> = HashMap::new();
         // Commands never exceed this length, so a search window of it is complete.
         let longest_command = self.longest_command.get(&disk).copied().unwrap_or(0);
-        let base = calls.target.start_sector * SECTOR_BYTES;
-        let mut ranges = Vec::new();
-        let writes = {
-            let from = self.writes.partition_point(|w| w.target < target);
-            let to = self.writes.partition_point(|w| w.target <= target);
-            &self.writes[from..to]
+        let from = self.writes.partition_point(|w| w.target < target);
+        let to = self.writes.partition_point(|w| w.target <= target);
+        if let Some(tally) = plan.tallies.get(&target) {
+            result.bytes = *tally;
+        }
+        let segments = {
+            let first = plan.segments.partition_point(|s| s.write < from);
+            let last = plan.segments.partition_point(|s| s.write < to);
+            &plan.segments[first..last]
         };
-        for (number, write) in writes.iter().enumerate() {
-            let Some(offset) = write.offset else {
-                result.bytes.unknown_offset += write.bytes;
-                continue;
-            };
-            if write.bytes == 0 {
-                continue;
-            }
-            ranges.clear();
-            match &calls.target.file {
-                None => ranges.push((base + offset, write.bytes)),
-                Some(_) => match &calls.file_map {
-                    Some(Ok(map)) => disk_byte_ranges(
-                        map,
-                        base,
-                        offset,
-                        write.bytes,
-                        &mut ranges,
-                        &mut result.bytes,
-                    ),
-                    _ => {
-                        result.bytes.unmappable += write.bytes;
-                        continue;
+        // Per command that carried any of the writes: how many, and the last
+        // one counted, so a write over several segments counts it once.
+        let mut carried_writes: HashMap<usize, (u64, usize)> = HashMap::new();
+        let mut carried = vec![0u64; to - from];
+        for segment in segments {
+            let number = segment.write;
+            let from_ns = self.writes[number].at_ns;
+            // Union of the in-window commands' overlap with the segment, in start order.
+            let mut covered_to = segment.first;
+            let mut covered = 0;
+            for_each_overlapping(
+                commands,
+                longest_command,
+                segment.first,
+                segment.end,
+                |index, start, stop| {
+                    let issued = commands[index].ts_ns;
+                    if issued < from_ns || issued >= segment.until_ns {
+                        return;
+                    }
+                    let (writes, last) = carried_writes.entry(index).or_insert((0, usize::MAX));
+                    if *last != number {
+                        *last = number;
+                        *writes += 1;
+                        carried[number - from] += 1;
+                    }
+                    let (from, to) = (start.max(covered_to), stop.min(segment.end));
+                    if to > from {
+                        covered += to - from;
+                        covered_to = to;
                     }
                 },
-            }
-            let mut carried = 0;
-            for &(first, length) in &ranges {
-                let end = first + length;
-                // Union of the commands' overlap with [first, end), in start order.
-                let mut covered_to = first;
-                let mut covered = 0;
-                for_each_overlapping(
-                    commands,
-                    longest_command,
-                    first,
-                    end,
-                    |index, start, stop| {
-                        let (writes, last) = carried_writes.entry(index).or_insert((0, usize::MAX));
-                        if *last != number {
-                            *last = number;
-                            *writes += 1;
-                            carried += 1;
-                        }
-                        let (from, to) = (start.max(covered_to), stop.min(end));
-                        if to > from {
-                            covered += to - from;
-                            covered_to = to;
-                        }
-                    },
-                );
-                result.bytes.matched += covered;
+            );
+            let length = segment.end - segment.first;
+            result.bytes.matched += covered;
+            if segment.until_ns == u64::MAX {
                 result.bytes.not_written_back += length - covered;
-                for_each_overlapping(bios, longest_bio, first, end, |index, _, _| {
+            } else {
+                result.bytes.overwritten += length - covered;
+            }
+        }
+        for number in from..to {
+            let Some(ranges) = plan.placed.get(&number) else {
+                continue;
+            };
+            let _ = result.commands_per_write.record(carried[number - from]);
+            for &(first, length) in ranges {
+                for_each_overlapping(bios, longest_bio, first, first + length, |index, _, _| {
                     carried_bios.insert(index);
                 });
             }
-            let _ = result.commands_per_write.record(carried);
         }
         for (count, _) in carried_writes.into_values() {
             result.commands += 1;
@@ -205,19 +213,181 @@ impl SectorMatcher {
         result
     }
 
+    /// Every write of the targets on `disk` placed on its bytes, and cut into
+    /// segments by the later writes over them, whichever target made those
+    /// (a file renamed keeps its bytes under a new name, a new target).
+    fn plan(&self, disk: u32, targets: &[TargetCalls]) -> DiskPlan {
+        let mut plan = DiskPlan::default();
+        let mut order: Vec<(u64, usize)> = Vec::new();
+        for (number, write) in self.writes.iter().enumerate() {
+            let Some(calls) = targets.get(write.target) else {
+                continue;
+            };
+            if calls.target.disk_dev.to_kernel() != disk {
+                continue;
+            }
+            let tally = plan.tallies.entry(write.target).or_default();
+            if let Some(ranges) = place(write, calls, tally) {
+                plan.placed.insert(number, ranges);
+                order.push((write.at_ns, number));
+            }
+        }
+        order.sort_unstable();
+        plan.segments = carried_until(&order, &plan.placed);
+        plan
+    }
+
+    /// A file's extent map changed: the plans are made afresh.
+    pub(super) fn maps_changed(&mut self) {
+        self.plans.clear();
+    }
+
     /// Commands by disk and sector, writes by target (each target's in
     /// program order), and each disk's longest command and bio.
     fn sort_for_matching(&mut self) {
         if self.sorted {
             return;
         }
+        self.plans.clear();
         self.commands.sort();
         self.bios.sort();
-        self.writes.sort_by_key(|write| write.target);
+        // Stable: writes that began at the same instant keep their order.
+        self.writes.sort_by_key(|write| (write.target, write.at_ns));
         self.longest_command = longest_by_disk(&self.commands);
         self.longest_bio = longest_by_disk(&self.bios);
         self.sorted = true;
     }
+}
+
+/// One disk's writes placed and cut, for [`SectorMatcher::match_writes`].
+#[derive(Default)]
+struct DiskPlan {
+    /// By write number: its disk byte ranges (placed writes only).
+    placed: HashMap<usize, Vec<(u64, u64)>>,
+    /// By write number, then start.
+    segments: Vec<Segment>,
+    /// Per target: its bytes that could not be placed, and why.
+    tallies: HashMap<usize, WriteBytes>,
+}
+
+/// `write`'s disk byte ranges through its target (`calls`), or `None` when
+/// it cannot be placed (the reason tallied). A file's delalloc bytes and
+/// holes are tallied, and the rest placed.
+fn place(
+    write: &WriteCall,
+    calls: &TargetCalls,
+    tally: &mut WriteBytes,
+) -> Option<Vec<(u64, u64)>> {
+    let Some(offset) = write.offset else {
+        tally.unknown_offset += write.bytes;
+        return None;
+    };
+    if write.bytes == 0 {
+        return None;
+    }
+    let base = calls.target.start_sector * SECTOR_BYTES;
+    let mut ranges = Vec::new();
+    match &calls.target.file {
+        None => ranges.push((base + offset, write.bytes)),
+        Some(_) => match &calls.file_map {
+            Some(Ok(map)) => disk_byte_ranges(map, base, offset, write.bytes, &mut ranges, tally),
+            _ => {
+                tally.unmappable += write.bytes;
+                return None;
+            }
+        },
+    }
+    Some(ranges)
+}
+
+/// A run of disk bytes [first, end) that were write number `write`'s from
+/// its start until `until_ns`, when a later write over them began
+/// (`u64::MAX`: none did).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    write: usize,
+    first: u64,
+    end: u64,
+    until_ns: u64,
+}
+
+/// Cuts each placed write's disk ranges (`placed`, by write number) into
+/// segments, each until the next write over it began, the writes taken in
+/// `order` (the instant each began, and its number): one sweep from the
+/// last write back, keeping the bytes' nearest later writer in an interval
+/// map. Segments come out by write number, then start.
+fn carried_until(order: &[(u64, usize)], placed: &HashMap<usize, Vec<(u64, u64)>>) -> Vec<Segment> {
+    // Disjoint intervals: start -> (end, the nearest later write's start).
+    let mut later: BTreeMap<u64, (u64, u64)> = BTreeMap::new();
+    let mut segments = Vec::new();
+    for &(at_ns, number) in order.iter().rev() {
+        let Some(ranges) = placed.get(&number) else {
+            continue;
+        };
+        for &(first, length) in ranges {
+            let end = first + length;
+            let mut cursor = first;
+            for (start, stop, until_ns) in overlapping(&later, first, end) {
+                let (from, to) = (start.max(first), stop.min(end));
+                if from > cursor {
+                    segments.push(Segment {
+                        write: number,
+                        first: cursor,
+                        end: from,
+                        until_ns: u64::MAX,
+                    });
+                }
+                segments.push(Segment {
+                    write: number,
+                    first: from,
+                    end: to,
+                    until_ns,
+                });
+                cursor = to;
+            }
+            if cursor < end {
+                segments.push(Segment {
+                    write: number,
+                    first: cursor,
+                    end,
+                    until_ns: u64::MAX,
+                });
+            }
+        }
+        // Only now, so a write's own ranges never cut each other.
+        for &(first, length) in ranges {
+            overwrite(&mut later, first, first + length, at_ns);
+        }
+    }
+    segments.sort_unstable_by_key(|segment| (segment.write, segment.first));
+    segments
+}
+
+/// The intervals of `map` that overlap [first, end), in order.
+fn overlapping(map: &BTreeMap<u64, (u64, u64)>, first: u64, end: u64) -> Vec<(u64, u64, u64)> {
+    let before = map
+        .range(..first)
+        .next_back()
+        .filter(|(_, &(stop, _))| stop > first);
+    before
+        .into_iter()
+        .chain(map.range(first..end))
+        .map(|(&start, &(stop, value))| (start, stop, value))
+        .collect()
+}
+
+/// Sets [first, end) of `map` to `value`, cutting what it overlapped.
+fn overwrite(map: &mut BTreeMap<u64, (u64, u64)>, first: u64, end: u64, value: u64) {
+    for (start, stop, old) in overlapping(map, first, end) {
+        map.remove(&start);
+        if start < first {
+            map.insert(start, (first, old));
+        }
+        if stop > end {
+            map.insert(end, (stop, old));
+        }
+    }
+    map.insert(first, (end, value));
 }
 
 /// The ones on `disk`, of ranges sorted by disk.
@@ -331,6 +501,171 @@ mod tests {
         assert_eq!(matched.commands_per_write.min(), 1);
         assert_eq!(matched.writes_per_command.len(), 65);
         assert_eq!(matched.writes_per_command.max(), 1);
+    }
+
+    /// pwrite64 of 4 KiB at partition `offset` that began at `at_ns` and
+    /// returned 5 µs later.
+    fn write_at(offset: u64, at_ns: u64) -> tracer_common::ProcessEvent {
+        tracer_common::ProcessEvent {
+            ts_ns: at_ns + 5_000,
+            ring: 5,
+            ..write(3, offset, 4096)
+        }
+    }
+
+    /// A command of `nr_sector` at partition sector `sector`, issued at `ts_ns`.
+    fn issue_at(sector: u64, nr_sector: u32, ts_ns: u64) -> BlockEvent {
+        BlockEvent {
+            ts_ns,
+            ..issue(1000 + sector, nr_sector)
+        }
+    }
+
+    #[test]
+    fn a_block_rewritten_and_synced_fifty_times_is_one_command_per_write() {
+        let mut matcher = Traced::new(OnePartition);
+        for n in 0..50u64 {
+            let at = 1_000_000 * (n + 1);
+            matcher.process_event(&write_at(0, at));
+            // Written back after the write returned, before the next began.
+            matcher.block_event(&issue_at(0, 8, at + 100_000));
+        }
+        let matched = matcher.match_writes(0);
+        assert_eq!(matched.commands_per_write.len(), 50);
+        assert_eq!(
+            (
+                matched.commands_per_write.min(),
+                matched.commands_per_write.max()
+            ),
+            (1, 1)
+        );
+        assert_eq!(matched.writes_per_command.max(), 1);
+        assert_eq!(matched.commands, 50);
+        assert_eq!(matched.bytes.matched, 50 * 4096);
+    }
+
+    #[test]
+    fn a_direct_write_carries_the_command_issued_inside_its_syscall() {
+        let mut matcher = Traced::new(OnePartition);
+        // An older command over the same sectors carries none of it.
+        matcher.block_event(&issue_at(0, 8, 500_000));
+        // Began at 1 ms, returned at 1.005 ms; the command went at 1.002 ms.
+        matcher.process_event(&write_at(0, 1_000_000));
+        matcher.block_event(&issue_at(0, 8, 1_002_000));
+        let matched = matcher.match_writes(0);
+        assert_eq!(matched.commands_per_write.max(), 1);
+        assert_eq!(matched.commands, 1);
+    }
+
+    #[test]
+    fn bytes_rewritten_before_writeback_belong_to_the_later_write() {
+        let mut matcher = Traced::new(OnePartition);
+        // 8 KiB at 0, then 4 KiB over its second half, then one command over both.
+        matcher.process_event(&tracer_common::ProcessEvent {
+            ts_ns: 1_000_000,
+            ..write(3, 0, 8192)
+        });
+        matcher.process_event(&write_at(4096, 2_000_000));
+        // And 4 KiB at 64 KiB twice with nothing between: the first never reached the disk.
+        matcher.process_event(&write_at(65536, 3_000_000));
+        matcher.process_event(&write_at(65536, 4_000_000));
+        matcher.block_event(&issue_at(0, 16, 5_000_000));
+        matcher.block_event(&issue_at(128, 8, 5_000_000));
+        let matched = matcher.match_writes(0);
+        assert_eq!(matched.commands, 2);
+        // 1 (the 8 KiB write's first half), 1, 0 (replaced), 1.
+        assert_eq!(matched.commands_per_write.len(), 4);
+        assert_eq!(matched.commands_per_write.count_between(0, 0), 1);
+        assert_eq!(matched.commands_per_write.max(), 1);
+        assert_eq!(matched.writes_per_command.max(), 2);
+        assert_eq!(
+            matched.bytes,
+            WriteBytes {
+                matched: 4096 + 4096 + 4096,
+                overwritten: 4096 + 4096,
+                ..WriteBytes::default()
+            }
+        );
+    }
+
+    /// `/mnt/tmp` renamed to `/mnt/seg`: one inode, two targets.
+    struct Renamed;
+
+    impl super::super::FdResolver for Renamed {
+        fn resolve_path(&mut self, _tgid: u32, path: &str) -> Option<super::super::FdTarget> {
+            let mut target = super::super::test_fixtures::file_on_loop0p2();
+            target.file.as_mut()?.path = path.to_string();
+            path.starts_with("/mnt/").then_some(target)
+        }
+
+        fn resolve_fd(&mut self, _tgid: u32, _fd: u32) -> Option<super::super::FdTarget> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_later_write_under_a_files_new_name_ends_the_old_names_window() {
+        let mut matcher = Traced::new(Renamed);
+        // PostgreSQL's WAL: zero-filled as xlogtemp, renamed, then written as the segment.
+        matcher.open_event(&open(42, 3, "/mnt/tmp"));
+        matcher.process_event(&tracer_common::ProcessEvent {
+            ts_ns: 1_000_000,
+            ..write(3, 0, 8192)
+        });
+        matcher.block_event(&issue_at(0, 16, 1_500_000));
+        matcher.open_event(&open(42, 4, "/mnt/seg"));
+        for n in 0..10u64 {
+            let at = 2_000_000 * (n + 1);
+            matcher.process_event(&tracer_common::ProcessEvent {
+                ts_ns: at + 5_000,
+                ring: 5,
+                ..write(4, 0, 8192)
+            });
+            matcher.block_event(&issue_at(0, 16, at + 100_000));
+        }
+        let map = || {
+            Ok(FileMap {
+                extents: vec![extent(0, 0, 8192, ExtentKind::Mapped)],
+                truncated: false,
+            })
+        };
+        matcher.set_file_map(0, map());
+        matcher.set_file_map(1, map());
+        let zeroed = matcher.match_writes(0);
+        assert_eq!(zeroed.commands, 1, "not the segment's ten");
+        assert_eq!(zeroed.bytes.matched, 8192);
+        let segment = matcher.match_writes(1);
+        assert_eq!(segment.commands, 10);
+        assert_eq!(segment.commands_per_write.max(), 1);
+    }
+
+    #[test]
+    fn segments_end_where_the_next_write_over_them_began() {
+        // Write 0 over [0, 100), write 1 over [50, 60), write 2 over [0, 10) and [90, 200).
+        let order = [(10, 0), (20, 1), (30, 2)];
+        let placed = HashMap::from([
+            (0, vec![(0, 100)]),
+            (1, vec![(50, 10)]),
+            (2, vec![(0, 10), (90, 110)]),
+        ]);
+        let cut: Vec<(usize, u64, u64, u64)> = carried_until(&order, &placed)
+            .into_iter()
+            .map(|s| (s.write, s.first, s.end, s.until_ns))
+            .collect();
+        let open = u64::MAX;
+        assert_eq!(
+            cut,
+            [
+                (0, 0, 10, 30),
+                (0, 10, 50, open),
+                (0, 50, 60, 20),
+                (0, 60, 90, open),
+                (0, 90, 100, 30),
+                (1, 50, 60, open),
+                (2, 0, 10, open),
+                (2, 90, 200, open),
+            ]
+        );
     }
 
     #[test]
@@ -459,6 +794,7 @@ mod tests {
                 delalloc: 4096,
                 unmappable: 4096,
                 unknown_offset: 65536,
+                overwritten: 0,
             }
         );
         // Without a map, nothing of the file can be placed.

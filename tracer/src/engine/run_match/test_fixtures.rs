@@ -107,9 +107,14 @@ pub(super) fn open(tgid: u32, fd: i64, path: &str) -> OpenEvent {
     event
 }
 
-/// A write command issued on loop0, at an absolute sector.
+/// When [`issue`]'s commands are issued: after the writes of [`write`]
+/// began (at 1 ns).
+pub(super) const ISSUED_NS: u64 = 1_000_000;
+
+/// A write command issued on loop0, at an absolute sector, at [`ISSUED_NS`].
 pub(super) fn issue(sector: u64, nr_sector: u32) -> BlockEvent {
     BlockEvent {
+        ts_ns: ISSUED_NS,
         kind: EventKind::Issue as u8,
         dev: DevId::new(7, 0).to_kernel(),
         sector,
