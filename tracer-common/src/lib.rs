@@ -49,6 +49,8 @@ macro_rules! with_block_probes {
             DirtyBuffer: block_dirty_buffer, dirty_buffer, dirty_buffer, btf_dirty_buffer, BufferHead, 1, "", 0, "args->size, 0";
             /// `block_rq_requeue`: the driver gave an issued request back; it is issued again later.
             Requeue: block_rq_requeue, requeue, rq_requeue, btf_rq_requeue, Request, 1, "R", 6, "args->nr_sector, 0";
+            /// `block_rq_remap`: request-based device-mapper (multipath) sent a clone of its request down a path.
+            RqRemap: block_rq_remap, rq_remap, rq_remap, btf_rq_remap, Request, 3, "A", 15, "args->nr_sector, args->old_sector";
         }
     };
 }
@@ -253,9 +255,10 @@ pub struct ClassicRecord {
 /// Field meaning by kind:
 /// - `sector`, `nr_sector`: the bio or request range, disk-absolute.
 /// - `aux_sector`: split → `new_sector` (start of the remainder);
-///   remap → `old_sector` (partition-relative, or upper-device sector);
-///   dirty buffer → buffer size in bytes.
-/// - `aux_dev`: remap → `old_dev` (the partition, or the upper device).
+///   remap and request remap → `old_sector` (partition-relative, or
+///   upper-device sector); dirty buffer → buffer size in bytes.
+/// - `aux_dev`: remap and request remap → `old_dev` (the partition, or the
+///   upper device).
 /// - `error`: completion status.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -571,6 +574,10 @@ impl BlockEvent {
                 bytes: self.aux_sector,
             },
             EventKind::Requeue => BlockAction::Requeue,
+            EventKind::RqRemap => BlockAction::RqRemap {
+                from_dev: self.aux_dev,
+                from_sector: self.aux_sector,
+            },
         })
     }
 }
@@ -609,6 +616,12 @@ pub enum BlockAction {
     DirtyBuffer {
         bytes: u64,
     },
+    /// A clone of the request issued on `from_dev` at `from_sector`, to be
+    /// issued here (request-based dm).
+    RqRemap {
+        from_dev: u32,
+        from_sector: u64,
+    },
 }
 
 impl BlockAction {
@@ -623,6 +636,7 @@ impl BlockAction {
             BlockAction::Complete { .. } => EventKind::Complete,
             BlockAction::BioComplete { .. } => EventKind::BioComplete,
             BlockAction::DirtyBuffer { .. } => EventKind::DirtyBuffer,
+            BlockAction::RqRemap { .. } => EventKind::RqRemap,
         }
     }
 }
@@ -762,6 +776,11 @@ pub mod uring_how {
     /// The SQE named a registered (fixed) file.
     pub const FIXED_FILE: u8 = 2;
 }
+
+/// [`ProcessEvent::how`] of an [`OpenEvent`] whose process the probe
+/// stopped (SIGSTOP, sent before the record was committed): the reader
+/// takes hold of the file, then sends SIGCONT.
+pub const OPEN_PAUSED: u8 = 1;
 
 /// Where the io_uring probes read their fields: offsets in the
 /// `io_uring_submit_req` (`io_uring_submit_sqe` before 6.4) and
@@ -1096,15 +1115,40 @@ pub struct ProcessEvent {
     pub tgid: u32,
     pub fd: u32,
     pub kind: u8,
-    /// io_uring events: how the SQE was submitted ([`uring_how`]); else 0.
+    /// io_uring events: how the SQE was submitted ([`uring_how`]); opens:
+    /// [`OPEN_PAUSED`] or 0; else 0.
     pub how: u8,
     pub _pad: [u8; 2],
     /// io_uring events: the ring (the low 32 bits of its `io_ring_ctx`
-    /// address), which registered files belong to; else 0.
+    /// address), which registered files belong to. Syscalls (writes,
+    /// syncs, io_submit's iocbs): how long the call ran, in microseconds
+    /// rounded up (saturating), so that [`ProcessEvent::entered_ns`] is when
+    /// it began (`ts_ns` is its exit). Else 0.
     pub ring: u32,
 }
 
 impl ProcessEvent {
+    /// When the call began: its exit less its duration (see [`Self::ring`]),
+    /// never later than the true entry. An io_uring SQE's submission, or
+    /// any other event, is its `ts_ns`.
+    pub fn entered_ns(&self) -> u64 {
+        let is_uring = ProcessEventKind::from_u8(self.kind).is_some_and(|kind| {
+            kind.is_uring()
+                || matches!(
+                    kind,
+                    ProcessEventKind::UringNotFollowed
+                        | ProcessEventKind::UringPunt
+                        | ProcessEventKind::UringFilesRegistered
+                        | ProcessEventKind::UringFile
+                        | ProcessEventKind::UringFilesChanged
+                )
+        });
+        if is_uring {
+            return self.ts_ns;
+        }
+        self.ts_ns.saturating_sub(u64::from(self.ring) * 1000)
+    }
+
     pub const ZERO: ProcessEvent = ProcessEvent {
         ts_ns: 0,
         offset: 0,
@@ -1291,6 +1335,9 @@ pub mod names {
     /// Bios of filtered-out owners, so their requests are dropped too.
     pub const FILTERED_BIOS: &str = "FILTERED_BIOS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+    /// `run`: 0, or the tracer's own tgid (never stopped) when the probe
+    /// stops each traced process at its opens for writing ([`super::OPEN_PAUSED`]).
+    pub const PAUSE_WRITE_OPENS: &str = "PAUSE_WRITE_OPENS";
     pub const KERNEL_LAYOUT: &str = "KERNEL_LAYOUT";
     /// The classic probes' [`ClassicFields`](super::ClassicFields): one global for every kind.
     pub const CLASSIC_FIELDS: &str = "CLASSIC_FIELDS";

@@ -128,6 +128,16 @@ pub struct CorrelationStats {
     /// issued below it with no queue of its own.
     #[serde(default)]
     pub queues_from_remaps: u64,
+    /// Remaps of a bio its upper device had already sent down whole: one
+    /// more copy below (raid1's mirrors, a read retried on another leg),
+    /// the same user I/O.
+    #[serde(default)]
+    pub mirrored_remaps: u64,
+    /// Remaps of md raid4/5/6's own stripe bios (data, parity, reads for a
+    /// read-modify-write) to its members, each continuing the user I/O md
+    /// was writing.
+    #[serde(default)]
+    pub stripe_remaps: u64,
 }
 
 /// Operation class of an I/O, from the first letters of `rwbs`.
@@ -323,6 +333,9 @@ pub struct DeviceReport {
     pub partitions: Vec<PartitionReport>,
     /// Removed (or its media gone) during the trace; measures are from before.
     pub gone: bool,
+    /// Per op, the disk's service model fitted from its commands, where it
+    /// applies (the what-ifs' times replay it).
+    pub service: BTreeMap<Op, ServiceModel>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -673,13 +686,84 @@ impl Diagnosis {
 
 /// What a diagnosis's fix would buy for the observed workload: the same
 /// user I/Os replayed through the kernel's split and merge rules under the
-/// fixed geometry or limits. Times are present where they can be estimated.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// fixed geometry or limits. Times are present where they can be estimated:
+/// the commands replayed through the device's service model
+/// (`engine/service.rs`); otherwise `time_unavailable` says why.
+#[derive(Clone, Debug, PartialEq, Default, Serialize)]
 pub struct WhatIf {
     pub commands_now: u64,
     pub commands_after_fix: u64,
     pub time_now_ms: Option<f64>,
     pub time_after_fix_ms: Option<f64>,
+    /// Why the times are null; `None` when they are estimated.
+    pub time_unavailable: Option<TimeUnavailable>,
+    /// The fit the times come from.
+    pub service_model: Option<ServiceModel>,
+}
+
+/// Why a what-if (or a run's time with the fix) carries no time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TimeUnavailable {
+    /// Fewer measured commands than the fit needs (32).
+    TooFewCommands,
+    /// Nearly every command had one size: a command's cost cannot be told
+    /// from its bytes' cost.
+    OneCommandSize,
+    /// Commands completed, but no issue→complete time was measured
+    /// (bio-based devices: their commands are bios, not timed).
+    NoServiceTime,
+    /// `run` only: the device was busy less than a fifth of the run, so
+    /// the run's time is not the device's.
+    NotIoBound,
+}
+
+/// `run`: how long the command would take with the fix of the diagnosis
+/// whose what-if saves the most device time. Only the part of the run the
+/// device was busy is scaled.
+#[derive(Clone, Debug, PartialEq, Default, Serialize, serde::Deserialize)]
+pub struct RunTimeWithFix {
+    /// The diagnosis whose what-if this is, and its device.
+    pub code: String,
+    pub device: String,
+    pub run_s: f64,
+    /// The device's busy time during the run (at most `run_s`).
+    pub device_busy_s: Option<f64>,
+    pub run_after_fix_s: Option<f64>,
+    /// `run_s / run_after_fix_s`.
+    pub speedup: Option<f64>,
+    /// Why there is no estimate; `None` when there is one.
+    pub unavailable: Option<TimeUnavailable>,
+}
+
+/// How the device behaved over the traced period.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServiceBound {
+    /// Fewer than 1.5 commands in flight: each command's latency in turn.
+    Latency,
+    /// The per-command cost is at least half the device time.
+    Iops,
+    /// The per-byte cost is more than half the device time.
+    Bandwidth,
+}
+
+/// The device's service model for one op, fitted from the traced commands:
+/// each command keeps the device busy `per_command_ms` + `ms_per_mib` × MiB,
+/// at the `in_flight` concurrency the traced workload had.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ServiceModel {
+    pub commands_fitted: u64,
+    pub per_command_ms: f64,
+    pub ms_per_mib: f64,
+    pub in_flight: f64,
+    /// `1 / ms_per_mib`, MiB/s; 0 when bytes cost nothing measurable.
+    pub ceiling_mib_per_s: f64,
+    /// Time at least one command was in flight.
+    pub busy_ms: f64,
+    /// First issue to last completion of the fitted commands.
+    pub span_ms: f64,
+    pub bound: ServiceBound,
 }
 
 /// What a command run under `iosplit-trace run` did, from syscalls down to commands.
@@ -687,6 +771,16 @@ pub struct WhatIf {
 pub struct RunReport {
     pub command: Vec<String>,
     pub exit_status: Option<i32>,
+    /// The command's own wall time, fork to exit (not the settle after it),
+    /// less `paused_s`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command_s: Option<f64>,
+    /// Opens for writing at which the probe stopped the command until `run`
+    /// held the file (0 with `--no-pause`), and the time stopped, summed.
+    #[serde(default)]
+    pub paused_opens: u64,
+    #[serde(default)]
+    pub paused_s: f64,
     pub processes: u64,
     /// Per target device (partition or disk) or regular file the command wrote to.
     pub targets: Vec<RunTarget>,
@@ -702,6 +796,10 @@ pub struct RunReport {
     /// why this kernel's io_uring submissions cannot be followed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_uring: Option<UringReport>,
+    /// The command's time with the fix, when a diagnosis of a device it
+    /// wrote carries a what-if.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_with_fix: Option<RunTimeWithFix>,
 }
 
 /// `run`'s io_uring SQEs (WRITE, WRITEV, WRITE_FIXED, FSYNC), to any fd:
@@ -799,6 +897,10 @@ pub struct RunFile {
     pub unmappable_bytes: u64,
     /// Writes through an fd opened before tracing: file offset unknown.
     pub unknown_offset_bytes: u64,
+    /// Replaced by a later write of the command before any device command
+    /// wrote them: never meant to reach the device, so not a miss.
+    #[serde(default)]
+    pub overwritten_bytes: u64,
 }
 
 #[cfg(test)]
@@ -809,10 +911,10 @@ mod tests {
     #[test]
     fn event_counts_keep_their_json_keys_and_order() {
         let mut counts = EventCounts {
-            dropped: 11,
-            syscall_dropped: 12,
-            read_failed: 13,
-            missed: 14,
+            dropped: 12,
+            syscall_dropped: 13,
+            read_failed: 14,
+            missed: 15,
             ..EventCounts::default()
         };
         for kind in EventKind::ALL {
@@ -820,7 +922,7 @@ mod tests {
         }
         assert_eq!(
             serde_json::to_string(&counts).unwrap(),
-            r#"{"remap":0,"queue":1,"split":2,"backmerge":3,"frontmerge":4,"rq_merge":5,"issue":6,"complete":7,"bio_complete":8,"dirty_buffer":9,"requeue":10,"dropped":11,"syscall_dropped":12,"read_failed":13,"missed":14}"#
+            r#"{"remap":0,"queue":1,"split":2,"backmerge":3,"frontmerge":4,"rq_merge":5,"issue":6,"complete":7,"bio_complete":8,"dirty_buffer":9,"requeue":10,"rq_remap":11,"dropped":12,"syscall_dropped":13,"read_failed":14,"missed":15}"#
         );
         assert_eq!(counts.total(), (0..EventKind::COUNT as u64).sum::<u64>());
     }

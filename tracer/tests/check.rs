@@ -8,9 +8,9 @@ use std::process::Command;
 
 use iosplit_trace::engine::audit::audit_disk;
 use iosplit_trace::frontend::check::{check_in, render_text, CHECK_SCHEMA_NAME};
+use iosplit_trace::geometry::disks::read_disks_in;
 use iosplit_trace::geometry::error::GeometryError;
 use iosplit_trace::geometry::ioctl::NoIoctls;
-use iosplit_trace::geometry::sysfs::read_disks_in;
 use iosplit_trace::model::{Code, Evidence};
 use serde_json::Value;
 

@@ -18,11 +18,11 @@ use std::process::Command;
 
 use iosplit_trace::frontend::check::check_in;
 use iosplit_trace::geometry::ioctl::NoIoctls;
-use iosplit_trace::geometry::stack::{Stack, StackLeg, StackLevel};
+use iosplit_trace::geometry::stack::{CryptMaxIo, Stack, StackLeg, StackLevel};
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
-    RunTarget, UringReport,
+    RunTarget, RunTimeWithFix, UringReport,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -379,6 +379,9 @@ fn split(ts: u64, dev: DevId, sector: u64, new_sector: u64) -> BlockEvent {
         ..event(EventKind::Split, ts, dev, sector, 0)
     }
 }
+fn bio_complete(ts: u64, dev: DevId, sector: u64, nr: u32) -> BlockEvent {
+    event(EventKind::BioComplete, ts, dev, sector, nr)
+}
 fn remap(ts: u64, dev: DevId, sector: u64, nr: u32, old: DevId, old_sector: u64) -> BlockEvent {
     BlockEvent {
         aux_dev: old.to_kernel(),
@@ -564,6 +567,11 @@ fn offset_dm() -> DiskGeometry {
             dm_name: "offset".into(),
             uuid: "CRYPT-PLAIN-offset".into(),
             crypt_sector_size: Some(512),
+            crypt_max_io: Some(CryptMaxIo {
+                read_bytes: Some(128 << 10),
+                write_bytes: 128 << 10,
+                tunable: true,
+            }),
             legs: vec![StackLeg {
                 top_sector: 0,
                 levels: vec![level("sdz1", "crypt", 3), level("sdz", "partition", 2059)],
@@ -599,6 +607,27 @@ fn chunk_splits(sink: &mut impl EventSink, base: u64, count: u64) {
         sink.block_event(&queue(ts, STRIPED, sector, 288));
         sink.block_event(&split(ts, STRIPED, sector, sector + 32));
         sink.block_event(&split(ts, STRIPED, sector + 32, sector + 160));
+    }
+}
+
+/// 1 MiB writes to the dm-crypt device dm-5 cut at its 128 KiB cap, as
+/// device-mapper traces it (on the trimmed bio), each piece sent to sdz.
+fn crypt_cap_splits(sink: &mut impl EventSink, base: u64, count: u64) {
+    for index in 0..count {
+        let sector = index * 4096;
+        let ts = base + MS * (index + 1);
+        sink.block_event(&queue(ts, OFFSET_DM, sector, 2048));
+        for cut in (1..8).map(|piece| sector + piece * 256) {
+            sink.block_event(&split(ts, OFFSET_DM, cut, cut));
+        }
+        for piece in (0..8).map(|piece| sector + piece * 256) {
+            let below = 2059 + piece;
+            sink.block_event(&remap(ts, RAID, below, 256, OFFSET_DM, piece));
+            sink.block_event(&queue(ts, RAID, below, 256));
+            sink.block_event(&issue(ts, RAID, below, 256));
+            sink.block_event(&complete(ts + MS / 2, RAID, below, 256));
+        }
+        sink.block_event(&bio_complete(ts + MS / 2, OFFSET_DM, sector + 7 * 256, 256));
     }
 }
 
@@ -813,6 +842,7 @@ fn run_record() -> RunRecord {
         delalloc_bytes: 4096,
         unmappable_bytes: 4096,
         unknown_offset_bytes: 0,
+        overwritten_bytes: 8192,
     };
     let target = RunTarget {
         device: "loop9p2".into(),
@@ -835,6 +865,18 @@ fn run_record() -> RunRecord {
     let run = RunReport {
         command: vec!["writer".into(), "/mnt/data/out.bin".into()],
         exit_status: Some(0),
+        command_s: Some(31.4),
+        paused_opens: 1,
+        paused_s: 0.0004,
+        time_with_fix: Some(RunTimeWithFix {
+            code: "split_amplification".into(),
+            device: "loop9p2".into(),
+            run_s: 31.4,
+            device_busy_s: Some(29.8),
+            run_after_fix_s: Some(4.2),
+            speedup: Some(31.4 / 4.2),
+            unavailable: None,
+        }),
         processes: 1,
         targets: vec![target],
         files_not_listed: Some(FilesNotListed {
@@ -951,6 +993,7 @@ fn documents() -> Vec<(String, Value)> {
             failed_writes(sink, 800 * MS, 8);
             capped_discards(sink, 900 * MS, 20);
             chunk_splits(sink, 1000 * MS, 20);
+            crypt_cap_splits(sink, 1100 * MS, 4);
         },
     );
     let report = analyze(&[&path(every)]);

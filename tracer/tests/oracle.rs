@@ -115,25 +115,45 @@ fn event_counts_match_the_kernels_blk_tracer() {
         eprintln!("--- {flavor} tracepoints on {root_disk}");
         check_shared_disk(report, &trace, &root_disk, flavor);
     }
-    assert_eq!(
-        counts_of(&raw),
-        counts_of(&classic),
-        "raw and classic tracepoints disagree"
-    );
+    // A classic probe run the kernel skipped is one event fewer, counted.
+    let missed = classic["events"]["missed"].as_u64().unwrap();
+    if missed == 0 {
+        assert_eq!(
+            counts_of(&raw),
+            counts_of(&classic),
+            "raw and classic tracepoints disagree"
+        );
+    } else {
+        let events = |report: &serde_json::Value| -> u64 {
+            BLK_ACTION_KEYS
+                .iter()
+                .flat_map(|(_, keys)| keys.iter())
+                .map(|key| report["events"][*key].as_u64().unwrap())
+                .sum()
+        };
+        let (btf, classic) = (events(&raw), events(&classic));
+        assert!(
+            classic <= btf && btf - classic <= missed,
+            "classic saw {classic} events, btf {btf}, {missed} classic runs skipped"
+        );
+    }
 }
 
 /// Raw tracepoints are skipped only when a probe re-enters itself: never
 /// here. Classic ones are also skipped whenever another BPF program runs on
 /// the CPU, as the raw tracer's do beside them for every block event on the
-/// machine (docs/design.md's reason for raw tracepoints); on the traced disk the
-/// exact per-action comparison catches any such loss.
-fn assert_missed_only_where_allowed(events: &serde_json::Value, flavor: &str) {
+/// machine (docs/design.md's reason for raw tracepoints): a completion
+/// interrupt during one skips its probe. Each skip is counted, so the
+/// classic counts may fall short of the oracle's by at most that many in all.
+/// Returns the shortfall allowed.
+fn assert_missed_only_where_allowed(events: &serde_json::Value, flavor: &str) -> u64 {
     let missed = events["missed"].as_u64().expect("events.missed");
     match flavor {
         "btf" => assert_eq!(missed, 0, "the kernel skipped BTF probe runs"),
         _ if missed > 0 => eprintln!("{flavor}: the kernel skipped {missed} probe runs"),
         _ => {}
     }
+    missed
 }
 
 /// Everything in a report that does not depend on timing: events and, per
@@ -148,6 +168,8 @@ fn counts_of(report: &serde_json::Value) -> serde_json::Value {
         }
     };
     for device in report["devices"].as_array_mut().unwrap() {
+        // The service model is fitted from completion times.
+        device.as_object_mut().unwrap().remove("service");
         strip(&mut device["measures"]);
         for part in device["partitions"].as_array_mut().unwrap() {
             strip(&mut part["measures"]);
@@ -175,16 +197,21 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     let hidden_count = |action: &str| hidden.get(action).copied().unwrap_or(0);
 
     assert_eq!(ours("dropped"), 0, "the tracer dropped events");
-    assert_missed_only_where_allowed(events, flavor);
+    let missed = assert_missed_only_where_allowed(events, flavor);
     assert!(ours("split") > 0, "the workload must split: {events}");
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
     let pairs = BLK_ACTION_KEYS
         .map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
-    // Exact, but for events logged while init was current.
+    // Exact, but for events logged while init was current and skipped runs.
+    let shortfall: u64 = pairs
+        .iter()
+        .map(|(action, count)| (oracle_count(action) - hidden_count(action)).saturating_sub(*count))
+        .sum();
     let mismatches: Vec<String> = pairs
         .iter()
         .filter(|(action, count)| {
-            !(oracle_count(action) - hidden_count(action)..=oracle_count(action)).contains(count)
+            let low = oracle_count(action) - hidden_count(action);
+            *count > oracle_count(action) || (*count < low && shortfall > missed)
         })
         .map(|(action, count)| {
             format!(
@@ -215,9 +242,9 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
             "D-R" => oracle_count("D") - oracle_count("R"),
             single => oracle_count(single),
         };
-        assert_eq!(
-            ours, expected,
-            "engine total for {action} differs from the blk tracer"
+        assert!(
+            ours.abs_diff(expected) <= missed,
+            "engine total for {action} differs from the blk tracer: {ours} vs {expected} ({missed} runs skipped)"
         );
     }
     // A completion no probe saw leaves its chain incomplete, and the engine
@@ -312,7 +339,7 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
             .unwrap_or_else(|| panic!("events.{key} missing"))
     };
     assert_eq!(ours("dropped"), 0, "the tracer dropped events");
-    assert_missed_only_where_allowed(events, flavor);
+    let missed = assert_missed_only_where_allowed(events, flavor);
     let dev = std::fs::read_to_string(format!("/sys/block/{disk}/dev")).unwrap();
     let dev = dev.trim().replace(':', ",");
     let between =
@@ -336,14 +363,21 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         "the direct 1 MiB writes to {disk} should have their tails requeued \
          (virtio-blk without indirect descriptors): {inside:?}"
     );
-    let out_of_bounds: Vec<String> = BLK_ACTION_KEYS
+    let bounds = BLK_ACTION_KEYS.map(|(action, keys)| {
+        let ours: u64 = keys.iter().map(|key| ours(key)).sum();
+        let low = count(&inside, action) - count(&hidden, action);
+        (action, ours, low, count(&around, action))
+    });
+    // Skipped classic runs may account for a shortfall, in all at most their count.
+    let shortfall: u64 = bounds
         .iter()
-        .filter_map(|(action, keys)| {
-            let ours: u64 = keys.iter().map(|key| ours(key)).sum();
-            let low = count(&inside, action) - count(&hidden, action);
-            let high = count(&around, action);
-            (ours < low || ours > high)
-                .then(|| format!("{action}: ours {ours}, blk tracer {low}..={high}"))
+        .map(|(_, ours, low, _)| low.saturating_sub(*ours))
+        .sum();
+    let out_of_bounds: Vec<String> = bounds
+        .iter()
+        .filter(|(_, ours, low, high)| ours > high || (ours < low && shortfall > missed))
+        .map(|(action, ours, low, high)| {
+            format!("{action}: ours {ours}, blk tracer {low}..={high}")
         })
         .collect();
     assert!(
@@ -363,8 +397,8 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
     let edge_slack =
         count(&around, "R") - count(&inside, "R") + count(&around, "D") - count(&inside, "D");
     assert!(
-        total("commands").abs_diff(reissued) <= edge_slack,
-        "commands must be issues minus re-issues of requeued commands: {} vs {reissued} (edge issues and requeues {edge_slack})",
+        total("commands").abs_diff(reissued) <= edge_slack + missed,
+        "commands must be issues minus re-issues of requeued commands: {} vs {reissued} (edge issues and requeues {edge_slack}, skipped runs {missed})",
         total("commands")
     );
     let delays: u64 = device["measures"]["ops"]
@@ -378,7 +412,7 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         (MIN_REQUEUES..=ours("requeue")).contains(&delays),
         "requeue delays timed: {delays}"
     );
-    if inside == around {
+    if inside == around && missed == 0 {
         eprintln!("nothing else touched {disk} at the edges: the counts are exact");
         assert_eq!(total("commands"), count(&inside, "D") - count(&inside, "R"));
     }

@@ -444,3 +444,112 @@ fn nomerges_fix_takes_commands_where_predicted() {
         write_commands(&after, &disk.name),
     );
 }
+
+/// Direct writes to a device: per record, 1 MiB gathered from one page 256
+/// times (256 segments), then 4, 16 and 32 KiB from a page-aligned buffer,
+/// so the commands have several sizes for the service model to fit.
+/// Arguments: path, records.
+const MIXED_WRITER: &str = r#"
+import mmap, os, sys
+path, records = sys.argv[1], int(sys.argv[2])
+PAGE, PAGES = 4096, 256
+page = mmap.mmap(-1, PAGE)
+small = mmap.mmap(-1, 32768)
+iov = [memoryview(page)] * PAGES
+fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+offset = 0
+for record in range(records):
+    assert os.pwritev(fd, iov, offset) == PAGES * PAGE
+    offset += PAGES * PAGE
+    for size in (4096, 16384, 32768):
+        assert os.pwritev(fd, [memoryview(small)[:size]], offset) == size
+        offset += size
+os.close(fd)
+"#;
+
+fn service_model(what_if: &Value) -> &Value {
+    let model = &what_if["service_model"];
+    assert!(model.is_object(), "no service_model: {what_if}");
+    model
+}
+
+#[test]
+fn what_if_times_agree_with_the_device_busy_time() {
+    if !privileged("what_if_times_agree_with_the_device_busy_time") {
+        return;
+    }
+    let mut disk = LoopDisk::new(
+        "what-if-times",
+        128,
+        &[PartitionSpec {
+            start: 2048,
+            size: 120 * 2048,
+        }],
+    );
+    disk.set_queue("max_sectors_kb", "64");
+    let partition = disk.partition(1);
+    let part_name = partition.trim_start_matches("/dev/").to_string();
+    let workload = [
+        "/usr/bin/python3",
+        "-c",
+        MIXED_WRITER,
+        partition.as_str(),
+        "96",
+    ];
+    let before = run_json(&workload);
+    let diagnosis = finding(&before, "split_amplification", &part_name)
+        .or_else(|| finding(&before, "split_amplification", &disk.name))
+        .unwrap_or_else(|| {
+            panic!(
+                "no split_amplification on {part_name}: {}",
+                before["diagnoses"]
+            )
+        });
+    let what_if = &diagnosis["evidence"]["what_if"];
+    let model = service_model(what_if);
+    let now_ms = what_if["time_now_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no time_now_ms: {what_if}"));
+    let after_ms = what_if["time_after_fix_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no time_after_fix_ms: {what_if}"));
+    let busy_ms = model["busy_ms"].as_f64().unwrap();
+    let run = &before["run"];
+    let command_s = run["command_s"].as_f64().unwrap();
+    eprintln!(
+        "before: commands {} -> {}, time {now_ms:.1} ms -> {after_ms:.1} ms, busy {busy_ms:.1} ms of a {command_s:.3} s run; model {model}; run {}",
+        what_if["commands_now"], what_if["commands_after_fix"], run["time_with_fix"]
+    );
+    assert!(
+        (now_ms - busy_ms).abs() <= 0.25 * busy_ms,
+        "time_now_ms {now_ms} not within 25% of the device-busy time {busy_ms}: {model}"
+    );
+    assert!(
+        busy_ms / 1000.0 <= command_s + 0.5,
+        "busy {busy_ms} ms beyond the run's {command_s} s"
+    );
+    // A command's own cost is what a fix with fewer commands saves: the same
+    // bytes take the same time, so the saving is per_command_ms per command.
+    let saved_per_command = model["per_command_ms"].as_f64().unwrap();
+    let (commands_now, commands_after) = prediction(diagnosis);
+    assert!(commands_after < commands_now, "{what_if}");
+    let expected_saving = saved_per_command * (commands_now - commands_after) as f64;
+    assert!(
+        ((now_ms - after_ms) - expected_saving).abs() <= 0.05 * expected_saving + 0.01,
+        "the time saved is not the commands saved times their cost: {what_if}"
+    );
+    let estimate = &run["time_with_fix"];
+    assert_eq!(estimate["code"], "split_amplification", "{estimate}");
+
+    // The fix for real: the device time measured after it, for the record.
+    let proposed = diagnosis["evidence"]["proposed_max_sectors_kb"]
+        .as_u64()
+        .unwrap();
+    disk.set_queue("max_sectors_kb", &proposed.to_string());
+    let after = run_json(&workload);
+    let measured = write_commands(&after, &part_name);
+    eprintln!(
+        "after the fix: {measured} commands, run {} s (predicted {} s)",
+        after["run"]["command_s"], estimate["run_after_fix_s"]
+    );
+}

@@ -11,6 +11,7 @@ pub const PACKAGES: &[&str] = &[
     "fdisk",      // sfdisk
     "e2fsprogs",  // mkfs.ext4, filefrag
     "xfsprogs",   // mkfs.xfs (tests/run_files.rs)
+    "postgresql", // initdb, pg_ctl, pgbench under `run` (tests/run_postgres.rs)
     "util-linux", // losetup, partx, blockdev
     "fio",        // tests/run_libaio.rs checks run against fio's own counts; false_alarms.rs
     "bpftrace",
@@ -24,6 +25,7 @@ pub const PACKAGES: &[&str] = &[
     "kmod",    // depmod for the guest kernel's modules
     "dmsetup", // the stacks scenario
     "mdadm",   // the stacks scenario
+    "lvm2",    // the stacks scenario: volumes made by the LVM tools
     "file",    // checks the guest binary is static
     "gcc",     // builds the static guest-io helper
     "libc6-dev",

@@ -617,10 +617,10 @@ fn bio_event(kind: EventKind, address: u64, arg: u64, arg2: u32, also: Option<u3
 }
 
 #[inline(always)]
-fn rq_event(kind: EventKind, address: u64, arg: u64, arg2: u32) -> u32 {
+fn rq_event(kind: EventKind, address: u64, arg: u64, arg2: u32, also: Option<u32>) -> u32 {
     let layout = kernel_layout();
     let dev = rq_dev(layout, address);
-    if !device_wanted(dev) {
+    if !device_wanted(dev) && !also.is_some_and(|other| other != 0 && device_wanted(other)) {
         return 0;
     }
     if FILTER_OWNERS.load() != 0 && filtered_request(&layout.owner, address) {
@@ -667,13 +667,23 @@ fn capture(ctx: &BtfTracePointContext, kind: EventKind) -> u32 {
         EventKind::BioComplete => bio_event(kind, ctx.arg(1), 0, 0, None),
         // (struct request *rq)
         EventKind::RqMerge | EventKind::Issue | EventKind::Requeue => {
-            rq_event(kind, ctx.arg(0), 0, 0)
+            rq_event(kind, ctx.arg(0), 0, 0, None)
+        }
+        // (struct request *rq, dev_t dev, sector_t from). Not a flush's
+        // clone: it carries no sectors, and the blk tracer logs none either.
+        EventKind::RqRemap => {
+            let rq: u64 = ctx.arg(0);
+            if load::<u32>(rq + u64::from(kernel_layout().rq_data_len)) == 0 {
+                return 0;
+            }
+            let old_dev = ctx.arg::<u64>(1) as u32;
+            rq_event(kind, rq, ctx.arg(2), old_dev, Some(old_dev))
         }
         // (struct request *rq, blk_status_t error, unsigned int nr_bytes)
         EventKind::Complete => {
             let status = ctx.arg::<u64>(1) as u32 & 0xff;
             let nr_bytes = ctx.arg::<u64>(2) & u64::from(u32::MAX);
-            rq_event(kind, ctx.arg(0), nr_bytes, status)
+            rq_event(kind, ctx.arg(0), nr_bytes, status, None)
         }
         // (struct buffer_head *bh): counted here, not streamed.
         EventKind::DirtyBuffer => {

@@ -68,6 +68,10 @@ fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
     if kind == EventKind::DirtyBuffer {
         return classic_dirty_buffer(ctx, &fields);
     }
+    // A flush's clone carries no sectors; the blk tracer logs none either.
+    if kind == EventKind::RqRemap && field::<u32>(ctx, fields.nr_sector).unwrap_or(0) == 0 {
+        return 0;
+    }
     if FILTER_DEVICES.load() != device_filter::ALL {
         match in_scope(ctx, &fields) {
             Ok(true) => {}

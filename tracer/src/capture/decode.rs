@@ -126,6 +126,10 @@ impl BtfDecoder {
                         event.aux_sector = (u64_at(hctx) << 16) | u64::from(tag & 0xffff);
                     }
                 }
+                if kind == EventKind::RqRemap {
+                    event.aux_dev = object.arg2;
+                    event.aux_sector = object.arg;
+                }
                 if kind == EventKind::Complete {
                     event.sector = position;
                     event.nr_sector = (object.arg >> 9) as u32;

@@ -135,7 +135,7 @@ const ERROR: Wanted = want(Slot::Error, "error", &[4], false);
 
 fn wanted(kind: EventKind) -> Vec<Wanted> {
     match kind {
-        EventKind::Remap => vec![
+        EventKind::Remap | EventKind::RqRemap => vec![
             DEV,
             SECTOR,
             NR_SECTOR,

@@ -11,6 +11,8 @@ pub mod decode;
 pub mod format;
 pub mod layout;
 mod reorder;
+
+pub use reorder::monotonic_ns;
 mod ring;
 pub mod system;
 
@@ -101,6 +103,10 @@ pub struct CaptureConfig {
     pub ring_bytes: u32,
     /// Follow a process tree (`run`): forks and write-family syscalls.
     pub process_tree: bool,
+    /// With `process_tree`: stop each traced process at its opens for
+    /// writing until the sink has handled the open (and sent SIGCONT, for
+    /// events marked [`tracer_common::OPEN_PAUSED`]).
+    pub pause_write_opens: bool,
     /// Owner filters (`-p`, `--cgroup`, `--comm`), applied in the kernel.
     pub owners: OwnerFilter,
     /// Accept `IOSPLIT_PROBES=noop` (only `report`, which then says it
@@ -558,6 +564,11 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
         .as_ref()
         .map_or(UringOffsets::ABSENT, |(fields, _)| *fields);
 
+    let pause_write_opens: u32 = if config.process_tree && config.pause_write_opens {
+        std::process::id()
+    } else {
+        0
+    };
     let mut loader = EbpfLoader::new();
     // Only one flavor runs: the classic programs stay inert under btf.
     let classic_fields: ClassicFields = match flavor {
@@ -582,6 +593,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             },
         )
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
+        .override_global(names::PAUSE_WRITE_OPENS, &pause_write_opens, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .override_global(names::URING_FIELDS, &uring_fields, true)
         .map_max_entries(names::PROCESS_EVENTS, PROCESS_RING_BYTES);
@@ -731,6 +743,7 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), ProcessProb
         "sched_process_exec",
         true,
     )?;
+    attach_one("process_exit", "sched", "sched_process_exit", true)?;
     for (index, kind) in ProcessEventKind::SYSCALLS.iter().enumerate() {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
@@ -1049,7 +1062,13 @@ fn consume<S: EventSink>(
     let mut process_events = ebpf
         .take_map(names::PROCESS_EVENTS)
         .and_then(|map| RingBuf::try_from(map).ok());
-    let fds: Vec<i32> = events.iter().map(ring::BatchRing::fd).collect();
+    let mut fds: Vec<i32> = events.iter().map(ring::BatchRing::fd).collect();
+    // The process ring wakes us only for the records its probes submit with
+    // a wakeup (opens for writing: `run` takes hold of the file at once).
+    if let Some(process_events) = &process_events {
+        use std::os::fd::AsRawFd;
+        fds.push(process_events.as_raw_fd());
+    }
     let mut waiter = Waiter::new(&fds).ok();
     let mut reorder = reorder::Reorder::default();
     let counters = ebpf
@@ -1289,6 +1308,7 @@ mod tests {
             (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),
             (names::FILTER_PIDS, 1),
             (names::WAKEUP_BYTES, 8),
+            (names::PAUSE_WRITE_OPENS, 4),
         ];
         for (global, size) in globals {
             assert_eq!(size_of(global), size as u64, "size of {global}");

@@ -371,7 +371,7 @@ impl Engine {
     /// A disk command `serial` carrying `io`: one more for each user I/O on
     /// the devices above that `io` was remapped from, once per command.
     pub(super) fn count_disk_command_above(&mut self, io: SlotRef, serial: u64) {
-        let mut upper = match self
+        let upper = match self
             .user_ios
             .resolve(io)
             .and_then(|index| self.user_ios.get(index))
@@ -379,6 +379,12 @@ impl Engine {
             Some(io) => io.parent,
             None => return,
         };
+        self.count_disk_command_from(upper, serial);
+    }
+
+    /// A disk command `serial` carrying (part of) the user I/O `upper`:
+    /// one more for it and for each user I/O above it, once per command.
+    pub(super) fn count_disk_command_from(&mut self, mut upper: SlotRef, serial: u64) {
         // A stack deeper than this is a loop in the links, not a stack.
         for _ in 0..8 {
             let Some(index) = self.user_ios.resolve(upper) else {

@@ -3,6 +3,7 @@
 
 use tracer_common::BlockEvent;
 
+use super::service::ServiceSamples;
 use super::split::SplitLimits;
 use super::stats::{DeviceStats, OpStats, OP_COUNT};
 use super::streams::LastQueued;
@@ -114,6 +115,8 @@ pub(crate) struct DeviceState {
     /// Where a clone's remap cut the last fragment before its trim was
     /// traced: the split that follows is that cut, already made.
     pub(super) precut_at: Option<u64>,
+    /// Per op: the commands' service times, which the what-if's times replay.
+    pub(super) service: [ServiceSamples; OP_COUNT],
 }
 
 impl DeviceState {
@@ -137,6 +140,7 @@ impl DeviceState {
             requeued_empty: [0; OP_COUNT],
             last_fragment: SlotRef::NONE,
             precut_at: None,
+            service: [ServiceSamples::default(); OP_COUNT],
         }
     }
 
@@ -145,6 +149,15 @@ impl DeviceState {
             Some(partition) => &mut partition.stats,
             None => &mut self.whole,
         }
+    }
+
+    /// md raid4/5/6: it writes each stripe's data and parity in bios of
+    /// its own (remapped from it, never split from the user's bio), and
+    /// completes the user's bio whole.
+    pub(super) fn writes_own_stripes(&self) -> bool {
+        self.geometry.stack.as_ref().is_some_and(|stack| {
+            matches!(stack.kind.as_str(), "md-raid4" | "md-raid5" | "md-raid6")
+        })
     }
 
     /// Bio-based: declared so, and no request was ever issued on it.
@@ -277,6 +290,22 @@ impl Engine {
     /// the extended one, as a loop disk's do; two dm devices share one too,
     /// so dm on dm is told apart only when the geometry knows them). A device whose queues are traced has its bios
     /// as fragments already; dm's partial clones of them must not count twice.
+    /// Whether `dev` is a whole md raid4/5/6 device (see
+    /// [`DeviceState::writes_own_stripes`]).
+    pub(super) fn is_stripe_writer(&self, dev: u32) -> bool {
+        self.dev_index.get(&dev).is_some_and(|slot| {
+            slot.part == NO_PART && self.devices[slot.disk as usize].writes_own_stripes()
+        })
+    }
+
+    /// Whether `dev` is a whole device that issues requests: a remap from
+    /// it moves a request (request-based dm), not a bio.
+    pub(super) fn is_request_device(&self, dev: u32) -> bool {
+        self.dev_index.get(&dev).is_some_and(|slot| {
+            slot.part == NO_PART && !self.devices[slot.disk as usize].bio_based()
+        })
+    }
+
     pub(super) fn is_upper_device(&self, dev: u32, from: u32) -> bool {
         if from == dev {
             return false;

@@ -11,11 +11,19 @@ use super::table::{SlotRef, NIL};
 use super::target::{op_of, Target, NO_PART};
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
+
+/// Request remaps kept waiting for their clone's issue, at most.
+const MAX_RQ_REMAPS: usize = 1 << 12;
 use crate::model::Op;
 
 impl Engine {
     pub(super) fn on_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
+        if self.is_request_device(from_dev) {
+            // blkparse prints a request's remap as a bio's: both are `A`.
+            return self.on_rq_remap(event, from_dev, from_sector);
+        }
         let length = u64::from(event.nr_sector);
+        let stripes = length > 0 && self.is_stripe_writer(from_dev);
         // Stacked: the old device holds this bio as a pending fragment of its own.
         let traced = if length == 0 {
             None
@@ -25,8 +33,19 @@ impl Engine {
                     fragment.state == FragmentState::Pending
                         && fragment.end - fragment.start == length
                 })
-                .or_else(|| self.cut_front_for_clone(event, from_dev, from_sector))
+                .or_else(|| match stripes {
+                    true => None,
+                    false => self.cut_front_for_clone(event, from_dev, from_sector),
+                })
         };
+        if traced.is_none() && stripes {
+            self.remap_stripe_io(event, from_dev);
+            return;
+        }
+        if traced.is_none() && length > 0 && self.remap_another_clone(event, from_dev, from_sector)
+        {
+            return;
+        }
         let inferred = match (traced, length) {
             (None, 1..) => self.queue_seen_only_in_remap(event, from_dev, from_sector),
             _ => None,
@@ -82,6 +101,54 @@ impl Engine {
                 upper_fragment: upper.upper_fragment,
             },
         );
+    }
+
+    /// md raid4/5/6's own bio for a stripe (data, parity, or a read for a
+    /// read-modify-write) sent to a member: the user's bio stays whole, and
+    /// the stripe bio continues the device's last user I/O, the one md is
+    /// writing (its sector names the stripe, not a piece of that bio).
+    fn remap_stripe_io(&mut self, event: &BlockEvent, from_dev: u32) {
+        let parent = self
+            .dev_index
+            .get(&from_dev)
+            .map(|slot| self.devices[slot.disk as usize].last_fragment)
+            .and_then(|fragment| self.fragments.resolve(fragment))
+            .and_then(|index| self.fragments.get(index))
+            .map_or(SlotRef::NONE, |fragment| fragment.io);
+        self.correlation.stripe_remaps += 1;
+        self.push_remap(
+            (event.dev, event.sector, event.nr_sector),
+            Remap {
+                parent,
+                ..Remap::default()
+            },
+        );
+    }
+
+    /// A second remap of a bio already sent down whole (raid1's mirrors, a
+    /// read retried on another leg): the same user I/O goes on below on one
+    /// more device. Not another command of the upper device; the disk
+    /// commands it becomes are counted to it.
+    fn remap_another_clone(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) -> bool {
+        let length = u64::from(event.nr_sector);
+        let sent = self.fragments.find(&(from_dev, from_sector), |fragment| {
+            fragment.state == FragmentState::SentDown && fragment.end - fragment.start == length
+        });
+        let Some(io) = sent
+            .and_then(|index| self.fragments.get(index))
+            .map(|f| f.io)
+        else {
+            return false;
+        };
+        self.correlation.mirrored_remaps += 1;
+        self.push_remap(
+            (event.dev, event.sector, event.nr_sector),
+            Remap {
+                parent: io,
+                ..Remap::default()
+            },
+        );
+        true
     }
 
     /// A remap from an upper device (dm, md) whose own queue was not traced,
@@ -491,14 +558,22 @@ impl Engine {
                 self.count_command(serial, event.dev, fallback, start, sectors, None);
                 return;
             }
+            let clone_of = match self.rq_remaps.is_empty() {
+                true => None,
+                false => self.rq_remaps.remove(&(event.dev, start, event.nr_sector)),
+            };
             command_index =
                 self.insert_command(serial, event.dev, start, end, None, Target::default());
-            match command_index {
-                Some(index) => {
+            match (command_index, clone_of) {
+                (Some(index), Some(upper)) => {
+                    self.name_request(event.dev, identity, index);
+                    self.issue_clone(upper, serial);
+                }
+                (Some(index), None) => {
                     self.name_request(event.dev, identity, index);
                     (target, ends) = self.gather_fragments(index, event.dev, start, end, serial);
                 }
-                None => self.correlation.unmatched_events += 1,
+                (None, _) => self.correlation.unmatched_events += 1,
             }
         }
         let target = target.unwrap_or_else(|| self.fallback_target(event));
@@ -509,6 +584,52 @@ impl Engine {
         }
         self.attribution.each(owners, |stats| stats.commands += 1);
         self.count_command(serial, event.dev, target, start, sectors, ends);
+    }
+
+    /// Request-based dm (multipath) cloned its issued request at
+    /// `from_sector` and will issue the clone on `event.dev`: that issue
+    /// carries the upper command's user I/Os. (An importer's `A` line of a
+    /// request reaches here through [`Engine::on_remap`].)
+    pub(super) fn on_rq_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
+        let length = u64::from(event.nr_sector);
+        if length == 0 {
+            // A flush's clone: counted, not correlated, as flushes are.
+            return;
+        }
+        let upper = self.commands.find(&(from_dev, from_sector), |command| {
+            command.end - command.start == length
+        });
+        let Some(index) = upper else {
+            self.correlation.unmatched_events += 1;
+            return;
+        };
+        if self.rq_remaps.len() >= MAX_RQ_REMAPS {
+            // Clones whose issue was never traced (a path outside `-d`).
+            self.rq_remaps.clear();
+        }
+        let upper = self.commands.slot_ref(index);
+        self.rq_remaps
+            .insert((event.dev, event.sector, event.nr_sector), upper);
+    }
+
+    /// The issue of a clone remapped from an upper device's command: a disk
+    /// command for each user I/O that command carries.
+    fn issue_clone(&mut self, upper: SlotRef, serial: u64) {
+        let Some(command) = self
+            .commands
+            .resolve(upper)
+            .and_then(|index| self.commands.get(index))
+        else {
+            return;
+        };
+        let mut head = command.head;
+        while head != NIL {
+            let Some(fragment) = self.fragments.get(head).copied() else {
+                break;
+            };
+            self.count_disk_command_from(fragment.io, serial);
+            head = fragment.next;
+        }
     }
 
     /// The driver gave an issued request back; it will be issued again as the
@@ -666,6 +787,8 @@ impl Engine {
         });
         if whole {
             if measured {
+                self.devices[command.target.disk as usize].service[op_index(command.target.op)]
+                    .complete(command.issue_ns, self.now_ns, command.end - command.start);
                 self.stats_mut(command.target)
                     .issue_to_complete_us
                     .saturating_record(latency_us);

@@ -14,6 +14,9 @@
 //! - `block_rq_requeue` hands an issued command back to be issued again: its
 //!   next `block_rq_issue` of the same range is the same command, not a new
 //!   one (issue→complete runs from that last issue; the wait is `requeue_delay_us`).
+//! - `block_rq_remap` (request-based dm, multipath) sends a clone of an
+//!   issued command down a path: the clone's issue there is a disk command
+//!   of the user I/Os the upper command carries.
 //! - `block_rq_complete` completes a prefix of a command (completions can be
 //!   partial); a user I/O ends when its last fragment completes.
 //! - On bio-based devices (no requests) a fragment is the command: it is
@@ -60,6 +63,7 @@ pub mod outcome;
 mod placement;
 mod reports;
 pub mod run_match;
+pub mod service;
 pub mod split;
 pub mod stats;
 mod streams;
@@ -155,6 +159,9 @@ pub struct Engine {
     outcomes: Vec<Outcome>,
     /// User I/Os the command being issued carries, for its `Carries` outcomes.
     carried: Vec<table::SlotRef>,
+    /// Request-based dm's clones waiting for their issue below: (dev,
+    /// sector, length) there → the upper device's command.
+    rq_remaps: FastMap<RemapKey, table::SlotRef>,
 }
 
 impl Engine {
@@ -184,6 +191,7 @@ impl Engine {
             keep_outcomes: false,
             outcomes: Vec::new(),
             carried: Vec::new(),
+            rq_remaps: FastMap::default(),
         };
         engine.set_disks(disks);
         engine
@@ -239,6 +247,7 @@ impl Engine {
             }
             device.last_issue = [LastIssue::default(); OP_COUNT];
             device.last_queued = Default::default();
+            device.service = Default::default();
         }
         self.dirty.clear();
         self.attribution.clear();
@@ -271,6 +280,7 @@ impl Engine {
             ];
             // Nothing in flight: every entry is stale.
             self.by_request.clear();
+            self.rq_remaps.clear();
             if shrunk.contains(&true) {
                 self.last_shrink = Some(now);
             }
@@ -305,6 +315,10 @@ impl Engine {
                 self.dirty.entry(event.dev).or_default().record(bytes);
             }
             BlockAction::Requeue => self.on_requeue(event),
+            BlockAction::RqRemap {
+                from_dev,
+                from_sector,
+            } => self.on_rq_remap(event, from_dev, from_sector),
         }
     }
 

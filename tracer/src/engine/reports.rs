@@ -4,7 +4,7 @@ use super::devices::DeviceState;
 use super::stats::{self, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::{attribution, diagnose, Engine, OriginMeasures};
 use crate::geometry::{DevId, DiskGeometry};
-use crate::model::{DeviceReport, Finding, PartitionReport};
+use crate::model::{DeviceReport, Finding, Op, PartitionReport};
 
 impl Engine {
     /// Per disk (its own and its partitions' traffic), partitions inside.
@@ -41,6 +41,13 @@ impl Engine {
                     measures: stats::measures(&disk_total),
                     partitions,
                     gone: device.gone,
+                    service: Op::ALL
+                        .iter()
+                        .filter_map(|&op| {
+                            let fit = device.service[stats::op_index(op)].fit().ok()?;
+                            Some((op, fit.to_model()))
+                        })
+                        .collect(),
                 }
             })
             .collect()

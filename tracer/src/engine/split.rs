@@ -25,6 +25,14 @@ pub struct SplitLimits {
     /// Bio-based (dm): it cuts ordinary I/O at its own boundaries, never by
     /// segments, so a short piece there is not a segment limit's.
     pub bio_based: bool,
+    /// dm-crypt's cap on one read and one write, sectors (0: none).
+    pub crypt_max_read: u64,
+    pub crypt_max_write: u64,
+}
+
+/// dm-crypt's cap on the pieces it passes down, when `disk` is dm-crypt.
+fn crypt_cap(disk: &DiskGeometry) -> Option<crate::geometry::stack::CryptMaxIo> {
+    disk.stack.as_ref()?.crypt_max_io
 }
 
 impl SplitLimits {
@@ -44,7 +52,20 @@ impl SplitLimits {
             virt_boundary_mask: disk.virt_boundary_mask,
             max_discard_sectors: disk.discard_max_bytes / SECTOR_BYTES,
             bio_based: !disk.request_based,
+            crypt_max_read: crypt_cap(disk).and_then(|cap| cap.read_bytes).unwrap_or(0)
+                / SECTOR_BYTES,
+            crypt_max_write: crypt_cap(disk).map_or(0, |cap| cap.write_bytes) / SECTOR_BYTES,
         }
+    }
+
+    /// dm-crypt's cap for `op`, sectors, if it has one.
+    pub fn crypt_cap(&self, op: Op) -> Option<u64> {
+        let cap = match op {
+            Op::Read => self.crypt_max_read,
+            Op::Write => self.crypt_max_write,
+            _ => 0,
+        };
+        (cap != 0).then_some(cap)
     }
 
     /// Longest piece `get_max_io_size()` allows for a bio starting at `sector`
@@ -104,6 +125,9 @@ pub fn split_cause(limits: &SplitLimits, op: Op, sector: u64, new_sector: u64) -
             max if max != 0 && piece < max => SplitCause::DiscardGranularity,
             _ => SplitCause::MaxDiscard,
         };
+    }
+    if limits.crypt_cap(op) == Some(piece) {
+        return SplitCause::CryptMaxIo;
     }
     let limit = limits.max_io_sectors(sector);
     let below_max = limits.max_sectors == 0 || piece < limits.max_sectors;
@@ -173,6 +197,8 @@ mod tests {
             virt_boundary_mask: 0,
             max_discard_sectors: 0,
             bio_based: false,
+            crypt_max_read: 0,
+            crypt_max_write: 0,
         }
     }
 
@@ -187,6 +213,8 @@ mod tests {
             virt_boundary_mask: 0,
             max_discard_sectors: 0,
             bio_based: false,
+            crypt_max_read: 0,
+            crypt_max_write: 0,
         }
     }
 
@@ -392,11 +420,42 @@ mod tests {
                 "virt_boundary",
                 "discard_granularity",
                 "max_discard",
+                "crypt_max_io",
                 "unknown"
             ]
         );
         for (index, cause) in SplitCause::ALL.iter().enumerate() {
             assert_eq!(cause.index(), index);
         }
+    }
+
+    /// dm-crypt (6.12) passes a write down 128 KiB at a time, a read at its
+    /// own cap: each piece of exactly that size is the cap's.
+    #[test]
+    fn a_dm_crypt_piece_of_its_cap_is_crypt_max_io() {
+        let crypt = SplitLimits {
+            bio_based: true,
+            max_sectors: 2560,
+            crypt_max_read: 512,
+            crypt_max_write: 256,
+            ..vda()
+        };
+        assert_eq!(
+            split_cause(&crypt, Op::Write, 0, 256),
+            SplitCause::CryptMaxIo
+        );
+        assert_eq!(
+            split_cause(&crypt, Op::Write, 8, 264),
+            SplitCause::CryptMaxIo
+        );
+        assert_eq!(
+            split_cause(&crypt, Op::Read, 0, 512),
+            SplitCause::CryptMaxIo
+        );
+        assert_eq!(split_cause(&crypt, Op::Read, 0, 256), SplitCause::Unknown);
+        assert_eq!(
+            split_cause(&vda(), Op::Write, 0, 256),
+            SplitCause::MaxSegments
+        );
     }
 }

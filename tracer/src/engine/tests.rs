@@ -645,6 +645,105 @@ fn clones_merged_below_count_once_as_the_top_io_s_disk_command() {
     assert_eq!((p1.user_ios, p1.commands), (2, 1));
 }
 
+/// md raid1 over loop0p1 and loop0p2: the write to the array is remapped
+/// twice, one clone per mirror, from the same sector of md. Both mirrors'
+/// commands are the top write's, and its owner's.
+#[test]
+fn each_mirror_of_a_raid1_write_continues_the_same_user_io() {
+    let mut engine = engine();
+    engine.track_processes([42]);
+    let mut on_md = queue(MS, DM, 0, 8);
+    on_md.tgid = 42;
+    let mut events = vec![on_md];
+    for (part, start) in [(P1, 2048), (P2, 10241)] {
+        let mut lower = queue(MS, LOOP0, start, 8);
+        lower.tgid = 7;
+        events.extend([
+            remap(MS, LOOP0, 0, 8, DM, 0),
+            remap(MS, LOOP0, start, 8, part, 0),
+            lower,
+        ]);
+    }
+    for start in [2048, 10241] {
+        events.push(issue(2 * MS, LOOP0, start, 8));
+        events.push(complete(3 * MS, LOOP0, start, 8));
+    }
+    events.push(bio_complete(4 * MS, DM, 0, 8));
+    feed(&mut engine, &events);
+    assert_eq!(
+        engine.correlation(),
+        CorrelationStats {
+            mirrored_remaps: 1,
+            ..CorrelationStats::default()
+        }
+    );
+    let upper = disk_op(&engine, "dm-0", Op::Write);
+    assert_eq!(
+        (upper.user_ios, upper.commands, upper.disk_commands),
+        (1, 1, 2),
+        "one write to the array, one bio per mirror, a command on each"
+    );
+    for part in ["loop0p1", "loop0p2"] {
+        let mirror = part_op(&engine, "loop0", part, Op::Write);
+        assert_eq!((mirror.user_ios, mirror.commands), (1, 1), "{part}");
+    }
+    let origins = engine.origins();
+    for part in ["loop0p1", "loop0p2"] {
+        let origin = origins.iter().find(|o| o.device == part).unwrap();
+        assert_eq!(
+            origin.tracked.op(Op::Write).map(|op| op.user_ios),
+            Some(1),
+            "{part} is the tracked writer's"
+        );
+    }
+}
+
+fn rq_remap(ts: u64, dev: DevId, sector: u64, nr: u32, old: DevId, old_sector: u64) -> BlockEvent {
+    BlockEvent {
+        kind: EventKind::RqRemap as u8,
+        ..remap(ts, dev, sector, nr, old, old_sector)
+    }
+}
+
+/// dm-multipath is request-based: dm-0 issues a request, clones it onto a
+/// path (`block_rq_remap`), and the clone is issued there with no queue of
+/// its own. Two writes merged into one dm-0 request reach the path as one
+/// command, each write's disk command; blkparse's `A` line for the clone
+/// (a bio remap to an importer) reads the same.
+#[test]
+fn a_multipath_clone_issued_on_its_path_is_the_upper_writes_disk_command() {
+    for as_bio_remap in [false, true] {
+        let mut engine = engine();
+        let clone = match as_bio_remap {
+            false => rq_remap(2 * MS, LOOP0, 0, 16, DM, 0),
+            true => remap(2 * MS, LOOP0, 0, 16, DM, 0),
+        };
+        feed(
+            &mut engine,
+            &[
+                queue(MS, DM, 0, 8),
+                queue(MS, DM, 8, 8),
+                backmerge(MS, DM, 8, 8),
+                issue(2 * MS, DM, 0, 16),
+                clone,
+                issue(2 * MS, LOOP0, 0, 16),
+                complete(3 * MS, LOOP0, 0, 16),
+                complete(4 * MS, DM, 0, 16),
+            ],
+        );
+        assert_clean(&engine);
+        let upper = disk_op(&engine, "dm-0", Op::Write);
+        assert_eq!(
+            (upper.user_ios, upper.commands, upper.disk_commands),
+            (2, 1, 2),
+            "as a bio remap: {as_bio_remap}"
+        );
+        assert_near(upper.queue_to_complete_us.p50, 3000);
+        let path = disk_op(&engine, "loop0", Op::Write);
+        assert_eq!((path.user_ios, path.commands), (0, 1));
+    }
+}
+
 /// `blktrace -d` on the lower disk of LVM on a partition (as on CentOS 7,
 /// where the dm remap names the partition): no queue on dm-0, two remaps.
 /// The dm bio is the user I/O, and the chain reaches the partition's bio.
@@ -2559,4 +2658,159 @@ fn the_split_finding_names_the_op_that_was_split_enough() {
     };
     assert_eq!(split.op, Op::Read);
     assert_eq!((split.split_user_ios, split.user_ios), (18, 18));
+}
+
+/// md raid0 with 64 KiB chunks: `writes` writes of `sectors` each, every
+/// one `offset` sectors into a chunk and apart from the others, cut at each
+/// chunk boundary; each piece is md1's command.
+fn raid0_writes(writes: u64, sectors: u64, offset: u64) -> Engine {
+    let md = DevId::new(9, 1);
+    let raid0 = DiskGeometry {
+        name: "md1".into(),
+        dev: Some(md),
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        max_sectors_kb: 64,
+        max_hw_sectors_kb: 64,
+        chunk_sectors: 128,
+        request_based: false,
+        ..DiskGeometry::default()
+    };
+    let mut engine = Engine::new(vec![loop0(), raid0], EngineLimits::default());
+    for index in 0..writes {
+        let base = index * 4096 + offset;
+        let ts = MS * (index + 1);
+        let mut events = vec![queue(ts, md, base, sectors as u32)];
+        let mut start = base;
+        let end = base + sectors;
+        while (start / 128 + 1) * 128 < end {
+            let cut = (start / 128 + 1) * 128;
+            events.push(split(ts, md, start, cut));
+            events.push(bio_complete(ts + MS / 2, md, start, (cut - start) as u32));
+            start = cut;
+        }
+        events.push(bio_complete(ts + MS / 2, md, start, (end - start) as u32));
+        feed(&mut engine, &events);
+    }
+    engine
+}
+
+/// 1 MiB writes on chunk boundaries become one command per chunk: the
+/// stripe working, not amplification to fix (the `stacks` VM scenario's
+/// md1 and dm-striped were called critical before).
+#[test]
+fn chunk_cuts_of_aligned_io_larger_than_a_chunk_are_striping_by_design() {
+    let engine = raid0_writes(20, 2048, 0);
+    let finding = finding_of(&engine, Code::SplitAmplification);
+    let Evidence::SplitAmplification(split) = &finding.evidence else {
+        panic!("not a split");
+    };
+    assert_eq!(
+        (split.cause, split.commands),
+        (SplitCause::ChunkBoundary, 320)
+    );
+    assert_eq!(split.cost, SplitCost::ByDesign);
+    assert_eq!(finding.severity, Severity::Info);
+    assert!(split.what_if.is_none(), "{:?}", split.what_if);
+    let words = crate::explain::words(&finding);
+    assert!(
+        words.explanation.contains("striping"),
+        "{}",
+        words.explanation
+    );
+}
+
+/// 64 KiB writes starting half a chunk in are each cut once: aligned, each
+/// would be one command, and the what-if says so.
+#[test]
+fn chunk_cuts_of_io_that_straddles_a_chunk_are_priced_to_the_aligned_minimum() {
+    let engine = raid0_writes(20, 128, 64);
+    let finding = finding_of(&engine, Code::SplitAmplification);
+    let Evidence::SplitAmplification(split) = &finding.evidence else {
+        panic!("not a split");
+    };
+    assert_eq!(
+        (split.cause, split.commands),
+        (SplitCause::ChunkBoundary, 40)
+    );
+    assert_eq!(split.cost, SplitCost::ExtraCommands);
+    assert_ne!(finding.severity, Severity::Info);
+    let what_if = split.what_if.as_ref().expect("a what-if");
+    assert_eq!((what_if.commands_now, what_if.commands_after_fix), (40, 20));
+}
+
+/// md raid5 writes a stripe's data and parity in 4 KiB bios of its own,
+/// each remapped from md2 (the parity ones from its sector 0, as the
+/// `stacks` VM scenario's trace shows), and completes the user's bio whole.
+/// Those remaps neither cut the user's bio nor leave it in flight.
+#[test]
+fn raid5_stripe_bios_continue_the_write_without_cutting_it() {
+    let md = DevId::new(9, 2);
+    let raid5 = DiskGeometry {
+        name: "md2".into(),
+        dev: Some(md),
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        request_based: false,
+        stack: Some(crate::geometry::stack::Stack {
+            kind: "md-raid5".into(),
+            chunk_sectors: 128,
+            ..Default::default()
+        }),
+        ..DiskGeometry::default()
+    };
+    let mut engine = Engine::new(vec![loop0(), raid5], EngineLimits::default());
+    engine.track_processes([42]);
+    let mut on_md = queue(MS, md, 0, 16);
+    on_md.tgid = 42;
+    let mut events = vec![on_md];
+    for stripe in 0..2u64 {
+        let sector = stripe * 8;
+        for (part, start, from) in [(P1, 2048, sector), (P2, 10241, 0)] {
+            let mut lower = queue(MS, LOOP0, start + sector, 8);
+            lower.tgid = 7;
+            events.extend([
+                remap(MS, LOOP0, sector, 8, md, from),
+                remap(MS, LOOP0, start + sector, 8, part, sector),
+                lower,
+            ]);
+            if stripe == 1 {
+                events.push(backmerge(MS, LOOP0, start + sector, 8));
+            }
+        }
+    }
+    for start in [2048, 10241] {
+        events.push(issue(2 * MS, LOOP0, start, 16));
+        events.push(complete(3 * MS, LOOP0, start, 16));
+    }
+    events.push(bio_complete(4 * MS, md, 0, 16));
+    feed(&mut engine, &events);
+    assert_eq!(
+        engine.correlation(),
+        CorrelationStats {
+            stripe_remaps: 4,
+            ..CorrelationStats::default()
+        }
+    );
+    let upper = disk_op(&engine, "md2", Op::Write);
+    assert_eq!(
+        (
+            upper.user_ios,
+            upper.splits,
+            upper.commands,
+            upper.disk_commands
+        ),
+        (1, 0, 1, 2),
+        "one write, never cut, one command on each of its two disks"
+    );
+    assert_near(upper.queue_to_complete_us.p50, 3000);
+    let origins = engine.origins();
+    for part in ["loop0p1", "loop0p2"] {
+        let origin = origins.iter().find(|o| o.device == part).unwrap();
+        assert_eq!(
+            origin.tracked.op(Op::Write).map(|op| op.user_ios),
+            Some(2),
+            "{part}: md's stripe bios are the writer's"
+        );
+    }
 }

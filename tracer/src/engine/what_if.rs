@@ -108,18 +108,40 @@ fn prediction(commands_now: u64, model_now: u64, model_after_fix: u64) -> Option
     Some(WhatIf {
         commands_now,
         commands_after_fix,
-        time_now_ms: None,
-        time_after_fix_ms: None,
+        ..WhatIf::default()
     })
 }
 
+/// Bios in the streams, one per segment of their density: with merging off
+/// each becomes its own command.
+fn unmerged(streams: &StreamSizes, bios: Bios) -> u64 {
+    let mut commands = 0u64;
+    streams.for_each(|sectors, density, count| {
+        let density = match bios {
+            Bios::Same => density.max(1),
+            Bios::PageSized => PAGE_SECTORS,
+        };
+        commands = commands.saturating_add(sectors.div_ceil(density).saturating_mul(count));
+    });
+    commands
+}
+
 /// `subpage_block_size` fixed: the same bytes written through 4096-byte
-/// buffers, one page-sized bio each, merged under the device's limits.
+/// buffers, one page-sized bio each, merged under the device's limits (or,
+/// where `merges` is off, each its own command).
 pub fn page_sized_buffers(
     streams: &StreamSizes,
     commands_now: u64,
     limits: &SplitLimits,
+    merges: bool,
 ) -> Option<WhatIf> {
+    if !merges {
+        return prediction(
+            commands_now,
+            unmerged(streams, Bios::Same),
+            unmerged(streams, Bios::PageSized),
+        );
+    }
     prediction(
         commands_now,
         replay(streams, Bios::Same, limits),
@@ -239,6 +261,21 @@ mod tests {
     }
 
     #[test]
+    fn with_merging_off_page_sized_buffers_take_one_command_per_page() {
+        // 1 MiB through 512-byte buffers on a nomerges disk: 2048 commands,
+        // and 16 direct 64 KiB writes beside them (the VM's seed dd case).
+        let mut streams = one_stream_of(2048, 1);
+        for _ in 0..16 {
+            streams.record(false, 128);
+        }
+        let what_if = page_sized_buffers(&streams, 2064, &loop_limits(), false).unwrap();
+        assert_eq!(what_if.commands_after_fix, 256 + 16);
+        // Replayed as if merging were on, the difference would be lost.
+        let merged = page_sized_buffers(&streams, 2064, &loop_limits(), true).unwrap();
+        assert!(merged.commands_after_fix > 2000, "{merged:?}");
+    }
+
+    #[test]
     fn seed_case_8_mib_of_512_byte_bios() {
         // ENVIRONMENT.md: 16385 bios → 129 commands now, 17 with 4 KiB blocks.
         let streams = one_stream_of(16384, 1);
@@ -249,7 +286,7 @@ mod tests {
             "the model sees today's 64 KiB cap"
         );
         // The one command the model does not see stays: 129 - (128 - 16).
-        let what_if = page_sized_buffers(&streams, 129, &limits).unwrap();
+        let what_if = page_sized_buffers(&streams, 129, &limits, true).unwrap();
         assert_eq!(
             (what_if.commands_now, what_if.commands_after_fix),
             (129, 17)
@@ -356,9 +393,9 @@ mod tests {
     #[test]
     fn no_traffic_or_no_commands_predicts_nothing() {
         let empty = StreamSizes::default();
-        assert_eq!(page_sized_buffers(&empty, 10, &loop_limits()), None);
+        assert_eq!(page_sized_buffers(&empty, 10, &loop_limits(), true), None);
         assert_eq!(
-            page_sized_buffers(&one_stream_of(8, 1), 0, &loop_limits()),
+            page_sized_buffers(&one_stream_of(8, 1), 0, &loop_limits(), true),
             None
         );
         assert_eq!(without_splits(10, 4).unwrap().commands_after_fix, 6);

@@ -18,6 +18,7 @@ pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) ->
             " The pieces are still large commands ({} on average), so the extra commands cost the device little.",
             exact_size(evidence.command_size_mean / 1024 * 1024)
         ),
+        SplitCost::ByDesign => " Each piece is one chunk of the stripe, as many as the I/O spans: that is striping spreading the I/O over its disks, not a misfit to fix; a larger chunk (chosen when the array or table is made) gives larger commands per disk.".to_string(),
         SplitCost::ExtraCommands => String::new(),
         SplitCost::Unmeasured => " The trace holds no command of these user I/Os (no issue, completion or remap below them), so what the splits cost the device cannot be measured from it.".to_string(),
     };
@@ -163,6 +164,17 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 ),
             )
         }
+        SplitFix::AtCryptLimit => (
+            format!(
+                "Each piece is dm-crypt's cap on one {} ({}): 128 KiB since Linux 6.11 (its {} module parameter can lower it; since the 2025 zone fix, in stable kernels too, not raise it), or 1 MiB per write before; it bounds the encryption work per request.",
+                evidence.op.as_str(),
+                crypt_cap(evidence),
+                crypt_parameter(evidence)
+            ),
+            format!(
+                "none at {disk}: dm-crypt passes down no larger pieces. The disks below may merge them again (their commands are what it costs); if not, and the pieces matter, submit I/O of at most that size"
+            ),
+        ),
         SplitFix::AtDiscardLimit => {
             let limit = match evidence.discard_max_bytes {
                 0 => format!(
@@ -202,4 +214,20 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
             ),
         ),
     }
+}
+
+/// The `dm_crypt` module parameter that caps the finding's op.
+fn crypt_parameter(evidence: &SplitAmplificationEvidence) -> &'static str {
+    match evidence.op {
+        crate::model::Op::Read => "max_read_size",
+        _ => "max_write_size",
+    }
+}
+
+fn crypt_cap(evidence: &SplitAmplificationEvidence) -> String {
+    exact_size(
+        evidence
+            .crypt_max_io_bytes
+            .unwrap_or(evidence.command_size_p50),
+    )
 }

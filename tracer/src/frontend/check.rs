@@ -18,7 +18,7 @@ use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::stack::Stack;
-use crate::geometry::{predicted_block_size, sysfs, DiskGeometry};
+use crate::geometry::{disks, predicted_block_size, DiskGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 use super::output::{Document, Format, Output};
@@ -279,7 +279,7 @@ pub fn check_in(
     probe: &dyn DeviceProbe,
 ) -> std::result::Result<CheckReport, GeometryError> {
     let disks = if devices.is_empty() {
-        let mut disks = sysfs::read_disks_in(sysfs_root, None, probe)?;
+        let mut disks = disks::read_disks_in(sysfs_root, None, probe)?;
         // Unattached loop devices and empty drives have nothing to audit.
         disks.retain(|disk| disk.size_sectors > 0);
         disks
@@ -291,7 +291,7 @@ pub fn check_in(
                 names.push(resolved.disk_name);
             }
         }
-        sysfs::read_disks_in(sysfs_root, Some(&names), probe)?
+        disks::read_disks_in(sysfs_root, Some(&names), probe)?
     };
     let diagnoses = explain::diagnoses(disks.iter().flat_map(audit::audit_disk));
     Ok(CheckReport {
@@ -308,6 +308,7 @@ fn dev_text(dev: Option<crate::geometry::DevId>) -> String {
 
 fn device_report(disk: DiskGeometry) -> DeviceReport {
     DeviceReport {
+        service: Default::default(),
         name: disk.name.clone(),
         dev: dev_text(disk.dev),
         partitions: disk
@@ -465,15 +466,7 @@ fn render_stack(out: &mut String, disk: &DiskGeometry, stack: &Stack) {
     if let Some(why) = &stack.unreadable {
         let _ = writeln!(out, "            not read: {why}");
     }
-    for leg in &stack.legs {
-        let mut path = disk.name.clone();
-        for level in &leg.levels {
-            let _ = write!(
-                path,
-                " -> {} ({} {})",
-                level.device, level.via, level.start_sectors
-            );
-        }
+    for (leg, path) in stack.legs.iter().zip(stack.paths(&disk.name)) {
         let placement = Placement::of(&leg.bottom, leg.top_zero_on_bottom());
         let verdict = if placement.start_offset_bytes != 0 {
             format!("misaligned by {} B", placement.start_offset_bytes)

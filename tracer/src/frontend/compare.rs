@@ -345,7 +345,7 @@ impl Document for Comparison {
                 false => line(format!("{} (before) → {} (after)", pair.before, pair.after)),
             }
             line(format!(
-                "  {:<28}{:>14}{:>14}{:>10}",
+                "  {:<28}{:>18}{:>18}{:>10}",
                 "", "before", "after", "change"
             ));
             for op in &pair.ops {
@@ -358,7 +358,7 @@ impl Document for Comparison {
                     }
                 };
                 let row = |label: String, before: String, after: String, change: String| {
-                    format!("  {label:<28}{before:>14}{after:>14}{change:>10}")
+                    format!("  {label:<28}{before:>18}{after:>18}{change:>10}")
                 };
                 line(row(
                     format!("{} user I/Os", op.op),

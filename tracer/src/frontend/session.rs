@@ -10,7 +10,7 @@ use crate::error::{Context, Result};
 use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::ResolvedDevice;
-use crate::geometry::{sysfs, DiskGeometry};
+use crate::geometry::{disks, DiskGeometry};
 use crate::model::{Report, SCHEMA_NAME, SCHEMA_VERSION};
 
 use super::live::LiveSource;
@@ -21,13 +21,13 @@ pub fn read_geometry(
     devices: &[ResolvedDevice],
 ) -> std::result::Result<Vec<DiskGeometry>, GeometryError> {
     if devices.is_empty() {
-        let mut disks = sysfs::read_disks(None)?;
+        let mut disks = disks::read_disks(None)?;
         // Unattached loop devices and empty drives have nothing to show.
         disks.retain(|disk| disk.size_sectors > 0);
         return Ok(disks);
     }
     let names: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
-    sysfs::read_disks(Some(&names))
+    disks::read_disks(Some(&names))
 }
 
 /// How often the frontends look at sysfs for disks and partitions that came
@@ -64,12 +64,12 @@ impl GeometryWatch {
     fn read(&self, probe: &dyn DeviceProbe) -> Vec<DiskGeometry> {
         let sysfs_root = Path::new("/sys");
         let mut disks = match &self.disk_names {
-            None => sysfs::read_disks_in(sysfs_root, None, probe).unwrap_or_default(),
+            None => disks::read_disks_in(sysfs_root, None, probe).unwrap_or_default(),
             // One by one: a named disk that vanished must not hide the others.
             Some(names) => names
                 .iter()
                 .filter_map(|name| {
-                    sysfs::read_disks_in(sysfs_root, Some(std::slice::from_ref(name)), probe).ok()
+                    disks::read_disks_in(sysfs_root, Some(std::slice::from_ref(name)), probe).ok()
                 })
                 .flatten()
                 .collect(),

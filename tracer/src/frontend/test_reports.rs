@@ -144,12 +144,14 @@ pub fn requeued_diagnosis(device: &str) -> Diagnosis {
                 commands_after_fix: 527,
                 time_now_ms: None,
                 time_after_fix_ms: None,
+                ..Default::default()
             }),
             workaround_what_if: Some(WhatIf {
                 commands_now: 593,
                 commands_after_fix: 357,
                 time_now_ms: None,
                 time_after_fix_ms: None,
+                ..Default::default()
             }),
             op: Op::Write,
             fix: crate::model::RequeueFix::IndirectDescriptors {
@@ -175,6 +177,7 @@ pub fn requeued_report() -> Report {
     geometry.max_segments = 254;
     geometry.max_sectors_kb = 4096;
     report.devices.push(DeviceReport {
+        service: Default::default(),
         name: "vda".to_string(),
         dev: "254:0".to_string(),
         geometry,
@@ -226,12 +229,48 @@ pub fn failed_diagnosis() -> Diagnosis {
     ))
 }
 
+/// The seed report plus dm-1, dm-crypt over vda1 at sector 2048 of vda.
+pub fn stacked_report() -> Report {
+    use crate::geometry::stack::{Stack, StackLeg, StackLevel};
+    let mut report = seed_report();
+    let mut geometry = disk_geometry("dm-1", 1, 1 << 20);
+    geometry.dev = Some(DevId::new(253, 1));
+    geometry.request_based = false;
+    let level = |device: &str, via: &str, start_sectors| StackLevel {
+        device: device.into(),
+        via: via.into(),
+        start_sectors,
+    };
+    geometry.stack = Some(Stack {
+        kind: "dm-crypt".into(),
+        dm_name: "secret".into(),
+        legs: vec![StackLeg {
+            levels: vec![level("vda1", "crypt", 0), level("vda", "partition", 2048)],
+            bottom_start: 2048,
+            ..StackLeg::default()
+        }],
+        ..Stack::default()
+    });
+    report.devices.push(DeviceReport {
+        service: Default::default(),
+        name: "dm-1".to_string(),
+        dev: "253:1".to_string(),
+        geometry,
+        geometry_known: true,
+        measures: measures(clean_partition_writes()),
+        partitions: Vec::new(),
+        gone: false,
+    });
+    report
+}
+
 /// The seed report plus sdf, whose device failed 3 writes.
 pub fn failed_report() -> Report {
     let mut report = seed_report();
     let mut geometry = disk_geometry("sdf", 0, 1 << 29);
     geometry.dev = Some(DevId::new(8, 80));
     report.devices.push(DeviceReport {
+        service: Default::default(),
         name: "sdf".to_string(),
         dev: "8:80".to_string(),
         geometry,
@@ -337,6 +376,7 @@ fn split_diagnosis() -> Diagnosis {
             discard_granularity: 0,
             discard_max_bytes: 0,
             discard_max_hw_bytes: 0,
+            crypt_max_io_bytes: None,
             partition: None,
             fix: SplitFix::AtHardwareLimit,
             what_if: None,
@@ -408,6 +448,7 @@ pub fn seed_report() -> Report {
     let clean = clean_partition_writes();
     let split = split_disk_writes();
     let loop0 = DeviceReport {
+        service: Default::default(),
         name: "loop0".to_string(),
         dev: "7:0".to_string(),
         geometry: disk_geometry("loop0", 0, 131072),
@@ -442,6 +483,7 @@ pub fn seed_report() -> Report {
         gone: false,
     };
     let loop1 = DeviceReport {
+        service: Default::default(),
         name: "loop1".to_string(),
         dev: "7:1".to_string(),
         geometry: disk_geometry("loop1", 1, 262144),
@@ -486,6 +528,8 @@ pub fn seed_run() -> RunReport {
     RunReport {
         command: vec!["mkfs.ext4".to_string(), "/dev/loop0p2".to_string()],
         exit_status: Some(0),
+        paused_opens: 1,
+        paused_s: 0.0004,
         processes: 1,
         targets: vec![RunTarget {
             device: "loop0p2".to_string(),
@@ -512,5 +556,7 @@ pub fn seed_run() -> RunReport {
         background: measures(writes(&[(4096, 10)], &[(4096, 10)])),
         io_submit: None,
         io_uring: None,
+        command_s: None,
+        time_with_fix: None,
     }
 }

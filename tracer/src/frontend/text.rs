@@ -86,6 +86,9 @@ pub fn render_report(report: &Report, width: u16) -> String {
             gone_note(device.gone),
             disk_summary(&device.geometry, device.geometry_known)
         ));
+        if let Some(stack) = &device.geometry.stack {
+            out.wrapped("  stack: ", "    ", &stack.summary(&device.name));
+        }
         diagnosed_line(&mut out, "  ", &diagnosed);
         measures(&mut out, "  ", &device.measures);
         for partition in &device.partitions {
@@ -238,6 +241,27 @@ fn run_summary(out: &mut Out, run: &RunReport) {
         units::thousands(run.processes),
         if run.processes == 1 { "" } else { "es" }
     ));
+    // Worth a line once it is a noticeable part of the command's time.
+    if run.paused_opens > 0
+        && run
+            .command_s
+            .is_some_and(|took| run.paused_s * 100.0 >= took)
+    {
+        out.wrapped(
+            "  ",
+            "    ",
+            &format!(
+                "stopped at {} open{} for writing until each file was held, {:.1} ms in all \
+                 (left out of its time; --no-pause races instead)",
+                units::thousands(run.paused_opens),
+                if run.paused_opens == 1 { "" } else { "s" },
+                run.paused_s * 1000.0
+            ),
+        );
+    }
+    if let Some(estimate) = &run.time_with_fix {
+        out.wrapped("  ", "    ", &words::run_time_with_fix(run, estimate));
+    }
     if run.targets.is_empty() {
         out.line("  the command wrote nothing to the traced devices.");
     }
@@ -438,6 +462,16 @@ fn run_file_lines(out: &mut Out, file: &RunFile) {
             &format!(
                 "NOT written back inside the run (still dirty at exit): {} not matched to commands{delalloc}",
                 units::bytes(file.not_written_back_bytes as f64)
+            ),
+        );
+    }
+    if file.overwritten_bytes > 0 {
+        out.wrapped(
+            "    ",
+            "      ",
+            &format!(
+                "{} rewritten by a later write before any command wrote them (only the later data reached the device)",
+                units::bytes(file.overwritten_bytes as f64)
             ),
         );
     }
@@ -1144,6 +1178,21 @@ mod tests {
     }
 
     #[test]
+    fn a_stacked_device_shows_its_way_down_to_the_disk() {
+        let text = render_report(&crate::frontend::test_reports::stacked_report(), 100);
+        let dm = text.find("dm-1 (253:1)").unwrap();
+        let stack = text
+            .find("stack: dm-crypt `secret`: dm-1 → vda1 (crypt 0) → vda (partition 2048)")
+            .unwrap_or_else(|| panic!("{text}"));
+        assert!(stack > dm, "{text}");
+        assert_eq!(
+            text.matches("stack: ").count(),
+            1,
+            "only the stacked device: {text}"
+        );
+    }
+
+    #[test]
     fn failures_are_shown_per_op_only_where_there_were_some() {
         let text = render_report(&seed_report(), 80);
         assert!(!text.contains("failures: "), "{text}");
@@ -1279,6 +1328,7 @@ mod tests {
                 commands_after_fix: 130,
                 time_now_ms: None,
                 time_after_fix_ms: None,
+                ..Default::default()
             });
         report.other_findings = vec![other];
         let text = render_report(&report, 120);
@@ -1490,6 +1540,23 @@ mod tests {
     }
 
     #[test]
+    fn pauses_at_opens_are_said_once_they_are_a_hundredth_of_the_time() {
+        let mut run = seed_run();
+        run.command_s = Some(31.4);
+        assert!(!render_run_summary(&run).contains("stopped at"));
+        run.paused_opens = 200;
+        run.paused_s = 0.08;
+        run.command_s = Some(0.12);
+        let text = squeezed(&render_run_summary(&run));
+        assert!(
+            text.contains(
+                "stopped at 200 opens for writing until each file was held, 80.0 ms in all"
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
     fn libaio_writes_and_iocbs_not_followed_are_said() {
         let mut run = seed_run();
         run.targets[0].aio_writes = 2000;
@@ -1584,6 +1651,7 @@ mod tests {
             delalloc_bytes: 256 << 10,
             unmappable_bytes: 4096,
             unknown_offset_bytes: 0,
+            overwritten_bytes: 8192,
         });
         let text = render_run_summary(&run);
         let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
@@ -1599,6 +1667,10 @@ mod tests {
         );
         assert!(
             flat.contains("4 KiB not matched: no device address (1 extents"),
+            "{text}"
+        );
+        assert!(
+            flat.contains("8 KiB rewritten by a later write before any command wrote them"),
             "{text}"
         );
         assert!(!flat.contains("unknown offset"), "{text}");

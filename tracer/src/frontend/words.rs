@@ -12,7 +12,8 @@ use serde_json::Value;
 
 use super::units;
 use crate::model::{
-    ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report, WhatIf,
+    ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
+    RunReport, RunTimeWithFix, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
 };
 
 /// Evidence keys told in their own sentences (see [`what_ifs`]), not in the
@@ -157,9 +158,98 @@ pub fn what_if_sentence(
         (None, Some(after)) => {
             sentence.push_str(&format!("; device time after it ~{}", time(after)))
         }
-        (None, None) => sentence.push_str("; time not estimated"),
+        (None, None) => {
+            sentence.push_str("; time not estimated");
+            if let Some(reason) = what_if.time_unavailable {
+                sentence.push_str(": ");
+                sentence.push_str(time_unavailable(reason));
+            }
+        }
+    }
+    if let Some(model) = &what_if.service_model {
+        sentence.push_str(&format!(" (device model: {})", service_model(model)));
     }
     sentence
+}
+
+/// "mkfs.ext4 took 31.4 s; with the fix ≈ 4.2 s (7.48x faster)
+/// (split_amplification on loop0p1, which was busy 29.8 s of the run: only
+/// that part is scaled)".
+pub fn run_time_with_fix(run: &RunReport, estimate: &RunTimeWithFix) -> String {
+    let program = run
+        .command
+        .first()
+        .map(|path| path.rsplit('/').next().unwrap_or(path))
+        .unwrap_or("the command");
+    let took = format!("{program} took {}", seconds_short(estimate.run_s));
+    match (estimate.run_after_fix_s, estimate.unavailable) {
+        (Some(after), None) => {
+            let change = match estimate.speedup {
+                Some(speedup) if speedup >= 1.005 => {
+                    format!(" ({}x faster)", units::ratio(speedup))
+                }
+                Some(speedup) if speedup > 0.0 && speedup <= 0.995 => {
+                    format!(" ({}x slower)", units::ratio(1.0 / speedup))
+                }
+                _ => " (no faster: the device's time went to bytes, not commands)".to_string(),
+            };
+            format!(
+                "{took}; with the fix ≈ {}{change} ({} on {}, which was busy {} of the run: only that part is scaled)",
+                seconds_short(after),
+                estimate.code,
+                estimate.device,
+                seconds_short(estimate.device_busy_s.unwrap_or(0.0)),
+            )
+        }
+        (_, reason) => format!(
+            "{took}; its time with the fix of {} on {} is not estimated: {}",
+            estimate.code,
+            estimate.device,
+            time_unavailable(reason.unwrap_or(TimeUnavailable::NoServiceTime))
+        ),
+    }
+}
+
+/// Seconds with about three significant digits: `31.4 s`, `0.42 s`, `125 s`.
+fn seconds_short(value: f64) -> String {
+    format!("{} s", units::ratio(value.max(0.0)))
+}
+
+/// Why a what-if has no time, as a clause.
+pub fn time_unavailable(reason: TimeUnavailable) -> &'static str {
+    match reason {
+        TimeUnavailable::TooFewCommands => "too few commands measured to fit the device (32 needed)",
+        TimeUnavailable::OneCommandSize => {
+            "nearly every command had one size, so a command's cost cannot be told from its bytes'"
+        }
+        TimeUnavailable::NoServiceTime => "no issue-to-complete time was measured on this device",
+        TimeUnavailable::NotIoBound => {
+            "the device was busy less than a fifth of the run, so the run's time is not the device's"
+        }
+    }
+}
+
+/// "~0.42 ms per command + 2.1 ms/MiB, 4 in flight, IOPS-bound".
+pub fn service_model(model: &ServiceModel) -> String {
+    let ms = |value: f64| {
+        let us = (value * 1000.0).max(0.0);
+        if us < 1000.0 {
+            format!("{} µs", units::ratio(us))
+        } else {
+            format!("{} ms", units::ratio(value))
+        }
+    };
+    let bound = match model.bound {
+        ServiceBound::Latency => "latency-bound",
+        ServiceBound::Iops => "IOPS-bound",
+        ServiceBound::Bandwidth => "bandwidth-bound",
+    };
+    format!(
+        "~{} per command + {}/MiB, {} in flight, {bound}",
+        ms(model.per_command_ms),
+        ms(model.ms_per_mib),
+        units::ratio(model.in_flight)
+    )
 }
 
 /// "66 requeues for 527 commands (12.5%), waiting p50 440 µs / p99 2.1 ms
@@ -375,6 +465,7 @@ mod tests {
             commands_after_fix: after,
             time_now_ms: None,
             time_after_fix_ms: None,
+            ..Default::default()
         }
     }
 
@@ -426,6 +517,76 @@ mod tests {
             what_if_sentence(&after_only, Prediction::Fix, "writes", "commands")
                 .ends_with("; device time after it ~400 µs")
         );
+    }
+
+    #[test]
+    fn a_what_if_says_its_device_model_or_why_it_has_no_time() {
+        let timed = WhatIf {
+            time_now_ms: Some(31_400.0),
+            time_after_fix_ms: Some(4_200.0),
+            service_model: Some(ServiceModel {
+                commands_fitted: 4000,
+                per_command_ms: 0.42,
+                ms_per_mib: 2.1,
+                in_flight: 4.0,
+                ceiling_mib_per_s: 1904.8,
+                busy_ms: 31_400.0,
+                span_ms: 32_000.0,
+                bound: ServiceBound::Iops,
+            }),
+            ..what_if(128, 16)
+        };
+        assert_eq!(
+            what_if_sentence(&timed, Prediction::Fix, "writes", "commands"),
+            "the fix would take these writes from 128 commands to ~16 (8.00x fewer), and their device time from 31.4 s to ~4.2 s (device model: ~420 µs per command + 2.10 ms/MiB, 4.00 in flight, IOPS-bound)"
+        );
+        let few = WhatIf {
+            time_unavailable: Some(TimeUnavailable::TooFewCommands),
+            ..what_if(20, 10)
+        };
+        assert!(
+            what_if_sentence(&few, Prediction::Fix, "writes", "commands").ends_with(
+                "; time not estimated: too few commands measured to fit the device (32 needed)"
+            )
+        );
+    }
+
+    #[test]
+    fn a_run_says_its_time_with_the_fix_or_why_not() {
+        let run = RunReport {
+            command: vec!["/sbin/mkfs.ext4".into(), "/dev/loop0p1".into()],
+            ..RunReport::default()
+        };
+        let estimate = RunTimeWithFix {
+            code: "split_amplification".into(),
+            device: "loop0p1".into(),
+            run_s: 31.4,
+            device_busy_s: Some(29.8),
+            run_after_fix_s: Some(4.2),
+            speedup: Some(31.4 / 4.2),
+            unavailable: None,
+        };
+        assert_eq!(
+            run_time_with_fix(&run, &estimate),
+            "mkfs.ext4 took 31.4 s; with the fix ≈ 4.20 s (7.48x faster) (split_amplification on loop0p1, which was busy 29.8 s of the run: only that part is scaled)"
+        );
+        let same = RunTimeWithFix {
+            run_after_fix_s: Some(31.4),
+            speedup: Some(1.0),
+            ..estimate.clone()
+        };
+        assert!(run_time_with_fix(&run, &same).starts_with(
+            "mkfs.ext4 took 31.4 s; with the fix ≈ 31.4 s (no faster: the device's time went to bytes, not commands)"
+        ));
+        let idle = RunTimeWithFix {
+            run_after_fix_s: None,
+            speedup: None,
+            unavailable: Some(TimeUnavailable::NotIoBound),
+            ..estimate
+        };
+        assert!(run_time_with_fix(&run, &idle).starts_with(
+            "mkfs.ext4 took 31.4 s; its time with the fix of split_amplification on loop0p1 is not estimated: the device was busy less than a fifth"
+        ));
     }
 
     #[test]

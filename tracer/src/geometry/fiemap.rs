@@ -134,6 +134,11 @@ pub fn file_map(path: &Path, inode: u64) -> io::Result<FileMap> {
     read_map(&file)
 }
 
+/// The extent map of an open file (one `run` holds, even if since renamed or removed).
+pub fn open_file_map(file: &File) -> io::Result<FileMap> {
+    read_map(file)
+}
+
 fn read_map(file: &File) -> io::Result<FileMap> {
     let mut map = FileMap::default();
     // u64 words keep the buffer aligned for the kernel's struct.

@@ -138,6 +138,7 @@ impl DiskGeometry {
     }
 }
 
+pub mod disks;
 pub mod error;
 pub mod fiemap;
 pub mod ioctl;

@@ -30,6 +30,11 @@ pub struct Stack {
     /// dm-crypt's encryption sector size, bytes (`sector_size:`; 512 when unset).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub crypt_sector_size: Option<u32>,
+    /// The largest read and write dm-crypt passes down in one piece, bytes:
+    /// 128 KiB since 6.11 (`max_read_size`/`max_write_size` can only lower
+    /// it), or 1 MiB writes before; `None` for reads there.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crypt_max_io: Option<CryptMaxIo>,
     /// The stripe or RAID chunk, sectors (0: none).
     #[serde(default)]
     pub chunk_sectors: u64,
@@ -39,6 +44,51 @@ pub struct Stack {
     /// node, an old kernel), so the audit says it did not look.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub unreadable: Option<String>,
+}
+
+/// The dm-crypt cap on one piece of I/O (`dm_crypt` module parameters).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CryptMaxIo {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_bytes: Option<u64>,
+    pub write_bytes: u64,
+    /// The kernel has the module parameters (they can lower the cap; since
+    /// the 2025 zone fix, in stable kernels too, not raise it past 128 KiB).
+    pub tunable: bool,
+}
+
+/// Defaults in drivers/md/dm-crypt.c: `DM_CRYPT_DEFAULT_MAX_{READ,WRITE}_SIZE`,
+/// and writes never above `BIO_MAX_VECS` pages.
+const CRYPT_DEFAULT_MAX_IO: u64 = 128 * 1024;
+const CRYPT_MAX_WRITE: u64 = 256 * 4096;
+
+/// dm-crypt's cap, from `/sys/module/dm_crypt/parameters`: the smaller of
+/// the parameter (0: unset) and the 128 KiB default, as `crypt_map` takes it
+/// (`min_not_zero`), rounded down to the encryption sector.
+fn read_crypt_max_io(sysfs_root: &Path, sector_size: u32) -> CryptMaxIo {
+    let parameters = sysfs_root.join("module/dm_crypt/parameters");
+    let parameter =
+        |name: &str| read_text(&parameters, name).and_then(|text| text.trim().parse::<u64>().ok());
+    let align = u64::from(sector_size).max(512);
+    let aligned = |bytes: u64| (bytes / align * align).max(align);
+    match (parameter("max_read_size"), parameter("max_write_size")) {
+        (Some(read), Some(write)) => {
+            let or_default = |bytes: u64| match bytes {
+                0 => CRYPT_DEFAULT_MAX_IO,
+                set => set.min(CRYPT_DEFAULT_MAX_IO),
+            };
+            CryptMaxIo {
+                read_bytes: Some(aligned(or_default(read))),
+                write_bytes: aligned(or_default(write).min(CRYPT_MAX_WRITE)),
+                tunable: true,
+            }
+        }
+        _ => CryptMaxIo {
+            read_bytes: None,
+            write_bytes: CRYPT_MAX_WRITE,
+            tunable: false,
+        },
+    }
 }
 
 /// One path from the top device down to the device its data lands on.
@@ -63,6 +113,38 @@ pub struct StackLevel {
     pub via: String,
     /// The sector of `device` where the leg's top sector lands.
     pub start_sectors: u64,
+}
+
+impl Stack {
+    /// Each leg as the way down from `top`: `dm-1 → vda1 (crypt 0) → vda
+    /// (partition 2048)`, the sector each level's data starts at.
+    pub fn paths(&self, top: &str) -> Vec<String> {
+        self.legs
+            .iter()
+            .map(|leg| {
+                let mut path = top.to_string();
+                for level in &leg.levels {
+                    path.push_str(&format!(
+                        " → {} ({} {})",
+                        level.device, level.via, level.start_sectors
+                    ));
+                }
+                path
+            })
+            .collect()
+    }
+
+    /// One line naming the stack and its ways down, for the report and the TUI.
+    pub fn summary(&self, top: &str) -> String {
+        let name = match self.dm_name.as_str() {
+            "" => String::new(),
+            name => format!(" `{name}`"),
+        };
+        match &self.unreadable {
+            Some(why) => format!("{}{name}, not read: {why}", self.kind),
+            None => format!("{}{name}: {}", self.kind, self.paths(top).join("; ")),
+        }
+    }
 }
 
 impl StackLeg {
@@ -156,6 +238,7 @@ fn read_dm(sysfs_root: &Path, dir: &Path, probe: &dyn DeviceProbe) -> Stack {
         let mapping = TargetMapping::parse(target);
         if let Some(size) = mapping.crypt_sector_size {
             stack.crypt_sector_size = Some(size);
+            stack.crypt_max_io = Some(read_crypt_max_io(sysfs_root, size));
         }
         stack.chunk_sectors = stack.chunk_sectors.max(mapping.chunk_sectors);
         for (lower, offset) in mapping.lowers {
@@ -245,7 +328,6 @@ fn follow(
         let Some(lower) = step_down(sysfs_root, probe, &here.device, here.start_sectors) else {
             let mut bottom = sysfs::read_disk_in(sysfs_root, &here.device, probe).ok()?;
             bottom.partitions.clear();
-            bottom.stack = None;
             let bottom_start = here.start_sectors;
             return Some(StackLeg {
                 top_sector,
@@ -309,7 +391,7 @@ struct TargetMapping {
 
 impl TargetMapping {
     /// From `dmsetup table`'s words for the targets that carry data to a
-    /// known place; others (error, zero, multipath, thin) map to nothing.
+    /// known place; others (error, zero, thin) map to nothing.
     fn parse(target: &DmTarget) -> TargetMapping {
         let words: Vec<&str> = target.params.split_whitespace().collect();
         let pair = |dev: usize, offset: usize| -> Option<(DevId, u64)> {
@@ -340,6 +422,13 @@ impl TargetMapping {
                     mapping.lowers.extend(pair(2 + 2 * stripe, 3 + 2 * stripe));
                 }
             }
+            // Every path is the whole device: each major:minor word is one.
+            "multipath" => mapping.lowers.extend(
+                words
+                    .iter()
+                    .filter_map(|word| parse_dev(word))
+                    .map(|dev| (dev, 0)),
+            ),
             _ => {}
         }
         mapping

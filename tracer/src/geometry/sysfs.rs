@@ -8,7 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use super::error::GeometryError;
-use super::ioctl::{DevNodeProbe, DeviceProbe};
+use super::ioctl::DeviceProbe;
 use super::{DevId, DiskGeometry, PartitionGeometry};
 
 type Result<T> = std::result::Result<T, GeometryError>;
@@ -21,41 +21,8 @@ const DEFAULT_MAX_SECTORS_KB: u32 = 1280;
 /// VIRTIO_RING_F_INDIRECT_DESC: `features` prints bit n as its n-th character.
 const VIRTIO_INDIRECT_DESC_BIT: usize = 28;
 
-/// Reads every disk under `/sys/block`, or only the named ones, from the live
-/// system; block sizes come from BLKBSZGET on `/dev/NAME` where permitted.
-pub fn read_disks(names: Option<&[String]>) -> Result<Vec<DiskGeometry>> {
-    read_disks_in(Path::new("/sys"), names, &DevNodeProbe::default())
-}
-
-/// Reads every disk under `SYSFS/block` (sorted by name), or the named ones in
-/// the given order. A partition name stands for its disk; each disk appears
-/// once. An unknown name is a usage error.
-pub fn read_disks_in(
-    sysfs_root: &Path,
-    names: Option<&[String]>,
-    probe: &dyn DeviceProbe,
-) -> Result<Vec<DiskGeometry>> {
-    let disk_names = match names {
-        Some(names) => {
-            let mut disks: Vec<String> = Vec::new();
-            for name in names {
-                let disk = disk_name_of(sysfs_root, name)?;
-                if !disks.contains(&disk) {
-                    disks.push(disk);
-                }
-            }
-            disks
-        }
-        None => list_disks(sysfs_root)?,
-    };
-    disk_names
-        .iter()
-        .map(|name| read_disk_in(sysfs_root, name, probe))
-        .collect()
-}
-
 /// The names under `SYSFS/block`, in natural order (loop2 before loop10).
-fn list_disks(sysfs_root: &Path) -> Result<Vec<String>> {
+pub(super) fn list_disks(sysfs_root: &Path) -> Result<Vec<String>> {
     let dir = sysfs_root.join("block");
     let entries = fs::read_dir(&dir).map_err(|source| GeometryError::ListDisks { dir, source })?;
     let mut names: Vec<String> = entries
@@ -81,7 +48,7 @@ fn natural_key(name: &str) -> (String, u64, String) {
 
 /// The disk a name belongs to: itself if it is a disk, its parent if it is a
 /// partition.
-fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
+pub(super) fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
     let unknown = || GeometryError::UnknownDevice {
         name: name.to_string(),
     };
@@ -103,7 +70,8 @@ fn disk_name_of(sysfs_root: &Path, name: &str) -> Result<String> {
     Err(unknown())
 }
 
-/// Reads one disk (`SYSFS/block/NAME`) and its partitions.
+/// Reads one disk (`SYSFS/block/NAME`) and its partitions; its stack is
+/// [`super::disks`]'s to add, since following a stack reads disks below it.
 pub fn read_disk_in(
     sysfs_root: &Path,
     name: &str,
@@ -152,7 +120,6 @@ pub fn read_disk_in(
         stack: None,
     };
     disk.partitions = read_partitions(&dir, probe);
-    disk.stack = super::stack::read_stack(sysfs_root, name, probe);
     Ok(disk)
 }
 
@@ -289,6 +256,7 @@ pub fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::geometry::disks::read_disks_in;
     use crate::geometry::ioctl::{DmTarget, NoIoctls};
     use std::collections::HashMap;
 
@@ -472,6 +440,65 @@ mod tests {
 
         let plain = disks.iter().find(|disk| disk.name == "vda").unwrap();
         assert_eq!(plain.stack, None);
+    }
+
+    /// dm-crypt's cap from its module parameters (0: the 128 KiB default,
+    /// which a larger value does not raise), on a kernel without them
+    /// writes at 1 MiB; multipath's
+    /// paths are each a whole disk.
+    #[test]
+    fn a_crypt_cap_and_multipath_paths_are_read() {
+        let tree = stacked_tree("stack-crypt");
+        let crypt = TableProbe(HashMap::from([(
+            DevId::new(254, 0),
+            vec![target(
+                0,
+                399_997,
+                "crypt",
+                "cipher_null-ecb - 0 252:1 0 1 sector_size:4096",
+            )],
+        )]));
+        let read = |probe: &TableProbe| {
+            let disks = read_disks_in(&tree.0, Some(&["dm-0".to_string()]), probe).unwrap();
+            disks[0].stack.clone().unwrap()
+        };
+        let old_kernel = read(&crypt).crypt_max_io.unwrap();
+        assert_eq!(
+            (
+                old_kernel.read_bytes,
+                old_kernel.write_bytes,
+                old_kernel.tunable
+            ),
+            (None, 1 << 20, false)
+        );
+        let parameters = tree.0.join("module/dm_crypt/parameters");
+        fs::create_dir_all(&parameters).unwrap();
+        fs::write(parameters.join("max_read_size"), "0\n").unwrap();
+        fs::write(parameters.join("max_write_size"), "8000000\n").unwrap();
+        let tunable = read(&crypt).crypt_max_io.unwrap();
+        assert_eq!(
+            (tunable.read_bytes, tunable.write_bytes, tunable.tunable),
+            (Some(128 << 10), 128 << 10, true),
+            "the default for 0; a larger parameter does not raise it"
+        );
+
+        let multipath = TableProbe(HashMap::from([(
+            DevId::new(254, 0),
+            vec![target(
+                0,
+                399_997,
+                "multipath",
+                "0 0 1 1 round-robin 0 2 1 252:0 1 252:16 1",
+            )],
+        )]));
+        let stack = read(&multipath);
+        assert_eq!(stack.kind, "dm-multipath");
+        let bottoms: Vec<(&str, u64)> = stack
+            .legs
+            .iter()
+            .map(|leg| (leg.bottom.name.as_str(), leg.bottom_start))
+            .collect();
+        assert_eq!(bottoms, [("vda", 0), ("vdb", 0)]);
     }
 
     #[test]

@@ -22,11 +22,13 @@ pub enum SplitCause {
     /// A discard longer than `max_discard_sectors` (`discard_max_bytes`):
     /// the only reason the kernel cuts discards at all.
     MaxDiscard,
+    /// dm-crypt's own cap on one piece (`max_write_size`/`max_read_size`).
+    CryptMaxIo,
     Unknown,
 }
 
 impl SplitCause {
-    pub const COUNT: usize = 9;
+    pub const COUNT: usize = 10;
     pub const ALL: [SplitCause; Self::COUNT] = [
         SplitCause::MaxSectors,
         SplitCause::MaxSegments,
@@ -36,6 +38,7 @@ impl SplitCause {
         SplitCause::VirtBoundary,
         SplitCause::DiscardGranularity,
         SplitCause::MaxDiscard,
+        SplitCause::CryptMaxIo,
         SplitCause::Unknown,
     ];
 
@@ -50,6 +53,7 @@ impl SplitCause {
             SplitCause::VirtBoundary => "virt_boundary",
             SplitCause::DiscardGranularity => "discard_granularity",
             SplitCause::MaxDiscard => "max_discard",
+            SplitCause::CryptMaxIo => "crypt_max_io",
             SplitCause::Unknown => "unknown",
         }
     }

@@ -108,6 +108,18 @@ impl Evidence {
         }
     }
 
+    /// Every prediction it carries, the workaround's too.
+    pub fn for_each_what_if_mut(&mut self, mut each: impl FnMut(&mut WhatIf)) {
+        if let Evidence::RequeuedCommands(evidence) = self {
+            if let Some(workaround) = &mut evidence.workaround_what_if {
+                each(workaround);
+            }
+        }
+        if let Some(Some(what_if)) = self.what_if_slot() {
+            each(what_if);
+        }
+    }
+
     fn what_if_slot(&mut self) -> Option<&mut Option<WhatIf>> {
         Some(match self {
             Evidence::SubpageBlockSize(evidence) => &mut evidence.what_if,
@@ -408,6 +420,9 @@ pub struct SplitAmplificationEvidence {
     /// The discard limit and its hardware ceiling (0: unknown).
     pub discard_max_bytes: u64,
     pub discard_max_hw_bytes: u64,
+    /// dm-crypt's cap on one piece of this op, bytes (cause `crypt_max_io`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub crypt_max_io_bytes: Option<u64>,
     #[serde(flatten)]
     pub partition: Option<PartitionPlace>,
     /// Raising `max_sectors_kb` is `proposed_max_sectors_kb`, the value
@@ -432,6 +447,9 @@ pub enum SplitCost {
     AbsorbedByMerges,
     /// The pieces are still large commands (`command_size_mean`): little.
     LargePieces,
+    /// Chunk cuts of I/O larger than a chunk (within a tenth of one command
+    /// per chunk spanned): a RAID or stripe spreading it over its disks.
+    ByDesign,
     /// No command of these user I/Os is in the trace (a bio-based device
     /// traced without remaps or completions below it): not measured.
     Unmeasured,
@@ -696,6 +714,7 @@ mod tests {
             commands_after_fix: 130,
             time_now_ms: Some(45.0),
             time_after_fix_ms: None,
+            ..Default::default()
         };
         evidence.set_what_if(what_if.clone());
         assert_eq!(evidence.what_if(), Some(&what_if));

@@ -103,6 +103,9 @@ pub enum SplitFix {
     /// `max_discard` at the ceiling (or an unknown limit): the device takes
     /// discards of at most that size; the pieces are its own.
     AtDiscardLimit,
+    /// `crypt_max_io`: dm-crypt passes down no larger piece (128 KiB since
+    /// 6.11, which its parameters only lower; 1 MiB writes before).
+    AtCryptLimit,
 }
 
 impl Serialize for SplitFix {

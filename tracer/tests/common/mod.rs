@@ -79,6 +79,68 @@ pub fn run_json(command: &[&str]) -> serde_json::Value {
         .unwrap_or_else(|err| panic!("not JSON ({err}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
+/// `run`'s target for the regular file `path`, or a panic naming what was seen.
+pub fn run_file_target<'a>(report: &'a serde_json::Value, path: &Path) -> &'a serde_json::Value {
+    report["run"]["targets"]
+        .as_array()
+        .expect("a list of targets")
+        .iter()
+        .find(|t| t["file"]["path"] == path.to_str().expect("a UTF-8 path"))
+        .unwrap_or_else(|| panic!("no target for {}: {}", path.display(), report["run"]))
+}
+
+/// Asserts that none of a file target's written bytes went unmatched for
+/// lack of its extents or of writeback: all matched, or replaced by a later
+/// write of the command before reaching the device (`overwritten_bytes`).
+pub fn assert_file_all_matched(target: &serde_json::Value) {
+    let file = &target["file"];
+    assert!(file["map_error"].is_null(), "{target}");
+    for key in [
+        "not_written_back_bytes",
+        "delalloc_bytes",
+        "unmappable_bytes",
+        "unknown_offset_bytes",
+    ] {
+        assert_eq!(file[key], 0, "{key}: {target}");
+    }
+    let matched = file["matched_bytes"].as_u64().expect("matched_bytes");
+    let overwritten = file["overwritten_bytes"]
+        .as_u64()
+        .expect("overwritten_bytes");
+    assert_eq!(
+        matched + overwritten,
+        target["write_syscall_bytes"].as_u64().expect("bytes"),
+        "{target}"
+    );
+}
+
+/// An ext4 filesystem on the one partition of a new loop disk (dropped
+/// in order: unmounted, then the disk detached).
+pub struct Ext4Disk {
+    pub mounted: Mounted,
+    pub disk: LoopDisk,
+}
+
+impl Ext4Disk {
+    /// A disk of `mib` + 2 MiB with one partition of `mib` from sector 2048.
+    pub fn new(tag: &str, mib: u64) -> Ext4Disk {
+        let disk = LoopDisk::new(
+            tag,
+            mib + 2,
+            &[PartitionSpec {
+                start: 2048,
+                size: mib * 2048,
+            }],
+        );
+        let mounted = Mounted::ext4(&disk.partition(1));
+        Ext4Disk { mounted, disk }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.mounted.point.join(name)
+    }
+}
+
 /// The device `name` in a JSON report, or a panic naming the ones there.
 pub fn device_named<'a>(report: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     report["devices"]

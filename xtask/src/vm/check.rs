@@ -97,6 +97,7 @@ pub struct Found {
     pub cause: Option<String>,
     /// The cause or the explanation names the virt boundary.
     pub names_virt_boundary: bool,
+    pub severity: String,
 }
 
 impl std::fmt::Display for Found {
@@ -134,6 +135,7 @@ pub fn diagnoses_on(report: &Value, device: &str) -> Vec<Found> {
             let cause = text(evidence.and_then(|e| e.get("cause")));
             let explanation = text(diagnosis.get("explanation"));
             Found {
+                severity: text(diagnosis.get("severity")),
                 names_virt_boundary: cause.contains("virt_boundary")
                     || explanation.contains("virt boundary")
                     || explanation.contains("virt_boundary"),
@@ -166,6 +168,31 @@ pub fn describe(found: &[Found]) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     }
+}
+
+/// A healthy device: no diagnosis on it above `info` (the false-alarm rule).
+pub fn expect_no_warning(what: &str, report: &Result<Value, String>, device: &str) -> Check {
+    let expected = "no warning or critical (info allowed)";
+    let report = match report {
+        Ok(report) => report,
+        Err(why) => return Check::missing(what, expected, why.clone()),
+    };
+    let found = diagnoses_on(report, device);
+    let loud: Vec<String> = found
+        .iter()
+        .filter(|f| f.severity != "info")
+        .map(|f| format!("{f} {}", f.severity))
+        .collect();
+    Check::new(
+        what,
+        expected,
+        format!(
+            "{device}: {}; above info: [{}]",
+            describe(&found),
+            loud.join(", ")
+        ),
+        loud.is_empty(),
+    )
 }
 
 /// Expected diagnoses on one device, compared as an exact set of codes, plus

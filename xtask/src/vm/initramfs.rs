@@ -14,7 +14,7 @@ use super::kernel::{module_name, Kernel, ModuleDeps};
 use crate::util::{run, workspace_root, Result};
 
 /// Dynamic host binaries the scenarios run; copied with their libraries.
-const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm"];
+const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm", "lvm"];
 /// Config files those tools read.
 const HOST_FILES: &[&str] = &["/etc/mke2fs.conf"];
 /// Modules loaded by `load_module` in the guest (each with its dependencies).
@@ -31,8 +31,11 @@ pub const MODULES: &[&str] = &[
     // modprobe the guest does not run for the cipher and its ECB mode).
     "dm_crypt",
     "dm_flakey",
+    "dm_multipath",
+    "dm_round_robin",
     "raid0",
     "raid1",
+    "raid456",
     "crypto_null",
     "ecb",
     // ext4 for cgroup-writeback; its checksums need the crc32c shash, which

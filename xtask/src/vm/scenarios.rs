@@ -6,10 +6,11 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::check::{
-    device_entry, event, expect_diagnoses, expect_oracle_agreement, op_measure, Check, Results,
+    describe, device_entry, diagnoses_on, event, expect_diagnoses, expect_oracle_agreement,
+    op_measure, Check, Results,
 };
 use super::kernel::Line;
-use super::qemu::{Bus, Disk};
+use super::qemu::{Bus, Disk, Throttle};
 
 pub struct Scenario {
     pub name: &'static str,
@@ -61,6 +62,7 @@ pub fn all() -> Vec<Scenario> {
                     bytes: 256 * MIB,
                     bus: SEED_512E,
                     partition: Some((start, size)),
+                    throttle: Throttle::None,
                 })
                 .collect(),
             timeout: Duration::from_secs(600),
@@ -84,6 +86,7 @@ pub fn all() -> Vec<Scenario> {
                     bytes: 256 * MIB,
                     bus: Bus::Nvme,
                     partition: None,
+                    throttle: Throttle::None,
                 },
                 Disk {
                     serial: "control",
@@ -93,6 +96,7 @@ pub fn all() -> Vec<Scenario> {
                         physical: 512,
                     },
                     partition: None,
+                    throttle: Throttle::None,
                 },
             ],
             timeout: Duration::from_secs(300),
@@ -108,12 +112,14 @@ pub fn all() -> Vec<Scenario> {
                     bytes: 256 * MIB,
                     bus: SEED_512E,
                     partition: Some(SEED_LAYOUTS[0]),
+                    throttle: Throttle::None,
                 },
                 Disk {
                     serial: "requeue",
                     bytes: 64 * MIB,
                     bus: REQUEUE_DISK,
                     partition: None,
+                    throttle: Throttle::None,
                 },
             ],
             timeout: Duration::from_secs(300),
@@ -122,7 +128,7 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "stacks",
-            summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096; md raid1 on sector-63 partitions, raid0 (64 KiB chunks) and a table 8 sectors into it; dm-striped; dm-flakey",
+            summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096 (and its 128 KiB cap, which max_write_size does not raise); md raid1 on sector-63 partitions (fixed at 64; then capped at 32 KiB, raised as the finding says), raid0 (64 KiB chunks) and a table 8 sectors into it; dm-striped; dm-flakey; dm-multipath over two paths; an LVM volume off the grid, recreated with pvcreate --dataalignment",
             disks: [
                 ("stacked", 256 * MIB, 2048, 400_000),
                 // Legacy DOS partitions at sector 63 for raid1; aligned ones for raid0.
@@ -137,9 +143,10 @@ pub fn all() -> Vec<Scenario> {
                 bytes,
                 bus: SEED_512E,
                 partition: Some((start, size)),
+                throttle: Throttle::None,
             })
             .collect(),
-            timeout: Duration::from_secs(300),
+            timeout: Duration::from_secs(420),
             evaluate: stacks,
             fixed_disks: Vec::new(),
         },
@@ -151,6 +158,7 @@ pub fn all() -> Vec<Scenario> {
                 bytes: 64 * MIB,
                 bus: REQUEUE_DISK,
                 partition: None,
+                throttle: Throttle::None,
             }],
             timeout: Duration::from_secs(300),
             fixed_disks: vec![Disk {
@@ -158,8 +166,31 @@ pub fn all() -> Vec<Scenario> {
                 bytes: 64 * MIB,
                 bus: REQUEUE_DISK_FIXED,
                 partition: None,
+                throttle: Throttle::None,
             }],
             evaluate: requeue_fix,
+        },
+        Scenario {
+            name: "throttled",
+            summary: "what a fix buys in time: split (max_sectors_kb 32), nomerges and the seed's layouts on 512e disks throttled to 200 IOPS or 8 MiB/s; run's predicted time after each fix against the fix applied",
+            disks: [
+                ("iops", 2048, 400_000, Throttle::Iops(200)),
+                ("bw", 2048, 400_000, Throttle::Bandwidth(8 * MIB)),
+                ("seed", SEED_LAYOUTS[0].0, SEED_LAYOUTS[0].1, Throttle::Iops(200)),
+                ("seedfix", SEED_LAYOUTS[2].0, SEED_LAYOUTS[2].1, Throttle::Iops(200)),
+            ]
+            .into_iter()
+            .map(|(serial, start, size, throttle)| Disk {
+                serial,
+                bytes: 256 * MIB,
+                bus: SEED_512E,
+                partition: Some((start, size)),
+                throttle,
+            })
+            .collect(),
+            timeout: Duration::from_secs(600),
+            evaluate: throttled,
+            fixed_disks: Vec::new(),
         },
         Scenario {
             name: "cgroup-writeback",
@@ -172,6 +203,7 @@ pub fn all() -> Vec<Scenario> {
                     physical: 512,
                 },
                 partition: None,
+                throttle: Throttle::None,
             }],
             timeout: Duration::from_secs(300),
             evaluate: cgroup_writeback,
@@ -296,6 +328,24 @@ fn seed_512e(results: &Results, line: &Line) -> Vec<Check> {
         results,
         "layout1.run.json",
     ));
+    // The probe stops mkfs at its opens for writing until `run` holds them.
+    let what = "run pauses at mkfs's opens for writing";
+    let expected = "layout1 run: paused_opens >= 1";
+    checks.push(match results.json("layout1.run.json") {
+        Ok(report) => {
+            let paused = report
+                .get("run")
+                .and_then(|run| run.get("paused_opens"))
+                .and_then(Value::as_u64);
+            Check::new(
+                what,
+                expected,
+                format!("paused_opens {paused:?}"),
+                paused.is_some_and(|paused| paused >= 1),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
     for SeedExpectation {
         layout,
         codes,
@@ -1005,28 +1055,90 @@ fn stacks(results: &Results, _line: &Line) -> Vec<Check> {
         }
         Err(why) => Check::missing(what, expected, why),
     });
+    if let Ok(dm) = results.value("names", "dm") {
+        checks.push(super::check::expect_no_warning(
+            "report: writes and mkfs on the aligned dm-linear table (false alarm)",
+            &results.json("report.json"),
+            &dm,
+        ));
+    }
     checks.extend(misaligned_table(results));
     checks.extend(failing_table(results));
     for sector_size in [512, 4096] {
         checks.extend(crypt_table(results, sector_size));
     }
     checks.extend(md_arrays(results));
+    checks.extend(raid1_fixed(results));
+    checks.extend(raid1_capped(results));
+    checks.extend(raid5_array(results));
     checks.extend(striped_table(results));
     checks.extend(flakey_table(results));
+    checks.extend(multipath_table(results));
+    checks.extend(lvm_volume(results));
+    // The same stacks on the classic tracepoints: dm's splits on the
+    // trimmed bio, md's remaps, request remaps, against the blk tracer.
+    for (name, what) in [
+        (
+            "crypt-classic",
+            "dm-crypt (4096 B sectors) + vda, classic tracepoints",
+        ),
+        ("md-classic", "md0 + md1 + members, classic tracepoints"),
+        (
+            "stripe-classic",
+            "dm-striped + both disks, classic tracepoints",
+        ),
+        (
+            "mpath-classic",
+            "dm-multipath + both paths, classic tracepoints",
+        ),
+    ] {
+        checks.push(expect_oracle_agreement(
+            &format!("{what}: events vs blk tracer"),
+            results,
+            &format!("report-{name}.json"),
+            &format!("blk-{name}.trace"),
+        ));
+        let said = results.text(&format!("report-{name}.json.stderr"));
+        checks.push(Check::new(
+            format!("{what}: the flavor asked for"),
+            "stderr says classic tracepoints",
+            said.as_deref().unwrap_or("no stderr").trim().to_string(),
+            said.is_ok_and(|text| text.contains("classic tracepoints")),
+        ));
+    }
     checks
+}
+
+/// The names stacks.sh wrote for `what` under `keys`, or the one check
+/// saying they are missing.
+fn stack_names<const N: usize>(
+    results: &Results,
+    what: &str,
+    keys: [&str; N],
+) -> Result<[String; N], Vec<Check>> {
+    let mut names = Vec::with_capacity(N);
+    for key in keys {
+        match results.value("names", key) {
+            Ok(name) => names.push(name),
+            Err(why) => {
+                return Err(vec![Check::missing(
+                    what.to_string(),
+                    format!("names {}", keys.join(", ")),
+                    format!("stacks.sh did not name the device: {why}"),
+                )])
+            }
+        }
+    }
+    Ok(names
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("one name per key")))
 }
 
 /// stacks.sh's dm-striped table: 2 stripes of 64 KiB chunks, 4 writes of 1 MiB.
 fn striped_table(results: &Results) -> Vec<Check> {
-    let (Ok(striped), Ok(dev)) = (
-        results.value("names", "striped"),
-        results.value("names", "striped_dev"),
-    ) else {
-        return vec![Check::missing(
-            "dm-striped",
-            "names striped",
-            "stacks.sh did not name the device".to_string(),
-        )];
+    let [striped, dev] = match stack_names(results, "dm-striped", ["striped", "striped_dev"]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
     };
     let mut checks = vec![expect_oracle_agreement(
         "dm-striped + both disks: events vs blk tracer",
@@ -1042,13 +1154,21 @@ fn striped_table(results: &Results) -> Vec<Check> {
         "blk-stripe.trace",
         &striped,
         &[&stripe_a, &stripe_b],
-        true,
+        Below::Exact,
+    ));
+    checks.push(super::check::expect_no_warning(
+        "report: 1 MiB writes on dm-striped, cut per chunk by design (false alarm)",
+        &results.json("report-stripe.json"),
+        &striped,
     ));
     let what = "dm-striped: 4 user I/Os cut at each 64 KiB chunk, named so; every chain ended";
     let expected =
         "4 user I/Os; split_causes only chunk_boundary = blk X (60); unmatched 0, in flight 0";
     checks.push(
-        match (results.json("report-stripe.json"), results.text("blk-stripe.trace")) {
+        match (
+            results.json("report-stripe.json"),
+            results.text("blk-stripe.trace"),
+        ) {
             (Ok(report), Ok(trace)) => {
                 let entry = device_entry(&report, &striped);
                 let user_ios = entry.and_then(|e| op_measure(e, "write", "user_ios"));
@@ -1061,25 +1181,16 @@ fn striped_table(results: &Results) -> Vec<Check> {
                     .map_or(0, |(with, without)| with + without);
                 let chunk = causes.get("chunk_boundary").and_then(Value::as_u64);
                 let only = causes.as_object().is_some_and(|c| c.len() == 1);
-                let field = |key: &str| {
-                    report
-                        .pointer(&format!("/correlation/{key}"))
-                        .and_then(Value::as_u64)
-                };
+                let leftovers = Leftovers::of(&report);
                 Check::new(
                     what,
                     expected,
-                    format!(
-                        "user I/Os {user_ios:?}; {causes}; blk X {cuts}; unmatched {:?}, in flight {:?}",
-                        field("unmatched_events"),
-                        field("in_flight")
-                    ),
+                    format!("user I/Os {user_ios:?}; {causes}; blk X {cuts}; {leftovers}"),
                     user_ios == Some(4)
                         && only
                         && chunk == Some(cuts)
                         && cuts == 60
-                        && field("unmatched_events") == Some(0)
-                        && field("in_flight") == Some(0),
+                        && leftovers.none(),
                 )
             }
             (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
@@ -1088,17 +1199,280 @@ fn striped_table(results: &Results) -> Vec<Check> {
     checks
 }
 
+/// stacks.sh's raid1 after its fix: the mirrors' partitions recreated at
+/// sector 64, as `misaligned_stack` proposed, and the same 16 writes again.
+fn raid1_fixed(results: &Results) -> Vec<Check> {
+    let [part, start] = match stack_names(
+        results,
+        "raid1 fixed",
+        ["mirror_part", "mirror_start_fixed"],
+    ) {
+        Ok(names) => names,
+        Err(missing) => return missing,
+    };
+    let mut checks = vec![expect_diagnoses(
+        "check: raid1 on partitions recreated at 64 (the fix)",
+        &results.json("check-md-fixed.json"),
+        "md0",
+        &[],
+        None,
+    )];
+    // md writes its superblock and bitmap in small pieces of its own: of
+    // the commands after the fix, only those beyond the 16 writes may be off.
+    let what =
+        "raid1 writes after the fix: same commands on the mirror, the writes on the 4 KiB grid";
+    let expected = "partition at 64; commands within 20%; misaligned share > 0.9 before, at most md's own beyond 16 writes after";
+    checks.push(
+        match (
+            results.json("report-md.json"),
+            results.json("report-md-fixed.json"),
+        ) {
+            (Ok(before), Ok(after)) => {
+                let (now, then) = (
+                    write_commands(&before, &part),
+                    write_commands(&after, &part),
+                );
+                let pass = start == "64"
+                    && matches!((now, then), (Some((b, off_b)), Some((a, off_a)))
+                        if b > 0 && a.abs_diff(b) * 5 <= b && off_b * 10 > b * 9 && off_a <= a.saturating_sub(16));
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "{part} at {start}: (commands, misaligned) before {now:?}, after {then:?}"
+                    ),
+                    pass,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks
+}
+
+/// stacks.sh's raid1 with its own `max_sectors_kb` (32) below what its
+/// disks take: md splits each 64 KiB write. The finding names md0's queue
+/// and the raise; written as it says, the writes go whole.
+fn raid1_capped(results: &Results) -> Vec<Check> {
+    let what =
+        "md0 capped at 32 KiB: split_amplification by max_sectors on the stack, raise proposed";
+    let expected = "cause max_sectors on md0, a warning, proposed_max_sectors_kb >= 64 (its disks take it), 16 splits";
+    let capped = results.json("run-md-capped.json");
+    let predicted = capped.as_ref().ok().and_then(|report| {
+        diagnosis_of(report, "md0", "split_amplification")?
+            .pointer("/evidence/what_if/commands_after_fix")?
+            .as_u64()
+    });
+    let splits =
+        |report: &Value| device_entry(report, "md0").and_then(|e| op_measure(e, "write", "splits"));
+    let mut checks = vec![match &capped {
+        Ok(report) => {
+            let finding = diagnosis_of(report, "md0", "split_amplification");
+            let field = |key: &str| finding.and_then(|f| f.pointer(key)).cloned();
+            let proposed = field("/evidence/proposed_max_sectors_kb").and_then(|v| v.as_u64());
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "cause {:?}, severity {:?}, proposed {proposed:?}, splits {:?}, predicted {predicted:?}",
+                    field("/evidence/cause"),
+                    field("/severity"),
+                    splits(report)
+                ),
+                field("/evidence/cause") == Some(Value::from("max_sectors"))
+                    && field("/severity") == Some(Value::from("warning"))
+                    && proposed.is_some_and(|kb| kb >= 64)
+                    && splits(report) == Some(16),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why.clone()),
+    }];
+    let what = "md0 raised as the fix says: no split, commands = what-if";
+    let expected = "splits 0; md0 commands within 20% of commands_after_fix";
+    checks.push(match results.json("run-md-raised.json") {
+        Ok(report) => {
+            let commands =
+                device_entry(&report, "md0").and_then(|e| op_measure(e, "write", "commands"));
+            Check::new(
+                what,
+                expected,
+                format!("splits {:?}, commands {commands:?}, predicted {predicted:?}", splits(&report)),
+                splits(&report) == Some(0)
+                    && matches!((commands, predicted), (Some(c), Some(p)) if p > 0 && c.abs_diff(p) * 5 <= p),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
+/// stacks.sh's raid5 (3 members, 64 KiB chunks): 16 writes of 64 KiB and
+/// 4 of 1 MiB. md writes each stripe's data and parity itself, in 4 KiB
+/// bios remapped from md2: no split of the user's write, no false alarm.
+fn raid5_array(results: &Results) -> Vec<Check> {
+    let [md2_dev] = match stack_names(results, "md raid5", ["md2_dev"]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
+    };
+    let mut checks = vec![expect_oracle_agreement(
+        "md2 (raid5) + members: events vs blk tracer",
+        results,
+        "report-raid5.json",
+        "blk-raid5.trace",
+    )];
+    let disk = |key: &str| results.value("names", key).unwrap_or_default();
+    let members = [
+        disk("mirror_disk"),
+        disk("mirror_b_disk"),
+        disk("stripe_b_disk"),
+    ];
+    checks.push(top_to_bottom(
+        results,
+        "report-raid5.json",
+        "blk-raid5.trace",
+        "md2",
+        &[&members[0], &members[1], &members[2]],
+        Below::AtMost { per_user_io: 1 },
+    ));
+    let what = "md2 (raid5): user I/Os = what was submitted; every chain ended";
+    let expected = "20 user I/Os (= blk Q with data on md2); unmatched 0, in flight 0";
+    checks.push(
+        match (
+            results.json("report-raid5.json"),
+            results.text("blk-raid5.trace"),
+        ) {
+            (Ok(report), Ok(trace)) => {
+                let queued = device_number(&md2_dev)
+                    .map_or(0, |dev| super::oracle::lines_with_data(&trace, dev, "Q").0);
+                let user_ios =
+                    device_entry(&report, "md2").and_then(|e| op_measure(e, "write", "user_ios"));
+                let leftovers = Leftovers::of(&report);
+                Check::new(
+                    what,
+                    expected,
+                    format!("user I/Os {user_ios:?} (blk Q {queued}); {leftovers}"),
+                    user_ios == Some(20) && queued == 20 && leftovers.none(),
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks.push(super::check::expect_no_warning(
+        "report: writes on raid5 md2 (false alarm)",
+        &results.json("report-raid5.json"),
+        "md2",
+    ));
+    checks
+}
+
+/// What a report's correlation left unended: events in no chain, user I/Os in flight.
+struct Leftovers {
+    unmatched: Option<u64>,
+    in_flight: Option<u64>,
+}
+
+impl Leftovers {
+    fn of(report: &Value) -> Leftovers {
+        let field = |key: &str| {
+            report
+                .pointer(&format!("/correlation/{key}"))
+                .and_then(Value::as_u64)
+        };
+        Leftovers {
+            unmatched: field("unmatched_events"),
+            in_flight: field("in_flight"),
+        }
+    }
+
+    fn none(&self) -> bool {
+        self.unmatched == Some(0) && self.in_flight == Some(0)
+    }
+}
+
+impl std::fmt::Display for Leftovers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "unmatched {:?}, in flight {:?}",
+            self.unmatched, self.in_flight
+        )
+    }
+}
+
+/// stacks.sh's dm-multipath table: two paths, round-robin, 16 writes of
+/// 64 KiB. Request-based: each dm request's clone is remapped
+/// (`block_rq_remap`, blk `A`) and issued on a path with no queue there.
+fn multipath_table(results: &Results) -> Vec<Check> {
+    let [mpath, dev] = match stack_names(results, "dm-multipath", ["mpath", "mpath_dev"]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
+    };
+    let mut checks = vec![expect_oracle_agreement(
+        "dm-multipath + both paths: events vs blk tracer",
+        results,
+        "report-mpath.json",
+        "blk-mpath.trace",
+    )];
+    let disk = |key: &str| results.value("names", key).unwrap_or_default();
+    let paths = [disk("stripe_a_disk"), disk("stripe_b_disk")];
+    checks.push(top_to_bottom(
+        results,
+        "report-mpath.json",
+        "blk-mpath.trace",
+        &mpath,
+        &[&paths[0], &paths[1]],
+        Below::Exact,
+    ));
+    let what = "dm-multipath: 16 user I/Os, one request remap per clone, both paths used";
+    let expected = "16 user I/Os = blk Q; rq_remap = blk A on the paths; each path > 0 commands; unmatched 0, in flight 0";
+    checks.push(
+        match (results.json("report-mpath.json"), results.text("blk-mpath.trace")) {
+            (Ok(report), Ok(trace)) => {
+                let blk = super::oracle::parse_blk_trace(&trace);
+                let queued = device_number(&dev)
+                    .map_or(0, |dev| super::oracle::lines_with_data(&trace, dev, "Q").0);
+                let user_ios =
+                    device_entry(&report, &mpath).and_then(|e| op_measure(e, "write", "user_ios"));
+                let per_path: Vec<Option<u64>> = paths
+                    .iter()
+                    .map(|path| {
+                        device_entry(&report, path).and_then(|e| op_measure(e, "write", "commands"))
+                    })
+                    .collect();
+                let rq_remaps = event(&report, "rq_remap");
+                let leftovers = Leftovers::of(&report);
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "user I/Os {user_ios:?} (blk Q {queued}); rq_remap {rq_remaps}, blk A {}; path commands {per_path:?}; {leftovers}",
+                        blk.total("A")
+                    ),
+                    user_ios == Some(16)
+                        && queued == 16
+                        && rq_remaps == blk.total("A")
+                        && rq_remaps >= 16
+                        && per_path.iter().all(|c| c.is_some_and(|c| c > 0))
+                        && leftovers.none(),
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks.push(super::check::expect_no_warning(
+        "report: writes through dm-multipath (false alarm)",
+        &results.json("report-mpath.json"),
+        &mpath,
+    ));
+    checks.push(run_through_stack(results, "run-mpath.json", &mpath, 8));
+    checks
+}
+
 /// stacks.sh's dm-flakey table, down for its whole life: 6 failing writes.
 fn flakey_table(results: &Results) -> Vec<Check> {
-    let (Ok(flakey), Ok(dev)) = (
-        results.value("names", "flakey"),
-        results.value("names", "flakey_dev"),
-    ) else {
-        return vec![Check::missing(
-            "dm-flakey",
-            "names flakey",
-            "stacks.sh did not name the device".to_string(),
-        )];
+    let [flakey, dev] = match stack_names(results, "dm-flakey", ["flakey", "flakey_dev"]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
     };
     let mut checks = vec![expect_oracle_agreement(
         "dm-flakey + disk: events vs blk tracer",
@@ -1133,24 +1507,38 @@ fn flakey_table(results: &Results) -> Vec<Check> {
 }
 
 /// A stacked device's user I/Os counted through to the disks: its
-/// `disk_commands` equal the blk tracer's data D lines on `bottoms`, when
+/// `disk_commands` against the blk tracer's data D lines on `bottoms`, when
 /// nothing else wrote there during the window.
-/// md writes its superblocks to the members itself, so there `exact` is
-/// false: at most the tracer's count, and more than none.
+/// How a stacked device's disk commands must relate to the blk tracer's D
+/// lines on the disks below it.
+#[derive(Clone, Copy)]
+enum Below {
+    /// dm: every command below is the top device's.
+    Exact,
+    /// md writes its own superblocks: at most D, and at least this many
+    /// commands per user I/O (a raid1 write reaches every mirror).
+    AtMost { per_user_io: u64 },
+}
+
 fn top_to_bottom(
     results: &Results,
     report_name: &str,
     trace_name: &str,
     top: &str,
     bottoms: &[&str],
-    exact: bool,
+    below: Below,
 ) -> Check {
-    let relation = if exact { "=" } else { "<=" };
+    let (relation, floor) = match below {
+        Below::Exact => ("=", 1),
+        Below::AtMost { per_user_io } => ("<=", per_user_io),
+    };
     let what = format!(
         "{top}: commands on the disks below {relation} blk D on {}",
         bottoms.join(" + ")
     );
-    let expected = format!("write disk_commands {relation} blk D with data on the disks, > 0");
+    let expected = format!(
+        "write disk_commands {relation} blk D with data on the disks, >= {floor} per user I/O"
+    );
     match (results.json(report_name), results.text(trace_name)) {
         (Ok(report), Ok(trace)) => {
             let issued: u64 = bottoms
@@ -1166,17 +1554,17 @@ fn top_to_bottom(
             let entry = device_entry(&report, top);
             let disk_commands = entry.and_then(|e| op_measure(e, "write", "disk_commands"));
             let user_ios = entry.and_then(|e| op_measure(e, "write", "user_ios"));
+            let enough =
+                matches!((disk_commands, user_ios), (Some(d), Some(u)) if u > 0 && d >= floor * u);
             Check::new(
                 what,
                 expected,
                 format!("{top}: {user_ios:?} user I/Os -> {disk_commands:?} disk commands; blk D {issued}"),
                 issued > 0
-                    && disk_commands.is_some_and(|below| {
-                        if exact {
-                            below == issued
-                        } else {
-                            below > 0 && below <= issued
-                        }
+                    && enough
+                    && disk_commands.is_some_and(|d| match below {
+                        Below::Exact => d == issued,
+                        Below::AtMost { .. } => d <= issued,
                     }),
             )
         }
@@ -1299,7 +1687,7 @@ fn md_arrays(results: &Results) -> Vec<Check> {
         "blk-md.trace",
         "md0",
         &mirrors,
-        false,
+        Below::AtMost { per_user_io: 2 },
     ));
     checks.push(top_to_bottom(
         results,
@@ -1307,7 +1695,12 @@ fn md_arrays(results: &Results) -> Vec<Check> {
         "blk-md.trace",
         "md1",
         &stripes,
-        false,
+        Below::AtMost { per_user_io: 1 },
+    ));
+    checks.push(super::check::expect_no_warning(
+        "report: 1 MiB writes on raid0 md1, cut per chunk by design (false alarm)",
+        &results.json("report-md.json"),
+        "md1",
     ));
     let what = "md user I/Os = what was submitted; every chain ended";
     let expected = "md0 16 and md1 4 user I/Os (= blk Q with data); unmatched 0, in flight 0";
@@ -1322,27 +1715,14 @@ fn md_arrays(results: &Results) -> Vec<Check> {
                         .map(|dev| super::oracle::lines_with_data(&trace, dev, "Q").0)
                         .unwrap_or(0)
                 };
-                let field = |key: &str| {
-                    report
-                        .pointer(&format!("/correlation/{key}"))
-                        .and_then(Value::as_u64)
-                };
+                let leftovers = Leftovers::of(&report);
                 let (md0, md1) = (user_ios("md0"), user_ios("md1"));
                 let (q0, q1) = (queued(&md0_dev), queued(&md1_dev));
                 Check::new(
                     what,
                     expected,
-                    format!(
-                        "md0 {md0:?} (blk {q0}), md1 {md1:?} (blk {q1}); unmatched {:?}, in flight {:?}",
-                        field("unmatched_events"),
-                        field("in_flight")
-                    ),
-                    md0 == Some(16)
-                        && q0 == 16
-                        && md1 == Some(4)
-                        && q1 == 4
-                        && field("unmatched_events") == Some(0)
-                        && field("in_flight") == Some(0),
+                    format!("md0 {md0:?} (blk {q0}), md1 {md1:?} (blk {q1}); {leftovers}"),
+                    md0 == Some(16) && q0 == 16 && md1 == Some(4) && q1 == 4 && leftovers.none(),
                 )
             }
             (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
@@ -1402,15 +1782,14 @@ const CRYPT_WRITES: u64 = 4 + 64;
 
 /// stacks.sh's dm-crypt table with `sector_size` bytes per encryption sector.
 fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
-    let (Ok(crypt), Ok(dev)) = (
-        results.value("names", &format!("crypt{sector_size}")),
-        results.value("names", &format!("crypt{sector_size}_dev")),
-    ) else {
-        return vec![Check::missing(
-            format!("dm-crypt sector_size {sector_size}"),
-            "names crypt",
-            "stacks.sh did not name the device".to_string(),
-        )];
+    let keys = [
+        format!("crypt{sector_size}"),
+        format!("crypt{sector_size}_dev"),
+    ];
+    let what = format!("dm-crypt sector_size {sector_size}");
+    let [crypt, dev] = match stack_names(results, &what, [&keys[0], &keys[1]]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
     };
     let dev = device_number(&dev).unwrap_or((0, 0));
     let report_name = format!("report-crypt{sector_size}.json");
@@ -1428,7 +1807,7 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
         &trace_name,
         &crypt,
         &[&disk],
-        true,
+        Below::Exact,
     ));
     let what = format!("dm-crypt ({sector_size} B sectors): user I/Os = what was submitted");
     let expected = format!("tool user_ios = blk Q with data on the crypt device = {CRYPT_WRITES}");
@@ -1455,18 +1834,8 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
     let expected = "correlation.unmatched_events = 0, in_flight = 0".to_string();
     checks.push(match results.json(&report_name) {
         Ok(report) => {
-            let field = |key: &str| {
-                report
-                    .pointer(&format!("/correlation/{key}"))
-                    .and_then(Value::as_u64)
-            };
-            let (unmatched, in_flight) = (field("unmatched_events"), field("in_flight"));
-            Check::new(
-                &what,
-                &expected,
-                format!("unmatched {unmatched:?}, in flight {in_flight:?}"),
-                unmatched == Some(0) && in_flight == Some(0),
-            )
+            let leftovers = Leftovers::of(&report);
+            Check::new(&what, &expected, leftovers.to_string(), leftovers.none())
         }
         Err(why) => Check::missing(&what, &expected, why),
     });
@@ -1516,44 +1885,55 @@ fn crypt_table(results: &Results, sector_size: u64) -> Vec<Check> {
         }
         Err(why) => Check::missing(&what, &expected, why.clone()),
     });
-    let what = format!("run -- dd on dm-crypt ({sector_size} B sectors): chain to commands");
-    let expected = "64 writes, 64 bios on the crypt device, commands > 0".to_string();
-    checks.push(
-        match results.json(&format!("run-crypt{sector_size}.json")) {
-            Ok(report) => {
-                let target = report
-                    .pointer("/run/targets")
-                    .and_then(Value::as_array)
-                    .into_iter()
-                    .flatten()
-                    .find(|t| t.get("device").and_then(Value::as_str) == Some(crypt.as_str()));
-                let field = |key: &str| target.and_then(|t| t.get(key)).and_then(Value::as_u64);
-                let (writes, bios, commands) =
-                    (field("write_syscalls"), field("bios"), field("commands"));
-                Check::new(
-                    &what,
-                    &expected,
-                    format!("writes {writes:?}, bios {bios:?}, commands {commands:?}"),
-                    writes == Some(64) && bios == Some(64) && commands.is_some_and(|c| c > 0),
-                )
-            }
-            Err(why) => Check::missing(&what, &expected, why),
-        },
-    );
+    checks.push(super::check::expect_no_warning(
+        &format!("report: writes on dm-crypt ({sector_size} B sectors), aligned (false alarm)"),
+        &results.json(&format!("report-crypt{sector_size}.json")),
+        &crypt,
+    ));
+    checks.push(run_through_stack(
+        results,
+        &format!("run-crypt{sector_size}.json"),
+        &crypt,
+        64,
+    ));
+    if sector_size == 4096 {
+        checks.extend(crypt_cap(results, &crypt));
+    }
     checks
+}
+
+/// `run -- dd` of `writes` O_DIRECT writes to a stacked `device`: each
+/// write one bio there, and commands below.
+fn run_through_stack(results: &Results, file: &str, device: &str, writes: u64) -> Check {
+    let what = format!("run -- dd on {device}: chain to commands ({file})");
+    let expected = format!("{writes} writes, {writes} bios on {device}, commands > 0");
+    match results.json(file) {
+        Ok(report) => {
+            let target = report
+                .pointer("/run/targets")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|t| t.get("device").and_then(Value::as_str) == Some(device));
+            let field = |key: &str| target.and_then(|t| t.get(key)).and_then(Value::as_u64);
+            let (seen, bios, commands) =
+                (field("write_syscalls"), field("bios"), field("commands"));
+            Check::new(
+                &what,
+                &expected,
+                format!("writes {seen:?}, bios {bios:?}, commands {commands:?}"),
+                seen == Some(writes) && bios == Some(writes) && commands.is_some_and(|c| c > 0),
+            )
+        }
+        Err(why) => Check::missing(&what, &expected, why),
+    }
 }
 
 /// stacks.sh's table whose second half is dm-error: 4 failing dd writes.
 fn failing_table(results: &Results) -> Vec<Check> {
-    let (Ok(err), Ok(dev)) = (
-        results.value("names", "error_dm"),
-        results.value("names", "error_dev"),
-    ) else {
-        return vec![Check::missing(
-            "dm-error",
-            "names error_dm",
-            "stacks.sh did not name the device".to_string(),
-        )];
+    let [err, dev] = match stack_names(results, "dm-error", ["error_dm", "error_dev"]) {
+        Ok(names) => names,
+        Err(missing) => return missing,
     };
     let dev = device_number(&dev).unwrap_or((0, 0));
     let mut checks = vec![expect_oracle_agreement(
@@ -1645,10 +2025,71 @@ fn device_number(text: &str) -> Option<(u32, u32)> {
 
 /// The first `misaligned_stack` diagnosis on `device`.
 fn stack_diagnosis<'a>(report: &'a Value, device: &str) -> Option<&'a Value> {
+    diagnosis_of(report, device, "misaligned_stack")
+}
+
+/// The diagnosis `code` on `device` in a report, if any.
+fn diagnosis_of<'a>(report: &'a Value, device: &str, code: &str) -> Option<&'a Value> {
     report.get("diagnoses")?.as_array()?.iter().find(|d| {
-        d.get("code").and_then(Value::as_str) == Some("misaligned_stack")
+        d.get("code").and_then(Value::as_str) == Some(code)
             && d.get("device").and_then(Value::as_str) == Some(device)
     })
+}
+
+/// stacks.sh's 1 MiB writes on the 4096-byte dm-crypt table. Since 6.11
+/// each is cut at dm-crypt's 128 KiB cap, named `crypt_max_io` with no
+/// setting to raise; the scenario sets `max_write_size` to 1 MiB and reloads
+/// the table anyway, and the cuts stay (the parameter only lowers the cap).
+/// Before 6.11 the cap is the 1 MiB write itself.
+fn crypt_cap(results: &Results, crypt: &str) -> Vec<Check> {
+    let big = results.json("run-crypt-big.json");
+    let raised = results.json("run-crypt-big-fixed.json");
+    let splits =
+        |report: &Value| device_entry(report, crypt).and_then(|e| op_measure(e, "write", "splits"));
+    let what = "dm-crypt 1 MiB writes: cut at its own 128 KiB cap, named crypt_max_io, info";
+    let mut checks = Vec::new();
+    match (&big, &raised) {
+        (Ok(report), Ok(after)) => {
+            let finding = diagnosis_of(report, crypt, "split_amplification");
+            let field = |key: &str| finding.and_then(|f| f.pointer(key)).cloned();
+            checks.push(Check::new(
+                what,
+                "cause crypt_max_io, cap 131072, severity info, no raise proposed, 56 splits of 8 writes",
+                format!(
+                    "cause {:?}, cap {:?}, severity {:?}, proposed {:?}, splits {:?}",
+                    field("/evidence/cause"),
+                    field("/evidence/crypt_max_io_bytes"),
+                    field("/severity"),
+                    field("/evidence/proposed_max_sectors_kb"),
+                    splits(report)
+                ),
+                field("/evidence/cause") == Some(Value::from("crypt_max_io"))
+                    && field("/evidence/crypt_max_io_bytes") == Some(Value::from(131_072))
+                    && field("/severity") == Some(Value::from("info"))
+                    && field("/evidence/proposed_max_sectors_kb").is_none()
+                    && splits(report) == Some(56),
+            ));
+            checks.push(Check::new(
+                "dm-crypt max_write_size set to 1 MiB and the table reloaded: the cap stays (no fix to offer)",
+                "56 splits again",
+                format!("splits {:?}", splits(after)),
+                splits(after) == Some(56),
+            ));
+        }
+        (Ok(report), Err(_)) => checks.push(Check::new(
+            what,
+            "no max_write_size on this kernel: 1 MiB writes pass whole, no split_amplification",
+            format!(
+                "splits {:?}, split_amplification {}",
+                splits(report),
+                diagnosis_of(report, crypt, "split_amplification").is_some()
+            ),
+            splits(report) == Some(0)
+                && diagnosis_of(report, crypt, "split_amplification").is_none(),
+        )),
+        (Err(why), _) => checks.push(Check::missing(what, "run-crypt-big.json", why.clone())),
+    }
+    checks
 }
 
 /// (commands, misaligned-4k commands) of writes on `device` in a report.
@@ -1663,17 +2104,11 @@ fn write_commands(report: &Value, device: &str) -> Option<(u64, u64)> {
 /// stacks.sh's second table, 3 sectors into the partition, then reloaded
 /// with the offset the finding proposes.
 fn misaligned_table(results: &Results) -> Vec<Check> {
-    let names = (
-        results.value("names", "offset_dm"),
-        results.value("names", "dm"),
-    );
-    let (Ok(offset_dm), Ok(aligned_dm)) = names else {
-        return vec![Check::missing(
-            "misaligned dm table",
-            "names offset_dm and dm",
-            "stacks.sh did not name the devices".to_string(),
-        )];
-    };
+    let [offset_dm, aligned_dm] =
+        match stack_names(results, "misaligned dm table", ["offset_dm", "dm"]) {
+            Ok(names) => names,
+            Err(missing) => return missing,
+        };
     let part = results.value("names", "part").unwrap_or_default();
     let check = results.json("check.json");
     let mut checks = vec![
@@ -1728,40 +2163,130 @@ fn misaligned_table(results: &Results) -> Vec<Check> {
         &[],
         None,
     ));
-    let what = "mkfs.ext4 after the fix: no warning, same commands, none off the 4 KiB grid";
+    checks.push(mkfs_after_the_fix(
+        results,
+        (
+            "run-offset.json",
+            "run-offset-fixed.json",
+            "mkfs-offset-fixed.out",
+        ),
+        &part,
+    ));
+    checks
+}
+
+/// mkfs.ext4 run before and after a stack's misalignment is fixed (the
+/// run reports and mkfs's output after): no mkfs warning after, the same
+/// commands on `part` within 20%, and all of them on the 4 KiB grid.
+fn mkfs_after_the_fix(results: &Results, files: (&str, &str, &str), part: &str) -> Check {
+    let (before_file, after_file, mkfs_file) = files;
+    let what = format!("mkfs.ext4 after the fix ({after_file}): no warning, same commands, none off the 4 KiB grid");
     let expected = "no mkfs warning; commands within 20%; misaligned share > 0.9 before, 0 after";
-    let fixed_run = results.json("run-offset-fixed.json");
-    checks.push(
-        match (&run, &fixed_run, &results.text("mkfs-offset-fixed.out")) {
-            (Ok(before), Ok(after), Ok(mkfs)) => {
-                let mkfs = mkfs.as_str();
-                let now = write_commands(before, &part);
-                let then = write_commands(after, &part);
-                let warned = mkfs_alignment_warning(mkfs);
-                let pass = match (now, then) {
-                    (Some((before, off_before)), Some((after, off_after))) => {
-                        warned.is_none()
-                            && before > 0
-                            && after.abs_diff(before) * 5 <= before
-                            && off_before * 10 > before * 9
-                            && off_after == 0
-                    }
-                    _ => false,
-                };
-                Check::new(
-                    what,
-                    expected,
-                    format!(
-                        "{part} (commands, misaligned): before {now:?}, after {then:?}; mkfs warning {warned:?}"
-                    ),
-                    pass,
-                )
-            }
-            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
-                Check::missing(what, expected, why.clone())
-            }
-        },
+    match (
+        &results.json(before_file),
+        &results.json(after_file),
+        &results.text(mkfs_file),
+    ) {
+        (Ok(before), Ok(after), Ok(mkfs)) => {
+            let now = write_commands(before, part);
+            let then = write_commands(after, part);
+            let warned = mkfs_alignment_warning(mkfs);
+            let pass = match (now, then) {
+                (Some((before, off_before)), Some((after, off_after))) => {
+                    warned.is_none()
+                        && before > 0
+                        && after.abs_diff(before) * 5 <= before
+                        && off_before * 10 > before * 9
+                        && off_after == 0
+                }
+                _ => false,
+            };
+            Check::new(
+                &what,
+                expected,
+                format!(
+                    "{part} (commands, misaligned): before {now:?}, after {then:?}; mkfs warning {warned:?}"
+                ),
+                pass,
+            )
+        }
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            Check::missing(&what, expected, why.clone())
+        }
+    }
+}
+
+/// stacks.sh's LVM volume group on a PV whose data area starts 3 sectors
+/// past 1 MiB, then recreated with the `pvcreate --dataalignment` the
+/// finding gives.
+fn lvm_volume(results: &Results) -> Vec<Check> {
+    let [lv, pv, fixed_lv] =
+        match stack_names(results, "LVM volume", ["lvm_lv", "lvm_pv", "lvm_lv_fixed"]) {
+            Ok(names) => names,
+            Err(missing) => return missing,
+        };
+    let check = results.json("check-lvm.json");
+    let what = "check: an LV on a PV whose data starts 1536 B off the grid";
+    let expected = format!(
+        "misaligned_stack on the LV: kind dm-linear, LVM uuid, culprit {pv}, fix pvcreate --dataalignment"
     );
+    let mut checks = vec![match &check {
+        Ok(report) => {
+            let finding = stack_diagnosis(report, &lv);
+            let evidence = finding.and_then(|d| d.get("evidence"));
+            let text = |value: Option<&Value>, key: &str| {
+                value
+                    .and_then(|v| v.get(key))
+                    .and_then(Value::as_str)
+                    .unwrap_or("")
+                    .to_string()
+            };
+            let fix = text(finding, "fix");
+            let (kind, culprit) = (
+                text(evidence, "stack_kind"),
+                text(evidence, "culprit_device"),
+            );
+            let uuid = report
+                .get("devices")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|d| d.get("name").and_then(Value::as_str) == Some(lv.as_str()))
+                .and_then(|d| d.pointer("/geometry/stack/uuid"))
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            Check::new(
+                what,
+                &expected,
+                format!("kind {kind:?}, uuid {uuid:?}, culprit {culprit:?}; fix: {fix}"),
+                kind == "dm-linear"
+                    && uuid.starts_with("LVM-")
+                    && culprit == pv
+                    && fix.contains(&format!("pvcreate --dataalignment 1024k /dev/{pv}")),
+            )
+        }
+        Err(why) => Check::missing(what, &expected, why.clone()),
+    }];
+    checks.push(expect_diagnoses(
+        "run -- mkfs.ext4 on the misaligned LV",
+        &results.json("run-lvm.json"),
+        &lv,
+        &["misaligned_stack"],
+        None,
+    ));
+    checks.push(expect_diagnoses(
+        "check after pvcreate --dataalignment as the fix says",
+        &results.json("check-lvm-fixed.json"),
+        &fixed_lv,
+        &[],
+        None,
+    ));
+    checks.push(mkfs_after_the_fix(
+        results,
+        ("run-lvm.json", "run-lvm-fixed.json", "mkfs-lvm-fixed.out"),
+        &pv,
+    ));
     checks
 }
 
@@ -2043,6 +2568,241 @@ fn cgroup_writeback(results: &Results, line: &Line) -> Vec<Check> {
         }
         Err(why) => Check::missing(what, expected, why),
     });
+    checks
+}
+
+/// How far the predicted run time after a fix may be from the one measured (issue #27).
+const TIME_TOLERANCE: f64 = 0.25;
+
+/// One throttled case: a `run` report with the cause in place, one after the fix.
+struct TimedCase {
+    name: &'static str,
+    /// The `names` key of the partition the workload wrote to.
+    device: &'static str,
+    /// The `names` key of the partition the fixed run wrote to.
+    fixed_device: &'static str,
+    code: &'static str,
+    before: &'static str,
+    after: &'static str,
+    /// A bandwidth-bound disk: fewer commands must be predicted to save no time.
+    bandwidth_bound: bool,
+}
+
+const TIMED_CASES: [TimedCase; 4] = [
+    TimedCase {
+        name: "split, 200 IOPS",
+        device: "iops",
+        fixed_device: "iops",
+        code: "split_amplification",
+        before: "iops.split.before.json",
+        after: "iops.split.after.json",
+        bandwidth_bound: false,
+    },
+    TimedCase {
+        name: "split, 8 MiB/s",
+        device: "bw",
+        fixed_device: "bw",
+        code: "split_amplification",
+        before: "bw.split.before.json",
+        after: "bw.split.after.json",
+        bandwidth_bound: true,
+    },
+    TimedCase {
+        name: "nomerges, 200 IOPS",
+        device: "iops",
+        fixed_device: "iops",
+        code: "merge_blocked",
+        before: "iops.nomerges.before.json",
+        after: "iops.nomerges.after.json",
+        bandwidth_bound: false,
+    },
+    TimedCase {
+        name: "nomerges, 8 MiB/s",
+        device: "bw",
+        fixed_device: "bw",
+        code: "merge_blocked",
+        before: "bw.nomerges.before.json",
+        after: "bw.nomerges.after.json",
+        bandwidth_bound: true,
+    },
+];
+
+fn number(value: &Value, key: &str) -> Option<f64> {
+    value.get(key).and_then(Value::as_f64)
+}
+
+/// The run's time with the fix of `diagnosis`, as `run` computes it: the
+/// device-busy part scaled by the what-if's times.
+fn predicted_run_s(report: &Value, what_if: &Value) -> Option<f64> {
+    let run_s = number(report.get("run")?, "command_s")?;
+    let now = number(what_if, "time_now_ms")?;
+    let after = number(what_if, "time_after_fix_ms")?;
+    let busy_s = (number(what_if.get("service_model")?, "busy_ms")? / 1000.0).min(run_s);
+    Some(run_s - busy_s * (1.0 - after / now))
+}
+
+fn timed_case(results: &Results, case: &TimedCase) -> Vec<Check> {
+    let what = format!(
+        "throttled {}: {} what-if vs the fix applied",
+        case.name, case.code
+    );
+    let expected = format!(
+        "commands within {:.0}%, run time within {:.0}%{}",
+        WHAT_IF_TOLERANCE * 100.0,
+        TIME_TOLERANCE * 100.0,
+        if case.bandwidth_bound {
+            ", no device time saved predicted"
+        } else {
+            ""
+        }
+    );
+    let loaded = (|| -> Result<_, String> {
+        let device = results.value("names", case.device)?;
+        let fixed = results.value("names", case.fixed_device)?;
+        Ok((
+            device,
+            fixed,
+            results.json(case.before)?,
+            results.json(case.after)?,
+        ))
+    })();
+    let (device, fixed, before, after) = match loaded {
+        Ok(loaded) => loaded,
+        Err(why) => return vec![Check::missing(what, expected, why)],
+    };
+    let diagnosis = before
+        .get("diagnoses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|d| {
+            d.get("code").and_then(Value::as_str) == Some(case.code)
+                && d.get("device").and_then(Value::as_str).is_some_and(|name| {
+                    let name = name.trim_start_matches("/dev/");
+                    name == device || device.starts_with(name)
+                })
+        });
+    let Some(what_if) = diagnosis.and_then(|d| d.get("evidence")?.get("what_if")) else {
+        let codes = diagnoses_on(&before, &device);
+        return vec![Check::missing(
+            what,
+            expected,
+            format!("no {} what-if on {device}: {}", case.code, describe(&codes)),
+        )];
+    };
+    let predicted = what_if.get("commands_after_fix").and_then(Value::as_u64);
+    let measured =
+        device_entry(&after, &fixed).and_then(|entry| op_measure(entry, "write", "commands"));
+    let predicted_s = predicted_run_s(&before, what_if);
+    let measured_s = after.get("run").and_then(|run| number(run, "command_s"));
+    let run_s = before.get("run").and_then(|run| number(run, "command_s"));
+    let within = |found: f64, wanted: f64, share: f64| {
+        wanted > 0.0 && (found - wanted).abs() <= share * wanted
+    };
+    let commands_ok = matches!((measured, predicted), (Some(m), Some(p)) if within(m as f64, p as f64, WHAT_IF_TOLERANCE));
+    let time_ok =
+        matches!((measured_s, predicted_s), (Some(m), Some(p)) if within(m, p, TIME_TOLERANCE));
+    let (now_ms, after_ms) = (
+        number(what_if, "time_now_ms"),
+        number(what_if, "time_after_fix_ms"),
+    );
+    let bound_ok = !case.bandwidth_bound
+        || matches!((now_ms, after_ms), (Some(now), Some(after)) if after >= 0.9 * now);
+    let show = |value: Option<f64>| value.map_or("?".to_string(), |v| format!("{v:.2}"));
+    let found = format!(
+        "commands {} -> predicted {} / measured {}; run {} s -> predicted {} s / measured {} s; device {} -> {} ms; model {}; unavailable {}",
+        what_if.get("commands_now").and_then(Value::as_u64).unwrap_or(0),
+        predicted.map_or("?".into(), |p| p.to_string()),
+        measured.map_or("?".into(), |m| m.to_string()),
+        show(run_s),
+        show(predicted_s),
+        show(measured_s),
+        show(now_ms),
+        show(after_ms),
+        what_if.get("service_model").map_or("none".into(), Value::to_string),
+        what_if.get("time_unavailable").map_or("null".into(), Value::to_string),
+    );
+    vec![Check::new(
+        what,
+        expected,
+        found,
+        commands_ok && time_ok && bound_ok,
+    )]
+}
+
+/// The seed's slowdown where it still shows: each workload's run time on
+/// layout 1 against layout 3, and `run` naming the cause on layout 1.
+/// `at_least`: the slowdown asserted (mkfs: none, it no longer pays).
+fn seed_slowdown(results: &Results, workload: &str, at_least: f64) -> Check {
+    let what = format!("throttled seed {workload}: layout 1 vs layout 3");
+    let expected =
+        format!(
+        "run names subpage_block_size on layout 1; layout 1 at least {at_least}x layout 3's time{}",
+        if at_least > 0.0 { "; what-if commands within 20% of layout 3's" } else { "" }
+    );
+    let loaded = (|| -> Result<_, String> {
+        Ok((
+            results.value("names", "seed")?,
+            results.json(&format!("seed.{workload}.json"))?,
+            results.json(&format!("seedfix.{workload}.json"))?,
+            results.text(&format!("seed.{workload}.compare"))?,
+        ))
+    })();
+    let (device, seed, fixed, compare) = match loaded {
+        Ok(loaded) => loaded,
+        Err(why) => return Check::missing(what, expected, why),
+    };
+    let seconds = |report: &Value| report.get("run").and_then(|run| number(run, "command_s"));
+    let named = diagnoses_on(&seed, &device)
+        .iter()
+        .any(|found| found.code == "subpage_block_size");
+    let estimate = seed
+        .get("run")
+        .and_then(|run| run.get("time_with_fix"))
+        .map_or("none".into(), Value::to_string);
+    let (slow, fast) = (seconds(&seed), seconds(&fixed));
+    let ratio = slow.zip(fast).map_or(0.0, |(s, f)| s / f.max(1e-9));
+    // The what-if's commands against layout 3's, where the slowdown is asserted.
+    let fixed_device = results.value("names", "seedfix").unwrap_or_default();
+    let predicted = seed
+        .get("diagnoses")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|d| d.get("code").and_then(Value::as_str) == Some("subpage_block_size"))
+        .and_then(|d| {
+            d.get("evidence")?
+                .get("what_if")?
+                .get("commands_after_fix")?
+                .as_u64()
+        });
+    let measured = device_entry(&fixed, &fixed_device)
+        .and_then(|entry| op_measure(entry, "write", "commands"));
+    let commands_ok = at_least == 0.0
+        || matches!((predicted, measured), (Some(p), Some(m)) if p > 0 && (m as f64 - p as f64).abs() <= WHAT_IF_TOLERANCE * p as f64);
+    Check::new(
+        what,
+        expected,
+        format!(
+            "{:.2} s vs {:.2} s ({:.2}x); commands after the fix predicted {} / measured {}; time_with_fix {estimate}; compare {} lines",
+            slow.unwrap_or(0.0),
+            fast.unwrap_or(0.0),
+            ratio,
+            predicted.map_or("?".into(), |p| p.to_string()),
+            measured.map_or("?".into(), |m| m.to_string()),
+            compare.lines().count()
+        ),
+        named && ratio >= at_least && commands_ok && compare.contains("commands"),
+    )
+}
+
+fn throttled(results: &Results, _line: &Line) -> Vec<Check> {
+    let mut checks: Vec<Check> = TIMED_CASES
+        .iter()
+        .flat_map(|case| timed_case(results, case))
+        .collect();
+    checks.push(seed_slowdown(results, "mkfs", 0.0));
+    checks.push(seed_slowdown(results, "dd", 2.0));
     checks
 }
 

@@ -1,3 +1,20 @@
+# One more traced pass on the classic tracepoints (format-file offsets):
+# NAME, the devices, then the work. Its report and blk trace are
+# report-NAME.json and blk-NAME.trace.
+classic_pass() {
+    name=$1
+    devices=$2
+    shift 2
+    export IOSPLIT_PROBES=classic
+    blk_trace_start $devices
+    start_report "/results/report-$name.json" $(for d in $devices; do echo "-d $d"; done)
+    "$@"
+    sleep 1
+    stop_report
+    blk_trace_stop "/results/blk-$name.trace" $devices
+    unset IOSPLIT_PROBES
+}
+
 # Device-mapper stacks over one partition. dm-linear: each bio to dm-0 is
 # remapped twice (dm-0 -> vda1 -> vda). The report's event counts must match the blk tracer on both queues,
 # and `run` must follow the command's bios on dm-0 to the commands on vda.
@@ -99,8 +116,29 @@ for ss in 512 4096; do
     sleep 1
     stop_report
     blk_trace_stop /results/blk-crypt$ss.trace "$crypt" "$disk"
+    if [ "$ss" = 4096 ]; then
+        classic_pass crypt-classic "$crypt $disk" guest-io write "/dev/$crypt" 0 1048576 4
+    fi
     bounded 60 iosplit-trace run --json -o /results/run-crypt$ss.json -- \
         dd if=/dev/zero of="/dev/$crypt" bs=4k count=64 oflag=direct 2> /results/run-crypt$ss.json.stderr
+    if [ "$ss" = 4096 ]; then
+        # dm-crypt's own cap on a write (6.11+: 128 KiB): 8 writes of 1 MiB,
+        # then again with max_write_size at 1 MiB and the table reloaded,
+        # which must not lift it (the parameter only lowers the cap).
+        bounded 60 iosplit-trace run --json -o /results/run-crypt-big.json -- \
+            dd if=/dev/zero of="/dev/$crypt" bs=1M count=8 oflag=direct 2> /results/run-crypt-big.json.stderr
+        param=/sys/module/dm_crypt/parameters/max_write_size
+        if [ -w "$param" ]; then
+            echo 1048576 > "$param"
+            dmsetup suspend $name
+            dmsetup reload $name --table "0 $crypt_size crypt cipher_null-ecb - 0 /dev/$part 0 1 sector_size:$ss"
+            dmsetup resume $name
+            bounded 60 iosplit-trace run --json -o /results/run-crypt-big-fixed.json -- \
+                dd if=/dev/zero of="/dev/$crypt" bs=1M count=8 oflag=direct \
+                2> /results/run-crypt-big-fixed.json.stderr
+            echo 0 > "$param"
+        fi
+    fi
     dmsetup remove $name
 done
 
@@ -145,11 +183,65 @@ guest-io write /dev/md1 0 1048576 4
 sleep 1
 stop_report
 blk_trace_stop /results/blk-md.trace md0 md1 $members
+classic_pass md-classic "md0 md1 $members" \
+    sh -c "guest-io write /dev/md0 0 65536 16 && guest-io write /dev/md1 0 1048576 4"
 bounded 60 iosplit-trace run --json -o /results/run-md1.json -- \
     dd if=/dev/zero of=/dev/md1 bs=64k count=16 oflag=direct 2> /results/run-md1.json.stderr
 dmsetup remove vmtest-onraid
 mdadm --stop /dev/md0 >> /results/mdadm.out 2>&1
 mdadm --stop /dev/md1 >> /results/mdadm.out 2>&1
+
+# The raid1 fix, applied as misaligned_stack gives it: both partitions
+# recreated at sector 64, the array made again, the same writes.
+for mirror in $mirror_a $mirror_b; do
+    mdadm --zero-superblock "/dev/${mirror}1" >> /results/mdadm.out 2>&1
+    echo "64,100000" | sfdisk -q --no-reread "/dev/$mirror" >> /results/mdadm.out 2>&1
+    blockdev --rereadpt "/dev/$mirror" >> /results/mdadm.out 2>&1
+done
+for mirror in $mirror_a $mirror_b; do wait_for_block "${mirror}1" 10; done
+echo "mirror_start_fixed=$(cat /sys/class/block/${mirror_a}1/start)" >> /results/names
+mdadm --create /dev/md0 --run --assume-clean --level=1 --raid-devices=2 --metadata=1.2 \
+    "/dev/${mirror_a}1" "/dev/${mirror_b}1" >> /results/mdadm.out 2>&1
+wait_for_block md0 10
+bounded 30 iosplit-trace check --json -o /results/check-md-fixed.json > /dev/null \
+    2> /results/check-md-fixed.json.stderr
+start_report /results/report-md-fixed.json -d md0 -d "$mirror_a" -d "$mirror_b"
+guest-io write /dev/md0 0 65536 16
+sleep 1
+stop_report
+
+# A stack whose own max_sectors is below its disks': md splits what they
+# could take whole. The finding's raise is then written and the writes rerun.
+echo "md0_max_hw_kb=$(cat /sys/block/md0/queue/max_hw_sectors_kb)" >> /results/names
+echo 32 > /sys/block/md0/queue/max_sectors_kb
+bounded 60 iosplit-trace run --json -o /results/run-md-capped.json -- \
+    guest-io write /dev/md0 0 65536 16 2> /results/run-md-capped.json.stderr
+raise=$(sed -n 's/.*"proposed_max_sectors_kb": *\([0-9]*\).*/\1/p' /results/run-md-capped.json | head -1)
+echo "md0_raise_kb=$raise" >> /results/names
+echo "${raise:-64}" > /sys/block/md0/queue/max_sectors_kb
+bounded 60 iosplit-trace run --json -o /results/run-md-raised.json -- \
+    guest-io write /dev/md0 0 65536 16 2> /results/run-md-raised.json.stderr
+mdadm --stop /dev/md0 >> /results/mdadm.out 2>&1
+
+# md raid5 over three partitions, 64 KiB chunks: it writes each stripe's
+# data and parity as 4 KiB bios of its own, remapped from md2 (no split).
+load_module crc32c_generic # libcrc32c asks the crypto API for it, not modprobe
+load_module raid456
+mdadm --create /dev/md2 --run --assume-clean --level=5 --chunk=64 --raid-devices=3 --metadata=1.2 \
+    "/dev/${mirror_a}1" "/dev/${mirror_b}1" "/dev/${stripe_b}1" >> /results/mdadm.out 2>&1
+wait_for_block md2 10
+# The first open scans md2 for partitions (3 reads): before the window.
+blockdev --getbsz /dev/md2 > /dev/null
+echo "md2_dev=$(cat /sys/block/md2/dev)" >> /results/names
+raid5_members="$mirror_a $mirror_b $stripe_b"
+blk_trace_start md2 $raid5_members
+start_report /results/report-raid5.json -d md2 $(for m in $raid5_members; do echo "-d $m"; done)
+guest-io write /dev/md2 0 65536 16
+guest-io write /dev/md2 16777216 1048576 4
+sleep 1
+stop_report
+blk_trace_stop /results/blk-raid5.trace md2 $raid5_members
+mdadm --stop /dev/md2 >> /results/mdadm.out 2>&1
 
 # dm-striped across the two aligned partitions md1 used (64 KiB chunks),
 # then dm-flakey over the first: up 0 s, down 60 s, so every write fails.
@@ -166,6 +258,7 @@ guest-io write "/dev/$striped" 0 1048576 4
 sleep 1
 stop_report
 blk_trace_stop /results/blk-stripe.trace "$striped" "$stripe_a" "$stripe_b"
+classic_pass stripe-classic "$striped $stripe_a $stripe_b" guest-io write "/dev/$striped" 0 1048576 4
 dmsetup remove vmtest-stripe
 
 load_module dm_flakey
@@ -184,3 +277,69 @@ sleep 1
 stop_report
 blk_trace_stop /results/blk-flakey.trace "$flakey" "$stripe_a"
 dmsetup remove vmtest-flakey
+
+# dm-multipath, request-based: one table with two paths, round-robin one
+# request each. The two whole disks stand in for two paths to one LUN (the
+# kernel does not check; multipathd would), so each clone's issue lands on
+# one of them. 16 direct writes of 64 KiB; then `run -- dd` through it.
+load_module dm_multipath
+load_module dm_round_robin
+mpath_size=$(( $(cat /sys/class/block/$stripe_a/size) / 8 * 8 ))
+dmsetup create vmtest-mpath --table \
+    "0 $mpath_size multipath 0 0 1 1 round-robin 0 2 1 /dev/$stripe_a 1 /dev/$stripe_b 1"
+mpath=$(dmsetup info -c --noheadings -o blkdevname vmtest-mpath | tr -d " ")
+wait_for_block "$mpath" 10
+echo "mpath=$mpath" >> /results/names
+echo "mpath_dev=$(cat /sys/class/block/$mpath/dev)" >> /results/names
+dmsetup table vmtest-mpath > /results/mpath.table
+blk_trace_start "$mpath" "$stripe_a" "$stripe_b"
+start_report /results/report-mpath.json -d "$mpath" -d "$stripe_a" -d "$stripe_b"
+guest-io write "/dev/$mpath" 0 65536 16
+sleep 1
+stop_report
+blk_trace_stop /results/blk-mpath.trace "$mpath" "$stripe_a" "$stripe_b"
+classic_pass mpath-classic "$mpath $stripe_a $stripe_b" guest-io write "/dev/$mpath" 0 65536 16
+bounded 60 iosplit-trace run --json -o /results/run-mpath.json -- \
+    dd if=/dev/zero of="/dev/$mpath" bs=64k count=8 oflag=direct 2> /results/run-mpath.json.stderr
+dmsetup remove vmtest-mpath
+
+# LVM, made by its own tools (no udev in the guest: lvm makes the nodes).
+# A PV whose data area starts 3 sectors past 1 MiB (--dataalignmentoffset),
+# then an LV over all of it: `check` and `run -- mkfs.ext4` must name the PV
+# and give pvcreate's fix; the PV is then recreated as the fix says.
+mkdir -p /run/lock/lvm /etc/lvm
+lvm_cfg='devices { obtain_device_list_from_udev=0 } activation { udev_sync=0 udev_rules=0 monitoring=0 }'
+lvm_make() {
+    lvm pvcreate -ff -y --config "$lvm_cfg" "$@" "/dev/${stripe_a}1" &&
+        lvm vgcreate -y --config "$lvm_cfg" vmtest-vg "/dev/${stripe_a}1" &&
+        lvm lvcreate -y --config "$lvm_cfg" -n lv -l 100%FREE vmtest-vg
+} >> /results/lvm.out 2>&1
+lvm_remove() {
+    lvm vgremove -ff -y --config "$lvm_cfg" vmtest-vg &&
+        lvm pvremove -ff -y --config "$lvm_cfg" "/dev/${stripe_a}1"
+} >> /results/lvm.out 2>&1
+lvm_make --dataalignment 1m --dataalignmentoffset 3s
+lvm pvs --config "$lvm_cfg" -o pv_name,pe_start --units s --noheadings >> /results/lvm.out 2>&1
+lv=$(dmsetup info -c --noheadings -o blkdevname vmtest--vg-lv | tr -d " ")
+wait_for_block "$lv" 10
+echo "lvm_lv=$lv" >> /results/names
+echo "lvm_pv=${stripe_a}1" >> /results/names
+dmsetup table vmtest--vg-lv > /results/lvm.table
+bounded 30 iosplit-trace check --json -o /results/check-lvm.json > /dev/null 2> /results/check-lvm.json.stderr
+bounded 120 iosplit-trace run --json -o /results/run-lvm.json -- \
+    mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$lv" \
+    > /results/mkfs-lvm.out 2> /results/run-lvm.json.stderr
+alignment=$(sed -n 's/.*pvcreate --dataalignment \([0-9]*k\).*/\1/p' /results/check-lvm.json | head -1)
+echo "lvm_fix_alignment=$alignment" >> /results/names
+lvm_remove
+lvm_make --dataalignment "${alignment:-1024k}"
+lvm pvs --config "$lvm_cfg" -o pv_name,pe_start --units s --noheadings >> /results/lvm.out 2>&1
+lv=$(dmsetup info -c --noheadings -o blkdevname vmtest--vg-lv | tr -d " ")
+wait_for_block "$lv" 10
+echo "lvm_lv_fixed=$lv" >> /results/names
+bounded 30 iosplit-trace check --json -o /results/check-lvm-fixed.json > /dev/null \
+    2> /results/check-lvm-fixed.json.stderr
+bounded 120 iosplit-trace run --json -o /results/run-lvm-fixed.json -- \
+    mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$lv" \
+    > /results/mkfs-lvm-fixed.out 2> /results/run-lvm-fixed.json.stderr
+lvm_remove

@@ -73,7 +73,7 @@ use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    ratio, Code, DirtyBuffers, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
+    ratio, Code, DirtyBuffers, Evidence, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
 };
 
 /// One diagnosis code: its static side, its live side, or both, and its
@@ -235,10 +235,40 @@ pub(super) fn diagnose_with(
             let traffic = observed.iter().find(|t| t.name == finding.device);
             if let (Some(traffic), Some(check)) = (traffic, check_of(finding.code)) {
                 check.what_if(finding, traffic);
+                add_times(finding, traffic);
             }
         }
     }
     found
+}
+
+/// The what-ifs' device times: their commands, now and after the fix,
+/// replayed through the disk's service model of the op they counted.
+fn add_times(finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
+    let (op, stats) = match &finding.evidence {
+        Evidence::SubpageBlockSize(_) => (Op::Write, traffic.op(Op::Write)),
+        Evidence::RequeuedCommands(evidence) => (evidence.op, traffic.op(evidence.op)),
+        _ => (traffic.main_op, Some(&traffic.total)),
+    };
+    let Some(stats) = stats else {
+        return;
+    };
+    let fit = traffic.device.service[op_index(op)].fit();
+    finding.evidence.for_each_what_if_mut(|what_if| match &fit {
+        Ok(fit) => {
+            let ms = |commands| round3(fit.time_ns(commands, stats.bytes) / 1e6);
+            what_if.time_now_ms = Some(ms(what_if.commands_now));
+            what_if.time_after_fix_ms = Some(ms(what_if.commands_after_fix));
+            what_if.time_unavailable = None;
+            what_if.service_model = Some(fit.to_model());
+        }
+        Err(reason) => {
+            what_if.time_now_ms = None;
+            what_if.time_after_fix_ms = None;
+            what_if.time_unavailable = Some(*reason);
+            what_if.service_model = None;
+        }
+    });
 }
 
 /// Live numbers added to a static finding when the device saw traffic.

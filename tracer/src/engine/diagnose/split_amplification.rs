@@ -2,6 +2,7 @@
 //! cause, and the pieces cost the device extra commands. Live only.
 
 use super::{partition_place, round3, Check, DeviceTraffic};
+use crate::blk::SECTOR_BYTES;
 use crate::engine::split::SplitCause;
 use crate::engine::stats::{quantile_bytes, OpStats};
 use crate::engine::what_if;
@@ -35,15 +36,28 @@ impl Check for SplitAmplification {
         let geometry = &traffic.device.geometry;
         let amplification = ratio(total.commands, total.user_ios);
         let command_size_mean = total.bytes.checked_div(total.commands).unwrap_or(0);
+        // A stacked device's pieces may merge again on the disks below: what
+        // they cost is what the disks received.
+        let below = match total.disk_commands {
+            0 => total.commands,
+            disk => disk,
+        };
+        let below_amplification = ratio(below, total.user_ios);
+        let below_size_mean = total.bytes.checked_div(below).unwrap_or(0);
         let fix = split_fix(traffic, total, cause);
         // What the split costs the device, net of merges: nothing when merges
         // left at most one command per user I/O, little when the pieces are
         // still large commands.
+        let chunk = traffic.device.limits.chunk_sectors;
         let cost = if total.commands == 0 {
             SplitCost::Unmeasured
-        } else if amplification <= 1.0 {
+        } else if below_amplification <= 1.0 {
             SplitCost::AbsorbedByMerges
-        } else if command_size_mean >= LARGE_COMMAND_BYTES {
+        } else if cause == SplitCause::ChunkBoundary
+            && total.commands <= by_design_slack(chunk_minimum(total, chunk))
+        {
+            SplitCost::ByDesign
+        } else if below_size_mean >= LARGE_COMMAND_BYTES {
             SplitCost::LargePieces
         } else {
             SplitCost::ExtraCommands
@@ -59,6 +73,10 @@ impl Check for SplitAmplification {
         };
         let evidence = SplitAmplificationEvidence {
             cause,
+            crypt_max_io_bytes: (cause == SplitCause::CryptMaxIo)
+                .then(|| traffic.device.limits.crypt_cap(op))
+                .flatten()
+                .map(|sectors| sectors * SECTOR_BYTES),
             causes: SplitCause::ALL
                 .iter()
                 .filter(|cause| total.split_causes[cause.index()] != 0)
@@ -117,10 +135,13 @@ impl Check for SplitAmplification {
                     what_if::with_limits(&total.streams, total.commands, limits, &raised)
                 })
             }
-            SplitFix::MovePartitionStart { .. }
-            | SplitFix::AlignIoOffsets
-            | SplitFix::AlignToChunks => {
+            SplitFix::MovePartitionStart { .. } | SplitFix::AlignIoOffsets => {
                 what_if::without_splits(total.commands, total.split_causes[evidence.cause.index()])
+            }
+            // Aligned I/O is still cut once per chunk it spans.
+            SplitFix::AlignToChunks if evidence.cost != SplitCost::ByDesign => {
+                let minimum = chunk_minimum(total, limits.chunk_sectors);
+                what_if::without_splits(total.commands, total.commands.saturating_sub(minimum))
             }
             _ => None,
         };
@@ -130,11 +151,31 @@ impl Check for SplitAmplification {
     }
 }
 
+/// The fewest commands a device that cuts at every `chunk` sectors makes of
+/// these streams: one per chunk each spans when it starts on a chunk.
+fn chunk_minimum(total: &OpStats, chunk: u64) -> u64 {
+    if chunk == 0 {
+        return 0;
+    }
+    let mut minimum = 0u64;
+    total.streams.for_each(|sectors, _density, count| {
+        minimum = minimum.saturating_add(sectors.div_ceil(chunk).saturating_mul(count));
+    });
+    minimum
+}
+
+/// Commands within a tenth of the chunk minimum are the chunks' own: I/O
+/// larger than a chunk, spread over the stripe's disks as designed.
+fn by_design_slack(minimum: u64) -> u64 {
+    minimum.saturating_add(minimum / 10)
+}
+
 /// The fix for splits by `cause` on this device: raise the queue cap, move
 /// the partition, or change the I/O.
 fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) -> SplitFix {
     let geometry = &traffic.device.geometry;
     match cause {
+        SplitCause::CryptMaxIo => SplitFix::AtCryptLimit,
         SplitCause::MaxSectors if geometry.max_hw_sectors_kb > geometry.max_sectors_kb => {
             SplitFix::RaiseMaxSectorsKb {
                 to_kb: suggested_max_sectors_kb(
@@ -208,6 +249,7 @@ fn a_setting_fixes(fix: SplitFix) -> bool {
             | SplitFix::CheckStackedDevices
             | SplitFix::AlignToOwnBoundaries { .. }
             | SplitFix::AtDiscardLimit
+            | SplitFix::AtCryptLimit
     )
 }
 

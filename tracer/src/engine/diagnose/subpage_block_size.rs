@@ -113,10 +113,16 @@ impl Check for SubpageBlockSize {
     }
 
     /// The same bytes written through 4096-byte buffers, one page-sized bio
-    /// each, merged under the device's limits.
+    /// each, merged under the device's limits unless merging is off.
     fn what_if(&self, finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
+        let merges = traffic.device.geometry.nomerges == 0;
         let predicted = traffic.op(Op::Write).and_then(|writes| {
-            what_if::page_sized_buffers(&writes.streams, writes.commands, &traffic.device.limits)
+            what_if::page_sized_buffers(
+                &writes.streams,
+                writes.commands,
+                &traffic.device.limits,
+                merges,
+            )
         });
         if let Some(predicted) = predicted {
             finding.evidence.set_what_if(predicted);

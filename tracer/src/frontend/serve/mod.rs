@@ -37,7 +37,7 @@ use crate::capture::{Capture, KernelCounters};
 use crate::cli::{DeviceSelection, ServeArgs};
 use crate::engine::Engine;
 use crate::error::{one_line, Error, Result};
-use crate::geometry::{sysfs, DiskGeometry};
+use crate::geometry::{disks, DiskGeometry};
 use crate::model::{
     CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Measures,
 };
@@ -265,7 +265,7 @@ fn audit_of(disks: &[DiskGeometry]) -> Vec<Diagnosis> {
 
 /// Every attached disk (size > 0), or the selected ones that still exist.
 fn current_disks(selected: &[String]) -> Result<Vec<DiskGeometry>> {
-    let mut disks = sysfs::read_disks(None)?;
+    let mut disks = disks::read_disks(None)?;
     disks.retain(|disk| {
         disk.size_sectors > 0 && (selected.is_empty() || selected.contains(&disk.name))
     });
@@ -831,6 +831,32 @@ impl Served {
                 .collect(),
         ));
         families.push(Family::new(
+            "iosplit_diagnosis_seconds",
+            "Device time of the observed workload now, and replayed under the diagnosis's fix, from the device's service model (where it applies).",
+            MetricType::Gauge,
+            diagnoses
+                .iter()
+                .filter_map(|d| d.evidence.what_if().map(|w| (d, w)))
+                .flat_map(|(d, what_if)| {
+                    [
+                        ("now", what_if.time_now_ms),
+                        ("after_fix", what_if.time_after_fix_ms),
+                    ]
+                    .into_iter()
+                    .filter_map(move |(case, ms)| {
+                        Some((
+                            vec![
+                                ("code", d.code.to_string()),
+                                ("device", d.device.clone()),
+                                ("case", case.to_string()),
+                            ],
+                            Value::Gauge(ms? / 1000.0),
+                        ))
+                    })
+                })
+                .collect(),
+        ));
+        families.push(Family::new(
             "iosplit_device",
             "Disks and partitions served now.",
             MetricType::Info,
@@ -1003,6 +1029,7 @@ mod tests {
         };
         Snapshot {
             devices: vec![DeviceReport {
+                service: Default::default(),
                 name: device.to_string(),
                 dev: "7:0".to_string(),
                 gone: false,
@@ -1183,6 +1210,43 @@ mod tests {
         assert_eq!(series("ETIMEDOUT"), Some(1.0), "{text}");
         assert_eq!(series("ENOSPC"), None, "{text}");
         assert!(text.contains("# HELP iosplit_errors Commands that completed with an error"));
+    }
+
+    #[test]
+    fn what_if_times_are_served_in_seconds_where_the_model_applies() {
+        let mut timed = crate::frontend::test_reports::requeued_diagnosis("loop0");
+        timed.evidence.set_what_if(crate::model::WhatIf {
+            commands_now: 593,
+            commands_after_fix: 527,
+            time_now_ms: Some(1500.0),
+            time_after_fix_ms: Some(250.0),
+            ..crate::model::WhatIf::default()
+        });
+        let mut scrape = snapshot("loop0", 10, &[]);
+        scrape.diagnoses = vec![timed];
+        let mut served = Served::default();
+        served.absorb(&scrape);
+        let text = text(&served, &["loop0"]);
+        let seconds = |case: &str| {
+            sample(
+                &text,
+                &format!(
+                    r#"iosplit_diagnosis_seconds{{code="requeued_commands",device="loop0",case="{case}"}}"#
+                ),
+            )
+        };
+        assert_eq!(seconds("now"), Some(1.5), "{text}");
+        assert_eq!(seconds("after_fix"), Some(0.25), "{text}");
+        // Untimed: described, no series.
+        let mut untimed = snapshot("loop0", 10, &[]);
+        untimed.diagnoses = vec![crate::frontend::test_reports::requeued_diagnosis("loop0")];
+        served.absorb(&untimed);
+        let text = super::tests::text(&served, &["loop0"]);
+        assert!(
+            text.contains("# TYPE iosplit_diagnosis_seconds gauge"),
+            "{text}"
+        );
+        assert!(!text.contains("iosplit_diagnosis_seconds{"), "{text}");
     }
 
     #[test]

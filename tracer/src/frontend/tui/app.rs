@@ -406,15 +406,15 @@ impl App {
         if let Some(index) = row.owner {
             return self.owner_detail(report, row, index);
         }
-        let measures = report.devices.iter().find_map(|device| {
+        let (measures, stack) = report.devices.iter().find_map(|device| {
             if device.name == row.name {
-                Some(&device.measures)
+                Some((&device.measures, device.geometry.stack.as_ref()))
             } else {
                 device
                     .partitions
                     .iter()
                     .find(|part| part.name == row.name)
-                    .map(|part| &part.measures)
+                    .map(|part| (&part.measures, None))
             }
         })?;
         let mut split_causes = BTreeMap::new();
@@ -433,6 +433,7 @@ impl App {
                     .map(|said| format!("{}: {said}", words::op_plural(*op)));
                 requeues.into_iter().chain(failures)
             })
+            .chain(stack.map(|stack| format!("stack: {}", stack.summary(&row.name))))
             .collect();
         Some(Detail {
             name: &row.name,
@@ -729,6 +730,17 @@ mod tests {
         assert!(detail.measures.is_some());
         app.selected = app.rows.iter().position(|r| r.name == "loop0p2").unwrap();
         assert!(app.detail().unwrap().notes.is_empty());
+    }
+
+    #[test]
+    fn a_stacked_device_s_detail_shows_its_way_down() {
+        let mut app = App::new();
+        app.on_snapshot(crate::frontend::test_reports::stacked_report(), secs(1));
+        app.selected = app.rows.iter().position(|r| r.name == "dm-1").unwrap();
+        assert_eq!(
+            app.detail().unwrap().notes,
+            ["stack: dm-crypt `secret`: dm-1 → vda1 (crypt 0) → vda (partition 2048)"]
+        );
     }
 
     #[test]

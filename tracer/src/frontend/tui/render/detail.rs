@@ -140,6 +140,7 @@ mod tests {
             commands_after_fix: 17,
             time_now_ms: None,
             time_after_fix_ms: None,
+            ..Default::default()
         });
         let mut app = App::new();
         app.on_snapshot(report, Duration::from_secs(4));

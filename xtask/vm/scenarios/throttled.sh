@@ -1,0 +1,81 @@
+# What a fix buys in time, on disks throttled like cloud disks (xtask sets
+# qemu's throttling, with its request merging off so each command counts):
+# `iops` takes 200 commands/s whatever their size, `bw` 8 MiB/s whatever the
+# commands; `seed` and `seedfix` are the seed report's
+# layouts 1 and 3 at 200 commands/s. Each case runs a workload under `run`
+# with the cause in place, applies the fix the diagnosis names, runs the same
+# workload again, and leaves both reports and `compare`'s text for xtask.
+
+# run_case NAME PART CMD...: the workload under run, its report in NAME.json.
+run_case() {
+    name=$1
+    shift 2
+    bounded 240 iosplit-trace run --json -o "/results/$name.json" -- "$@" \
+        > "/results/$name.stdout" 2> "/results/$name.stderr"
+    echo $? > "/results/$name.rc"
+}
+
+# proposed KEY FILE: the first numeric value of KEY in a JSON report.
+proposed() {
+    grep -o "\"$1\": *[0-9]*" "$2" | head -n 1 | grep -o '[0-9]*$'
+}
+
+for serial in iops bw seed seedfix; do
+    disk=$(wait_for_serial $serial 10)
+    wait_for_block "${disk}1" 10
+    echo "$serial=${disk}1" >> /results/names
+    geometry "$disk" "${disk}1" > "/results/$serial.geometry"
+done
+
+for serial in iops bw; do
+    part=$(sed -n "s/^$serial=//p" /results/names)
+    disk=${part%1}
+    q=/sys/block/$disk/queue
+    # Split: 1 MiB direct writes from 256 separate pages under a 32 KiB
+    # transfer limit, beside 4 KiB ones (two sizes, so the fit can tell a
+    # command's cost from its bytes').
+    # 64 MiB, so the throttle's burst (avg/10 commands after idle, as cloud
+    # disks spend credits) is a small part of the time before and after.
+    workload="guest-io writev /dev/$part 0 4096 256 64 && guest-io write /dev/$part 67108864 4096 256"
+    echo 32 > $q/max_sectors_kb
+    run_case "$serial.split.before" "$part" sh -c "$workload"
+    fix=$(proposed proposed_max_sectors_kb "/results/$serial.split.before.json")
+    echo "$serial.split.fix=${fix:-none}" >> /results/names
+    [ -n "$fix" ] && echo "$fix" > $q/max_sectors_kb
+    run_case "$serial.split.after" "$part" sh -c "$workload"
+    iosplit-trace compare "/results/$serial.split.before.json" "/results/$serial.split.after.json" \
+        > "/results/$serial.split.compare" 2>&1
+    echo 1024 > $q/max_sectors_kb
+
+    # Merges switched off: adjacent 4 KiB and 16 KiB writes submitted together.
+    # 8 MiB on bw, past its burst (avg/10 after idle); 1 MiB on iops.
+    n=1; [ "$serial" = bw ] && n=8
+    workload="guest-io aio /dev/$part 0 4096 $((128 * n)) && guest-io aio /dev/$part $((1048576 * n)) 16384 $((32 * n))"
+    echo 2 > $q/nomerges
+    run_case "$serial.nomerges.before" "$part" sh -c "$workload"
+    echo 0 > $q/nomerges
+    run_case "$serial.nomerges.after" "$part" sh -c "$workload"
+    iosplit-trace compare "/results/$serial.nomerges.before.json" "/results/$serial.nomerges.after.json" \
+        > "/results/$serial.nomerges.compare" 2>&1
+done
+
+# The seed: mkfs.ext4 on layout 1 and on layout 3 (its fix), then 1 MiB
+# buffered through the raw partition on a disk that cannot merge, beside
+# 64 KiB direct writes (two sizes for the fit).
+for serial in seed seedfix; do
+    part=$(sed -n "s/^$serial=//p" /results/names)
+    disk=${part%1}
+    run_case "$serial.mkfs" "$part" \
+        mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part"
+    echo 2 > /sys/block/$disk/queue/nomerges
+    run_case "$serial.dd" "$part" sh -c \
+        "dd if=/dev/zero of=/dev/$part bs=64k count=16 conv=fsync 2>/dev/null && guest-io write /dev/$part 4194304 65536 16"
+    echo 0 > /sys/block/$disk/queue/nomerges
+done
+seed=$(sed -n 's/^seed=//p' /results/names)
+seedfix=$(sed -n 's/^seedfix=//p' /results/names)
+for case in mkfs dd; do
+    iosplit-trace compare --pair "$seed=$seedfix" --pair "${seed%1}=${seedfix%1}" \
+        "/results/seed.$case.json" "/results/seedfix.$case.json" \
+        > "/results/seed.$case.compare" 2>&1
+done
