@@ -24,6 +24,16 @@
 //! - **Replay.** Commands of a workload take `a·N + b·bytes` of device time:
 //!   at the concurrency the traced workload had.
 //!
+//! - **Depth.** A command issued while the device was idle adds its whole
+//!   D2C (a latency); one issued behind others adds the gap since the last
+//!   completion (an inverse throughput). When the sizes that make the line
+//!   ran at different depths (4 KiB writes one at a time, 32 fragments of a
+//!   split write queued together), their difference is mostly the depth's:
+//!   behind a 200 IOPS throttle the lone 4 KiB writes add 4.4 ms and the
+//!   queued 32 KiB ones 4.9 ms, because the throttle's bucket refills while
+//!   the writer thinks. Such a size effect counts only past
+//!   [`CROSS_DEPTH_SIZE_EFFECT`]; a real bandwidth cost is far past it.
+//!
 //! It does not apply (and says why) with fewer than [`MIN_COMMANDS`]
 //! measured commands, or when nearly every command had one size, so the
 //! cost of a command cannot be told from the cost of its bytes.
@@ -40,6 +50,9 @@ pub const MIN_COMMANDS: u64 = 32;
 /// The largest size's cost over the smallest's below which size costs nothing.
 const FLAT_SIZE_EFFECT: f64 = 0.1;
 
+/// The same, when the smallest and the largest sizes ran at different depths.
+const CROSS_DEPTH_SIZE_EFFECT: f64 = 0.5;
+
 /// Below this many commands in flight the device served one at a time.
 const LATENCY_BOUND_IN_FLIGHT: f64 = 1.5;
 
@@ -50,6 +63,8 @@ pub struct ServiceSamples {
     count: [u64; SIZE_BUCKETS],
     sectors: [u64; SIZE_BUCKETS],
     d2c_ns: [u64; SIZE_BUCKETS],
+    /// Commands issued while nothing else was in flight.
+    alone: [u64; SIZE_BUCKETS],
     /// Busy time each bucket's completions added.
     added_ns: [u64; SIZE_BUCKETS],
     /// Busy time of the busy periods already closed.
@@ -90,7 +105,9 @@ impl ServiceSamples {
         self.count[bucket] += 1;
         self.sectors[bucket] += sectors;
         self.d2c_ns[bucket] += done_ns - issue_ns;
-        self.added_ns[bucket] += if self.commands == 0 || issue_ns > self.period_end {
+        let alone = self.commands == 0 || issue_ns > self.period_end;
+        self.alone[bucket] += u64::from(alone);
+        self.added_ns[bucket] += if alone {
             done_ns - issue_ns
         } else {
             done_ns.saturating_sub(self.period_end)
@@ -133,16 +150,21 @@ impl ServiceSamples {
         }
         // Buckets that hold a real share of the commands must show two sizes.
         let significant = (self.commands / 50).max(2);
-        let means = || {
-            (0..SIZE_BUCKETS)
-                .filter(|&k| self.count[k] >= significant)
-                .map(|k| self.sectors[k] as f64 / self.count[k] as f64)
+        let buckets = || (0..SIZE_BUCKETS).filter(|&k| self.count[k] >= significant);
+        let mean = |k: usize| self.sectors[k] as f64 / self.count[k] as f64;
+        let (Some(first), Some(last)) = (buckets().next(), buckets().last()) else {
+            return Err(TimeUnavailable::OneCommandSize);
         };
-        let smallest = means().fold(f64::INFINITY, f64::min);
-        let largest = means().fold(0.0, f64::max);
+        let (smallest, largest) = (mean(first), mean(last));
         if largest < 1.5 * smallest {
             return Err(TimeUnavailable::OneCommandSize);
         }
+        let mostly_alone = |k: usize| 2 * self.alone[k] > self.count[k];
+        let size_effect = if mostly_alone(first) == mostly_alone(last) {
+            FLAT_SIZE_EFFECT
+        } else {
+            CROSS_DEPTH_SIZE_EFFECT
+        };
         let (mut w, mut sx, mut sy, mut sxx, mut sxy) = (0.0, 0.0, 0.0, 0.0, 0.0);
         for k in 0..SIZE_BUCKETS {
             let n = self.count[k] as f64;
@@ -164,11 +186,11 @@ impl ServiceSamples {
             0.0
         };
         let mut a = (sy - b * sx) / w;
-        // A size effect under 10% across the sizes measured is not told from
-        // noise, and a fix's larger commands would extrapolate it far.
+        // A small size effect is not told from noise (or from depth), and a
+        // fix's larger commands would extrapolate it far.
         let sector = SECTOR_BYTES as f64;
         let flat = a > 0.0
-            && b * (largest - smallest) * sector < FLAT_SIZE_EFFECT * (a + b * smallest * sector);
+            && b * (largest - smallest) * sector < size_effect * (a + b * smallest * sector);
         if b < 0.0 || flat {
             b = 0.0;
             a = sy / w;
@@ -365,6 +387,58 @@ mod tests {
         let fit = samples.fit().unwrap();
         assert_eq!(fit.ns_per_byte, 0.0, "{fit:?}");
         assert!(near(fit.per_command_ns, 4_815_000.0, 0.001), "{fit:?}");
+    }
+
+    /// 256 writes of 4 KiB one at a time, each adding `lone_ns`, then 64
+    /// writes of 1 MiB split into 32 fragments of 32 KiB queued together,
+    /// each fragment adding `queued_ns` (the CI run of 2026-12-04 on 6.12).
+    fn lone_small_then_queued_fragments(lone_ns: u64, queued_ns: u64) -> ServiceSamples {
+        let mut samples = ServiceSamples::default();
+        let mut t = 0;
+        for _ in 0..256 {
+            samples.complete(t, t + lone_ns, 8);
+            t += lone_ns + 300_000;
+        }
+        for _ in 0..64 {
+            for k in 1..=32 {
+                samples.complete(t, t + k * queued_ns, 64);
+            }
+            t += 32 * queued_ns + 300_000;
+        }
+        samples
+    }
+
+    #[test]
+    fn a_size_effect_between_depths_is_the_depths_not_the_bytes() {
+        // Behind a 200 IOPS throttle: the lone 4 KiB writes look 11% cheaper.
+        let fit = lone_small_then_queued_fragments(4_350_000, 4_910_000)
+            .fit()
+            .unwrap();
+        assert_eq!(fit.ns_per_byte, 0.0, "{fit:?}");
+        assert_eq!(fit.bound, ServiceBound::Iops);
+        // Behind 8 MiB/s the bytes are the cost at either depth.
+        let per_byte = 1e9 / (8 << 20) as f64;
+        let fit = lone_small_then_queued_fragments(
+            (4096.0 * per_byte) as u64,
+            (32768.0 * per_byte) as u64,
+        )
+        .fit()
+        .unwrap();
+        assert!(near(fit.ns_per_byte, per_byte, 0.02), "{fit:?}");
+        assert_eq!(fit.bound, ServiceBound::Bandwidth);
+        // At one depth, the same 11% is a per-byte cost.
+        let mut samples = ServiceSamples::default();
+        let mut t = 0;
+        for i in 0..400u64 {
+            let (sectors, added) = if i % 2 == 0 {
+                (8, 4_350_000)
+            } else {
+                (64, 4_910_000)
+            };
+            samples.complete(t, t + added, sectors);
+            t += added;
+        }
+        assert!(samples.fit().unwrap().ns_per_byte > 0.0);
     }
 
     #[test]

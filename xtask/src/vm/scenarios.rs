@@ -2574,10 +2574,6 @@ fn cgroup_writeback(results: &Results, line: &Line) -> Vec<Check> {
 /// How far the predicted run time after a fix may be from the one measured (issue #27).
 const TIME_TOLERANCE: f64 = 0.25;
 
-/// How far above the measured time a prediction that promises less than
-/// the fix gave may be (a known inaccuracy of the service fit, issue #27).
-const CONSERVATIVE_FACTOR: f64 = 2.0;
-
 /// One throttled case: a `run` report with the cause in place, one after the fix.
 struct TimedCase {
     name: &'static str,
@@ -2651,10 +2647,9 @@ fn timed_case(results: &Results, case: &TimedCase) -> Vec<Check> {
         case.name, case.code
     );
     let expected = format!(
-        "commands within {:.0}%, run time within {:.0}% (or above it, at most {}x, still a saving){}",
+        "commands within {:.0}%, run time within {:.0}%{}",
         WHAT_IF_TOLERANCE * 100.0,
         TIME_TOLERANCE * 100.0,
-        CONSERVATIVE_FACTOR,
         if case.bandwidth_bound {
             ", no device time saved predicted"
         } else {
@@ -2705,12 +2700,8 @@ fn timed_case(results: &Results, case: &TimedCase) -> Vec<Check> {
         wanted > 0.0 && (found - wanted).abs() <= share * wanted
     };
     let commands_ok = matches!((measured, predicted), (Some(m), Some(p)) if within(m as f64, p as f64, WHAT_IF_TOLERANCE));
-    // Within the tolerance, or short of the saving but never promising more:
-    // a 2-size fit under a throttle's bursts can give bytes a cost (6.12,
-    // 2026-12-04: 3.26 s predicted, 1.87 s measured, 11.46 s before).
-    let time_ok = matches!((measured_s, predicted_s, run_s), (Some(m), Some(p), Some(before))
-        if within(m, p, TIME_TOLERANCE)
-            || (p >= m && p <= CONSERVATIVE_FACTOR * m && p < before));
+    let time_ok =
+        matches!((measured_s, predicted_s), (Some(m), Some(p)) if within(m, p, TIME_TOLERANCE));
     let (now_ms, after_ms) = (
         number(what_if, "time_now_ms"),
         number(what_if, "time_after_fix_ms"),
