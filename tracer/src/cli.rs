@@ -312,6 +312,10 @@ pub struct RunArgs {
     /// held: files it writes, closes and removes at once may then be missed.
     #[arg(long)]
     pub no_pause: bool,
+    /// Follow the running process PID (and the children it forks from now
+    /// on) instead of starting a command, until it exits or Ctrl-C.
+    #[arg(long, short = 'p', value_name = "PID", conflicts_with = "command")]
+    pub pid: Option<u32>,
     /// The command and its arguments, after `--`. Everything from the first
     /// word that is not one of run's own flags is the command's; a flag run
     /// does not take, before it, is a usage error.
@@ -659,7 +663,8 @@ mod tests {
                 for positional in sub.get_positionals().filter(|a| a.is_required_set()) {
                     args.push(sample_value(positional).unwrap_or_else(|| "x".into()));
                 }
-                if name == Some("run") {
+                // run takes a command or --pid, not both.
+                if name == Some("run") && flag != "--pid" && flag != "-p" {
                     args.extend(["--".to_string(), "true".to_string()]);
                 }
                 let parsed = match parse_from(&args) {
@@ -678,19 +683,23 @@ mod tests {
         }
         assert!(checked > 20, "only {checked} flags checked");
         // And what a subcommand does not list, it refuses: run's owner filters.
-        let err = parse_from(["iosplit-trace", "run", "-p", "1", "--", "true"]).unwrap_err();
+        let err = parse_from(["iosplit-trace", "run", "--cgroup", "/a", "--", "true"]).unwrap_err();
         assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument);
         assert_eq!(err.exit_code(), 2);
-        assert!(err.to_string().contains("'-p'"), "{err}");
+        assert!(err.to_string().contains("'--cgroup'"), "{err}");
+        // run's --pid is a process to follow, never with a command too.
+        let err = parse_from(["iosplit-trace", "run", "-p", "1", "--", "true"]).unwrap_err();
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
         let run_help = top
             .find_subcommand("run")
             .unwrap()
             .clone()
             .render_long_help()
             .to_string();
-        for flag in ["--pid", "--cgroup", "--comm"] {
+        for flag in ["--cgroup", "--comm"] {
             assert!(!run_help.contains(flag), "run --help lists {flag}");
         }
+        assert!(run_help.contains("--pid <PID>"), "{run_help}");
         assert!(run_help.contains("--owners"), "{run_help}");
     }
 }

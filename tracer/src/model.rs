@@ -800,6 +800,30 @@ pub struct RunReport {
     /// wrote carries a what-if.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_with_fix: Option<RunTimeWithFix>,
+    /// `run --pid`: a process already running, followed from attach on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attached: Option<RunAttached>,
+}
+
+/// The window `run --pid` followed a process that it did not start.
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct RunAttached {
+    pub pid: u32,
+    /// Processes of its tree when attached (it and its descendants).
+    pub processes_at_attach: u64,
+    /// Attach to the end of the window, less `paused_s`.
+    pub window_s: f64,
+    pub ended: AttachEnd,
+}
+
+/// How the window of `run --pid` ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AttachEnd {
+    /// The process exited (its status is not ours to know).
+    Exited,
+    /// Ctrl-C or SIGTERM to `run`: the process goes on, no longer traced.
+    Interrupted,
 }
 
 /// `run`'s io_uring SQEs (WRITE, WRITEV, WRITE_FIXED, FSYNC), to any fd:

@@ -21,8 +21,8 @@ use iosplit_trace::geometry::ioctl::NoIoctls;
 use iosplit_trace::geometry::stack::{CryptMaxIo, Stack, StackLeg, StackLevel};
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
-    Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames, RunFile, RunReport,
-    RunTarget, RunTimeWithFix, UringReport,
+    AttachEnd, Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames,
+    RunAttached, RunFile, RunReport, RunTarget, RunTimeWithFix, UringReport,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -876,6 +876,12 @@ fn run_record() -> RunRecord {
             run_after_fix_s: Some(4.2),
             speedup: Some(31.4 / 4.2),
             unavailable: None,
+        }),
+        attached: Some(RunAttached {
+            pid: 4242,
+            processes_at_attach: 1,
+            window_s: 12.5,
+            ended: AttachEnd::Exited,
         }),
         processes: 1,
         targets: vec![target],

@@ -152,7 +152,7 @@ impl ServiceSamples {
         let significant = (self.commands / 50).max(2);
         let buckets = || (0..SIZE_BUCKETS).filter(|&k| self.count[k] >= significant);
         let mean = |k: usize| self.sectors[k] as f64 / self.count[k] as f64;
-        let (Some(first), Some(last)) = (buckets().next(), buckets().last()) else {
+        let (Some(first), Some(last)) = (buckets().next(), buckets().next_back()) else {
             return Err(TimeUnavailable::OneCommandSize);
         };
         let (smallest, largest) = (mean(first), mean(last));

@@ -15,6 +15,7 @@ pub mod perfetto;
 pub mod record;
 pub mod report;
 pub mod run;
+mod run_attach;
 mod run_pins;
 pub mod selection;
 pub mod serve;

@@ -2,7 +2,9 @@
 //! writes became, and exit with CMD's own status.
 //!
 //! The child joins the kernel's tracked set at fork time, and so do its own
-//! forks, so not one of its I/Os is missed.
+//! forks, so not one of its I/Os is missed. `run --pid PID` follows a
+//! process already running instead, from the instant it is attached
+//! (`run_attach`).
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::unix::process::ExitStatusExt;
@@ -25,14 +27,15 @@ use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
 use crate::model::{
-    FilesNotListed, IoSubmitReport, Report, RunFile, RunReport, RunTarget, RunTimeWithFix,
-    TimeUnavailable, UringReport,
+    AttachEnd, FilesNotListed, IoSubmitReport, Report, RunAttached, RunFile, RunReport, RunTarget,
+    RunTimeWithFix, TimeUnavailable, UringReport,
 };
 use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
 use crate::sink::EventSink;
 
 use super::output::{Format, Output};
+use super::run_attach::{self, AttachTarget, OpenFd, StoppedTree};
 use super::run_pins::{FilePins, StoppedParents};
 use super::{output, selection, session, units};
 
@@ -281,11 +284,21 @@ fn raise_tracer_priority() -> libc::c_int {
 const TRACER_NICE_BOOST: libc::c_int = 10;
 
 pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
-    let Some(program) = args.command.first() else {
-        return Err(Error::MissingCommand);
+    let launch = match args.pid {
+        Some(pid) => Launch::Attach(AttachTarget::open(pid)?),
+        None => {
+            let Some(program) = args.command.first() else {
+                return Err(Error::MissingCommand);
+            };
+            let Some(program_path) = find_program(program) else {
+                return Err(Error::CommandNotFound(program.clone()));
+            };
+            Launch::Spawn(program_path)
+        }
     };
-    let Some(program_path) = find_program(program) else {
-        return Err(Error::CommandNotFound(program.clone()));
+    let command = match &launch {
+        Launch::Attach(target) => target.command.clone(),
+        Launch::Spawn(_) => args.command.clone(),
     };
     let named = selection::resolve_selection(selection)?;
     // Created now, so a bad -o path fails before the command runs.
@@ -313,7 +326,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let command_nice = raise_tracer_priority();
     let mut capture = Capture::start(&config, sink)?;
     if let Some(writer) = &writer {
-        let header = super::record::header("run", &disks, &capture, Some(args.command.clone()));
+        let header = super::record::header("run", &disks, &capture, Some(command.clone()));
         writer.header(header);
     }
     let runtime = session::runtime()?;
@@ -323,34 +336,34 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         interrupt: session::listen(&runtime, SignalKind::interrupt())?,
         terminate: session::listen(&runtime, SignalKind::terminate())?,
     };
-    let started = Instant::now();
-    output::status(format_args!(
-        "tracing `{}` and the I/O it causes",
-        args.command.join(" ")
-    ));
-
-    let status = runtime.block_on(async {
-        let mut command = tokio::process::Command::new(&program_path);
-        command.args(&args.command[1..]);
-        // SAFETY: setpriority is async-signal-safe and touches no memory.
-        unsafe {
-            command.pre_exec(move || {
-                libc::setpriority(libc::PRIO_PROCESS, 0, command_nice);
-                Ok(())
-            });
+    let mut started = Instant::now();
+    let (exit_status, attached) = match launch {
+        Launch::Spawn(program_path) => {
+            output::status(format_args!(
+                "tracing `{}` and the I/O it causes",
+                command.join(" ")
+            ));
+            let status = runtime.block_on(spawn_and_wait(
+                &mut capture,
+                &program_path,
+                &command,
+                command_nice,
+                &mut stop_signals,
+            ))?;
+            (Some(exit_code_of(status)), None)
         }
-        // Tracking ourselves for the instant of the fork makes the kernel's
-        // fork probe add the child and report it in order with its I/O, so
-        // not one of the child's events precedes its tracking.
-        let own_pid = std::process::id();
-        capture.track_process(own_pid)?;
-        let spawned = command.spawn();
-        capture.untrack_process(own_pid)?;
-        let mut child =
-            spawned.map_err(|err| Error::failure(format!("cannot start `{program}`: {err}")))?;
-        let pid = child.id().unwrap_or(0);
-        forward_signals_until_exit(&mut child, pid, &mut stop_signals).await
-    })?;
+        Launch::Attach(target) => {
+            let processes = attach(&mut capture, &target)?;
+            started = Instant::now();
+            output::status(format_args!(
+                "tracing process {} (`{}`) and the I/O it causes, until it exits or Ctrl-C",
+                target.pid,
+                command.join(" ")
+            ));
+            let ended = runtime.block_on(wait_attached(&target, &mut stop_signals))?;
+            (None, Some((target.pid, processes, ended)))
+        }
+    };
     let command_elapsed = started.elapsed();
 
     // Let the command's last I/O (fsync, writeback it forced) complete.
@@ -383,8 +396,6 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         ));
     }
 
-    let exit_code = exit_code_of(status);
-    let command = args.command.clone();
     let named: Vec<DevId> = named.iter().map(|d| d.dev).collect();
     let unsupported = capture.unsupported();
     let uring_probes = capture.uring_probes.clone();
@@ -395,10 +406,17 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
             sink.matcher.set_file_map(target, map);
         }
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported, owners_read);
-        let mut run = run_report(&mut *sink, &command, exit_code, uring_probes);
+        let mut run = run_report(&mut *sink, &command, exit_status, uring_probes);
         // Less the pauses at its opens: the time the command itself took.
         let paused_s = pins.paused_ns as f64 / 1e9;
-        run.command_s = Some((command_elapsed.as_secs_f64() - paused_s).max(0.0));
+        let command_s = (command_elapsed.as_secs_f64() - paused_s).max(0.0);
+        run.command_s = Some(command_s);
+        run.attached = attached.map(|(pid, processes_at_attach, ended)| RunAttached {
+            pid,
+            processes_at_attach,
+            window_s: command_s,
+            ended,
+        });
         run.paused_opens = pins.paused;
         run.paused_s = paused_s;
         let tracked_devices: Vec<String> = sink
@@ -438,7 +456,89 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     if let Some(writer) = writer {
         writer.close()?;
     }
-    Ok(ExitCode::from(exit_code.clamp(0, 255) as u8))
+    Ok(ExitCode::from(exit_status.unwrap_or(0).clamp(0, 255) as u8))
+}
+
+/// What `run` follows: a command it starts, or a process already running.
+enum Launch {
+    Spawn(PathBuf),
+    Attach(AttachTarget),
+}
+
+/// Starts the command as a tracked child and waits for it, passing on Ctrl-C.
+async fn spawn_and_wait(
+    capture: &mut Capture<RecordingSink<RunSink>>,
+    program_path: &Path,
+    command: &[String],
+    command_nice: libc::c_int,
+    stop_signals: &mut StopSignals,
+) -> Result<std::process::ExitStatus> {
+    let mut child_command = tokio::process::Command::new(program_path);
+    child_command.args(&command[1..]);
+    // SAFETY: setpriority is async-signal-safe and touches no memory.
+    unsafe {
+        child_command.pre_exec(move || {
+            libc::setpriority(libc::PRIO_PROCESS, 0, command_nice);
+            Ok(())
+        });
+    }
+    // Tracking ourselves for the instant of the fork makes the kernel's
+    // fork probe add the child and report it in order with its I/O, so
+    // not one of the child's events precedes its tracking.
+    let own_pid = std::process::id();
+    capture.track_process(own_pid)?;
+    let spawned = child_command.spawn();
+    capture.untrack_process(own_pid)?;
+    let mut child =
+        spawned.map_err(|err| Error::failure(format!("cannot start `{}`: {err}", command[0])))?;
+    let pid = child.id().unwrap_or(0);
+    forward_signals_until_exit(&mut child, pid, stop_signals).await
+}
+
+/// Takes over `target`'s tree while it is stopped: tracks every process,
+/// adopts its open fds at their positions, holds the files open for
+/// writing, then lets it go. Returns the processes of the tree.
+fn attach(capture: &mut Capture<RecordingSink<RunSink>>, target: &AttachTarget) -> Result<u64> {
+    let tree = StoppedTree::stop(target.pid)?;
+    let taken = (|| {
+        for &tgid in &tree.processes {
+            capture.track_process(tgid)?;
+        }
+        let fds: Vec<(u32, Vec<OpenFd>)> = tree
+            .processes
+            .iter()
+            .map(|&tgid| (tgid, run_attach::open_fds(tgid)))
+            .collect();
+        capture.query(move |sink, _| {
+            let sink: &mut RunSink = sink;
+            sink.engine
+                .track_processes(fds.iter().map(|(tgid, _)| *tgid));
+            sink.matcher.processes += fds.len() as u64;
+            for (tgid, open) in fds {
+                for open_fd in open {
+                    sink.matcher.adopt_fd(tgid, open_fd.fd, open_fd.position);
+                    if open_fd.writable {
+                        sink.pin_fd(tgid, open_fd.fd);
+                    }
+                }
+            }
+        })
+    })();
+    tree.resume();
+    taken.map(|()| tree.processes.len() as u64)
+}
+
+/// Until the attached process exits, or Ctrl-C or SIGTERM to `run` (which
+/// are not passed on: the process is not ours).
+async fn wait_attached(target: &AttachTarget, signals: &mut StopSignals) -> Result<AttachEnd> {
+    let exit = target.exit_fd()?;
+    tokio::select! {
+        readable = exit.readable() => readable
+            .map(|_| AttachEnd::Exited)
+            .map_err(|err| Error::failure(format!("waiting for process {} failed: {err}", target.pid))),
+        _ = signals.interrupt.recv() => Ok(AttachEnd::Interrupted),
+        _ = signals.terminate.recv() => Ok(AttachEnd::Interrupted),
+    }
 }
 
 /// The signals `run` passes on to its command.
@@ -479,7 +579,7 @@ fn exit_code_of(status: std::process::ExitStatus) -> i32 {
 fn run_report(
     sink: &mut RunSink,
     command: &[String],
-    exit_status: i32,
+    exit_status: Option<i32>,
     uring_unsupported: Option<String>,
 ) -> RunReport {
     let matcher = &mut sink.matcher;
@@ -592,7 +692,7 @@ fn run_report(
     });
     RunReport {
         command: command.to_vec(),
-        exit_status: Some(exit_status),
+        exit_status,
         processes: matcher.processes,
         targets,
         files_not_listed,
@@ -607,6 +707,7 @@ fn run_report(
         paused_opens: 0,
         paused_s: 0.0,
         time_with_fix: None,
+        attached: None,
     }
 }
 

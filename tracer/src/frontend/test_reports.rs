@@ -558,5 +558,6 @@ pub fn seed_run() -> RunReport {
         io_uring: None,
         command_s: None,
         time_with_fix: None,
+        attached: None,
     }
 }

@@ -10,8 +10,8 @@ use unicode_width::UnicodeWidthStr;
 
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    Attribution, Diagnosis, Distribution, Dominant, Measures, Op, OpMeasures, OwnerEntry,
-    OwnerKnown, OwnerView, Report, RunFile, RunReport, Severity,
+    AttachEnd, Attribution, Diagnosis, Distribution, Dominant, Measures, Op, OpMeasures,
+    OwnerEntry, OwnerKnown, OwnerView, Report, RunFile, RunReport, Severity,
 };
 
 use super::{units, words};
@@ -231,9 +231,18 @@ pub fn render_run_summary(run: &RunReport) -> String {
 }
 
 fn run_summary(out: &mut Out, run: &RunReport) {
-    let status = match run.exit_status {
-        Some(code) => format!("exit status {code}"),
-        None => "killed by a signal".to_string(),
+    let status = match (&run.attached, run.exit_status) {
+        (Some(attached), _) => format!(
+            "pid {}, followed for {:.1} s from attach {}",
+            attached.pid,
+            attached.window_s,
+            match attached.ended {
+                AttachEnd::Exited => "until it exited",
+                AttachEnd::Interrupted => "until Ctrl-C (it goes on, untraced)",
+            }
+        ),
+        (None, Some(code)) => format!("exit status {code}"),
+        (None, None) => "killed by a signal".to_string(),
     };
     out.line(&format!(
         "run: {} ({status}, {} process{})",

@@ -638,6 +638,32 @@ impl Tracer {
 }
 
 impl Tracer {
+    /// Waits for the tracer to exit by itself and returns stdout; panics on
+    /// a non-zero exit or after `timeout` (then it is killed).
+    pub fn wait(mut self, timeout: Duration) -> String {
+        let mut child = self.child.take().unwrap();
+        let deadline = Instant::now() + timeout;
+        while child.try_wait().unwrap().is_none() {
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "iosplit-trace did not exit within {timeout:?}: {:?}",
+                    self.stderr_lines
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "iosplit-trace failed: {:?}; stderr: {:?}",
+            out.status,
+            self.stderr_lines
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// The tracer's process id.
     pub fn pid(&self) -> u32 {
         self.child.as_ref().map_or(0, Child::id)

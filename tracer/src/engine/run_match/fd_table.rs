@@ -174,6 +174,26 @@ impl<R: FdResolver> FdTable<R> {
         }
     }
 
+    /// An fd open before tracking began, at `position` when known.
+    pub(super) fn adopt(&mut self, tgid: u32, fd: u32, position: Option<u64>) {
+        self.fds.remove(&(tgid, fd));
+        let Some(open) = self.target_of(tgid, fd) else {
+            return;
+        };
+        let description = position.and_then(|at| {
+            let description = self.new_description(open.target)?;
+            self.positions[description] = at;
+            Some(description)
+        });
+        self.fds.insert(
+            (tgid, fd),
+            Some(OpenTarget {
+                description,
+                ..open
+            }),
+        );
+    }
+
     /// `fd` is closed: its number may come back as anything, resolved afresh.
     fn forget_fd(&mut self, fd: (u32, u32)) {
         self.fds.remove(&fd);
@@ -566,6 +586,33 @@ mod tests {
         let bytes = matched_with_commands_at(matcher, &[0, 512 << 10]);
         assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 0);
+    }
+
+    #[test]
+    fn an_fd_adopted_at_attach_writes_from_its_position_in_proc() {
+        // fd 9 was open before tracing: unplaced unless adopted with its position.
+        let mut unadopted = Traced::new(OneFile);
+        unadopted.process_event(&plain_write(9));
+        let bytes = matched_with_commands_at(unadopted, &[512 << 10]);
+        assert_eq!(
+            (bytes.matched, bytes.unknown_offset),
+            (0, 65536),
+            "{bytes:?}"
+        );
+
+        let mut matcher = Traced::new(OneFile);
+        matcher.adopt_fd(42, 9, Some(512 << 10));
+        matcher.process_event(&plain_write(9));
+        matcher.process_event(&plain_write(9));
+        // An fd that is no target, or not open, adopts nothing.
+        matcher.adopt_fd(42, 4, Some(0));
+        assert_eq!(matcher.targets().len(), 1);
+        let bytes = matched_with_commands_at(matcher, &[512 << 10, (512 << 10) + 65536]);
+        assert_eq!(
+            (bytes.matched, bytes.unknown_offset),
+            (2 * 65536, 0),
+            "{bytes:?}"
+        );
     }
 
     /// One iocb of an io_submit by process 42, as the probe emits it.

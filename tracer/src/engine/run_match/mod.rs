@@ -248,6 +248,14 @@ impl<R: FdResolver> RunMatcher<R> {
         self.add_new_targets();
     }
 
+    /// A process of a tree followed from attach (`run --pid`): its open
+    /// `fd` is taken as it is now, at file `position` when /proc told it
+    /// (not for O_APPEND: those writes land at the end, unseen here).
+    pub fn adopt_fd(&mut self, tgid: u32, fd: u32, position: Option<u64>) {
+        self.fds.adopt(tgid, fd, position);
+        self.add_new_targets();
+    }
+
     /// A syscall, fork or exec of the traced tree.
     pub fn process_event(&mut self, event: &ProcessEvent) {
         let syscall = self.fds.syscall(event);
