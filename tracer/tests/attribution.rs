@@ -392,7 +392,10 @@ fn bad_owner_filters_are_one_line_and_status_2() {
         let out = Command::new(common::binary()).args(args).output().unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-        assert!(stderr.contains("-p") || stderr.contains("--cgroup"), "{stderr}");
+        assert!(
+            stderr.contains("-p") || stderr.contains("--cgroup"),
+            "{stderr}"
+        );
         assert!(stderr.contains("Usage: iosplit-trace run"), "{stderr}");
     }
 }

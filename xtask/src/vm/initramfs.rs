@@ -14,7 +14,7 @@ use super::kernel::{module_name, Kernel, ModuleDeps};
 use crate::util::{run, workspace_root, Result};
 
 /// Dynamic host binaries the scenarios run; copied with their libraries.
-const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm", "lvm"];
+const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm", "lvm", "fio"];
 /// Config files those tools read.
 const HOST_FILES: &[&str] = &["/etc/mke2fs.conf"];
 /// Modules loaded by `load_module` in the guest (each with its dependencies).

@@ -194,17 +194,20 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "cgroup-writeback",
-            summary: "cgroup v2 (+io +memory): buffered ext4 writes in /a flushed by sync's kworker stay charged to /a; O_DIRECT in /b to /b",
-            disks: vec![Disk {
-                serial: "cgwb",
-                bytes: 256 * MIB,
-                bus: Bus::VirtioBlk {
-                    logical: 512,
-                    physical: 512,
-                },
-                partition: None,
-                throttle: Throttle::None,
-            }],
+            summary: "cgroup v2 (+io +memory): buffered ext4 writes in /a flushed by sync's kworker stay charged to /a; O_DIRECT in /b to /b; then run under fio's io_uring (plain, fixed files and buffers) and libaio against fio's own totals",
+            disks: ["cgwb", "async"]
+                .into_iter()
+                .map(|serial| Disk {
+                    serial,
+                    bytes: if serial == "cgwb" { 256 * MIB } else { 64 * MIB },
+                    bus: Bus::VirtioBlk {
+                        logical: 512,
+                        physical: 512,
+                    },
+                    partition: None,
+                    throttle: Throttle::None,
+                })
+                .collect(),
             timeout: Duration::from_secs(300),
             evaluate: cgroup_writeback,
             fixed_disks: Vec::new(),
@@ -2568,7 +2571,67 @@ fn cgroup_writeback(results: &Results, line: &Line) -> Vec<Check> {
         }
         Err(why) => Check::missing(what, expected, why),
     });
+    checks.extend(async_engines(results));
     checks
+}
+
+/// fio's io_uring (plain; registered files and buffers) and libaio runs
+/// under `run`: its writes and bytes against fio's own totals, each through
+/// the path it took, and its commands against the report's for the disk.
+fn async_engines(results: &Results) -> Vec<Check> {
+    let disk = results.value("names", "async_disk").unwrap_or_default();
+    [("uring", "uring_writes"), ("uringfixed", "uring_writes"), ("aio", "aio_writes")]
+        .into_iter()
+        .map(|(name, path_key)| {
+            let what = format!("run -- fio ({name}) on {disk}: writes as fio counts them");
+            let expected = format!(
+                "write_syscalls and {path_key} = fio's write total_ios, bytes = io_bytes, commands = the device's; io_uring followed"
+            );
+            let loaded = (|| -> Result<(Value, Value), String> {
+                Ok((results.json(&format!("{name}.json"))?, results.json(&format!("{name}.fio.json"))?))
+            })();
+            let (report, fio) = match loaded {
+                Ok(loaded) => loaded,
+                Err(why) => return Check::missing(what, expected, why),
+            };
+            let fio_write = &fio["jobs"][0]["write"];
+            let (ios, bytes) = (fio_write["total_ios"].as_u64(), fio_write["io_bytes"].as_u64());
+            let run = &report["run"];
+            let target = run["targets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|t| t["device"] == disk.as_str());
+            let field = |key: &str| target.and_then(|t| t[key].as_u64());
+            let device_commands =
+                device_entry(&report, &disk).and_then(|entry| op_measure(entry, "write", "commands"));
+            let unsupported = run["io_uring"]["unsupported"].as_str();
+            let passed = ios.is_some_and(|ios| ios > 0)
+                && field("write_syscalls") == ios
+                && field(path_key) == ios
+                && field("write_syscall_bytes") == bytes
+                && device_commands.is_some()
+                && field("commands") == device_commands
+                && unsupported.is_none();
+            let show = |value: Option<u64>| value.map_or("?".to_string(), |v| v.to_string());
+            Check::new(
+                what,
+                expected,
+                format!(
+                    "fio {} writes of {} B; run {} ({} {path_key}), {} B, {} commands (device {}); io_uring {}",
+                    show(ios),
+                    show(bytes),
+                    show(field("write_syscalls")),
+                    show(field(path_key)),
+                    show(field("write_syscall_bytes")),
+                    show(field("commands")),
+                    show(device_commands),
+                    unsupported.unwrap_or("followed"),
+                ),
+                passed,
+            )
+        })
+        .collect()
 }
 
 /// How far the predicted run time after a fix may be from the one measured (issue #27).
@@ -2912,6 +2975,14 @@ mod tests {
             line,
         );
         std::fs::remove_dir_all(&root).unwrap();
+        // fio's checks are async_engines_are_held_to_fios_totals's.
+        let cgroup_only = |checks: Vec<Check>| -> Vec<Check> {
+            checks
+                .into_iter()
+                .filter(|check| !check.what.starts_with("run -- fio"))
+                .collect()
+        };
+        let (good, collapsed) = (cgroup_only(good), cgroup_only(collapsed));
         assert!(good.iter().all(|check| check.pass), "{good:?}");
         let failed: Vec<&str> = collapsed
             .iter()
@@ -2926,6 +2997,50 @@ mod tests {
                 "--cgroup /a keeps the kworker's writeback, drops /b",
             ]
         );
+    }
+
+    #[test]
+    fn async_engines_are_held_to_fios_totals() {
+        let root = std::env::temp_dir().join(format!("iosplit-async-{}", std::process::id()));
+        std::fs::create_dir_all(&root).unwrap();
+        std::fs::write(root.join("names"), "async_disk=vdb\n").unwrap();
+        let report = |writes: u64, path_key: &str, unsupported: Option<&str>| {
+            let mut target = serde_json::json!({
+                "device": "vdb",
+                "write_syscalls": writes,
+                "write_syscall_bytes": writes * 65536,
+                "commands": 256,
+                "aio_writes": 0,
+                "uring_writes": 0,
+            });
+            target[path_key] = writes.into();
+            serde_json::json!({
+                "devices": [{"name": "vdb", "measures": {"ops": {"write": {"commands": 256}}}}],
+                "run": {"targets": [target], "io_uring": {"unsupported": unsupported}},
+            })
+        };
+        let fio =
+            serde_json::json!({"jobs": [{"write": {"total_ios": 256, "io_bytes": 16777216}}]});
+        let write = |name: &str, value: &Value| {
+            std::fs::write(root.join(name), value.to_string()).unwrap();
+        };
+        for name in ["uring", "uringfixed", "aio"] {
+            write(&format!("{name}.fio.json"), &fio);
+        }
+        write("uring.json", &report(256, "uring_writes", None));
+        // Registered files missed: fewer writes than fio made.
+        write("uringfixed.json", &report(0, "uring_writes", None));
+        write("aio.json", &report(256, "aio_writes", None));
+        let checks = async_engines(&Results { dir: &root });
+        let passed: Vec<bool> = checks.iter().map(|check| check.pass).collect();
+        assert_eq!(passed, [true, false, true], "{checks:?}");
+        // Said unsupported: never a pass, even with the right counts.
+        write(
+            "uring.json",
+            &report(256, "uring_writes", Some("no tracepoint")),
+        );
+        assert!(!async_engines(&Results { dir: &root })[0].pass);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 
     #[test]

@@ -67,3 +67,21 @@ REPORT_PID=$first_pid
 REPORT_OUT=$first_out
 stop_report
 umount /mnt
+
+# run under fio's asynchronous engines (issue #28), on the same boot: their
+# io_uring tracepoints differ between 6.1 (io_uring_submit_sqe) and 6.12
+# (io_uring_submit_req). xtask checks run's writes against fio's own totals.
+adisk=$(wait_for_serial async 10)
+echo "async_disk=$adisk" >> /results/names
+for case in uring:io_uring: uringfixed:io_uring:--fixedbufs=1,--registerfiles=1 aio:libaio:; do
+    name=${case%%:*}
+    rest=${case#*:}
+    engine=${rest%%:*}
+    extra=$(echo "${rest#*:}" | tr ',' ' ')
+    # shellcheck disable=SC2086
+    iosplit-trace run --json -o "/results/$name.json" -- fio --name="$name" \
+        --filename="/dev/$adisk" --rw=write --bs=64k --direct=1 --ioengine="$engine" \
+        --iodepth=8 --size=16M $extra --output-format=json --output="/results/$name.fio.json" \
+        > "/results/$name.stdout" 2> "/results/$name.stderr"
+    echo "$name=$?" >> /results/async.rc
+done
