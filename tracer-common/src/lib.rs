@@ -726,7 +726,25 @@ pub enum ProcessEventKind {
     /// an unregister, a direct descriptor installed by an SQE): its slots
     /// are unknown from now on, until files are registered again.
     UringFilesChanged = 33,
+    /// mmap of `fd`, shared and writable (MAP_SHARED, PROT_WRITE, not
+    /// anonymous): the mapping starts at `result` (or -errno), maps the
+    /// file from byte `offset`, and spans `ring` pages. Stores to it dirty
+    /// the file's pages, written back at msync, fsync, or by the kernel.
+    Mmap = 34,
+    /// msync of `ring` pages from address `offset`, flags in `fd`; `result`
+    /// 0 or -errno. Mappings are not tracked in the kernel: every msync of
+    /// a traced process is emitted, and userspace finds its mapping.
+    Msync = 35,
+    /// munmap of `ring` pages from address `offset`; `result` 0 or -errno.
+    Munmap = 36,
 }
+
+/// `PROT_WRITE`, `MAP_SHARED` and `MAP_ANONYMOUS` (<sys/mman.h>).
+pub const PROT_WRITE: u64 = 0x2;
+pub const MAP_SHARED: u64 = 0x1;
+pub const MAP_ANONYMOUS: u64 = 0x20;
+/// The page size `ring` counts in for mapping events (x86-64, arm64 4K).
+pub const MAPPING_PAGE: u64 = 4096;
 
 /// Registered files read per io_uring_register; later slots stay unknown.
 pub const URING_FILES_READ: usize = 64;
@@ -893,7 +911,7 @@ pub const O_CLOEXEC: u64 = 0o2000000;
 pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 34;
+    pub const COUNT: usize = 37;
     pub const ALL: [ProcessEventKind; Self::COUNT] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
@@ -929,10 +947,13 @@ impl ProcessEventKind {
         ProcessEventKind::UringFilesRegistered,
         ProcessEventKind::UringFile,
         ProcessEventKind::UringFilesChanged,
+        ProcessEventKind::Mmap,
+        ProcessEventKind::Msync,
+        ProcessEventKind::Munmap,
     ];
     /// The syscalls traced, in program order (`Fork` and `Exec` are not
     /// ones; close_range and io_submit have their own probes).
-    pub const SYSCALLS: [ProcessEventKind; 16] = [
+    pub const SYSCALLS: [ProcessEventKind; 19] = [
         ProcessEventKind::Write,
         ProcessEventKind::Pwrite64,
         ProcessEventKind::Writev,
@@ -949,6 +970,9 @@ impl ProcessEventKind {
         ProcessEventKind::Fcntl,
         ProcessEventKind::Close,
         ProcessEventKind::Lseek,
+        ProcessEventKind::Mmap,
+        ProcessEventKind::Msync,
+        ProcessEventKind::Munmap,
     ];
 
     pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
@@ -996,6 +1020,9 @@ impl ProcessEventKind {
             ProcessEventKind::UringFilesRegistered => "io_uring_register(FILES)",
             ProcessEventKind::UringFile => "io_uring_register(file)",
             ProcessEventKind::UringFilesChanged => "io_uring(files changed)",
+            ProcessEventKind::Mmap => "mmap",
+            ProcessEventKind::Msync => "msync",
+            ProcessEventKind::Munmap => "munmap",
         }
     }
 
@@ -1037,7 +1064,18 @@ impl ProcessEventKind {
             ProcessEventKind::UringFilesRegistered | ProcessEventKind::UringFile => {
                 "enter_io_uring_register"
             }
+            ProcessEventKind::Mmap => "enter_mmap",
+            ProcessEventKind::Msync => "enter_msync",
+            ProcessEventKind::Munmap => "enter_munmap",
         }
+    }
+
+    /// mmap, msync and munmap: `ring` is their length in pages, not a duration.
+    pub const fn is_mapping(self) -> bool {
+        matches!(
+            self,
+            ProcessEventKind::Mmap | ProcessEventKind::Msync | ProcessEventKind::Munmap
+        )
     }
 
     pub const fn is_write(self) -> bool {
@@ -1129,11 +1167,12 @@ pub struct ProcessEvent {
 
 impl ProcessEvent {
     /// When the call began: its exit less its duration (see [`Self::ring`]),
-    /// never later than the true entry. An io_uring SQE's submission, or
-    /// any other event, is its `ts_ns`.
+    /// never later than the true entry. An io_uring SQE's submission, a
+    /// mapping call's exit, or any other event, is its `ts_ns`.
     pub fn entered_ns(&self) -> u64 {
         let is_uring = ProcessEventKind::from_u8(self.kind).is_some_and(|kind| {
             kind.is_uring()
+                || kind.is_mapping()
                 || matches!(
                     kind,
                     ProcessEventKind::UringNotFollowed
@@ -1217,6 +1256,19 @@ pub struct ProcessOffsets {
     /// `nr` and `iocbpp` in `sys_enter_io_submit` (absent without CONFIG_AIO).
     pub io_submit_nr: u16,
     pub io_submit_iocbpp: u16,
+    /// `len`, `prot`, `flags`, `fd` and `off` in `sys_enter_mmap`.
+    pub mmap_len: u16,
+    pub mmap_prot: u16,
+    pub mmap_flags: u16,
+    pub mmap_fd: u16,
+    pub mmap_off: u16,
+    /// `start`, `len` and `flags` in `sys_enter_msync`.
+    pub msync_start: u16,
+    pub msync_len: u16,
+    pub msync_flags: u16,
+    /// `addr` and `len` in `sys_enter_munmap`.
+    pub munmap_addr: u16,
+    pub munmap_len: u16,
     pub _pad: u16,
 }
 
@@ -1241,6 +1293,16 @@ impl ProcessOffsets {
         close_range_flags: NO_FIELD,
         io_submit_nr: NO_FIELD,
         io_submit_iocbpp: NO_FIELD,
+        mmap_len: NO_FIELD,
+        mmap_prot: NO_FIELD,
+        mmap_flags: NO_FIELD,
+        mmap_fd: NO_FIELD,
+        mmap_off: NO_FIELD,
+        msync_start: NO_FIELD,
+        msync_len: NO_FIELD,
+        msync_flags: NO_FIELD,
+        munmap_addr: NO_FIELD,
+        munmap_len: NO_FIELD,
         _pad: 0,
     };
 }

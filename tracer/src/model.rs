@@ -894,8 +894,27 @@ pub struct RunTarget {
     pub commands_per_write: Distribution,
     /// Write syscalls per device command.
     pub writes_per_command: Distribution,
+    /// Stores through shared writable mappings of it, when it had any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mapped: Option<RunMapped>,
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
+}
+
+/// A target's shared writable mappings (mmap): which stores reached the
+/// device is told by the commands over the ranges flushed, at msync,
+/// munmap, exec and the run's end.
+#[derive(Clone, Debug, PartialEq, Eq, Default, Serialize, serde::Deserialize)]
+pub struct RunMapped {
+    pub mappings: u64,
+    pub msync_calls: u64,
+    /// The ranges flushed, summed (a mapping flushed twice counts twice).
+    pub flushed_bytes: u64,
+    /// Of them, written by device commands during the run: the bytes
+    /// written through the mappings.
+    pub written_bytes: u64,
+    /// The rest: pages not stored to, still dirty at the end, or holes.
+    pub not_written_bytes: u64,
 }
 
 /// A regular file `run` wrote: its writes were carried to sectors through

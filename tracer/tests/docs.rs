@@ -22,7 +22,7 @@ use iosplit_trace::geometry::stack::{CryptMaxIo, Stack, StackLeg, StackLevel};
 use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     AttachEnd, Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames,
-    RunAttached, RunFile, RunReport, RunTarget, RunTimeWithFix, UringReport,
+    RunAttached, RunFile, RunMapped, RunReport, RunTarget, RunTimeWithFix, UringReport,
 };
 use iosplit_trace::record::format::RunRecord;
 use iosplit_trace::record::{RecordHeader, RecordingSink, Trailer, Writer};
@@ -860,6 +860,13 @@ fn run_record() -> RunRecord {
         commands: 40,
         commands_per_write: Distribution::default(),
         writes_per_command: Distribution::default(),
+        mapped: Some(RunMapped {
+            mappings: 1,
+            msync_calls: 2,
+            flushed_bytes: 2 << 20,
+            written_bytes: 98304,
+            not_written_bytes: (2 << 20) - 98304,
+        }),
         summary: "writer issued 20 writes of 128 KiB to loop9p2".into(),
     };
     let run = RunReport {

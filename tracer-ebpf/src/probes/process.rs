@@ -40,8 +40,8 @@ use aya_ebpf::{
 use tracer_common::{
     counter, iocb_cmd, uring_how, uring_op, uring_register, IocbHead, Iovec, OpenEvent,
     ProcessEvent, ProcessEventKind, ProcessOffsets, UringOffsets, AIO_IOCBS_READ, AIO_IOVECS_READ,
-    IORING_FSYNC_DATASYNC, NO_FIELD, OPEN_PAUSED, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET,
-    URING_FILES_READ,
+    IORING_FSYNC_DATASYNC, MAPPING_PAGE, MAP_ANONYMOUS, MAP_SHARED, NO_FIELD, OPEN_PAUSED,
+    PROT_WRITE, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET, URING_FILES_READ,
 };
 
 use super::shared::{bump, PIDS};
@@ -143,10 +143,17 @@ fn enter_with_fd_at(
     if !tracked((pid_tgid >> 32) as u32) {
         return 0;
     }
-    let Some(fd) = read_u64(ctx, fd_offset) else {
+    // munmap has no fd.
+    let fd = if fd_offset == NO_FIELD {
+        Some(0)
+    } else {
+        read_u64(ctx, fd_offset)
+    };
+    let Some(fd) = fd else {
         return 0;
     };
     let offset = read_u64(ctx, pos_offset).unwrap_or(UNKNOWN_OFFSET);
+    // Opens: their flags; mapping calls: their length.
     let open_flags = match kind {
         ProcessEventKind::Openat => read_u64(ctx, fields.openat_flags),
         ProcessEventKind::Open => read_u64(ctx, fields.open_flags),
@@ -154,6 +161,9 @@ fn enter_with_fd_at(
             // SAFETY: the caller's `struct open_how`, read with a faulting-safe helper.
             unsafe { bpf_probe_read_user(how as *const u64) }.ok()
         }),
+        ProcessEventKind::Mmap => read_u64(ctx, fields.mmap_len),
+        ProcessEventKind::Msync => read_u64(ctx, fields.msync_len),
+        ProcessEventKind::Munmap => read_u64(ctx, fields.munmap_len),
         _ => None,
     };
     let call = PendingCall {
@@ -230,6 +240,49 @@ pub fn enter_fcntl(ctx: TracePointContext) -> u32 {
     }
 }
 
+/// mmap of a file, shared and writable: stores to it reach the file. Other
+/// mappings (private, read-only, anonymous) are not stashed.
+#[tracepoint]
+pub fn enter_mmap(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    let (Some(prot), Some(flags)) = (
+        read_u64(&ctx, fields.mmap_prot),
+        read_u64(&ctx, fields.mmap_flags),
+    ) else {
+        return 0;
+    };
+    if prot & PROT_WRITE == 0 || flags & MAP_SHARED == 0 || flags & MAP_ANONYMOUS != 0 {
+        return 0;
+    }
+    enter_with_fd_at(
+        &ctx,
+        ProcessEventKind::Mmap,
+        fields.mmap_fd,
+        fields.mmap_off,
+    )
+}
+
+/// msync: its flags stand in the fd's place.
+#[tracepoint]
+pub fn enter_msync(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    enter_with_fd_at(
+        &ctx,
+        ProcessEventKind::Msync,
+        fields.msync_flags,
+        fields.msync_start,
+    )
+}
+
+#[tracepoint]
+pub fn enter_munmap(ctx: TracePointContext) -> u32 {
+    let fields = PROCESS_FIELDS.load();
+    if fields.munmap_addr == NO_FIELD {
+        return 0;
+    }
+    enter_with_fd_at(&ctx, ProcessEventKind::Munmap, NO_FIELD, fields.munmap_addr)
+}
+
 /// Attached to every `sys_exit_*` of the family.
 #[tracepoint]
 pub fn exit_write_family(ctx: TracePointContext) -> u32 {
@@ -242,6 +295,20 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
     let result = read_u64(&ctx, PROCESS_FIELDS.load().ret).unwrap_or(0) as i64;
     // SAFETY: a helper with no preconditions.
     let ts_ns = unsafe { bpf_ktime_get_ns() };
+    // Compared as bytes, as below: a mapping call's `ring` is its pages.
+    let is_mapping = call.kind == ProcessEventKind::Mmap as u8
+        || call.kind == ProcessEventKind::Msync as u8
+        || call.kind == ProcessEventKind::Munmap as u8;
+    let ring = if is_mapping {
+        let pages = call.open_flags.div_ceil(MAPPING_PAGE);
+        if pages > u32::MAX as u64 {
+            u32::MAX
+        } else {
+            pages as u32
+        }
+    } else {
+        duration_us(call.enter_ns, ts_ns)
+    };
     let event = ProcessEvent {
         ts_ns,
         offset: call.offset,
@@ -251,7 +318,7 @@ pub fn exit_write_family(ctx: TracePointContext) -> u32 {
         kind: call.kind,
         how: 0,
         _pad: [0; 2],
-        ring: duration_us(call.enter_ns, ts_ns),
+        ring,
     };
     // Compared as bytes: 6.1's verifier loses the bound of a table index
     // spilled to the stack (`from_u8`), and rejects the program.

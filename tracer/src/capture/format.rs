@@ -350,11 +350,11 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
     };
     let mut offsets = ProcessOffsets::ABSENT;
     // The probes read one fd offset and one ret offset for the whole family
-    // (the dup family names its fd otherwise; opens and dups are read below).
-    for kind in ProcessEventKind::SYSCALLS
-        .iter()
-        .filter(|k| !k.is_open() && (!k.is_dup() || **k == ProcessEventKind::Fcntl))
-    {
+    // (the dup family names its fd otherwise; opens, dups and the mapping
+    // calls are read below).
+    for kind in ProcessEventKind::SYSCALLS.iter().filter(|k| {
+        !k.is_open() && !k.is_mapping() && (!k.is_dup() || **k == ProcessEventKind::Fcntl)
+    }) {
         let enter = format!("sys_enter_{}", kind.name());
         let exit = format!("sys_exit_{}", kind.name());
         let fd = offset("syscalls", &enter, "fd", 8)?;
@@ -399,6 +399,41 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
             return Err(differs("sys_exit_io_submit", "ret"));
         }
         (offsets.io_submit_nr, offsets.io_submit_iocbpp) = (nr, iocbpp);
+    }
+    // Shared writable mappings: all or nothing (without them, stores
+    // through mappings are not followed, and the report says so).
+    let mapping = (|| -> Result<[u16; 10], FormatError> {
+        for exit in ["sys_exit_mmap", "sys_exit_msync", "sys_exit_munmap"] {
+            if offset("syscalls", exit, "ret", 8)? != offsets.ret {
+                return Err(differs(exit, "ret"));
+            }
+        }
+        Ok([
+            offset("syscalls", "sys_enter_mmap", "len", 8)?,
+            offset("syscalls", "sys_enter_mmap", "prot", 8)?,
+            offset("syscalls", "sys_enter_mmap", "flags", 8)?,
+            offset("syscalls", "sys_enter_mmap", "fd", 8)?,
+            offset("syscalls", "sys_enter_mmap", "off", 8)?,
+            offset("syscalls", "sys_enter_msync", "start", 8)?,
+            offset("syscalls", "sys_enter_msync", "len", 8)?,
+            offset("syscalls", "sys_enter_msync", "flags", 8)?,
+            offset("syscalls", "sys_enter_munmap", "addr", 8)?,
+            offset("syscalls", "sys_enter_munmap", "len", 8)?,
+        ])
+    })();
+    if let Ok(fields) = mapping {
+        [
+            offsets.mmap_len,
+            offsets.mmap_prot,
+            offsets.mmap_flags,
+            offsets.mmap_fd,
+            offsets.mmap_off,
+            offsets.msync_start,
+            offsets.msync_len,
+            offsets.msync_flags,
+            offsets.munmap_addr,
+            offsets.munmap_len,
+        ] = fields;
     }
     offsets.pwrite_pos = offset("syscalls", "sys_enter_pwrite64", "pos", 8)?;
     let pwritev_pos = offset("syscalls", "sys_enter_pwritev", "pos_l", 8)?;
@@ -620,6 +655,21 @@ mod tests {
             (24, 32),
             "after ctx_id"
         );
+        assert_eq!(
+            (
+                offsets.mmap_len,
+                offsets.mmap_prot,
+                offsets.mmap_flags,
+                offsets.mmap_fd,
+                offsets.mmap_off
+            ),
+            (24, 32, 40, 48, 56)
+        );
+        assert_eq!(
+            (offsets.msync_start, offsets.msync_len, offsets.msync_flags),
+            (16, 24, 32)
+        );
+        assert_eq!((offsets.munmap_addr, offsets.munmap_len), (16, 24));
         let missing = read_process_offsets(&std::env::temp_dir().join("iosplit-none")).unwrap_err();
         // The cause chain names the tracepoint, the file and the OS error.
         let FormatError::In { tracepoint, source } = &missing else {

@@ -27,8 +27,8 @@ use crate::error::{Error, Result};
 use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
 use crate::model::{
-    AttachEnd, FilesNotListed, IoSubmitReport, Report, RunAttached, RunFile, RunReport, RunTarget,
-    RunTimeWithFix, TimeUnavailable, UringReport,
+    AttachEnd, FilesNotListed, IoSubmitReport, Report, RunAttached, RunFile, RunMapped, RunReport,
+    RunTarget, RunTimeWithFix, TimeUnavailable, UringReport,
 };
 use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
@@ -189,6 +189,10 @@ impl EventSink for RunSink {
             // dd opens its output as fd 3, dup2s it onto 1 and closes 3.
             Some(kind) if kind.is_dup() && event.result >= 0 => {
                 self.pin_fd(event.tgid, event.result as u32);
+            }
+            // A mapping outlives its fd: held from the mmap.
+            Some(ProcessEventKind::Mmap) if event.result >= 0 => {
+                self.pin_fd(event.tgid, event.fd);
             }
             _ => {}
         }
@@ -402,6 +406,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
     let owners_read = capture.owners_read;
     let elapsed = started.elapsed();
     let report = capture.finish(move |sink, counters| {
+        sink.matcher.end_mappings();
         for (target, map) in file_maps {
             sink.matcher.set_file_map(target, map);
         }
@@ -594,7 +599,10 @@ fn run_report(
         // the partitions' (mkfs opens the whole disk, then writes a partition).
         let writes = sink.engine.tracked_writes_on(&calls.target.device);
         let bios = writes.as_ref().map_or(0, |m| m.user_ios);
-        if calls.write_syscalls == 0 && (bios == 0 || calls.target.file.is_some()) {
+        if calls.write_syscalls == 0
+            && calls.mappings == 0
+            && (bios == 0 || calls.target.file.is_some())
+        {
             // Opened, never written: not a target.
             continue;
         }
@@ -646,8 +654,26 @@ fn run_report(
             ),
             _ => String::new(),
         };
+        let mapped = (calls.mappings > 0).then_some(RunMapped {
+            mappings: calls.mappings,
+            msync_calls: calls.msync_calls,
+            flushed_bytes: calls.mapped_flushed_bytes,
+            written_bytes: matched.bytes.mapped_written,
+            not_written_bytes: matched.bytes.mapped_not_written,
+        });
+        let through_mappings = match &mapped {
+            Some(mapped) => format!(
+                ", and wrote {} through {} shared mapping{} ({} msync{})",
+                units::bytes(mapped.written_bytes as f64),
+                units::thousands(mapped.mappings),
+                if mapped.mappings == 1 { "" } else { "s" },
+                units::thousands(mapped.msync_calls),
+                if mapped.msync_calls == 1 { "" } else { "s" },
+            ),
+            None => String::new(),
+        };
         let summary = format!(
-            "{program} issued {} writes of {} to {to}{}; they reached the block layer as {} bios of {}; {received} {} commands{failed}",
+            "{program} issued {} writes of {} to {to}{}{through_mappings}; they reached the block layer as {} bios of {}; {received} {} commands{failed}",
             units::thousands(calls.write_syscalls),
             units::bytes(write_size.p50 as f64),
             write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),
@@ -676,6 +702,7 @@ fn run_report(
             commands,
             commands_per_write: distribution(&matched.commands_per_write, 1),
             writes_per_command: distribution(&matched.writes_per_command, 1),
+            mapped,
             summary,
         });
     }

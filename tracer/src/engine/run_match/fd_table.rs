@@ -44,6 +44,8 @@ pub(super) enum Syscall {
     /// A write or sync SQE on a registered file whose slot is not known
     /// (registered before tracing, past the slots read, or changed since).
     FixedFileNotFollowed,
+    /// A shared writable mapping of a target (mmap).
+    Mapped { target: usize },
 }
 
 /// An fd of the traced tree that is a target: which one, and the open file
@@ -319,6 +321,19 @@ impl<R: FdResolver> FdTable<R> {
                     self.positions[description] = position;
                 }
             }
+            // Mappings are the matcher's (`mappings`); mmap only resolves its fd here.
+            ProcessEventKind::Msync | ProcessEventKind::Munmap => {}
+            ProcessEventKind::Mmap => {
+                if event.result < 0 {
+                    return Syscall::Failed;
+                }
+                return match self.target_of(event.tgid, event.fd) {
+                    Some(open) => Syscall::Mapped {
+                        target: open.target,
+                    },
+                    None => Syscall::NotATarget,
+                };
+            }
             _ => return self.write_or_sync(kind, event),
         }
         Syscall::FdsOnly
@@ -379,6 +394,7 @@ impl<R: FdResolver> FdTable<R> {
                 offset,
                 bytes,
                 at_ns: event.entered_ns(),
+                mapped: false,
             },
             path,
         )
@@ -613,6 +629,38 @@ mod tests {
             (2 * 65536, 0),
             "{bytes:?}"
         );
+    }
+
+    #[test]
+    fn stores_through_a_shared_mapping_are_matched_by_the_range_msync_flushed() {
+        use super::super::test_fixtures::ISSUED_NS;
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        // 1 MiB of the file from byte 0 mapped at 0x7000_0000 (256 pages).
+        matcher.process_event(&ProcessEvent {
+            result: 0x7000_0000,
+            offset: 0,
+            ring: 256,
+            ..fd_call(ProcessEventKind::Mmap, 3, 0)
+        });
+        // An msync after the commands: they carried the stores it flushed.
+        matcher.process_event(&ProcessEvent {
+            ts_ns: ISSUED_NS + 1,
+            offset: 0x7000_0000,
+            ring: 256,
+            ..fd_call(ProcessEventKind::Msync, 4, 0)
+        });
+        // The mapping lives on to the end, flushed again with nothing after.
+        matcher.end_mappings();
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.mappings, calls.msync_calls), (1, 1));
+        assert_eq!(calls.mapped_flushed_bytes, 2 << 20);
+        assert_eq!(calls.write_syscalls, 0);
+        let bytes = matched_with_commands_at(matcher, &[0, 65536]);
+        assert_eq!(bytes.mapped_written, 2 * 65536, "{bytes:?}");
+        assert_eq!(bytes.mapped_not_written, (2 << 20) - 2 * 65536, "{bytes:?}");
+        // None of it is a write syscall's.
+        assert_eq!((bytes.matched, bytes.not_written_back), (0, 0), "{bytes:?}");
     }
 
     /// One iocb of an io_submit by process 42, as the probe emits it.

@@ -26,6 +26,8 @@
 //!   at (a target, or nothing) across open, dup, close, close_range, fork
 //!   and exec, and each open file's position (lseek, plain writes): a write
 //!   syscall becomes a `WriteCall` (target, offset, bytes).
+//! - `mappings`: shared writable mappings (mmap, msync, munmap, fork,
+//!   exec): each flushed range becomes a mapped `WriteCall`.
 //! - `sector_match`: the writes, commands and bios kept, and their
 //!   matching: a write's offsets become disk bytes (a device's own offsets,
 //!   or a file's through its extent map), then the commands and bios over
@@ -38,6 +40,7 @@
 mod block_events;
 mod engine_totals;
 mod fd_table;
+mod mappings;
 mod sector_match;
 #[cfg(test)]
 mod test_fixtures;
@@ -49,6 +52,7 @@ use super::stats::new_histogram;
 use crate::geometry::fiemap::FileMap;
 use crate::geometry::DevId;
 use fd_table::{FdTable, Syscall};
+use mappings::Mappings;
 use sector_match::SectorMatcher;
 
 pub use sector_match::{WriteBytes, WriteMatch};
@@ -109,6 +113,11 @@ pub struct TargetCalls {
     /// fdatasync began (kernel monotonic ns; 0: none).
     pub last_write_ns: u64,
     pub last_sync_ns: u64,
+    /// Shared writable mappings of it (mmap), msync calls over them, and
+    /// the bytes of the ranges flushed (at msync, munmap, exec, the end).
+    pub mappings: u64,
+    pub msync_calls: u64,
+    pub mapped_flushed_bytes: u64,
 }
 
 impl TargetCalls {
@@ -117,7 +126,8 @@ impl TargetCalls {
     /// returned. Not for writes through libaio or io_uring, whose
     /// completions are not traced.
     pub fn synced(&self) -> bool {
-        self.aio_writes + self.uring_writes == 0 && self.last_sync_ns >= self.last_write_ns
+        self.aio_writes + self.uring_writes + self.mappings == 0
+            && self.last_sync_ns >= self.last_write_ns
     }
 }
 
@@ -137,6 +147,9 @@ impl TargetCalls {
             file_map: None,
             last_write_ns: 0,
             last_sync_ns: 0,
+            mappings: 0,
+            msync_calls: 0,
+            mapped_flushed_bytes: 0,
         }
     }
 }
@@ -154,6 +167,9 @@ struct WriteCall {
     /// When the syscall began (an SQE: its submission), kernel
     /// monotonic ns: only commands issued after it can carry its data.
     at_ns: u64,
+    /// Stores through a shared mapping, flushed (`mappings`): its bytes
+    /// are the range flushed, not all of them stored to.
+    mapped: bool,
 }
 
 /// How a write reached the kernel.
@@ -227,6 +243,8 @@ pub struct RunMatcher<R: FdResolver> {
     pub failed_syscalls: u64,
     pub io_submit: IoSubmitCalls,
     pub uring: UringSqes,
+    /// The tree's shared writable mappings of targets.
+    mappings: Mappings,
 }
 
 impl<R: FdResolver> RunMatcher<R> {
@@ -239,6 +257,7 @@ impl<R: FdResolver> RunMatcher<R> {
             failed_syscalls: 0,
             io_submit: IoSubmitCalls::default(),
             uring: UringSqes::default(),
+            mappings: Mappings::default(),
         }
     }
 
@@ -256,14 +275,80 @@ impl<R: FdResolver> RunMatcher<R> {
         self.add_new_targets();
     }
 
+    /// mmap, msync, munmap, and the forks and execs that copy or end
+    /// mappings: the mapped writes they flush are kept like write syscalls.
+    fn follow_mappings(&mut self, event: &ProcessEvent, syscall: &Syscall) {
+        let Some(kind) = ProcessEventKind::from_u8(event.kind) else {
+            return;
+        };
+        let bytes = u64::from(event.ring) * tracer_common::MAPPING_PAGE;
+        let writes = match (kind, syscall) {
+            (ProcessEventKind::Mmap, Syscall::Mapped { target }) => {
+                self.targets[*target].mappings += 1;
+                let start = event.result as u64;
+                self.mappings
+                    .map(event.tgid, start, bytes, event.offset, *target, event.ts_ns);
+                return;
+            }
+            // A fork's event names the child in `tgid`, its parent in `fd`.
+            (ProcessEventKind::Fork, _) => {
+                self.mappings.fork(event.tgid, event.fd);
+                return;
+            }
+            (ProcessEventKind::Exec, _) => self.mappings.exec(event.tgid),
+            (ProcessEventKind::Msync, _) if event.result == 0 => {
+                let writes = self
+                    .mappings
+                    .sync(event.tgid, event.offset, bytes, event.ts_ns);
+                let mut counted: Vec<usize> = Vec::new();
+                for write in &writes {
+                    if !counted.contains(&write.target) {
+                        counted.push(write.target);
+                        self.targets[write.target].msync_calls += 1;
+                    }
+                }
+                writes
+            }
+            (ProcessEventKind::Munmap, _) if event.result == 0 => {
+                self.mappings.unmap(event.tgid, event.offset, bytes)
+            }
+            _ => return,
+        };
+        self.keep_mapped(writes);
+    }
+
+    fn keep_mapped(&mut self, writes: Vec<WriteCall>) {
+        for write in writes {
+            self.targets[write.target].mapped_flushed_bytes += write.bytes;
+            self.sectors.keep_write(write);
+        }
+    }
+
+    /// The run is over: the mappings still there are flushed, so the
+    /// commands over them since their last flush count for their stores.
+    /// Call once, before matching.
+    pub fn end_mappings(&mut self) {
+        let writes = self.mappings.end();
+        self.keep_mapped(writes);
+    }
+
+    /// mmaps past the mappings followed at once.
+    pub fn mappings_not_followed(&self) -> u64 {
+        self.mappings.not_followed
+    }
+
     /// A syscall, fork or exec of the traced tree.
     pub fn process_event(&mut self, event: &ProcessEvent) {
         let syscall = self.fds.syscall(event);
         self.count_uring(event, &syscall);
         self.add_new_targets();
+        self.follow_mappings(event, &syscall);
         match syscall {
             Syscall::Fork => self.processes += 1,
-            Syscall::FdsOnly | Syscall::NotATarget | Syscall::FixedFileNotFollowed => {}
+            Syscall::FdsOnly
+            | Syscall::NotATarget
+            | Syscall::FixedFileNotFollowed
+            | Syscall::Mapped { .. } => {}
             Syscall::Failed => self.failed_syscalls += 1,
             Syscall::Sync { target } => {
                 let calls = &mut self.targets[target];
@@ -355,7 +440,7 @@ impl<R: FdResolver> RunMatcher<R> {
         self.targets
             .iter()
             .enumerate()
-            .filter(|(_, calls)| calls.write_syscalls > 0)
+            .filter(|(_, calls)| calls.write_syscalls > 0 || calls.mappings > 0)
             .filter_map(|(index, calls)| Some((index, calls.target.file.clone()?)))
             .collect()
     }

@@ -63,6 +63,11 @@ pub struct WriteBytes {
     pub unmappable: u64,
     /// Writes whose file offset was not known.
     pub unknown_offset: u64,
+    /// Flushed ranges of shared mappings (kept apart from the bytes of
+    /// write syscalls above): bytes commands wrote during the run, and
+    /// the rest (pages not stored to, still dirty, or holes).
+    pub mapped_written: u64,
+    pub mapped_not_written: u64,
 }
 
 /// The writes, commands and bios of the run, kept for matching.
@@ -183,6 +188,11 @@ impl SectorMatcher {
                 },
             );
             let length = segment.end - segment.first;
+            if self.writes[number].mapped {
+                result.bytes.mapped_written += covered;
+                result.bytes.mapped_not_written += length - covered;
+                continue;
+            }
             result.bytes.matched += covered;
             if segment.until_ns == u64::MAX {
                 result.bytes.not_written_back += length - covered;
@@ -227,7 +237,19 @@ impl SectorMatcher {
                 continue;
             }
             let tally = plan.tallies.entry(write.target).or_default();
-            if let Some(ranges) = place(write, calls, tally) {
+            // A mapping's holes and delalloc bytes are pages not (yet) written back.
+            let mut mapped_tally = WriteBytes::default();
+            let placed = place(
+                write,
+                calls,
+                if write.mapped {
+                    &mut mapped_tally
+                } else {
+                    tally
+                },
+            );
+            tally.mapped_not_written += mapped_tally.delalloc + mapped_tally.unmappable;
+            if let Some(ranges) = placed {
                 plan.placed.insert(number, ranges);
                 order.push((write.at_ns, number));
             }
@@ -795,6 +817,7 @@ mod tests {
                 unmappable: 4096,
                 unknown_offset: 65536,
                 overwritten: 0,
+                ..WriteBytes::default()
             }
         );
         // Without a map, nothing of the file can be placed.
