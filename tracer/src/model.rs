@@ -734,6 +734,16 @@ pub struct RunTimeWithFix {
     pub speedup: Option<f64>,
     /// Why there is no estimate; `None` when there is one.
     pub unavailable: Option<TimeUnavailable>,
+    /// The what-if's commands, now and after the fix.
+    #[serde(default)]
+    pub commands_now: u64,
+    #[serde(default)]
+    pub commands_after_fix: u64,
+    /// This run paid little for the finding: the fix saves under a fifth
+    /// of its commands, or under a tenth of its time. The finding keeps
+    /// its severity (`check` too); the run's words weigh what it cost.
+    #[serde(default)]
+    pub pays_little: bool,
 }
 
 /// How the device behaved over the traced period.

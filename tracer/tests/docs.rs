@@ -883,6 +883,9 @@ fn run_record() -> RunRecord {
             run_after_fix_s: Some(4.2),
             speedup: Some(31.4 / 4.2),
             unavailable: None,
+            commands_now: 1024,
+            commands_after_fix: 128,
+            pays_little: false,
         }),
         attached: Some(RunAttached {
             pid: 4242,

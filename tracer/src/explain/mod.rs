@@ -49,6 +49,27 @@ pub fn words(finding: &Finding) -> Words {
     }
 }
 
+/// The workloads a finding costs most, as a clause ("buffered I/O through
+/// …"): what `run` says when the command it traced paid little for it.
+pub fn who_pays(code: &str) -> &'static str {
+    match code {
+        "subpage_block_size" => {
+            "buffered I/O through the raw partition (dd, databases on raw devices) on a device that cannot merge its sub-page bios (nomerges, or a virt boundary with bios that start inside a page)"
+        }
+        "split_amplification" => {
+            "large writes (direct I/O, writeback of big files) on a device that charges per command, such as a cloud disk capped in IOPS"
+        }
+        "misaligned_start" | "misaligned_stack" | "misaligned_io_opt" => {
+            "writes of whole physical blocks or stripes, each of which then straddles two"
+        }
+        "merge_blocked" => "streams of small sequential writes, which the block layer would merge",
+        "requeued_commands" => {
+            "deep queues of large writes from scattered pages, which exhaust the ring's descriptors"
+        }
+        _ => "workloads whose commands the fix removes",
+    }
+}
+
 /// `finding` as a report carries it: with its words.
 pub fn diagnosis(finding: Finding) -> Diagnosis {
     let Words { explanation, fix } = words(&finding);

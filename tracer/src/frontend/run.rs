@@ -913,6 +913,9 @@ pub fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
         code: diagnosis.code.to_string(),
         device: diagnosis.device.clone(),
         run_s,
+        commands_now: what_if.commands_now,
+        commands_after_fix: what_if.commands_after_fix,
+        pays_little: saves_little(what_if.commands_now, what_if.commands_after_fix),
         ..RunTimeWithFix::default()
     };
     let (Some(now), Some(after), Some(model)) = (
@@ -936,7 +939,18 @@ pub fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
     let after_s = run_s - busy_s * (1.0 - after / now);
     estimate.run_after_fix_s = Some(after_s);
     estimate.speedup = (after_s > 0.0).then(|| run_s / after_s);
+    estimate.pays_little |= estimate
+        .speedup
+        .is_some_and(|speedup| speedup < LITTLE_SPEEDUP);
     Some(estimate)
+}
+
+/// Below this speedup, a run paid little for what the fix removes.
+const LITTLE_SPEEDUP: f64 = 1.1;
+
+/// The fix leaves at least four fifths of the commands.
+fn saves_little(now: u64, after: u64) -> bool {
+    now > 0 && after.saturating_mul(5) >= now.saturating_mul(4)
 }
 
 fn keep_touched_devices(
