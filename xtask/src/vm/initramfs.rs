@@ -14,7 +14,7 @@ use super::kernel::{module_name, Kernel, ModuleDeps};
 use crate::util::{run, workspace_root, Result};
 
 /// Dynamic host binaries the scenarios run; copied with their libraries.
-const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm", "lvm", "fio"];
+const HOST_TOOLS: &[&str] = &["mkfs.ext4", "sfdisk", "dmsetup", "mdadm", "lvm"];
 /// Config files those tools read.
 const HOST_FILES: &[&str] = &["/etc/mke2fs.conf"];
 /// Modules loaded by `load_module` in the guest (each with its dependencies).
@@ -46,6 +46,8 @@ pub const MODULES: &[&str] = &[
 
 pub struct Inputs<'a> {
     pub kernel: &'a Kernel,
+    /// Tools beyond [`HOST_TOOLS`] (a scenario's own): an image of their own.
+    pub extra_tools: &'a [&'a str],
     pub tracer: &'a Path,
     pub guest_io: &'a Path,
     /// `target/vm`.
@@ -55,7 +57,10 @@ pub struct Inputs<'a> {
 /// Builds (or reuses) the kernel's initramfs and returns its path.
 pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
     // One directory per kernel line: each keeps its own cached image.
-    let images = inputs.cache.join("initramfs").join(inputs.kernel.line.name);
+    let mut images = inputs.cache.join("initramfs").join(inputs.kernel.line.name);
+    if !inputs.extra_tools.is_empty() {
+        images = images.join(format!("with-{}", inputs.extra_tools.join("-")));
+    }
     let stage = images.join("stage");
     let _ = std::fs::remove_dir_all(&stage);
     mkdir(&stage)?;
@@ -76,7 +81,7 @@ pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
     copy(inputs.tracer, &stage.join("usr/bin/iosplit-trace"))?;
     copy(inputs.guest_io, &stage.join("usr/bin/guest-io"))?;
     let mut libraries = BTreeSet::new();
-    for tool in HOST_TOOLS {
+    for tool in HOST_TOOLS.iter().chain(inputs.extra_tools) {
         let path = which(tool)?;
         copy(&path, &stage.join("usr/bin").join(tool))?;
         libraries.extend(shared_libraries(&path)?);

@@ -100,6 +100,7 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
         let kernel = kernel::ensure(&cache, line)?;
         let image = initramfs::ensure(&initramfs::Inputs {
             kernel: &kernel,
+            extra_tools: &[],
             tracer: &tracer,
             guest_io: &guest_io,
             cache: &cache,
@@ -119,6 +120,18 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
         .iter()
         .flat_map(|scenario| guests.iter().map(move |guest| (scenario, guest)))
     {
+        // A scenario with tools of its own boots an image of its own.
+        let own_image = match scenario.extra_tools {
+            [] => None,
+            extra_tools => Some(initramfs::ensure(&initramfs::Inputs {
+                kernel,
+                extra_tools,
+                tracer: &tracer,
+                guest_io: &guest_io,
+                cache: &cache,
+            })?),
+        };
+        let image = own_image.as_deref().unwrap_or(image);
         let mut result = run_scenario(scenario, kernel, image, &cache, &results_root)?;
         let failed: Vec<String> = result
             .checks
