@@ -1439,7 +1439,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<BtfEvent>(), 72);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
-        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 40);
+        assert_eq!(core::mem::size_of::<ProcessOffsets>(), 60);
         assert_eq!(core::mem::size_of::<UringOffsets>(), 38);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
