@@ -13,7 +13,7 @@ use std::collections::HashMap;
 
 use serde_json::{json, Value};
 
-use crate::engine::outcome::{CommandId, IoId, Outcome};
+use crate::engine::outcome::{CommandId, DropReason, IoId, Outcome};
 use crate::geometry::{DevId, DiskGeometry};
 
 struct Slice {
@@ -178,8 +178,13 @@ impl Matcher {
                     self.end_slice(slice, ts_ns);
                 }
             }
-            Outcome::CommandDropped { command, .. } => {
-                self.commands.remove(&command);
+            // Given up without its completion: never shown as finished.
+            Outcome::CommandDropped { command, reason } => {
+                if let Some(slice) = self.commands.remove(&command) {
+                    let args = &mut self.slices[slice].args;
+                    args["unfinished"] = json!(true);
+                    args["dropped"] = json!(dropped(reason));
+                }
             }
             Outcome::Finished { io, ts_ns, .. } => {
                 if let Some(slice) = self.open_ios.remove(&io) {
@@ -255,6 +260,16 @@ impl Matcher {
             events.push(json!({"ph": "f", "bp": "e", "name": "carried by", "cat": "block", "id": id, "pid": pid_of(self.tracks[to.track].0), "tid": tid_of[command], "ts": us(to.start_ns)}));
         }
         json!({"traceEvents": events, "displayTimeUnit": "ns"})
+    }
+}
+
+/// Why a command's completion was never seen, as its slice says it.
+fn dropped(reason: DropReason) -> &'static str {
+    match reason {
+        DropReason::AgedOut => "aged_out",
+        DropReason::Evicted => "evicted",
+        DropReason::CompletionLost => "completion_lost",
+        DropReason::RingDropped => "ring_dropped",
     }
 }
 
@@ -359,6 +374,33 @@ mod tests {
         assert!(of_phase(&done, "X")
             .iter()
             .all(|s| s["args"].get("unfinished").is_none()));
+    }
+
+    #[test]
+    fn a_command_given_up_is_unfinished_not_a_zero_length_command() {
+        // Request 5 issued at sector 0, then issued again at 8 with no
+        // completion between: the first command's completion was lost.
+        let named = |event: BlockEvent, request: u64| BlockEvent {
+            aux_sector: request,
+            ..event
+        };
+        let trace = matched(&[
+            event(EventKind::Queue, 0, 0, 8),
+            named(event(EventKind::Issue, 1_000, 0, 8), 5),
+            event(EventKind::Queue, 2_000, 8, 8),
+            named(event(EventKind::Issue, 3_000, 8, 8), 5),
+            named(event(EventKind::Complete, 4_000, 8, 8), 5),
+        ]);
+        let commands: Vec<&Value> = of_phase(&trace, "X")
+            .into_iter()
+            .filter(|s| s["name"] == "command")
+            .collect();
+        assert_eq!(commands.len(), 2, "{commands:?}");
+        let lost = commands.iter().find(|s| s["args"]["sector"] == 0).unwrap();
+        assert_eq!(lost["args"]["unfinished"], true, "{lost}");
+        assert_eq!(lost["args"]["dropped"], "completion_lost", "{lost}");
+        let done = commands.iter().find(|s| s["args"]["sector"] == 8).unwrap();
+        assert!(done["args"].get("unfinished").is_none(), "{done}");
     }
 
     #[test]
