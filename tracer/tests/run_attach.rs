@@ -23,15 +23,6 @@ use serde_json::Value;
 const BLOCKS: u64 = 200;
 const BLOCK: u64 = 4096;
 
-/// One tracer at a time (they capture every disk).
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// A shell pipeline that feeds dd `BLOCKS` blocks, one each 10 ms; killed on drop.
 struct PacedDd {
     shell: Child,
@@ -148,7 +139,7 @@ fn writes_after_attaching_to_dd_on_a_partition_are_those_it_made() {
     if !privileged("writes_after_attaching_to_dd_on_a_partition_are_those_it_made") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = LoopDisk::new(
         "attach-part",
         8,
@@ -183,7 +174,7 @@ fn writes_after_attaching_to_dd_on_an_ext4_file_are_placed_from_its_position() {
     if !privileged("writes_after_attaching_to_dd_on_an_ext4_file_are_placed_from_its_position") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("attach-file", 16);
     let file = disk.path("out");
     let writer = PacedDd::start(file.to_str().unwrap());
@@ -205,7 +196,7 @@ fn ctrl_c_ends_the_window_and_children_forked_after_attach_are_followed() {
     if !privileged("ctrl_c_ends_the_window_and_children_forked_after_attach_are_followed") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = LoopDisk::new(
         "attach-loop",
         8,

@@ -21,17 +21,6 @@ use serde_json::Value;
 
 const REWRITES: u64 = 50;
 
-/// One test at a time: four tracers capturing every disk at once on a
-/// 2-CPU CI machine starved their readers (stop 35), which hold each file
-/// when they handle its open.
-static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
-fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
-    ONE_AT_A_TIME
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 /// Asserts a rewritten block's writes: `REWRITES` of 4 KiB, about one
 /// command each, and each command one write.
 fn assert_one_command_per_rewrite(target: &Value) {
@@ -62,7 +51,7 @@ fn a_block_rewritten_and_synced_by_dd_is_one_command_per_write() {
     if !privileged("a_block_rewritten_and_synced_by_dd_is_one_command_per_write") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-dd", 64);
     let file = one_block_file(&disk, "block");
     let script = format!(
@@ -82,7 +71,7 @@ fn a_block_rewritten_by_python_with_fdatasync_is_one_command_per_write() {
     if !privileged("a_block_rewritten_by_python_with_fdatasync_is_one_command_per_write") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-py", 64);
     let file = one_block_file(&disk, "block");
     let program = format!(
@@ -99,7 +88,7 @@ fn a_file_synced_then_removed_before_exit_is_matched() {
     if !privileged("a_file_synced_then_removed_before_exit_is_matched") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-rm", 64);
     let file = disk.path("gone.bin");
     let script = format!(
@@ -121,7 +110,7 @@ fn files_renamed_over_each_other_are_both_matched() {
     if !privileged("files_renamed_over_each_other_are_both_matched") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-mv", 64);
     let (old, new) = (disk.path("old.bin"), disk.path("new.bin"));
     // old is written and synced; new is written, synced and renamed over
@@ -159,7 +148,7 @@ fn files_removed_as_soon_as_they_are_synced_are_followed() {
     if !privileged("files_removed_as_soon_as_they_are_synced_are_followed") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-many", 64);
     const FILES: u64 = 200;
     const BYTES: u64 = 16384;
@@ -205,7 +194,7 @@ fn commands_under_su_and_runuser_are_not_left_stopped() {
     if !privileged("commands_under_su_and_runuser_are_not_left_stopped") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-su", 64);
     let dir = disk.path("shared");
     std::fs::create_dir(&dir).unwrap();
@@ -256,7 +245,7 @@ fn a_later_process_with_an_exited_childs_pid_is_not_traced() {
     if !privileged("a_later_process_with_an_exited_childs_pid_is_not_traced") {
         return;
     }
-    let _serial = one_at_a_time();
+    let _serial = common::one_tracer_at_a_time();
     let disk = Ext4Disk::new("rewr-pid", 64);
     let pid_file = disk.path("child.pid");
     let go = disk.path("go");

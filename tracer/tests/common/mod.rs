@@ -25,6 +25,16 @@ pub fn privileged(test: &str) -> bool {
     false
 }
 
+/// One tracer at a time within a test binary: tracers capturing every disk
+/// at once on a 2-CPU machine starved their readers (stop 35), which hold
+/// each file when they handle its open. Held for the test's length.
+pub fn one_tracer_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Runs a command and panics with its output if it fails.
 pub fn sh(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
