@@ -155,6 +155,27 @@ macro_rules! define_event_kind {
 with_block_probes!(define_event_kind);
 
 impl EventKind {
+    /// Whether the kernel emits this event in the context of the task that
+    /// submitted the bio, so the current task is its submitter. A request's
+    /// issue, completion and requeue, and a bio's completion, run wherever
+    /// the driver or the plug flush does.
+    pub const fn in_submitter_context(self) -> bool {
+        match self {
+            EventKind::Remap
+            | EventKind::Queue
+            | EventKind::Split
+            | EventKind::Backmerge
+            | EventKind::Frontmerge
+            | EventKind::DirtyBuffer => true,
+            EventKind::RqMerge
+            | EventKind::Issue
+            | EventKind::Complete
+            | EventKind::BioComplete
+            | EventKind::Requeue
+            | EventKind::RqRemap => false,
+        }
+    }
+
     /// The first row whose blk action letter is `letter`: a blkparse `M` is
     /// a bio back merge, a `C` a request completion (the importers tell bio
     /// completions apart by the device).
@@ -1397,6 +1418,11 @@ pub mod names {
     /// Bios of filtered-out owners, so their requests are dropped too.
     pub const FILTERED_BIOS: &str = "FILTERED_BIOS";
     pub const WAKEUP_BYTES: &str = "WAKEUP_BYTES";
+    /// Bytes of records between two checks of a ring's fill (a power of two).
+    pub const WAKE_CHECK_BYTES: &str = "WAKE_CHECK_BYTES";
+    /// 1: every record reads the current task's tgid, even where the task
+    /// is not the submitter (the lever's "off", for the bench).
+    pub const TGID_EVERY_EVENT: &str = "TGID_EVERY_EVENT";
     /// `run`: 0, or the tracer's own tgid (never stopped) when the probe
     /// stops each traced process at its opens for writing ([`super::OPEN_PAUSED`]).
     pub const PAUSE_WRITE_OPENS: &str = "PAUSE_WRITE_OPENS";

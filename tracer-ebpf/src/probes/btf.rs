@@ -33,7 +33,9 @@ use tracer_common::{
     OwnerLayout, COMM_BYTES, INODE_SPAN_BYTES, PAGE_SPAN_BYTES, WINDOW_BYTES,
 };
 
-use super::shared::{bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, ring, submit};
+use super::shared::{
+    bump, bump_by, count_dirty_buffer, device_wanted, pid_wanted, record_tgid, ring, submit,
+};
 
 #[unsafe(no_mangle)]
 static KERNEL_LAYOUT: Global<KernelLayout> = Global::new(KernelLayout::ABSENT);
@@ -287,10 +289,9 @@ fn rq_dev(layout: &KernelLayout, rq: u64) -> u32 {
 /// One record of a bio or request event.
 #[inline(always)]
 fn emit(kind: EventKind, window: Window, dev: u32, arg: u64, arg2: u32) -> u32 {
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !pid_wanted(tgid) {
+    let Some(tgid) = record_tgid(kind) else {
         return 0;
-    }
+    };
     let events = ring();
     let Some(mut entry) = events.reserve::<BtfEvent>(0) else {
         bump(counter::DROPPED);

@@ -9,7 +9,7 @@
 //! drains on a short timer).
 
 use aya_ebpf::{
-    helpers::{bpf_get_current_pid_tgid, bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
+    helpers::{bpf_ktime_get_ns, bpf_probe_read_kernel_buf},
     macros::tracepoint,
     programs::TracePointContext,
     EbpfContext, Global,
@@ -21,7 +21,7 @@ use tracer_common::{
 };
 
 use super::shared::{
-    bump, count_dirty_buffer, device_wanted, pid_wanted, ring, submit, FILTER_DEVICES,
+    bump, count_dirty_buffer, device_wanted, record_tgid, ring, submit, FILTER_DEVICES,
 };
 
 /// Every kind's record offsets, indexed by kind (`ABSENT` under BTF tracepoints).
@@ -79,10 +79,9 @@ fn capture(ctx: &TracePointContext, kind: EventKind) -> u32 {
             Err(errno) => return read_failed(ctx, kind, errno),
         }
     }
-    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
-    if !pid_wanted(tgid) {
+    let Some(tgid) = record_tgid(kind) else {
         return 0;
-    }
+    };
     let events = ring();
     let Some(mut entry) = events.reserve::<ClassicRecord>(0) else {
         bump(counter::DROPPED);

@@ -4,12 +4,14 @@
 
 use aya_ebpf::{
     bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
-    helpers::bpf_get_smp_processor_id,
+    helpers::{bpf_get_current_pid_tgid, bpf_get_smp_processor_id},
     macros::map,
     maps::{ring_buf::RingBufEntry, HashMap, PerCpuArray, PerCpuHashMap, RingBuf},
     Global,
 };
-use tracer_common::{counter, device_filter, DirtyCounts, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS};
+use tracer_common::{
+    counter, device_filter, DirtyCounts, EventKind, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS,
+};
 
 /// Default size of each ring; userspace sizes them at load time.
 const EVENTS_RING_BYTES: u32 = 4096;
@@ -72,6 +74,13 @@ static FILTER_PIDS: Global<u8> = Global::new(0);
 /// Ring fill level (bytes) above which a submit wakes the reader.
 #[unsafe(no_mangle)]
 static WAKEUP_BYTES: Global<u64> = Global::new(1 << 20);
+/// How often (in bytes of records, a power of two) a submit checks the
+/// ring's fill; 8, every record.
+#[unsafe(no_mangle)]
+static WAKE_CHECK_BYTES: Global<u64> = Global::new(8);
+/// See `tracer_common::names::TGID_EVERY_EVENT`.
+#[unsafe(no_mangle)]
+static TGID_EVERY_EVENT: Global<u8> = Global::new(0);
 
 #[inline(always)]
 pub fn bump(index: u32) {
@@ -133,12 +142,30 @@ pub fn pid_wanted(tgid: u32) -> bool {
     FILTER_PIDS.load() == 0 || unsafe { PIDS.get(&tgid) }.is_some()
 }
 
+/// The tgid a `kind` record carries, `None` when the pid filter turns it
+/// away. Only events in the submitter's context read it (a helper call):
+/// elsewhere the current task is whoever the driver runs on, and the
+/// record carries 0, unless a pid filter needs it.
+#[inline(always)]
+pub fn record_tgid(kind: EventKind) -> Option<u32> {
+    if FILTER_PIDS.load() == 0 && TGID_EVERY_EVENT.load() == 0 && !kind.in_submitter_context() {
+        return Some(0);
+    }
+    let tgid = (bpf_get_current_pid_tgid() >> 32) as u32;
+    pid_wanted(tgid).then_some(tgid)
+}
+
 /// Commits a filled record, waking the reader only when its ring is filling.
 #[inline(always)]
 pub fn submit<T>(events: &RingBuf, entry: RingBufEntry<T>) {
     // The reader drains on a timer; the rings (8 MiB in all) hold ~50 ms at
     // 2M events/s, so a wakeup is only worth its cost when one is filling.
-    let wakeup = if events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load() {
+    // Asking a ring its fill is a helper call, so only the record that
+    // covers a `WAKE_CHECK_BYTES` mark of the ring asks: once per that many
+    // bytes of records, known from the record's own address.
+    let wakeup = if covers_mark::<T>(entry.as_ptr() as u64)
+        && events.query(BPF_RB_AVAIL_DATA as u64) >= WAKEUP_BYTES.load()
+    {
         BPF_RB_FORCE_WAKEUP
     } else {
         BPF_RB_NO_WAKEUP
@@ -146,6 +173,22 @@ pub fn submit<T>(events: &RingBuf, entry: RingBufEntry<T>) {
     entry.submit(wakeup as u64);
 }
 
+/// `BPF_RINGBUF_HDR_SZ`: the kernel's header before each record.
+const RECORD_HEADER_BYTES: u64 = 8;
+
+/// Whether the ring record of a `T` at `record` holds a multiple of
+/// `WAKE_CHECK_BYTES` (a power of two dividing the ring's size). Records
+/// tile the ring, so exactly one record holds each mark. The address is
+/// taken relative to a global's: the verifier lets a privileged program
+/// subtract two pointers, not mask one.
+#[inline(always)]
+fn covers_mark<T>(record: u64) -> bool {
+    let every = WAKE_CHECK_BYTES.load();
+    let base = &raw const WAKEUP_BYTES as u64;
+    let start = record.wrapping_sub(RECORD_HEADER_BYTES).wrapping_sub(base) & (every - 1);
+    let len = (core::mem::size_of::<T>() as u64 + RECORD_HEADER_BYTES + 7) & !7;
+    start == 0 || start + len > every
+}
 /// Dirty buffers are counted per device and size in the kernel, not streamed.
 #[map(name = "DIRTY_BUFFERS")]
 static DIRTY_BUFFERS: PerCpuHashMap<u32, DirtyCounts> = PerCpuHashMap::with_max_entries(1024, 0);

@@ -113,8 +113,8 @@ pub struct CaptureConfig {
     /// measured the floor instead of printing measures).
     pub accept_noop: bool,
     /// Read each queued bio's owner (process, cgroup, file) for attribution:
-    /// opt-in (`--owners`, implied by the views and filters that need it),
-    /// since it costs about 0.3 µs per queued bio (docs/benchmarks.md).
+    /// the default, off with `--no-owners` unless a view or filter needs it
+    /// (its cost is in docs/benchmarks.md).
     pub read_owners: bool,
 }
 
@@ -367,6 +367,57 @@ impl ProbeFlavor {
 /// Names the probes to use: `btf` (`raw`, its old name, is accepted), `classic`, or unset for btf where BTF
 /// allows; `noop` (the floor) attaches programs that return at once.
 pub const PROBES_ENV: &str = "IOSPLIT_PROBES";
+/// Probe levers to turn off, comma-separated (a hidden knob for the bench,
+/// which measures each lever alone): `wake-check` (every record asks its
+/// ring's fill, not one per [`WAKE_CHECK_BYTES`]) and `submitter-tgid`
+/// (every record reads the current task, not only those emitted in the
+/// submitter's context).
+pub const LEVERS_OFF_ENV: &str = "IOSPLIT_LEVERS_OFF";
+/// Bytes of records between two checks of a ring's fill, at most (an
+/// eighth of the smallest ring's size below that).
+const WAKE_CHECK_BYTES: u64 = 64 << 10;
+
+/// The probe levers in use (see [`LEVERS_OFF_ENV`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Levers {
+    wake_check: bool,
+    submitter_tgid: bool,
+}
+
+impl Levers {
+    fn from_env() -> Result<Levers> {
+        let mut levers = Levers {
+            wake_check: true,
+            submitter_tgid: true,
+        };
+        let value = std::env::var(LEVERS_OFF_ENV).unwrap_or_default();
+        for name in value
+            .split(',')
+            .map(str::trim)
+            .filter(|name| !name.is_empty())
+        {
+            match name {
+                "wake-check" => levers.wake_check = false,
+                "submitter-tgid" => levers.submitter_tgid = false,
+                _ => {
+                    return Err(Error::usage(format!(
+                        "{LEVERS_OFF_ENV}={value}: `{name}` is not a lever; name wake-check or submitter-tgid, or unset it"
+                    )))
+                }
+            }
+        }
+        Ok(levers)
+    }
+
+    /// The fill check's spacing for rings of at least `smallest` bytes.
+    fn wake_check_bytes(self, smallest: u32) -> u64 {
+        match self.wake_check {
+            true => WAKE_CHECK_BYTES.min(u64::from(smallest) / 8).max(8),
+            false => 8,
+        }
+    }
+}
+
 /// Bios turned away by the owner filters that are remembered at once, so
 /// the requests they head are dropped too (least recently used go first).
 const FILTERED_BIOS_MAX: u32 = 65536;
@@ -550,6 +601,10 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     // buffered writeback (fsync) overflowed 4 MiB rings between 10 ms drains
     // (638k drops in a 512-byte buffered bench run).
     let wakeup_bytes: u64 = u64::from(ring_sizes[0]) / 4;
+    let levers = Levers::from_env()?;
+    let smallest_ring = ring_sizes.iter().copied().min().unwrap_or(PAGE_BYTES);
+    let wake_check_bytes = levers.wake_check_bytes(smallest_ring);
+    let tgid_every_event = u8::from(!levers.submitter_tgid);
     let process_offsets = if config.process_tree {
         format::read_process_offsets(events_dir).map_err(|err| crate::error::one_line(&err))
     } else {
@@ -593,6 +648,8 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
             },
         )
         .override_global(names::WAKEUP_BYTES, &wakeup_bytes, true)
+        .override_global(names::WAKE_CHECK_BYTES, &wake_check_bytes, true)
+        .override_global(names::TGID_EVERY_EVENT, &tgid_every_event, true)
         .override_global(names::PAUSE_WRITE_OPENS, &pause_write_opens, true)
         .override_global(names::PROCESS_FIELDS, &process_fields, true)
         .override_global(names::URING_FIELDS, &uring_fields, true)
@@ -1308,6 +1365,8 @@ mod tests {
             (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),
             (names::FILTER_PIDS, 1),
             (names::WAKEUP_BYTES, 8),
+            (names::WAKE_CHECK_BYTES, 8),
+            (names::TGID_EVERY_EVENT, 1),
             (names::PAUSE_WRITE_OPENS, 4),
         ];
         for (global, size) in globals {
