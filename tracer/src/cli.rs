@@ -81,19 +81,22 @@ impl OwnerFilter {
     }
 }
 
-/// `--owners`, in every command that traces.
+/// `--no-owners` (and `--owners`, the default), in every command that traces.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Args)]
 pub struct ReadOwners {
-    /// Read who submitted each bio (process, cgroup, file) for the attribution views. Costs about 0.3 µs per queued bio, so it is off unless asked; --by and the owner filters imply it where a command takes them.
-    #[arg(long = "owners")]
+    /// Read who submitted each bio (process, cgroup, file) for the attribution views. The default; accepted so scripts that ask for it keep working.
+    #[arg(long = "owners", overrides_with = "no_owners")]
     pub owners: bool,
+    /// Do not read who submitted each bio: no attribution views, for the last bit of overhead (see docs/benchmarks.md). --by and the owner filters still read owners where a command takes them.
+    #[arg(long = "no-owners", overrides_with = "owners")]
+    pub no_owners: bool,
 }
 
 impl ReadOwners {
-    /// Whether owners are read: asked for, or `implied` (by an owner filter
-    /// or an attribution view, like `--by`).
+    /// Whether owners are read: unless turned off, or when `implied` (by an
+    /// owner filter or an attribution view, like `--by`).
     pub fn reads_owners(self, implied: bool) -> bool {
-        self.owners || implied
+        !self.no_owners || implied
     }
 }
 
@@ -138,8 +141,11 @@ where
         }
     }
     match command.read_owners_mut() {
-        Some(own) => own.owners |= read.owners,
+        // The subcommand's own flag wins over one given before it.
+        Some(own) if !own.owners && !own.no_owners => *own = read,
+        Some(_) => {}
         None if read.owners => return Err(refuse("--owners")),
+        None if read.no_owners => return Err(refuse("--no-owners")),
         None => {}
     }
     Ok(cli)
@@ -545,6 +551,26 @@ mod tests {
     }
 
     #[test]
+    fn owners_are_read_unless_turned_off_and_a_filter_still_reads_them() {
+        let read = |args: &[&str]| {
+            let cli = parse_from(args).unwrap();
+            match cli.command {
+                Some(Command::Report(report)) => report.read,
+                None => cli.read,
+                _ => panic!("not report"),
+            }
+        };
+        assert!(read(&["iosplit-trace", "report"]).reads_owners(false));
+        assert!(read(&["iosplit-trace"]).reads_owners(false));
+        let off = read(&["iosplit-trace", "report", "--no-owners"]);
+        assert!(!off.reads_owners(false));
+        assert!(off.reads_owners(true), "an owner filter or --by needs them");
+        assert!(!read(&["iosplit-trace", "--no-owners", "report"]).reads_owners(false));
+        assert!(read(&["iosplit-trace", "--no-owners", "report", "--owners"]).reads_owners(false));
+        assert!(read(&["iosplit-trace", "report", "--owners", "--no-owners"]) == off);
+    }
+
+    #[test]
     fn owner_flags_before_the_subcommand_go_to_it_where_it_takes_them() {
         let cli = parse_from([
             "iosplit-trace",
@@ -575,11 +601,15 @@ mod tests {
         assert!(cli.read.owners);
         for (args, flag) in [
             (
+                &["iosplit-trace", "--no-owners", "check"][..],
+                "--no-owners",
+            ),
+            (
                 &["iosplit-trace", "-p", "1", "run", "--", "true"][..],
                 "--pid",
             ),
             (&["iosplit-trace", "--comm", "dd", "serve"], "--comm"),
-            (&["iosplit-trace", "--owners", "check"], "--owners"),
+            (&["iosplit-trace", "--owners", "check"][..], "--owners"),
         ] {
             let err = parse_from(args).unwrap_err();
             assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);

@@ -400,12 +400,11 @@ fn bad_owner_filters_are_one_line_and_status_2() {
     }
 }
 
-/// Owners are opt-in (they cost about 0.3 µs per queued bio): without
-/// `--owners` (or a view or filter that implies it) a report has no
-/// attribution section, and with it the section is there.
+/// Owners are read by default: a plain report attributes the writes to
+/// dd, and `--no-owners` leaves the attribution section out.
 #[test]
-fn owners_are_read_only_when_asked() {
-    if !privileged("owners_are_read_only_when_asked") {
+fn owners_are_read_unless_turned_off() {
+    if !privileged("owners_are_read_unless_turned_off") {
         return;
     }
     let _serial = SERIAL
@@ -425,21 +424,21 @@ fn owners_are_read_only_when_asked() {
             ],
         )
     };
+    let off = Tracer::start(&["-d", &disk.name, "report", "--json", "--no-owners"]);
+    write();
+    let off = parse(&off.stop());
+    assert!(off.get("attribution").is_none(), "{off}");
+    let user_ios = &partition_ops(&off, p1.trim_start_matches("/dev/"))["write"]["user_ios"];
+    assert!(user_ios.as_u64().unwrap() >= 8, "{off}");
     let plain = Tracer::start(&["-d", &disk.name, "report", "--json"]);
     write();
     let plain = parse(&plain.stop());
-    assert!(plain.get("attribution").is_none(), "{plain}");
-    let user_ios = &partition_ops(&plain, p1.trim_start_matches("/dev/"))["write"]["user_ios"];
-    assert!(user_ios.as_u64().unwrap() >= 8, "{plain}");
-    let asked = Tracer::start(&["-d", &disk.name, "--owners", "report", "--json"]);
-    write();
-    let asked = parse(&asked.stop());
-    let dd_bytes: u64 = entries(&asked, "processes")
+    let dd_bytes: u64 = entries(&plain, "processes")
         .iter()
         .filter(|entry| entry["comm"] == "dd")
         .map(|entry| number(entry, "bytes"))
         .sum();
-    assert_eq!(dd_bytes, 8 * 65536, "{}", asked["attribution"]);
+    assert_eq!(dd_bytes, 8 * 65536, "{}", plain["attribution"]);
 }
 
 /// Nested cgroups, made where the kubelet and the runtimes make them, and

@@ -569,7 +569,7 @@ pub(crate) mod tests {
         set_spans(&mut kernel);
         assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (32, 72));
 
-        // Owners off (no --owners): nothing is copied.
+        // Owners off (--no-owners): nothing is copied.
         kernel.owner.file_enabled = 0;
         set_spans(&mut kernel);
         assert_eq!((kernel.owner.page_span, kernel.owner.inode_span), (0, 0));

@@ -119,8 +119,8 @@ pub struct RecordHeader {
     /// Sizes of BlockEvent, ProcessEvent, OpenEvent, DirtyCounts, for a human
     /// reading the header; the reader checks the preamble.
     pub event_layout: [usize; 4],
-    /// Whether owners were read (`--owners`); recordings before the flag
-    /// always read them.
+    /// Whether owners were read (not `--no-owners`); recordings before
+    /// the flag always read them.
     #[serde(default = "owners_by_default")]
     pub owners: bool,
 }

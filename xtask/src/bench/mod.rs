@@ -117,6 +117,7 @@ impl Plan {
         if !args.printf && !named(Config::BpftracePrintf) {
             configs.retain(|&c| c != Config::BpftracePrintf);
         }
+        configs.retain(|&c| !c.only_when_named() || named(c));
         if !args.config.is_empty() {
             configs.retain(|c| *c == Config::Baseline || args.config.contains(c));
         }

@@ -1,6 +1,7 @@
 //! The configurations compared: no tracer, the floor (iosplit-trace's raw
 //! tracepoints with programs that return at once), iosplit-trace (`report`;
-//! with `--owners`; with `--record`; `serve` scraped every second), and
+//! with `--no-owners`; with `--record`; `serve` scraped every second; with
+//! one probe lever turned off, when asked for), and
 //! bpftrace with in-kernel counting or with one printf per event on the same
 //! tracepoints.
 
@@ -28,9 +29,9 @@ pub enum Config {
     /// `IOSPLIT_PROBES=noop`: the tracepoints' dispatch alone, nothing captured.
     Floor,
     IosplitTrace,
-    /// `report --owners`: the queue probe reads owners too (attribution's
-    /// cost, which made them opt-in).
-    OwnersOn,
+    /// `report --no-owners`: the queue probe reads no owners (attribution's
+    /// cost, beside the default `report`, which reads them).
+    NoOwners,
     /// `report --record FILE`, FILE in the scratch directory (/dev/shm).
     Record,
     /// `serve`, scraped every second by a thread here; events from its /metrics.
@@ -39,32 +40,50 @@ pub enum Config {
     IosplitClassic,
     BpftraceCount,
     BpftracePrintf,
+    /// `report` with `IOSPLIT_LEVERS_OFF=wake-check` (every record asks its
+    /// ring's fill): that lever alone, only with `--config`.
+    LeverOffWakeCheck,
+    /// `report` with `IOSPLIT_LEVERS_OFF=submitter-tgid` (every record reads
+    /// the current task): that lever alone, only with `--config`.
+    LeverOffSubmitterTgid,
 }
 
 impl Config {
-    pub const ALL: [Config; 9] = [
+    pub const ALL: [Config; 11] = [
         Config::Baseline,
         Config::Floor,
         Config::IosplitTrace,
-        Config::OwnersOn,
+        Config::NoOwners,
         Config::Record,
         Config::Serve,
         Config::IosplitClassic,
         Config::BpftraceCount,
         Config::BpftracePrintf,
+        Config::LeverOffWakeCheck,
+        Config::LeverOffSubmitterTgid,
     ];
+
+    /// Run only when `--config` names them.
+    pub fn only_when_named(self) -> bool {
+        matches!(
+            self,
+            Config::LeverOffWakeCheck | Config::LeverOffSubmitterTgid
+        )
+    }
 
     pub fn title(self) -> &'static str {
         match self {
             Config::Baseline => "baseline (no tracer)",
             Config::Floor => "floor: noop probes (events = hits)",
             Config::IosplitTrace => "iosplit-trace report",
-            Config::OwnersOn => "iosplit-trace report --owners",
+            Config::NoOwners => "iosplit-trace report --no-owners",
             Config::Record => "iosplit-trace report --record",
             Config::Serve => "iosplit-trace serve, scraped 1/s",
             Config::IosplitClassic => "iosplit-trace, classic tracepoints",
             Config::BpftraceCount => "bpftrace count()",
             Config::BpftracePrintf => "bpftrace printf/event",
+            Config::LeverOffWakeCheck => "report, lever off: wake-check",
+            Config::LeverOffSubmitterTgid => "report, lever off: submitter-tgid",
         }
     }
 
@@ -82,7 +101,12 @@ impl Config {
     pub fn captures(self) -> bool {
         matches!(
             self,
-            Config::IosplitTrace | Config::OwnersOn | Config::Record | Config::Serve
+            Config::IosplitTrace
+                | Config::NoOwners
+                | Config::Record
+                | Config::Serve
+                | Config::LeverOffWakeCheck
+                | Config::LeverOffSubmitterTgid
         )
     }
 
@@ -110,15 +134,21 @@ impl Config {
             args.push("--record".into());
             args.push(recording.display().to_string());
         }
-        if self == Config::OwnersOn {
-            args.push("--owners".into());
+        if self == Config::NoOwners {
+            args.push("--no-owners".into());
         }
         let probes = match self {
             Config::IosplitClassic => "classic",
             Config::Floor => "noop",
             _ => "btf",
         };
-        (args, vec![("IOSPLIT_PROBES", probes)])
+        let mut env = vec![("IOSPLIT_PROBES", probes)];
+        match self {
+            Config::LeverOffWakeCheck => env.push(("IOSPLIT_LEVERS_OFF", "wake-check")),
+            Config::LeverOffSubmitterTgid => env.push(("IOSPLIT_LEVERS_OFF", "submitter-tgid")),
+            _ => {}
+        }
+        (args, env)
     }
 }
 
@@ -243,10 +273,12 @@ impl RunningTracer {
             Config::Baseline => return Ok(None),
             Config::Floor
             | Config::IosplitTrace
-            | Config::OwnersOn
+            | Config::NoOwners
             | Config::Record
             | Config::Serve
-            | Config::IosplitClassic => {
+            | Config::IosplitClassic
+            | Config::LeverOffWakeCheck
+            | Config::LeverOffSubmitterTgid => {
                 let (args, env) = config.iosplit_command(&device.disk, &recording);
                 let mut cmd = Command::new(iosplit_binary);
                 cmd.args(args).envs(env);
@@ -369,9 +401,12 @@ impl RunningTracer {
                     ..Counted::default()
                 }
             }
-            Config::IosplitTrace | Config::OwnersOn | Config::Record | Config::IosplitClassic => {
-                parse_iosplit_report(&stdout)?
-            }
+            Config::IosplitTrace
+            | Config::NoOwners
+            | Config::Record
+            | Config::IosplitClassic
+            | Config::LeverOffWakeCheck
+            | Config::LeverOffSubmitterTgid => parse_iosplit_report(&stdout)?,
             Config::Serve => served
                 .as_ref()
                 .map_or_else(Counted::default, |(_, counts)| Counted {
@@ -543,9 +578,18 @@ mod tests {
     fn each_iosplit_configuration_runs_its_own_command() {
         let recording = Path::new("/dev/shm/x/bench.iotrace");
         let command = |config: Config| config.iosplit_command("loop3", recording);
-        let (args, env) = command(Config::OwnersOn);
-        assert_eq!(args, ["report", "--json", "-d", "loop3", "--owners"]);
+        let (args, env) = command(Config::NoOwners);
+        assert_eq!(args, ["report", "--json", "-d", "loop3", "--no-owners"]);
         assert_eq!(env, [("IOSPLIT_PROBES", "btf")]);
+        let (args, env) = command(Config::LeverOffWakeCheck);
+        assert_eq!(args, ["report", "--json", "-d", "loop3"]);
+        assert_eq!(
+            env,
+            [
+                ("IOSPLIT_PROBES", "btf"),
+                ("IOSPLIT_LEVERS_OFF", "wake-check")
+            ]
+        );
         let (args, env) = command(Config::Record);
         assert_eq!(
             args,

@@ -59,7 +59,7 @@ pub fn draw(frame: &mut Frame, area: Rect, app: &App) {
     if app.rows.is_empty() {
         let owners_read = app.report.as_ref().is_some_and(|r| r.attribution.is_some());
         let waiting = if app.view != crate::frontend::tui::app::TableView::Devices && !owners_read {
-            "owners are not read (they cost about 0.3 µs per queued bio): restart with --owners to see who (v: next view)"
+            "owners are not read (--no-owners): restart without it to see who (v: next view)"
         } else if app.view != crate::frontend::tui::app::TableView::Devices {
             "no I/O attributed yet in this view (v: next view)"
         } else if app.paused {
