@@ -4,12 +4,19 @@
 //! devices by. Pure, like the rest of the engine: ids in, ids out; paths
 //! are resolved by the frontend (`crate::owners`).
 //!
+//! A user I/O updates one **combination** of its three entries (process,
+//! cgroup, file on its device), not the three: consecutive I/O nearly
+//! always shares one, so a queued bio of the same owners as the last costs
+//! no lookup, and each measure is recorded once, not three times. The views
+//! sum their combinations when read.
+//!
 //! Bounded: each view keeps at most [`OWNER_CAPACITY`] (owner, device)
 //! entries; I/O of owners beyond that is summed into the device's `other`
-//! entry. Entries are created on first sight (their histograms allocated
-//! once); after that an event costs a hash lookup per view and no
-//! allocation. A reset zeroes the entries but keeps them, so the slots that
-//! in-flight user I/Os point at stay valid.
+//! entry. Combinations are bounded too (`3 ×` that); past them, I/O goes to
+//! the device's (other, other, other). Entries are created on first sight
+//! (a combination's histograms allocated once); after that an event costs
+//! no allocation. A reset zeroes the combinations but keeps them, so the
+//! slots that in-flight user I/Os point at stay valid.
 
 use hdrhistogram::Histogram;
 use tracer_common::{owner_flags, Owner, COMM_BYTES};
@@ -144,17 +151,21 @@ impl OwnerStats {
     }
 
     fn absorb(&mut self, other: &OwnerStats) {
+        self.absorb_counts(other);
+        // Same bounds on both sides, so adding cannot fail.
+        let _ = self.commands_per_io.add(&other.commands_per_io);
+        let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
+        let _ = self.queue_to_issue_us.add(&other.queue_to_issue_us);
+        let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
+    }
+
+    fn absorb_counts(&mut self, other: &OwnerStats) {
         self.user_ios += other.user_ios;
         self.commands += other.commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
         self.split_user_ios += other.split_user_ios;
         self.merges += other.merges;
-        // Same bounds on both sides, so adding cannot fail.
-        let _ = self.commands_per_io.add(&other.commands_per_io);
-        let _ = self.queue_to_complete_us.add(&other.queue_to_complete_us);
-        let _ = self.queue_to_issue_us.add(&other.queue_to_issue_us);
-        let _ = self.issue_to_complete_us.add(&other.issue_to_complete_us);
     }
 
     fn is_empty(&self) -> bool {
@@ -195,16 +206,11 @@ impl OwnerStats {
 /// A (disk, partition) pair as the engine numbers them.
 pub type Place = (u32, u32);
 
-struct Entry<K> {
-    key: K,
-    place: Place,
-    stats: OwnerStats,
-}
-
-/// One view (processes, cgroups or files): its entries and their index.
+/// One view (processes, cgroups or files): its (owner, place) entries and
+/// their index; their measures are in the combinations.
 struct View<K> {
     index: FastMap<(K, Place), u32>,
-    entries: Vec<Entry<K>>,
+    entries: Vec<(K, Place)>,
     /// Entries of real owners (the `other` entries do not count).
     owners: usize,
     capacity: usize,
@@ -239,71 +245,52 @@ impl<K: ViewKey> View<K> {
             self.owners += 1;
         }
         let slot = self.entries.len() as u32;
-        self.entries.push(Entry {
-            key,
-            place,
-            stats: OwnerStats::new(),
-        });
+        self.entries.push((key, place));
         self.index.insert((key, place), slot);
         slot
     }
 
-    fn stats(&mut self, slot: u32) -> Option<&mut OwnerStats> {
-        self.entries
-            .get_mut(slot as usize)
-            .map(|entry| &mut entry.stats)
-    }
-
-    fn clear(&mut self) {
-        for entry in &mut self.entries {
-            entry.stats.clear();
-        }
-    }
-
-    /// Every non-empty entry (the engine's `other` ones included), by reference.
-    fn nonempty(&self) -> impl Iterator<Item = (K, Place, &OwnerStats)> {
+    /// Every entry whose `sums` (its combinations' measures, by slot) are
+    /// not empty, the engine's `other` ones included.
+    fn nonempty<'a>(
+        &'a self,
+        sums: &'a [OwnerStats],
+    ) -> impl Iterator<Item = (K, Place, &'a OwnerStats)> + 'a {
         self.entries
             .iter()
-            .filter(|entry| !entry.stats.is_empty())
-            .map(|entry| (entry.key, entry.place, &entry.stats))
+            .zip(sums)
+            .filter(|(_, stats)| !stats.is_empty())
+            .map(|(&(key, place), stats)| (key, place, stats))
     }
 
     /// The top `top` entries by commands (then user I/Os), and per place
     /// the rest summed into `other`; with how many owners were folded.
-    fn report(&self, top: usize) -> (Vec<(K, Place, OwnerStats)>, u64) {
-        let mut order: Vec<&Entry<K>> = self
+    fn report(&self, sums: Vec<OwnerStats>, top: usize) -> (Vec<(K, Place, OwnerStats)>, u64) {
+        let mut order: Vec<(K, Place, OwnerStats)> = self
             .entries
             .iter()
-            .filter(|entry| !entry.stats.is_empty())
+            .zip(sums)
+            .filter(|(_, stats)| !stats.is_empty())
+            .map(|(&(key, place), stats)| (key, place, stats))
             .collect();
         order.sort_by(|a, b| {
-            let other = |entry: &Entry<K>| entry.key == K::OTHER;
-            (other(a), b.stats.commands, b.stats.user_ios).cmp(&(
-                other(b),
-                a.stats.commands,
-                a.stats.user_ios,
-            ))
+            let other = |entry: &(K, Place, OwnerStats)| entry.0 == K::OTHER;
+            (other(a), b.2.commands, b.2.user_ios).cmp(&(other(b), a.2.commands, a.2.user_ios))
         });
         let mut shown = Vec::new();
         let mut others: Vec<(Place, OwnerStats)> = Vec::new();
         let mut folded = 0;
-        for entry in order {
-            if entry.key != K::OTHER && shown.len() < top {
-                let mut stats = OwnerStats::new();
-                stats.absorb(&entry.stats);
-                shown.push((entry.key, entry.place, stats));
+        for (key, place, stats) in order {
+            if key != K::OTHER && shown.len() < top {
+                shown.push((key, place, stats));
                 continue;
             }
-            if entry.key != K::OTHER {
+            if key != K::OTHER {
                 folded += 1;
             }
-            match others.iter_mut().find(|(place, _)| *place == entry.place) {
-                Some((_, stats)) => stats.absorb(&entry.stats),
-                None => {
-                    let mut stats = OwnerStats::new();
-                    stats.absorb(&entry.stats);
-                    others.push((entry.place, stats));
-                }
+            match others.iter_mut().find(|(at, _)| *at == place) {
+                Some((_, sum)) => sum.absorb(&stats),
+                None => others.push((place, stats)),
             }
         }
         shown.extend(
@@ -315,21 +302,33 @@ impl<K: ViewKey> View<K> {
     }
 }
 
-/// Slots of one user I/O's owners in the three views.
+/// One user I/O's owners: the slot of its combination of entries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OwnerSlots {
-    pub process: u32,
-    pub cgroup: u32,
-    pub file: u32,
+    combo: u32,
 }
 
 impl OwnerSlots {
     /// No owner (an I/O from before attribution, or a fallback target).
-    pub const NONE: OwnerSlots = OwnerSlots {
-        process: u32::MAX,
-        cgroup: u32::MAX,
-        file: u32::MAX,
-    };
+    pub const NONE: OwnerSlots = OwnerSlots { combo: u32::MAX };
+}
+
+/// The process, cgroup and file entries (their slots in the views) of one
+/// combination.
+type Trio = [u32; 3];
+
+/// The measures of the I/O of one (process, cgroup, file) combination.
+struct Combo {
+    entries: Trio,
+    stats: OwnerStats,
+}
+
+/// The last queued bio's keys and place, and their combination.
+#[derive(Clone, Copy)]
+struct LastQueued {
+    keys: (ProcessKey, CgroupKey, FileKey),
+    place: Place,
+    slots: OwnerSlots,
 }
 
 impl Default for OwnerSlots {
@@ -343,6 +342,10 @@ pub struct AttributionTables {
     processes: View<ProcessKey>,
     cgroups: View<CgroupKey>,
     files: View<FileKey>,
+    combos: Vec<Combo>,
+    combo_index: FastMap<Trio, u32>,
+    combo_capacity: usize,
+    last: Option<LastQueued>,
     /// Off when the probes read no owners: no report shows the tables then,
     /// and keeping them cost three lookups and up to nine histogram records per I/O.
     kept: bool,
@@ -354,6 +357,10 @@ impl AttributionTables {
             processes: View::new(capacity),
             cgroups: View::new(capacity),
             files: View::new(capacity),
+            combos: Vec::new(),
+            combo_index: FastMap::default(),
+            combo_capacity: 3 * capacity,
+            last: None,
             kept: true,
         }
     }
@@ -368,11 +375,14 @@ impl AttributionTables {
         if !self.kept {
             return OwnerSlots::NONE;
         }
-        let (process, cgroup, file) = keys_of(owner, tgid);
-        let slots = OwnerSlots {
-            process: self.processes.slot(process, place),
-            cgroup: self.cgroups.slot(cgroup, place),
-            file: self.files.slot(file, place),
+        let keys = keys_of(owner, tgid);
+        let slots = match self.last {
+            Some(last) if last.keys == keys && last.place == place => last.slots,
+            _ => {
+                let slots = self.combination(keys, place);
+                self.last = Some(LastQueued { keys, place, slots });
+                slots
+            }
         };
         self.each(slots, |stats| {
             stats.user_ios += 1;
@@ -381,44 +391,90 @@ impl AttributionTables {
         slots
     }
 
-    /// Applies `update` to the three entries of `slots`.
+    /// The combination of these owners on `place`, made on first sight;
+    /// past the combinations' bound, the place's (other, other, other).
+    fn combination(
+        &mut self,
+        (process, cgroup, file): (ProcessKey, CgroupKey, FileKey),
+        place: Place,
+    ) -> OwnerSlots {
+        let mut entries = [
+            self.processes.slot(process, place),
+            self.cgroups.slot(cgroup, place),
+            self.files.slot(file, place),
+        ];
+        if let Some(&combo) = self.combo_index.get(&entries) {
+            return OwnerSlots { combo };
+        }
+        if self.combos.len() >= self.combo_capacity {
+            entries = [
+                self.processes.slot(ProcessKey::OTHER, place),
+                self.cgroups.slot(CgroupKey::OTHER, place),
+                self.files.slot(FileKey::OTHER, place),
+            ];
+            if let Some(&combo) = self.combo_index.get(&entries) {
+                return OwnerSlots { combo };
+            }
+        }
+        let combo = self.combos.len() as u32;
+        self.combos.push(Combo {
+            entries,
+            stats: OwnerStats::new(),
+        });
+        self.combo_index.insert(entries, combo);
+        OwnerSlots { combo }
+    }
+
+    /// Applies `update` to the measures of `slots`' combination.
     #[inline]
-    pub fn each(&mut self, slots: OwnerSlots, mut update: impl FnMut(&mut OwnerStats)) {
-        if let Some(stats) = self.processes.stats(slots.process) {
-            update(stats);
-        }
-        if let Some(stats) = self.cgroups.stats(slots.cgroup) {
-            update(stats);
-        }
-        if let Some(stats) = self.files.stats(slots.file) {
-            update(stats);
+    pub fn each(&mut self, slots: OwnerSlots, update: impl FnOnce(&mut OwnerStats)) {
+        if let Some(combo) = self.combos.get_mut(slots.combo as usize) {
+            update(&mut combo.stats);
         }
     }
 
     pub fn clear(&mut self) {
-        self.processes.clear();
-        self.cgroups.clear();
-        self.files.clear();
+        for combo in &mut self.combos {
+            combo.stats.clear();
+        }
+    }
+
+    /// Each entry of view `view` (0 processes, 1 cgroups, 2 files) with its
+    /// combinations' measures summed; `histograms` false sums the counters only.
+    fn sums(&self, view: usize, entries: usize, histograms: bool) -> Vec<OwnerStats> {
+        let mut sums: Vec<OwnerStats> = (0..entries).map(|_| OwnerStats::new()).collect();
+        for combo in &self.combos {
+            if let Some(sum) = sums.get_mut(combo.entries[view] as usize) {
+                match histograms {
+                    true => sum.absorb(&combo.stats),
+                    false => sum.absorb_counts(&combo.stats),
+                }
+            }
+        }
+        sums
     }
 
     /// The top `top` owners of each view, named by ids; `device` names a place.
     /// Every entry of every view with its counters only (no histogram is
     /// copied or summarized): what `serve --by` polls at each scrape.
     pub fn counts(&self, device: impl Fn(Place) -> String) -> crate::model::Attribution {
+        let processes = self.sums(0, self.processes.entries.len(), false);
+        let cgroups = self.sums(1, self.cgroups.entries.len(), false);
+        let files = self.sums(2, self.files.entries.len(), false);
         crate::model::Attribution {
             processes: self
                 .processes
-                .nonempty()
+                .nonempty(&processes)
                 .map(|(key, place, stats)| process_entry(key, device(place), stats.counts_only()))
                 .collect(),
             cgroups: self
                 .cgroups
-                .nonempty()
+                .nonempty(&cgroups)
                 .map(|(key, place, stats)| cgroup_entry(key, device(place), stats.counts_only()))
                 .collect(),
             files: self
                 .files
-                .nonempty()
+                .nonempty(&files)
                 .map(|(key, place, stats)| file_entry(key, device(place), stats.counts_only()))
                 .collect(),
             folded: crate::model::FoldedOwners::default(),
@@ -431,9 +487,14 @@ impl AttributionTables {
         top: usize,
         device: impl Fn(Place) -> String,
     ) -> crate::model::Attribution {
-        let (processes, folded_processes) = self.processes.report(top);
-        let (cgroups, folded_cgroups) = self.cgroups.report(top);
-        let (files, folded_files) = self.files.report(top);
+        let sums = |view: usize, entries: usize| self.sums(view, entries, true);
+        let (processes, folded_processes) = self
+            .processes
+            .report(sums(0, self.processes.entries.len()), top);
+        let (cgroups, folded_cgroups) = self
+            .cgroups
+            .report(sums(1, self.cgroups.entries.len()), top);
+        let (files, folded_files) = self.files.report(sums(2, self.files.entries.len()), top);
         crate::model::Attribution {
             processes: processes
                 .into_iter()
@@ -564,8 +625,9 @@ mod tests {
             slots.push(tables.queue(&owner("w", u64::from(tgid), 1, ALL), tgid, place, 4096));
         }
         // The third and fourth process share the `other` slot.
-        assert_eq!(slots[2].process, slots[3].process);
-        assert_ne!(slots[0].process, slots[1].process);
+        let process = |slot: &OwnerSlots| tables.combos[slot.combo as usize].entries[0];
+        assert_eq!(process(&slots[2]), process(&slots[3]));
+        assert_ne!(process(&slots[0]), process(&slots[1]));
         for (i, slot) in slots.iter().enumerate() {
             for _ in 0..=i {
                 tables.each(*slot, |stats| stats.commands += 1);
@@ -593,7 +655,8 @@ mod tests {
         let dd = owner("dd", 3, 9, ALL);
         let first = tables.queue(&dd, 10, (0, 1), 512);
         let second = tables.queue(&dd, 10, (0, 2), 512);
-        assert_ne!(first.cgroup, second.cgroup);
+        let cgroup = |slot: OwnerSlots| tables.combos[slot.combo as usize].entries[1];
+        assert_ne!(cgroup(first), cgroup(second));
         assert_eq!(tables.queue(&dd, 10, (0, 1), 512), first);
         tables.clear();
         assert_eq!(tables.queue(&dd, 10, (0, 1), 512), first);
@@ -601,6 +664,82 @@ mod tests {
         assert_eq!(report.cgroups.len(), 1, "the emptied entry is not shown");
         assert_eq!(report.cgroups[0].measures.user_ios, 1);
         assert_eq!(report.cgroups[0].cgroup_id, Some(3));
+    }
+
+    #[test]
+    fn each_view_sums_the_combinations_its_entries_are_in() {
+        let mut tables = AttributionTables::new(8);
+        let place = (0, 1);
+        let a = tables.queue(&owner("dd", 3, 1, ALL), 10, place, 4096);
+        let b = tables.queue(&owner("dd", 3, 2, ALL), 10, place, 4096);
+        let c = tables.queue(&owner("cp", 3, 2, ALL), 11, place, 4096);
+        assert_eq!(tables.queue(&owner("cp", 3, 2, ALL), 11, place, 4096), c);
+        assert_eq!(tables.queue(&owner("dd", 3, 1, ALL), 10, place, 4096), a);
+        assert_eq!(tables.combos.len(), 3, "one per (process, cgroup, file)");
+        tables.each(b, |stats| stats.commands += 2);
+        let report = tables.report(TOP_OWNERS, |_| String::new());
+        let by_comm = |comm: &str| {
+            report
+                .processes
+                .iter()
+                .find(|entry| entry.comm.as_deref() == Some(comm))
+                .map(|entry| (entry.measures.user_ios, entry.measures.commands))
+        };
+        assert_eq!(by_comm("dd"), Some((3, 2)));
+        assert_eq!(by_comm("cp"), Some((2, 0)));
+        assert_eq!(report.cgroups.len(), 1);
+        assert_eq!(report.cgroups[0].measures.user_ios, 5);
+        assert_eq!(report.cgroups[0].measures.bytes, 5 * 4096);
+        let by_inode = |ino: u64| {
+            report
+                .files
+                .iter()
+                .find(|entry| entry.inode == Some(ino))
+                .map(|entry| (entry.measures.user_ios, entry.measures.commands))
+        };
+        assert_eq!(by_inode(1), Some((2, 0)));
+        assert_eq!(by_inode(2), Some((3, 2)));
+        // The counters serve polls are the same sums.
+        let counts = tables.counts(|_| String::new());
+        let total: u64 = counts
+            .files
+            .iter()
+            .map(|entry| entry.measures.user_ios)
+            .sum();
+        assert_eq!(total, 5);
+    }
+
+    #[test]
+    fn past_the_combinations_bound_io_goes_to_the_places_other() {
+        let mut tables = AttributionTables::new(2);
+        let place = (0, 1);
+        // Capacity 2 per view, so 6 combinations: 2 processes x 2 files x
+        // (2 cgroups and then `other`) passes it.
+        let mut last = OwnerSlots::NONE;
+        for cgroup in 1..=3u64 {
+            for (tgid, ino) in [(1u32, 1u64), (1, 2), (2, 1), (2, 2)] {
+                last = tables.queue(&owner("w", cgroup, ino, ALL), tgid, place, 512);
+            }
+        }
+        assert!(
+            tables.combos.len() <= 7,
+            "{} combinations",
+            tables.combos.len()
+        );
+        let entries = tables.combos[last.combo as usize].entries;
+        let other = [
+            tables.processes.slot(ProcessKey::OTHER, place),
+            tables.cgroups.slot(CgroupKey::OTHER, place),
+            tables.files.slot(FileKey::OTHER, place),
+        ];
+        assert_eq!(entries, other);
+        let report = tables.report(TOP_OWNERS, |_| String::new());
+        let bytes: u64 = report
+            .cgroups
+            .iter()
+            .map(|entry| entry.measures.bytes)
+            .sum();
+        assert_eq!(bytes, 12 * 512, "nothing is lost past the bound");
     }
 
     #[test]
