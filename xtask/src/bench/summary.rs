@@ -658,31 +658,54 @@ pub fn markdown(
     serve_soak: Option<&ServeSoakRecord>,
 ) -> String {
     let mut text = String::new();
-    text.push_str(
-        "| device | workload | configuration | IOPS median (min–max) | × baseline (paired) | × floor (paired) \
-         | events/s | drops | consumer µs/ev | BPF µs/ev | fio CPU Δ ns/IO | machine CPU Δ ns/IO | peak RSS MiB | attach ms (max) |\n",
-    );
-    text.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
-    for row in rows {
+    let label = |row: &Row| format!("{} {}", row.device.title(), row.workload.key());
+    let mut shown = vec![false; targets.len()];
+    let mut start = 0;
+    // One table per workload (rows are configurations), its verdicts under it.
+    while start < rows.len() {
+        let workload = label(&rows[start]);
+        let end = start
+            + rows[start..]
+                .iter()
+                .take_while(|row| label(row) == workload)
+                .count();
         text.push_str(&format!(
-            "| {} | {} | {} | {:.0}k ({:.0}–{:.0}k) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
-            row.device.title(),
-            row.workload.key(),
-            row.config.title(),
-            row.iops_median / 1e3,
-            row.iops_min / 1e3,
-            row.iops_max / 1e3,
-            ratios(row),
-            cell(row.floor_ratio_paired, |f| format!("{f:.3}")),
-            cell(row.events_per_s, |e| format!("{:.0}k", e / 1e3)),
-            row.drops.map_or("–".to_string(), |d| d.to_string()),
-            cell(row.consumer_us_per_event, |c| format!("{c:.3}")),
-            cell(row.bpf_us_per_event, |c| format!("{c:.3}")),
-            cell(row.fio_cpu_delta_ns_per_io, |c| format!("{c:+.0}")),
-            cell(row.machine_cpu_delta_ns_per_io, |c| format!("{c:+.0}")),
-            cell(row.peak_rss_mib, |m| format!("{m:.1}")),
-            cell(row.attach_ms_max, |a| format!("{a:.0}")),
+            "{}### {workload}\n\n| configuration | IOPS median (min–max) | × baseline (paired) | × floor (paired) \
+             | consumer µs/ev | BPF µs/ev | drops | events/s | fio CPU Δ ns/IO | machine CPU Δ ns/IO | peak RSS MiB | attach ms (max) |\n\
+             |---|---|---|---|---|---|---|---|---|---|---|---|\n",
+            if start == 0 { "" } else { "\n" }
         ));
+        for row in &rows[start..end] {
+            text.push_str(&format!(
+                "| {} | {:.0}k ({:.0}–{:.0}k) | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+                row.config.title(),
+                row.iops_median / 1e3,
+                row.iops_min / 1e3,
+                row.iops_max / 1e3,
+                ratios(row),
+                cell(row.floor_ratio_paired, |f| format!("{f:.3}")),
+                cell(row.consumer_us_per_event, |c| format!("{c:.3}")),
+                cell(row.bpf_us_per_event, |c| format!("{c:.3}")),
+                row.drops.map_or("–".to_string(), |d| d.to_string()),
+                cell(row.events_per_s, |e| format!("{:.0}k", e / 1e3)),
+                cell(row.fio_cpu_delta_ns_per_io, |c| format!("{c:+.0}")),
+                cell(row.machine_cpu_delta_ns_per_io, |c| format!("{c:+.0}")),
+                cell(row.peak_rss_mib, |m| format!("{m:.1}")),
+                cell(row.attach_ms_max, |a| format!("{a:.0}")),
+            ));
+        }
+        let suffix = format!(": {workload}");
+        let mine: Vec<usize> = (0..targets.len())
+            .filter(|&i| targets[i].name.ends_with(&suffix))
+            .collect();
+        if !mine.is_empty() {
+            text.push_str("\n| met | target | goal | measured |\n|---|---|---|---|\n");
+            for i in mine {
+                shown[i] = true;
+                target_row(&mut text, &targets[i], Some(&suffix));
+            }
+        }
+        start = end;
     }
     if let Some(soak) = soak {
         let t = &soak.tracer;
@@ -733,19 +756,32 @@ pub fn markdown(
             soak.fio.iops / 1e3,
         ));
     }
-    text.push_str("\n| target | goal | measured | met |\n|---|---|---|---|\n");
-    for target in targets {
-        let met = match target.met {
-            Some(true) => "met",
-            Some(false) => "NOT met",
-            None => "unknown",
-        };
-        text.push_str(&format!(
-            "| {} | {} | {} | {met} |\n",
-            target.name, target.goal, target.measured
-        ));
+    if shown.iter().any(|shown| !shown) {
+        text.push_str(
+            "\n### Every workload\n\n| met | target | goal | measured |\n|---|---|---|---|\n",
+        );
+        for (target, _) in targets.iter().zip(&shown).filter(|(_, shown)| !**shown) {
+            target_row(&mut text, target, None);
+        }
     }
     text
+}
+
+/// One verdict, first so it reads at a glance; `suffix` (the workload the
+/// table above names) is left out of its name.
+fn target_row(text: &mut String, target: &Target, suffix: Option<&str>) {
+    let met = match target.met {
+        Some(true) => "met",
+        Some(false) => "**NOT met**",
+        None => "unknown",
+    };
+    let name = suffix
+        .and_then(|suffix| target.name.strip_suffix(suffix))
+        .unwrap_or(&target.name);
+    text.push_str(&format!(
+        "| {met} | {name} | {} | {} |\n",
+        target.goal, target.measured
+    ));
 }
 
 #[cfg(test)]
@@ -983,6 +1019,16 @@ mod tests {
         let table = markdown(&rows(&records), &targets, None, None);
         assert!(table.contains("NOT met"));
         assert!(table.contains("| 0.900 (0.900) | 0.909 |"), "{table}");
+        // One table per workload, its own verdicts under it, the rest after.
+        let workload = table
+            .find("### loop (blk-mq) randwrite-4k-qd32")
+            .expect("a table for the workload");
+        let verdict = table
+            .find("| **NOT met** | vs floor |")
+            .expect("the floor's verdict, named without the workload");
+        let every = table.find("### Every workload").expect("the other targets");
+        assert!(workload < verdict && verdict < every, "{table}");
+        assert!(table[every..].contains("| drops |"), "{table}");
     }
 
     #[test]
