@@ -182,12 +182,13 @@ pub fn all() -> Vec<Scenario> {
         },
         Scenario {
             name: "throttled",
-            summary: "what a fix buys in time: split (max_sectors_kb 32), nomerges and the seed's layouts on 512e disks throttled to 200 IOPS or 8 MiB/s; run's predicted time after each fix against the fix applied",
+            summary: "what a fix buys in time: split (max_sectors_kb 32), nomerges, a misaligned start and the seed's layouts on 512e disks throttled to 200 IOPS or 8 MiB/s; run's predicted time after each fix against the fix applied",
             disks: [
                 ("iops", 2048, 400_000, Throttle::Iops(200)),
                 ("bw", 2048, 400_000, Throttle::Bandwidth(8 * MIB)),
                 ("seed", SEED_LAYOUTS[0].0, SEED_LAYOUTS[0].1, Throttle::Iops(200)),
                 ("seedfix", SEED_LAYOUTS[2].0, SEED_LAYOUTS[2].1, Throttle::Iops(200)),
+                ("mis", 2049, 400_000, Throttle::Iops(200)),
             ]
             .into_iter()
             .map(|(serial, start, size, throttle)| Disk {
@@ -2663,7 +2664,7 @@ struct TimedCase {
     bandwidth_bound: bool,
 }
 
-const TIMED_CASES: [TimedCase; 4] = [
+const TIMED_CASES: [TimedCase; 5] = [
     TimedCase {
         name: "split, 200 IOPS",
         device: "iops",
@@ -2699,6 +2700,16 @@ const TIMED_CASES: [TimedCase; 4] = [
         before: "bw.nomerges.before.json",
         after: "bw.nomerges.after.json",
         bandwidth_bound: true,
+    },
+    // The fix moves the partition: the same workload on one at sector 2048.
+    TimedCase {
+        name: "misaligned start, 200 IOPS",
+        device: "mis",
+        fixed_device: "iops",
+        code: "split_amplification",
+        before: "mis.misaligned.json",
+        after: "iops.misaligned.json",
+        bandwidth_bound: false,
     },
 ];
 
@@ -2806,10 +2817,16 @@ fn timed_case(results: &Results, case: &TimedCase) -> Vec<Check> {
 }
 
 /// The seed's slowdown where it still shows: each workload's run time on
-/// layout 1 against layout 3, and `run` naming the cause on layout 1.
-/// `at_least`: the slowdown asserted (mkfs: none, it no longer pays).
-fn seed_slowdown(results: &Results, workload: &str, at_least: f64) -> Check {
-    let what = format!("throttled seed {workload}: layout 1 vs layout 3");
+/// layout 1 (the disk `seed`) against layout 3 (`fixed`), and `run` naming
+/// the cause on layout 1. `at_least`: the slowdown asserted (mkfs: none, it
+/// no longer pays).
+fn seed_slowdown(
+    results: &Results,
+    (seed_disk, fixed_disk): (&str, &str),
+    workload: &str,
+    at_least: f64,
+) -> Check {
+    let what = format!("throttled {seed_disk} {workload}: layout 1 vs layout 3");
     let expected = format!(
         "run names subpage_block_size on layout 1; layout 1 at least {at_least}x layout 3's time{}",
         if at_least > 0.0 {
@@ -2820,10 +2837,10 @@ fn seed_slowdown(results: &Results, workload: &str, at_least: f64) -> Check {
     );
     let loaded = (|| -> Result<_, String> {
         Ok((
-            results.value("names", "seed")?,
-            results.json(&format!("seed.{workload}.json"))?,
-            results.json(&format!("seedfix.{workload}.json"))?,
-            results.text(&format!("seed.{workload}.compare"))?,
+            results.value("names", seed_disk)?,
+            results.json(&format!("{seed_disk}.{workload}.json"))?,
+            results.json(&format!("{fixed_disk}.{workload}.json"))?,
+            results.text(&format!("{seed_disk}.{workload}.compare"))?,
         ))
     })();
     let (device, seed, fixed, compare) = match loaded {
@@ -2841,7 +2858,7 @@ fn seed_slowdown(results: &Results, workload: &str, at_least: f64) -> Check {
     let (slow, fast) = (seconds(&seed), seconds(&fixed));
     let ratio = slow.zip(fast).map_or(0.0, |(s, f)| s / f.max(1e-9));
     // The what-if's commands against layout 3's, where the slowdown is asserted.
-    let fixed_device = results.value("names", "seedfix").unwrap_or_default();
+    let fixed_device = results.value("names", fixed_disk).unwrap_or_default();
     let predicted = seed
         .get("diagnoses")
         .and_then(Value::as_array)
@@ -2886,9 +2903,35 @@ fn throttled(results: &Results, _line: &Line) -> Vec<Check> {
         .iter()
         .flat_map(|case| timed_case(results, case))
         .collect();
-    checks.push(seed_slowdown(results, "mkfs", 0.0));
-    checks.push(seed_slowdown(results, "dd", 2.0));
+    checks.push(seed_slowdown(results, ("seed", "seedfix"), "mkfs", 0.0));
+    checks.push(seed_slowdown(results, ("seed", "seedfix"), "dd", 2.0));
+    checks.push(seed_text(results));
     checks
+}
+
+/// The README's example: `run -- mkfs.ext4` on the seed's layout 1, as text,
+/// says what mkfs took and what it would take with the fix.
+fn seed_text(results: &Results) -> Check {
+    let what = "throttled seed mkfs: run's text".to_string();
+    let expected =
+        "names subpage_block_size, the time mkfs took and its time with the fix".to_string();
+    match results.text("seed.mkfs.txt") {
+        Ok(text) => {
+            let timed = text.lines().find(|line| line.contains("mkfs.ext4 took"));
+            let ok = text.contains("subpage_block_size")
+                && timed.is_some_and(|line| line.contains("with the fix"));
+            Check::new(
+                what,
+                expected,
+                timed
+                    .unwrap_or("no \"mkfs.ext4 took\" line")
+                    .trim()
+                    .to_string(),
+                ok,
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    }
 }
 
 #[cfg(test)]

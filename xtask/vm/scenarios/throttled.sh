@@ -2,7 +2,8 @@
 # qemu's throttling, with its request merging off so each command counts):
 # `iops` takes 200 commands/s whatever their size, `bw` 8 MiB/s whatever the
 # commands; `seed` and `seedfix` are the seed report's
-# layouts 1 and 3 at 200 commands/s. Each case runs a workload under `run`
+# layouts 1 and 3 at 200 commands/s; `mis` has its partition at sector 2049,
+# off the 4 KiB grid, at 200 commands/s. Each case runs a workload under `run`
 # with the cause in place, applies the fix the diagnosis names, runs the same
 # workload again, and leaves both reports and `compare`'s text for xtask.
 
@@ -20,7 +21,7 @@ proposed() {
     grep -o "\"$1\": *[0-9]*" "$2" | head -n 1 | grep -o '[0-9]*$'
 }
 
-for serial in iops bw seed seedfix; do
+for serial in iops bw seed seedfix mis; do
     disk=$(wait_for_serial $serial 10)
     wait_for_block "${disk}1" 10
     echo "$serial=${disk}1" >> /results/names
@@ -61,6 +62,24 @@ for serial in iops bw; do
         > "/results/$serial.nomerges.compare" 2>&1
 done
 
+# A misaligned start: 256 KiB direct writes (64 separate pages) under a
+# 256 KiB transfer limit are cut once each at a physical block, beside
+# 4 KiB ones (for the fit). The fix, the same workload on a partition at
+# sector 2048 of the same kind of disk (`iops`).
+for serial in mis iops; do
+    part=$(sed -n "s/^$serial=//p" /results/names)
+    q=/sys/block/${part%1}/queue
+    echo 256 > $q/max_sectors_kb
+    run_case "$serial.misaligned" "$part" sh -c \
+        "guest-io writev /dev/$part 0 4096 64 256 && guest-io write /dev/$part 100663296 4096 128"
+    echo 1024 > $q/max_sectors_kb
+done
+mis=$(sed -n 's/^mis=//p' /results/names)
+iops=$(sed -n 's/^iops=//p' /results/names)
+iosplit-trace compare --pair "$mis=$iops" --pair "${mis%1}=${iops%1}" \
+    /results/mis.misaligned.json /results/iops.misaligned.json \
+    > /results/mis.misaligned.compare 2>&1
+
 # The seed: mkfs.ext4 on layout 1 and on layout 3 (its fix), then 1 MiB
 # buffered through the raw partition on a disk that cannot merge, beside
 # 64 KiB direct writes (two sizes for the fit).
@@ -69,6 +88,12 @@ for serial in seed seedfix; do
     disk=${part%1}
     run_case "$serial.mkfs" "$part" \
         mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part"
+    # The same run as a user reads it (the README's example), on layout 1.
+    if [ "$serial" = seed ]; then
+        bounded 240 iosplit-trace run -o /results/seed.mkfs.txt -- \
+            mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part" \
+            > /dev/null 2>> /results/seed.mkfs.stderr
+    fi
     echo 2 > /sys/block/$disk/queue/nomerges
     run_case "$serial.dd" "$part" sh -c \
         "dd if=/dev/zero of=/dev/$part bs=64k count=16 conv=fsync 2>/dev/null && guest-io write /dev/$part 4194304 65536 16"
