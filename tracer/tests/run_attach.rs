@@ -23,6 +23,16 @@ use serde_json::Value;
 const BLOCKS: u64 = 200;
 const BLOCK: u64 = 4096;
 
+/// A child killed and reaped when dropped, also when a test fails.
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 /// A shell pipeline that feeds dd `BLOCKS` blocks, one each 10 ms; killed on drop.
 struct PacedDd {
     shell: Child,
@@ -210,14 +220,14 @@ fn ctrl_c_ends_the_window_and_children_forked_after_attach_are_followed() {
     let script = format!(
         "while :; do dd if=/dev/zero of={partition} bs=4k count=1 oflag=dsync status=none; sleep 0.02; done"
     );
-    let mut shell = Command::new("sh").args(["-c", &script]).spawn().unwrap();
-    let pid = shell.id();
+    // Killed on drop, so a failure below leaves no shell writing to the path.
+    let shell = KilledOnDrop(Command::new("sh").args(["-c", &script]).spawn().unwrap());
+    let pid = shell.0.id();
     let tracer = Tracer::start(&["run", "--json", "--pid", &pid.to_string()]);
     std::thread::sleep(Duration::from_millis(1500));
     let out = tracer.stop();
     let alive = state(pid);
-    let _ = shell.kill();
-    let _ = shell.wait();
+    drop(shell);
     let report: Value = serde_json::from_str(&out).unwrap();
     let run = &report["run"];
     assert_eq!(run["attached"]["ended"], "interrupted", "{run}");

@@ -50,11 +50,25 @@ impl AttachTarget {
             .filter(|word| !word.is_empty())
             .map(|word| String::from_utf8_lossy(word).into_owned())
             .collect();
-        if command.is_empty() {
-            return Err(Error::usage(format!(
-                "process {pid} is a kernel thread or a zombie: give the pid of a running command"
-            )));
-        }
+        // An empty cmdline is not proof of a kernel thread: a process can be
+        // caught while its arguments are not readable (or has cleared them);
+        // /proc/PID/stat tells them apart, and its name stands in.
+        let command = match command.is_empty() {
+            false => command,
+            true => match StatLine::read(pid) {
+                Some(stat) if stat.state == 'Z' || stat.flags & PF_KTHREAD != 0 => {
+                    return Err(Error::usage(format!(
+                        "process {pid} is a kernel thread or a zombie: give the pid of a running command"
+                    )))
+                }
+                Some(stat) => vec![format!("[{}]", stat.comm)],
+                None => {
+                    return Err(Error::usage(format!(
+                        "no process {pid}: give the pid of a running command (see `pgrep -a NAME`)"
+                    )))
+                }
+            },
+        };
         Ok(AttachTarget {
             pid,
             command,
@@ -278,5 +292,54 @@ mod tests {
         assert!(descendants(u32::MAX).is_empty());
         let parent = std::os::unix::process::parent_id();
         assert_eq!(stat_fields(me).map(|(ppid, _)| ppid), Some(parent));
+    }
+}
+
+/// `PF_KTHREAD` in `/proc/PID/stat`'s flags (include/linux/sched.h).
+const PF_KTHREAD: u64 = 0x0020_0000;
+
+/// What attach reads of `/proc/PID/stat`: the name, state and flags.
+struct StatLine {
+    comm: String,
+    state: char,
+    flags: u64,
+}
+
+impl StatLine {
+    fn read(pid: u32) -> Option<StatLine> {
+        StatLine::parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    }
+
+    /// The name sits between the first `(` and the last `)`; the state and
+    /// flags are the 1st and 7th fields after it.
+    fn parse(line: &str) -> Option<StatLine> {
+        let (head, rest) = line.rsplit_once(')')?;
+        let comm = head.split_once('(')?.1.to_string();
+        let mut fields = rest.split_whitespace();
+        let state = fields.next()?.chars().next()?;
+        let flags = fields.nth(5)?.parse().ok()?;
+        Some(StatLine { comm, state, flags })
+    }
+}
+
+#[cfg(test)]
+mod stat_tests {
+    use super::*;
+
+    #[test]
+    fn a_stat_line_gives_name_state_and_kernel_thread_flag() {
+        let kthread = "2 (kthreadd) S 0 0 0 0 -1 2129984 0 0 0 0 0 0 0 0 20 0 1 0 8 0 0";
+        let stat = StatLine::parse(kthread).unwrap();
+        assert_eq!((stat.comm.as_str(), stat.state), ("kthreadd", 'S'));
+        assert_ne!(stat.flags & PF_KTHREAD, 0);
+        let shell = "11490 (sh (odd) name) S 1 11490 9 0 -1 4194560 129 0 0 0 0 0";
+        let stat = StatLine::parse(shell).unwrap();
+        assert_eq!(stat.comm, "sh (odd) name");
+        assert_eq!(stat.flags & PF_KTHREAD, 0);
+        // The harness's main thread sleeps while tests run, so only "not a
+        // zombie, not a kernel thread" holds for our own pid.
+        let own = StatLine::read(std::process::id()).unwrap();
+        assert!(own.state != 'Z' && own.flags & PF_KTHREAD == 0);
+        assert!(StatLine::parse("garbage").is_none());
     }
 }
