@@ -235,8 +235,9 @@ fn ctrl_c_ends_the_window_and_children_forked_after_attach_are_followed() {
         run["attached"]["processes_at_attach"].as_u64().unwrap() >= 1,
         "{run}"
     );
-    // The shell went on, running, not left stopped.
-    assert!(matches!(alive, Some('S' | 'R')), "shell state {alive:?}");
+    // The shell went on, not left stopped (on a busy machine it may be
+    // caught in uninterruptible sleep, D, loading dd).
+    assert!(matches!(alive, Some('S' | 'R' | 'D')), "shell state {alive:?}");
     let name = partition.trim_start_matches("/dev/");
     let target = run["targets"]
         .as_array()

@@ -652,8 +652,19 @@ impl Tracer {
     /// a non-zero exit or after `timeout` (then it is killed).
     pub fn wait(mut self, timeout: Duration) -> String {
         let mut child = self.child.take().unwrap();
+        // Read stdout meanwhile: a report larger than the pipe (64 KiB, a
+        // busy machine's owners) would block the tracer's exit on its write.
+        let mut stdout = child.stdout.take().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            let _ = stdout.read_to_end(&mut out);
+            out
+        });
         let deadline = Instant::now() + timeout;
-        while child.try_wait().unwrap().is_none() {
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
             if Instant::now() >= deadline {
                 let _ = child.kill();
                 let _ = child.wait();
@@ -663,15 +674,14 @@ impl Tracer {
                 );
             }
             std::thread::sleep(Duration::from_millis(20));
-        }
-        let out = child.wait_with_output().unwrap();
+        };
+        let out = reader.join().unwrap();
         assert!(
-            out.status.success(),
-            "iosplit-trace failed: {:?}; stderr: {:?}",
-            out.status,
+            status.success(),
+            "iosplit-trace failed: {status:?}; stderr: {:?}",
             self.stderr_lines
         );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     /// The tracer's process id.
