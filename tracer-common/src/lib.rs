@@ -295,7 +295,11 @@ pub struct BlockEvent {
     pub tgid: u32,
     pub rwbs: [u8; RWBS_BYTES],
     pub kind: u8,
-    pub _pad: [u8; 3],
+    pub _pad: u8,
+    /// Queue: the bio's physical segments as its vector counts them
+    /// (`bi_vcnt`: contiguous pages share one); 0 where no probe read them
+    /// (classic tracepoints, clones, imported traces).
+    pub segments: u16,
     pub error: i32,
     /// Who submitted it: filled at `block_bio_queue` only, zero otherwise.
     pub owner: Owner,
@@ -389,7 +393,9 @@ pub struct KernelLayout {
     pub rq_hctx: u32,
     pub rq_tag: u32,
     pub rq_identity: u32,
-    pub _pad: u32,
+    /// `bio.bi_vcnt`, read at `block_bio_queue` into the record's
+    /// `segments`; 0 (never its offset) where BTF lacks it.
+    pub bio_vcnt: u32,
     /// The owner chains read at `block_bio_queue`; see [`OwnerLayout`].
     pub owner: OwnerLayout,
 }
@@ -504,7 +510,7 @@ impl KernelLayout {
         rq_hctx: 0,
         rq_tag: 0,
         rq_identity: 0,
-        _pad: 0,
+        bio_vcnt: 0,
         owner: OwnerLayout::ABSENT,
     };
 }
@@ -537,7 +543,9 @@ pub struct BtfEvent {
     /// folding remaps: the partition the bio was sent to (0: the disk itself).
     pub arg2: u32,
     pub kind: u8,
-    pub _pad: [u8; 3],
+    pub _pad: u8,
+    /// Queue: the bio's `bi_vcnt` (see [`BlockEvent::segments`]).
+    pub segments: u16,
     pub window: [u8; WINDOW_BYTES],
 }
 
@@ -562,7 +570,8 @@ impl BlockEvent {
         tgid: 0,
         rwbs: [0; RWBS_BYTES],
         kind: 0,
-        _pad: [0; 3],
+        _pad: 0,
+        segments: 0,
         error: 0,
         owner: Owner::UNKNOWN,
     };

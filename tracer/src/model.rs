@@ -699,6 +699,22 @@ pub struct WhatIf {
     pub time_unavailable: Option<TimeUnavailable>,
     /// The fit the times come from.
     pub service_model: Option<ServiceModel>,
+    /// Where the replayed bios' segment counts came from; `None` for a
+    /// prediction that does not replay them.
+    pub segments: Option<SegmentSource>,
+}
+
+/// Where a what-if's segments per bio came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SegmentSource {
+    /// Every replayed bio's vector count was read (`bi_vcnt`, BTF probes).
+    Observed,
+    /// Some were read; the rest (clones of stacked devices, classic probes,
+    /// imported traces) were counted one per page.
+    PartlyObserved,
+    /// None were read: one segment per page was assumed.
+    OnePerPage,
 }
 
 /// Why a what-if (or a run's time with the fix) carries no time.

@@ -237,7 +237,10 @@ fn ctrl_c_ends_the_window_and_children_forked_after_attach_are_followed() {
     );
     // The shell went on, not left stopped (on a busy machine it may be
     // caught in uninterruptible sleep, D, loading dd).
-    assert!(matches!(alive, Some('S' | 'R' | 'D')), "shell state {alive:?}");
+    assert!(
+        matches!(alive, Some('S' | 'R' | 'D')),
+        "shell state {alive:?}"
+    );
     let name = partition.trim_start_matches("/dev/");
     let target = run["targets"]
         .as_array()

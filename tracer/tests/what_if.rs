@@ -237,9 +237,7 @@ fn max_sectors_fix_takes_commands_where_predicted() {
         return;
     }
     let mut disk = LoopDisk::new("what-if-max-sectors", 64, &[]);
-    disk.set_queue("max_sectors_kb", "64");
-    // 16 direct 1 MiB writes of 256 segments: dd's buffer is sometimes
-    // physically contiguous (fewer segments), which the model does not assume.
+    // 16 direct 1 MiB writes of 256 segments each (scattered pages).
     let device = disk.device();
     let workload = [
         "/usr/bin/python3",
@@ -249,15 +247,90 @@ fn max_sectors_fix_takes_commands_where_predicted() {
         "16",
         "256",
     ];
-    let before = run_json(&workload);
+    max_sectors_fix_is_predicted(&mut disk, &workload, "scattered pages");
+}
+
+/// fio's direct 1 MiB writes from a buffer in a huge page (physically
+/// contiguous: one vector per write, where scattered pages take 256), so a
+/// raised `max_sectors_kb` leaves one command per write, not two. The model
+/// must read the density from the bios, not assume a segment per page.
+#[test]
+fn max_sectors_fix_is_predicted_for_a_physically_contiguous_buffer() {
+    if !privileged("max_sectors_fix_is_predicted_for_a_physically_contiguous_buffer") {
+        return;
+    }
+    let _pages = HugePages::reserve(8);
+    let mut disk = LoopDisk::new("what-if-contiguous", 64, &[]);
+    let filename = format!("--filename={}", disk.device());
+    let workload = [
+        "fio",
+        "--name=contiguous",
+        filename.as_str(),
+        "--rw=write",
+        "--bs=1M",
+        "--size=16M",
+        "--direct=1",
+        "--ioengine=psync",
+        "--iomem=shmhuge",
+        "--output=/dev/null",
+    ];
+    max_sectors_fix_is_predicted(&mut disk, &workload, "a huge-page buffer");
+}
+
+/// `vm.nr_hugepages` raised to at least `pages` for a test, put back on drop.
+struct HugePages {
+    before: String,
+}
+
+const NR_HUGEPAGES: &str = "/proc/sys/vm/nr_hugepages";
+
+impl HugePages {
+    fn reserve(pages: u64) -> HugePages {
+        let before = std::fs::read_to_string(NR_HUGEPAGES)
+            .unwrap()
+            .trim()
+            .to_string();
+        let wanted = before.parse::<u64>().unwrap() + pages;
+        std::fs::write(NR_HUGEPAGES, wanted.to_string()).unwrap();
+        let got: u64 = std::fs::read_to_string(NR_HUGEPAGES)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let reserved = HugePages { before };
+        assert_eq!(
+            got, wanted,
+            "the kernel reserved {got} of {wanted} huge pages"
+        );
+        reserved
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        let _ = std::fs::write(NR_HUGEPAGES, &self.before);
+    }
+}
+
+/// `workload` on `disk` at `max_sectors_kb` 64, then at the value the
+/// `split_amplification` fix proposes: the commands within tolerance of
+/// the prediction, and `compare` saying so.
+fn max_sectors_fix_is_predicted(disk: &mut LoopDisk, workload: &[&str], buffer: &str) {
+    disk.set_queue("max_sectors_kb", "64");
+    let before = run_json(workload);
     let diagnosis = finding(&before, "split_amplification", &disk.name).unwrap_or_else(|| {
         panic!(
-            "no split_amplification on {}: {}",
+            "no split_amplification on {} ({buffer}): {}",
             disk.name, before["diagnoses"]
         )
     });
     let (now, predicted) = prediction(diagnosis);
     assert_eq!(now, write_commands(&before, &disk.name));
+    // The BTF probes read every bio's vector count on a whole disk.
+    assert_eq!(
+        diagnosis["evidence"]["what_if"]["segments"], "observed",
+        "{diagnosis}"
+    );
     let proposed = diagnosis["evidence"]["proposed_max_sectors_kb"]
         .as_u64()
         .unwrap_or_else(|| panic!("no proposed_max_sectors_kb: {diagnosis}"));
@@ -271,11 +344,11 @@ fn max_sectors_fix_takes_commands_where_predicted() {
 
     // The fix, as the diagnosis says it (Drop puts the old value back).
     disk.set_queue("max_sectors_kb", &proposed.to_string());
-    let after = run_json(&workload);
+    let after = run_json(workload);
     assert_within_tolerance(
         write_commands(&after, &disk.name),
         predicted,
-        "split_amplification (max_sectors)",
+        &format!("split_amplification (max_sectors, {buffer})"),
     );
     assert_compare_agrees(
         (&before, &after),

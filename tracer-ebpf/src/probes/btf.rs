@@ -141,14 +141,29 @@ impl<'a, const WORDS: usize> Span<'a, WORDS> {
 /// `event` points at a writable `BtfEvent`.
 #[inline(always)]
 unsafe fn set_kind(event: *mut BtfEvent, kind: EventKind) {
-    // SAFETY: `kind` and `_pad` are the 4 bytes at a 4-aligned offset
-    // (checked below); little-endian puts `kind` first.
-    unsafe { (&raw mut (*event).kind).cast::<u32>().write(kind as u32) };
+    // SAFETY: see `set_kind_segments`.
+    unsafe { set_kind_segments(event, kind, 0) };
+}
+
+/// `kind`, its padding and `segments` in one store.
+///
+/// # Safety
+/// `event` points at a writable `BtfEvent`.
+#[inline(always)]
+unsafe fn set_kind_segments(event: *mut BtfEvent, kind: EventKind, segments: u16) {
+    // SAFETY: `kind`, `_pad` and `segments` are the 4 bytes at a 4-aligned
+    // offset (checked below); little-endian puts `kind` first.
+    unsafe {
+        (&raw mut (*event).kind)
+            .cast::<u32>()
+            .write(kind as u32 | (u32::from(segments) << 16))
+    };
 }
 
 const _: () = {
     assert!(core::mem::offset_of!(BtfEvent, kind) % 4 == 0);
     assert!(core::mem::offset_of!(BtfEvent, _pad) == core::mem::offset_of!(BtfEvent, kind) + 1);
+    assert!(core::mem::offset_of!(BtfEvent, segments) == core::mem::offset_of!(BtfEvent, kind) + 2);
 };
 
 /// Whose window a record carries: the fields userspace decodes, loaded one
@@ -557,6 +572,10 @@ fn queue_event(address: u64) -> u32 {
     }
     // Read before reserving, so the slot is held (and blocks the reader) briefly.
     owner_of(&layout.owner, address, scratch);
+    let segments = match layout.bio_vcnt {
+        0 => 0,
+        vcnt => load::<u16>(address + u64::from(vcnt)),
+    };
     let ring = ring();
     let Some(mut entry) = ring.reserve::<BtfQueueEvent>(0) else {
         bump_by(counter::DROPPED, events);
@@ -571,7 +590,7 @@ fn queue_event(address: u64) -> u32 {
         (*event).tgid = tgid;
         (*event).dev = dev;
         (*event).arg2 = partition;
-        set_kind(event, EventKind::Queue);
+        set_kind_segments(event, EventKind::Queue, segments);
         // Not an assignment: the compiler cannot tell the map values apart
         // and calls a byte-loop `memmove`; this is an inlined copy.
         core::ptr::copy_nonoverlapping(&scratch.owner, &raw mut (*record).owner, 1);

@@ -63,7 +63,8 @@ impl ClassicDecoder {
             tgid: record.tgid,
             rwbs,
             kind: record.kind,
-            _pad: [0; 3],
+            _pad: 0,
+            segments: 0,
             error: u32_at(fields.error) as i32,
             // The classic flavor knows only the tgid: no bio to follow.
             owner: tracer_common::Owner::UNKNOWN,
@@ -104,6 +105,7 @@ impl BtfDecoder {
             dev: object.dev,
             tgid: object.tgid,
             kind: object.kind,
+            segments: object.segments,
             ..BlockEvent::ZERO
         };
         match kind.object() {
@@ -185,6 +187,7 @@ impl BtfDecoder {
             aux_dev: partition,
             aux_sector: queue.sector.saturating_sub(object.arg),
             owner: tracer_common::Owner::UNKNOWN,
+            segments: 0,
             ..*queue
         })
     }
@@ -337,7 +340,8 @@ mod tests {
                 dev: (7 << 20) | 3,
                 arg2,
                 kind: kind as u8,
-                _pad: [0; 3],
+                _pad: 0,
+                segments: 0,
                 window,
             }
         };
@@ -482,7 +486,8 @@ mod tests {
                 dev: 7 << 20,
                 arg2: 0,
                 kind: kind as u8,
-                _pad: [0; 3],
+                _pad: 0,
+                segments: 0,
                 window,
             }
         };

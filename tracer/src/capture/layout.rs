@@ -251,7 +251,10 @@ pub fn resolve(btf: &Btf) -> Result<ObjectLayout, LayoutError> {
         rq_hctx: identity_members.map_or(0, |(hctx, _)| hctx.offset),
         rq_tag: identity_members.map_or(0, |(_, tag)| tag.offset),
         rq_identity: u32::from(identity_members.is_some()),
-        _pad: 0,
+        bio_vcnt: btf
+            .member("bio", &["bi_vcnt"])
+            .filter(|member| member.size == 2)
+            .map_or(0, |member| member.offset),
         owner,
     };
     set_spans(&mut kernel);

@@ -263,7 +263,7 @@ impl Engine {
             return;
         };
         let io_ref = self.user_ios.slot_ref(io_index);
-        self.record_stream(target, event.sector, sectors, io_index);
+        self.record_stream(target, event.sector, sectors, event.segments, io_index);
         let fragment = Fragment {
             io: io_ref,
             start: event.sector,

@@ -6,9 +6,10 @@
 //! and op) ended while that one was still in flight, so the block layer could
 //! merge them into one request. A lone bio is a stream of its own. The kernel
 //! then cuts a stream into commands only where a limit says so:
-//! `max_sectors`, or `max_segments` (one segment per bio below a page, one
-//! per page above: bios never share a segment, and pages of user buffers are
-//! taken as not physically contiguous). Replaying the same streams under other
+//! `max_sectors`, or `max_segments` (bios never share a segment; a bio takes
+//! as many as its vector counts, where the BTF probes read `bi_vcnt`, since
+//! physically contiguous pages share one vector; elsewhere one below a page
+//! and one per page above). Replaying the same streams under other
 //! limits, or with other bio sizes, gives the commands the fix would leave.
 //! Timing is left as observed: a stream the device did not merge for lack of
 //! time is not merged in the replay either.
@@ -26,6 +27,8 @@ use crate::model::{RequeueFix, SplitFix, WhatIf};
 
 /// `BLK_MAX_SEGMENTS`: the kernel's default when a driver sets none.
 const DEFAULT_MAX_SEGMENTS: u64 = 128;
+/// `BLK_MAX_SEGMENT_SIZE`: the kernel's default segment size.
+const DEFAULT_MAX_SEGMENT_BYTES: u64 = 65536;
 
 impl Engine {
     /// A user I/O just queued (at `user_ios[io_index]`): it continues the
@@ -36,6 +39,7 @@ impl Engine {
         target: Target,
         start: u64,
         sectors: u64,
+        segments: u16,
         io_index: u32,
     ) {
         let io = self.user_ios.slot_ref(io_index);
@@ -50,7 +54,9 @@ impl Engine {
             tracked: target.tracked,
             io,
         };
-        self.stats_mut(target).streams.record(continues, sectors);
+        self.stats_mut(target)
+            .streams
+            .record(continues, sectors, segments);
     }
 }
 
@@ -61,8 +67,8 @@ pub fn command_cap(limits: &SplitLimits, segment_sectors: u64) -> u64 {
         known => known,
     };
     let largest_segment = match limits.max_segment_bytes / SECTOR_BYTES {
-        0 => PAGE_SECTORS,
-        known => known.min(PAGE_SECTORS),
+        0 => DEFAULT_MAX_SEGMENT_BYTES / SECTOR_BYTES,
+        known => known,
     };
     let by_segments = max_segments.saturating_mul(segment_sectors.clamp(1, largest_segment));
     match limits.max_sectors {
@@ -112,6 +118,14 @@ fn prediction(commands_now: u64, model_now: u64, model_after_fix: u64) -> Option
     })
 }
 
+/// `prediction` of a replay of `streams`, saying where their segments came from.
+fn replayed(streams: &StreamSizes, prediction: Option<WhatIf>) -> Option<WhatIf> {
+    prediction.map(|what_if| WhatIf {
+        segments: streams.segment_source(),
+        ..what_if
+    })
+}
+
 /// Bios in the streams, one per segment of their density: with merging off
 /// each becomes its own command.
 fn unmerged(streams: &StreamSizes, bios: Bios) -> u64 {
@@ -136,16 +150,22 @@ pub fn page_sized_buffers(
     merges: bool,
 ) -> Option<WhatIf> {
     if !merges {
-        return prediction(
-            commands_now,
-            unmerged(streams, Bios::Same),
-            unmerged(streams, Bios::PageSized),
+        return replayed(
+            streams,
+            prediction(
+                commands_now,
+                unmerged(streams, Bios::Same),
+                unmerged(streams, Bios::PageSized),
+            ),
         );
     }
-    prediction(
-        commands_now,
-        replay(streams, Bios::Same, limits),
-        replay(streams, Bios::PageSized, limits),
+    replayed(
+        streams,
+        prediction(
+            commands_now,
+            replay(streams, Bios::Same, limits),
+            replay(streams, Bios::PageSized, limits),
+        ),
     )
 }
 
@@ -157,10 +177,13 @@ pub fn with_limits(
     now: &SplitLimits,
     fixed: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(
-        commands_now,
-        replay(streams, Bios::Same, now),
-        replay(streams, Bios::Same, fixed),
+    replayed(
+        streams,
+        prediction(
+            commands_now,
+            replay(streams, Bios::Same, now),
+            replay(streams, Bios::Same, fixed),
+        ),
     )
 }
 
@@ -171,10 +194,13 @@ pub fn merging_allowed(
     commands_now: u64,
     limits: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(
-        commands_now,
-        commands_now,
-        replay(streams, Bios::Same, limits),
+    replayed(
+        streams,
+        prediction(
+            commands_now,
+            commands_now,
+            replay(streams, Bios::Same, limits),
+        ),
     )
 }
 
@@ -188,10 +214,13 @@ pub fn without_requeues(
     now: &SplitLimits,
     fixed: &SplitLimits,
 ) -> Option<WhatIf> {
-    prediction(
-        commands.saturating_add(requeues),
-        replay(streams, Bios::Same, now).saturating_add(requeues),
-        replay(streams, Bios::Same, fixed),
+    replayed(
+        streams,
+        prediction(
+            commands.saturating_add(requeues),
+            replay(streams, Bios::Same, now).saturating_add(requeues),
+            replay(streams, Bios::Same, fixed),
+        ),
     )
 }
 
@@ -255,7 +284,7 @@ mod tests {
     fn one_stream_of(bios: u64, sectors: u64) -> StreamSizes {
         let mut streams = StreamSizes::default();
         for n in 0..bios {
-            streams.record(n > 0, sectors);
+            streams.record(n > 0, sectors, 0);
         }
         streams
     }
@@ -266,7 +295,7 @@ mod tests {
         // and 16 direct 64 KiB writes beside them (the VM's seed dd case).
         let mut streams = one_stream_of(2048, 1);
         for _ in 0..16 {
-            streams.record(false, 128);
+            streams.record(false, 128, 0);
         }
         let what_if = page_sized_buffers(&streams, 2064, &loop_limits(), false).unwrap();
         assert_eq!(what_if.commands_after_fix, 256 + 16);
@@ -305,7 +334,7 @@ mod tests {
         // 16 lone 1 MiB bios, max_sectors_kb 64: 16 commands each.
         let mut streams = StreamSizes::default();
         for _ in 0..16 {
-            streams.record(false, 2048);
+            streams.record(false, 2048, 0);
         }
         assert_eq!(streams.streams(), 16);
         let limits = SplitLimits {
@@ -354,10 +383,10 @@ mod tests {
         // like 512-byte segments.
         let mut streams = StreamSizes::default();
         for _ in 0..100 {
-            streams.record(false, 1);
+            streams.record(false, 1, 0);
         }
         for _ in 0..32 {
-            streams.record(false, 2048);
+            streams.record(false, 2048, 0);
         }
         let vda = SplitLimits {
             max_sectors: 8192,
@@ -370,7 +399,7 @@ mod tests {
         // A stream of 4 KiB bios then 512-byte ones counts one segment each.
         let mut mixed = StreamSizes::default();
         for n in 0..128 {
-            mixed.record(n > 0, if n < 64 { 8 } else { 1 });
+            mixed.record(n > 0, if n < 64 { 8 } else { 1 }, 0);
         }
         let one_command = SplitLimits {
             max_sectors: 2560,
@@ -381,11 +410,64 @@ mod tests {
     }
 
     #[test]
+    fn contiguous_buffers_take_the_segments_their_vectors_count() {
+        // max_sectors_kb 64 raised to 1024, 16 direct 1 MiB writes: from
+        // scattered pages (256 vectors) two 512 KiB commands each; from a
+        // huge page (one vector, cut into 64 KiB segments) one each.
+        let now = SplitLimits {
+            max_sectors: 128,
+            ..loop_limits()
+        };
+        let raised = SplitLimits {
+            max_sectors: 2048,
+            ..now
+        };
+        let mut scattered = StreamSizes::default();
+        let mut contiguous = StreamSizes::default();
+        for _ in 0..16 {
+            scattered.record(false, 2048, 256);
+            contiguous.record(false, 2048, 1);
+        }
+        assert_eq!(replay(&scattered, Bios::Same, &raised), 32);
+        assert_eq!(replay(&contiguous, Bios::Same, &raised), 16);
+        let what_if = with_limits(&contiguous, 256, &now, &raised).unwrap();
+        assert_eq!(what_if.commands_after_fix, 16);
+        // Four vectors of 256 KiB each: still one command per write.
+        let mut quarters = StreamSizes::default();
+        quarters.record(false, 2048, 4);
+        assert_eq!(replay(&quarters, Bios::Same, &raised), 1);
+    }
+
+    #[test]
+    fn vector_counts_never_count_more_than_one_segment_per_page() {
+        // io_uring's registered buffers: a 4 KiB bio over a table of 4096
+        // vectors is still one page, one segment.
+        let mut shared_table = StreamSizes::default();
+        for n in 0..256 {
+            shared_table.record(n > 0, 8, 4096);
+        }
+        let mut by_page = StreamSizes::default();
+        for n in 0..256 {
+            by_page.record(n > 0, 8, 0);
+        }
+        let limits = loop_limits();
+        assert_eq!(
+            replay(&shared_table, Bios::Same, &limits),
+            replay(&by_page, Bios::Same, &limits)
+        );
+    }
+
+    #[test]
     fn unknown_limits_fall_back_to_the_kernel_defaults() {
         let cap = command_cap(&SplitLimits::default(), 1);
         assert_eq!(cap, DEFAULT_MAX_SEGMENTS);
+        // A segment is at most 64 KiB.
         assert_eq!(
             command_cap(&SplitLimits::default(), 2048),
+            DEFAULT_MAX_SEGMENTS * 128
+        );
+        assert_eq!(
+            command_cap(&SplitLimits::default(), 8),
             DEFAULT_MAX_SEGMENTS * 8
         );
     }
@@ -407,7 +489,7 @@ mod tests {
         // once; in I/O of at most 504 KiB, 3 commands each and no re-issue.
         let mut direct = StreamSizes::default();
         for _ in 0..32 {
-            direct.record(false, 2048);
+            direct.record(false, 2048, 0);
         }
         let vda = SplitLimits {
             max_sectors: 8192,

@@ -1068,6 +1068,7 @@ mod time_with_fix_tests {
                 span_ms: busy_ms,
                 bound: ServiceBound::Latency,
             }),
+            segments: None,
         }
     }
 

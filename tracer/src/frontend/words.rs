@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::units;
 use crate::model::{
     ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
-    RunReport, RunTimeWithFix, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
+    RunReport, RunTimeWithFix, SegmentSource, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
 };
 
 /// Evidence keys told in their own sentences (see [`what_ifs`]), not in the
@@ -118,7 +118,8 @@ pub fn what_ifs(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Vec<Said>
 
 /// "the fix would take these writes from 1,000 commands to ~130 (7.69x
 /// fewer); time not estimated". Every field of [`WhatIf`] is said: the
-/// times when present, and that they are not estimated when absent.
+/// times when present, and that they are not estimated when absent; the
+/// segments when they were assumed rather than read.
 pub fn what_if_sentence(
     what_if: &WhatIf,
     prediction: Prediction,
@@ -168,6 +169,15 @@ pub fn what_if_sentence(
     }
     if let Some(model) = &what_if.service_model {
         sentence.push_str(&format!(" (device model: {})", service_model(model)));
+    }
+    // Read segment counts are the rule; an assumed density is said.
+    match what_if.segments {
+        Some(SegmentSource::OnePerPage) => {
+            sentence.push_str("; segments assumed one per page (not read from the bios)")
+        }
+        Some(SegmentSource::PartlyObserved) => sentence
+            .push_str("; segments read from the bios, one per page assumed where they were not"),
+        Some(SegmentSource::Observed) | None => {}
     }
     sentence
 }
@@ -481,6 +491,21 @@ mod tests {
             time_after_fix_ms: None,
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_what_if_says_when_its_segments_were_assumed() {
+        let said = |segments| {
+            let what_if = WhatIf {
+                segments,
+                ..what_if(128, 16)
+            };
+            what_if_sentence(&what_if, Prediction::Fix, "writes", "commands")
+        };
+        assert_eq!(said(Some(SegmentSource::Observed)), said(None));
+        assert!(said(Some(SegmentSource::OnePerPage))
+            .ends_with("; segments assumed one per page (not read from the bios)"));
+        assert!(said(Some(SegmentSource::PartlyObserved)).contains("one per page assumed where"));
     }
 
     #[test]
