@@ -126,13 +126,15 @@ fn replayed(streams: &StreamSizes, prediction: Option<WhatIf>) -> Option<WhatIf>
     })
 }
 
-/// Bios in the streams, one per segment of their density: with merging off
-/// each becomes its own command.
+/// Bios in the streams, one per segment but no fewer than one per page: with
+/// merging off each becomes its own command.
 fn unmerged(streams: &StreamSizes, bios: Bios) -> u64 {
     let mut commands = 0u64;
     streams.for_each(|sectors, density, count| {
         let density = match bios {
-            Bios::Same => density.max(1),
+            // The streams keep no bio count: a bio of contiguous pages is
+            // taken as one per page, as the page-sized ones it is set against.
+            Bios::Same => density.clamp(1, PAGE_SECTORS),
             Bios::PageSized => PAGE_SECTORS,
         };
         commands = commands.saturating_add(sectors.div_ceil(density).saturating_mul(count));
@@ -293,12 +295,20 @@ mod tests {
     fn with_merging_off_page_sized_buffers_take_one_command_per_page() {
         // 1 MiB through 512-byte buffers on a nomerges disk: 2048 commands,
         // and 16 direct 64 KiB writes beside them (the VM's seed dd case).
+        // However many vectors the direct writes' buffer took, each stays
+        // one command: the fix does not touch them.
+        for vectors in [0, 1, 16] {
+            let mut streams = one_stream_of(2048, 1);
+            for _ in 0..16 {
+                streams.record(false, 128, vectors);
+            }
+            let what_if = page_sized_buffers(&streams, 2064, &loop_limits(), false).unwrap();
+            assert_eq!(what_if.commands_after_fix, 256 + 16, "{vectors} vectors");
+        }
         let mut streams = one_stream_of(2048, 1);
         for _ in 0..16 {
             streams.record(false, 128, 0);
         }
-        let what_if = page_sized_buffers(&streams, 2064, &loop_limits(), false).unwrap();
-        assert_eq!(what_if.commands_after_fix, 256 + 16);
         // Replayed as if merging were on, the difference would be lost.
         let merged = page_sized_buffers(&streams, 2064, &loop_limits(), true).unwrap();
         assert!(merged.commands_after_fix > 2000, "{merged:?}");
