@@ -162,6 +162,15 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
         .map(|r| r.checks.iter().filter(|c| !c.pass).count())
         .sum();
     let total: usize = ran.iter().map(|r| r.checks.len()).sum();
+    // Repeated last, where a CI log's tail shows them, one line each.
+    for r in &ran {
+        for c in r.checks.iter().filter(|c| !c.pass) {
+            eprintln!(
+                "xtask: FAILED {} on {}: {} (expected {}, found {})",
+                r.scenario, r.kernel, c.what, c.expected, c.found
+            );
+        }
+    }
     eprintln!(
         "xtask: vm-test took {:.0}s in all",
         started.elapsed().as_secs_f64()
