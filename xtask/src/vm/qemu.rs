@@ -27,8 +27,9 @@ pub enum Bus {
         queue_size: u16,
         indirect_desc: bool,
     },
-    /// qemu's emulated NVMe controller (virt_boundary_mask 4095).
-    Nvme,
+    /// qemu's emulated NVMe controller (virt_boundary_mask 4095) with these
+    /// logical / physical block sizes in bytes.
+    Nvme { logical: u32, physical: u32 },
 }
 
 /// A disk image, found in the guest by its serial.
@@ -148,7 +149,11 @@ fn device_args(index: usize, image: &Path, disk: &Disk) -> Vec<String> {
             disk.serial,
             if indirect_desc { "on" } else { "off" }
         ),
-        Bus::Nvme => format!("nvme,drive=drive{index},serial={}", disk.serial),
+        // qemu's NVMe merges nothing before its throttle: each command counts.
+        Bus::Nvme { logical, physical } => format!(
+            "nvme,drive=drive{index},serial={},logical_block_size={logical},physical_block_size={physical}",
+            disk.serial
+        ),
     };
     vec!["-drive".into(), drive, "-device".into(), device]
 }

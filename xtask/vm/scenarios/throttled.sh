@@ -1,11 +1,12 @@
 # What a fix buys in time, on disks throttled like cloud disks (xtask sets
 # qemu's throttling, with its request merging off so each command counts):
 # `iops` takes 200 commands/s whatever their size, `bw` 8 MiB/s whatever the
-# commands; `seed` and `seedfix` are the seed report's
-# layouts 1 and 3 at 200 commands/s; `mis` has its partition at sector 2049,
-# off the 4 KiB grid, at 200 commands/s. Each case runs a workload under `run`
-# with the cause in place, applies the fix the diagnosis names, runs the same
-# workload again, and leaves both reports and `compare`'s text for xtask.
+# commands; `seed` and `seedfix` are the seed report's layouts 1 and 3 at
+# 200 commands/s, `nvseed` and `nvfix` the same on NVMe; `mis` has its
+# partition at sector 2049, off the 4 KiB grid, at 200 commands/s. Each case
+# runs a workload under `run` with the cause in place, applies the fix the
+# diagnosis names, runs the same workload again, and leaves both reports and
+# `compare`'s text for xtask.
 
 # run_case NAME PART CMD...: the workload under run, its report in NAME.json.
 run_case() {
@@ -21,11 +22,30 @@ proposed() {
     grep -o "\"$1\": *[0-9]*" "$2" | head -n 1 | grep -o '[0-9]*$'
 }
 
-for serial in iops bw seed seedfix mis; do
+# split_case NAME PART WORKLOAD: WORKLOAD under a 32 KiB transfer limit, then
+# under the max_sectors_kb its report proposes, and compare's text of the two.
+split_case() {
+    split=$1
+    limits=/sys/block/${2%1}/queue
+    echo 32 > "$limits/max_sectors_kb"
+    run_case "$split.before" "$2" sh -c "$3"
+    fix=$(proposed proposed_max_sectors_kb "/results/$split.before.json")
+    echo "$split.fix=${fix:-none}" >> /results/names
+    [ -n "$fix" ] && echo "$fix" > "$limits/max_sectors_kb"
+    run_case "$split.after" "$2" sh -c "$3"
+    iosplit-trace compare "/results/$split.before.json" "/results/$split.after.json" \
+        > "/results/$split.compare" 2>&1
+    echo 1024 > "$limits/max_sectors_kb"
+}
+
+for serial in iops bw seed seedfix mis nvseed nvfix; do
     disk=$(wait_for_serial $serial 10)
-    wait_for_block "${disk}1" 10
-    echo "$serial=${disk}1" >> /results/names
-    geometry "$disk" "${disk}1" > "/results/$serial.geometry"
+    # NVMe names its partitions nvme0n1p1.
+    case $disk in *[0-9]) part=${disk}p1 ;; *) part=${disk}1 ;; esac
+    wait_for_block "$part" 10
+    echo "$serial=$part" >> /results/names
+    echo "$serial.disk=$disk" >> /results/names
+    geometry "$disk" "$part" > "/results/$serial.geometry"
 done
 
 for serial in iops bw; do
@@ -40,15 +60,7 @@ for serial in iops bw; do
     # 64 MiB, so the throttle's burst (avg/10 commands after idle, as cloud
     # disks spend credits) is a small part of the time before and after.
     workload="guest-io writev /dev/$part 0 4096 128 128 && guest-io write /dev/$part 67108864 4096 256"
-    echo 32 > $q/max_sectors_kb
-    run_case "$serial.split.before" "$part" sh -c "$workload"
-    fix=$(proposed proposed_max_sectors_kb "/results/$serial.split.before.json")
-    echo "$serial.split.fix=${fix:-none}" >> /results/names
-    [ -n "$fix" ] && echo "$fix" > $q/max_sectors_kb
-    run_case "$serial.split.after" "$part" sh -c "$workload"
-    iosplit-trace compare "/results/$serial.split.before.json" "/results/$serial.split.after.json" \
-        > "/results/$serial.split.compare" 2>&1
-    echo 1024 > $q/max_sectors_kb
+    split_case "$serial.split" "$part" "$workload"
 
     # The same split from a contiguous buffer: 1 MiB direct writes from a
     # huge page, one vector each, where 256 separate pages would need two
@@ -56,15 +68,7 @@ for serial in iops bw; do
     # the bytes', as the split case above shows).
     if [ "$serial" = iops ]; then
         workload="guest-io hugewrite /dev/$part 0 1048576 64 && guest-io write /dev/$part 67108864 4096 256"
-        echo 32 > $q/max_sectors_kb
-        run_case "$serial.huge.before" "$part" sh -c "$workload"
-        fix=$(proposed proposed_max_sectors_kb "/results/$serial.huge.before.json")
-        echo "$serial.huge.fix=${fix:-none}" >> /results/names
-        [ -n "$fix" ] && echo "$fix" > $q/max_sectors_kb
-        run_case "$serial.huge.after" "$part" sh -c "$workload"
-        iosplit-trace compare "/results/$serial.huge.before.json" "/results/$serial.huge.after.json" \
-            > "/results/$serial.huge.compare" 2>&1
-        echo 1024 > $q/max_sectors_kb
+        split_case "$serial.huge" "$part" "$workload"
     fi
 
     # Merges switched off: adjacent 4 KiB and 16 KiB writes submitted together.
@@ -98,11 +102,13 @@ iosplit-trace compare --pair "$mis=$iops" --pair "${mis%1}=${iops%1}" \
     > /results/mis.misaligned.compare 2>&1
 
 # The seed: mkfs.ext4 on layout 1 and on layout 3 (its fix), then 1 MiB
-# buffered through the raw partition on a disk that cannot merge, beside
-# 64 KiB direct writes (two sizes for the fit).
-for serial in seed seedfix; do
+# buffered through the raw partition, beside 64 KiB direct writes: two sizes
+# for the fit, each a real share (a fiftieth) of the commands. On virtio
+# with merging off (a device that cannot merge); on NVMe with it on, where
+# the 4 KiB virt boundary is what could keep sub-page bios apart.
+for serial in seed seedfix nvseed nvfix; do
     part=$(sed -n "s/^$serial=//p" /results/names)
-    disk=${part%1}
+    disk=$(sed -n "s/^$serial.disk=//p" /results/names)
     run_case "$serial.mkfs" "$part" \
         mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part"
     # The same run as a user reads it (the README's example), on layout 1.
@@ -111,15 +117,19 @@ for serial in seed seedfix; do
             mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part" \
             > /dev/null 2>> /results/seed.mkfs.stderr
     fi
-    echo 2 > /sys/block/$disk/queue/nomerges
+    case $serial in nv*) ;; *) echo 2 > "/sys/block/$disk/queue/nomerges" ;; esac
     run_case "$serial.dd" "$part" sh -c \
-        "dd if=/dev/zero of=/dev/$part bs=64k count=16 conv=fsync 2>/dev/null && guest-io write /dev/$part 4194304 65536 16"
-    echo 0 > /sys/block/$disk/queue/nomerges
+        "dd if=/dev/zero of=/dev/$part bs=64k count=16 conv=fsync 2>/dev/null && guest-io write /dev/$part 4194304 65536 64"
+    echo 0 > "/sys/block/$disk/queue/nomerges"
 done
-seed=$(sed -n 's/^seed=//p' /results/names)
-seedfix=$(sed -n 's/^seedfix=//p' /results/names)
-for case in mkfs dd; do
-    iosplit-trace compare --pair "$seed=$seedfix" --pair "${seed%1}=${seedfix%1}" \
-        "/results/seed.$case.json" "/results/seedfix.$case.json" \
-        > "/results/seed.$case.compare" 2>&1
+name_of() { sed -n "s/^$1=//p" /results/names; }
+for pair in seed:seedfix nvseed:nvfix; do
+    before=${pair%:*}
+    after=${pair#*:}
+    for case in mkfs dd; do
+        iosplit-trace compare --pair "$(name_of "$before")=$(name_of "$after")" \
+            --pair "$(name_of "$before.disk")=$(name_of "$after.disk")" \
+            "/results/$before.$case.json" "/results/$after.$case.json" \
+            > "/results/$before.$case.compare" 2>&1
+    done
 done
