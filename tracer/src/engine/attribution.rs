@@ -370,25 +370,21 @@ impl AttributionTables {
         self.kept = kept;
     }
 
-    /// A bio queued by `owner` (as `tgid`) on `place`, `sectors` long.
-    pub fn queue(&mut self, owner: &Owner, tgid: u32, place: Place, bytes: u64) -> OwnerSlots {
+    /// The owners of a bio queued by `owner` (as `tgid`) on `place`; the
+    /// accounting counts it to them.
+    pub fn owners_of(&mut self, owner: &Owner, tgid: u32, place: Place) -> OwnerSlots {
         if !self.kept {
             return OwnerSlots::NONE;
         }
         let keys = keys_of(owner, tgid);
-        let slots = match self.last {
+        match self.last {
             Some(last) if last.keys == keys && last.place == place => last.slots,
             _ => {
                 let slots = self.combination(keys, place);
                 self.last = Some(LastQueued { keys, place, slots });
                 slots
             }
-        };
-        self.each(slots, |stats| {
-            stats.user_ios += 1;
-            stats.bytes += bytes;
-        });
-        slots
+        }
     }
 
     /// The combination of these owners on `place`, made on first sight;
@@ -563,6 +559,18 @@ fn file_entry(key: FileKey, device: String, measures: OwnerMeasures) -> OwnerEnt
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl AttributionTables {
+        /// A bio's owners, counted as the accounting counts a queue.
+        fn queue(&mut self, owner: &Owner, tgid: u32, place: Place, bytes: u64) -> OwnerSlots {
+            let slots = self.owners_of(owner, tgid, place);
+            self.each(slots, |stats| {
+                stats.user_ios += 1;
+                stats.bytes += bytes;
+            });
+            slots
+        }
+    }
 
     fn owner(comm: &str, cgroup: u64, ino: u64, flags: u32) -> Owner {
         let mut name = [0; COMM_BYTES];

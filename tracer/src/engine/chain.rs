@@ -4,9 +4,8 @@
 use super::attribution::OwnerSlots;
 use super::devices::LastIssue;
 pub(super) use super::outcome::DropReason;
-use super::outcome::{CommandId, IoId, Outcome};
+use super::outcome::{Account, CommandId, IoId, Outcome};
 use super::split::SplitLimits;
-use super::stats::op_index;
 use super::table::{SlotRef, NIL};
 use super::target::Target;
 use super::Engine;
@@ -125,7 +124,7 @@ impl Default for Fragment {
 
 /// What the merge-candidate test needs to know about a command's ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct CommandEnds {
+pub(crate) struct CommandEnds {
     /// The earliest queue time of the user I/Os it carries.
     pub(super) queued_ns: u64,
     /// Fragments it carries: a lower bound on its segments, since the kernel
@@ -332,10 +331,13 @@ impl Engine {
                     carried = Some(io_ref);
                     if io.commands == 1 && io.epoch == self.epoch {
                         let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
-                        self.attribution.each(io.owners, |stats| {
-                            stats.queue_to_issue_us.saturating_record(waited_us)
-                        });
-                        first_issue = Some((io.target, waited_us));
+                        first_issue = Some((
+                            Account {
+                                target: io.target,
+                                owners: io.owners,
+                            },
+                            waited_us,
+                        ));
                     }
                 }
                 target.get_or_insert(io.target);
@@ -355,10 +357,8 @@ impl Engine {
             if let Some(io_ref) = carried {
                 self.count_disk_command_above(io_ref, serial);
             }
-            if let Some((io_target, waited_us)) = first_issue {
-                self.stats_mut(io_target)
-                    .queue_to_issue_us
-                    .saturating_record(waited_us);
+            if let Some((account, waited_us)) = first_issue {
+                self.emit(Outcome::Waited { account, waited_us });
             }
             if let Some(io_ref) = carried.filter(|_| self.keep_outcomes) {
                 // Told after the command's `Issued`, in `count_command`.
@@ -397,8 +397,14 @@ impl Engine {
                 return;
             }
             io.last_disk_command = serial;
-            let (target, parent) = (io.target, io.parent);
-            self.stats_mut(target).disk_commands += 1;
+            let (account, parent) = (
+                Account {
+                    target: io.target,
+                    owners: io.owners,
+                },
+                io.parent,
+            );
+            self.emit(Outcome::ReachedDisk { account });
             upper = parent;
         }
     }
@@ -422,47 +428,51 @@ impl Engine {
         };
         io.commands += 1;
         io.last_command = serial;
-        let target = io.target;
-        let (owners, first) = (io.owners, io.commands == 1 && io.epoch == self.epoch);
+        let account = Account {
+            target: io.target,
+            owners: io.owners,
+        };
+        let first = io.commands == 1 && io.epoch == self.epoch;
         let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
-        self.attribution.each(owners, |stats| {
-            stats.commands += 1;
-            if first {
-                stats.queue_to_issue_us.saturating_record(waited_us);
-            }
-        });
         if first {
-            self.stats_mut(target)
-                .queue_to_issue_us
-                .saturating_record(waited_us);
+            self.emit(Outcome::Waited { account, waited_us });
         }
-        self.count_command(serial, dev, target, start, sectors, None);
+        self.issue_command(
+            serial,
+            dev,
+            account.target,
+            account.owners,
+            start,
+            sectors,
+            None,
+        );
         self.emit(Outcome::Carries {
             command: CommandId(serial),
             io: IoId::of(io_ref),
         });
     }
 
-    /// Counts a new command `serial` issued on `dev`: the one place where
-    /// the device's command count grows, so views that read
-    /// [`Outcome::Issued`] count what the report counts.
-    pub(super) fn count_command(
+    /// A new command `serial` issued on `dev`, then the user I/Os it carries.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn issue_command(
         &mut self,
         serial: u64,
         dev: u32,
         target: Target,
+        owners: OwnerSlots,
         start: u64,
         sectors: u64,
         ends: Option<CommandEnds>,
     ) {
-        let now_ns = self.now_ns;
         self.emit(Outcome::Issued {
             command: CommandId(serial),
             dev,
             sector: start,
             sectors,
             op: target.op,
-            ts_ns: now_ns,
+            ts_ns: self.now_ns,
+            account: Account { target, owners },
+            ends,
         });
         if self.keep_outcomes {
             for at in 0..self.carried.len() {
@@ -473,38 +483,6 @@ impl Engine {
                 });
             }
             self.carried.clear();
-        }
-        let device = &mut self.devices[target.disk as usize];
-        let limits = device.limits;
-        let pbs = limits.pbs_sectors.max(1);
-        let last = &mut device.last_issue[op_index(target.op)];
-        let adjacent_unmerged = sectors > 0
-            && ends.is_some_and(|ends| missed_merge(&limits, last, start, sectors, &ends));
-        if let Some(ends) = ends.filter(|_| sectors > 0) {
-            *last = LastIssue {
-                end: start.saturating_add(sectors),
-                sectors,
-                issue_ns: now_ns,
-                bios: ends.bios,
-                last_io: ends.last_io,
-                valid: true,
-            };
-        }
-        let stats = device
-            .stats_mut(target.part)
-            .get_mut(target.tracked, target.op);
-        stats.commands += 1;
-        stats.command_sectors.record(sectors);
-        if sectors > 0 {
-            if !start.is_multiple_of(pbs) || !sectors.is_multiple_of(pbs) {
-                stats.misaligned_pbs += 1;
-            }
-            if !start.is_multiple_of(8) || !sectors.is_multiple_of(8) {
-                stats.misaligned_4k += 1;
-            }
-        }
-        if adjacent_unmerged {
-            stats.adjacent_unmerged += 1;
         }
     }
 
@@ -542,32 +520,18 @@ impl Engine {
             ts_ns: self.now_ns,
             complete: !io.incomplete,
             failed: io.failed,
+            account: Account {
+                target: io.target,
+                owners: io.owners,
+            },
+            measured: io.epoch == self.epoch,
+            queue_ns: io.queue_ns,
+            fragments: io.fragments,
+            commands: io.commands,
         });
-        if io.failed {
-            // Failed, not complete: it feeds no completion measure.
-            if io.epoch == self.epoch {
-                self.stats_mut(io.target).failed_user_ios += 1;
-            }
-            return;
-        }
-        if io.incomplete {
+        if io.incomplete && !io.failed {
             self.correlation.incomplete += 1;
-            return;
         }
-        if io.epoch != self.epoch {
-            return;
-        }
-        let latency_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
-        let stats = self.stats_mut(io.target);
-        stats.fragments_per_io.record(u64::from(io.fragments));
-        stats.commands_per_io.record(u64::from(io.commands));
-        stats.queue_to_complete_us.saturating_record(latency_us);
-        self.attribution.each(io.owners, |stats| {
-            stats
-                .commands_per_io
-                .saturating_record(u64::from(io.commands));
-            stats.queue_to_complete_us.saturating_record(latency_us);
-        });
     }
 
     /// A fragment dropped without completing: its user I/O is incomplete.

@@ -5,7 +5,7 @@ use tracer_common::BlockEvent;
 
 use super::service::ServiceSamples;
 use super::split::SplitLimits;
-use super::stats::{DeviceStats, OpStats, OP_COUNT};
+use super::stats::{DeviceStats, OP_COUNT};
 use super::streams::LastQueued;
 use super::table::SlotRef;
 use super::target::{op_of, Target, NO_PART};
@@ -371,12 +371,6 @@ impl Engine {
         if !part.known && part.geometry.start == 0 {
             part.geometry.start = start;
         }
-    }
-
-    pub(super) fn stats_mut(&mut self, target: Target) -> &mut OpStats {
-        self.devices[target.disk as usize]
-            .stats_mut(target.part)
-            .get_mut(target.tracked, target.op)
     }
 }
 

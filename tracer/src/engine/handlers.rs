@@ -4,13 +4,12 @@ use tracer_common::{BlockEvent, EventKind};
 
 use super::attribution::OwnerSlots;
 use super::chain::{DropReason, Fragment, FragmentState, Remap, UserIo};
-use super::outcome::{CommandId, IoId, Outcome};
+use super::outcome::{Account, CommandId, IoId, Outcome, StreamStep};
 use super::split::split_cause;
 use super::stats::op_index;
 use super::table::{SlotRef, NIL};
 use super::target::{op_of, Target, NO_PART};
 use super::Engine;
-use crate::blk::SECTOR_BYTES;
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
@@ -207,36 +206,32 @@ impl Engine {
             tracked,
         };
         let sectors = u64::from(event.nr_sector);
+        let inherited = inherited_owners.is_some();
         let owners = match inherited_owners {
             // A stacked device's bio belongs to whoever queued the upper one.
             Some(owners) => owners,
-            None => self.attribution.queue(
-                &event.owner,
-                event.tgid,
-                (disk, part),
-                sectors * SECTOR_BYTES,
-            ),
+            None => self
+                .attribution
+                .owners_of(&event.owner, event.tgid, (disk, part)),
         };
-        let stats = self.stats_mut(target);
-        stats.user_ios += 1;
-        stats.fragments += 1;
-        stats.bytes += sectors * SECTOR_BYTES;
-        stats.user_io_sectors.record(sectors);
-        let queued = |io: Option<IoId>| Outcome::Queued {
+        let queued = |io: Option<IoId>, stream: Option<StreamStep>| Outcome::Queued {
             io,
             dev: event.dev,
             sector: event.sector,
             sectors: event.nr_sector,
             op: target.op,
             ts_ns: event.ts_ns,
+            account: Account { target, owners },
+            inherited,
+            stream,
         };
         if sectors == 0 {
-            self.emit(queued(None));
+            self.emit(queued(None, None));
             return;
         }
         if !self.make_room_for_fragment() {
             self.correlation.evicted += 1;
-            self.emit(queued(None));
+            self.emit(queued(None, None));
             return;
         }
         let io = UserIo {
@@ -259,11 +254,12 @@ impl Engine {
         };
         let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
             self.correlation.evicted += 1;
-            self.emit(queued(None));
+            self.emit(queued(None, None));
             return;
         };
         let io_ref = self.user_ios.slot_ref(io_index);
-        self.record_stream(target, event.sector, sectors, event.segments, io_index);
+        let stream =
+            Some(self.stream_step(target, event.sector, sectors, event.segments, io_index));
         let fragment = Fragment {
             io: io_ref,
             start: event.sector,
@@ -279,14 +275,14 @@ impl Engine {
         else {
             self.user_ios.remove(io_index);
             self.correlation.evicted += 1;
-            self.emit(queued(None));
+            self.emit(queued(None, stream));
             return;
         };
         let device = &mut self.devices[disk as usize];
         if device.bio_based() {
             device.last_fragment = self.fragments.slot_ref(fragment_index);
         }
-        self.emit(queued(Some(IoId::of(io_ref))));
+        self.emit(queued(Some(IoId::of(io_ref)), stream));
     }
 
     /// The pending fragment a split at `new_sector` cuts. block/blk-merge.c
@@ -389,34 +385,26 @@ impl Engine {
             .and_then(|index| self.fragments.get(index))
             .map(|fragment| fragment.io);
         let io_index = io_ref.and_then(|io| self.user_ios.resolve(io));
-        self.emit(Outcome::Split {
-            io: io_index.and(io_ref).map(IoId::of),
-            dev: event.dev,
-            at: new_sector,
-            ts_ns: event.ts_ns,
-        });
         let (target, owners, first_cut) = match io_index.and_then(|index| self.user_ios.get(index))
         {
             Some(io) => (io.target, io.owners, io.fragments == 1),
             None => (self.fallback_target(event), OwnerSlots::NONE, false),
         };
-        let first_cut = u64::from(first_cut);
-        self.attribution.each(owners, |stats| {
-            stats.splits += 1;
-            stats.split_user_ios += first_cut;
-        });
         let cause = split_cause(
             &self.devices[target.disk as usize].limits,
             target.op,
             piece_start,
             new_sector,
         );
-        let stats = self.stats_mut(target);
-        stats.splits += 1;
-        stats.split_user_ios += first_cut;
-        stats.fragments += 1;
-        stats.split_causes[cause.index()] += 1;
-        stats.split_point_zeros = stats.split_point_zeros.min(new_sector.trailing_zeros());
+        self.emit(Outcome::Split {
+            io: io_index.and(io_ref).map(IoId::of),
+            dev: event.dev,
+            at: new_sector,
+            ts_ns: event.ts_ns,
+            account: Account { target, owners },
+            cause,
+            first_cut,
+        });
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;
             return;
@@ -475,9 +463,8 @@ impl Engine {
         self.emit(Outcome::Merged {
             io,
             ts_ns: event.ts_ns,
+            account: Account { target, owners },
         });
-        self.stats_mut(target).merges += 1;
-        self.attribution.each(owners, |stats| stats.merges += 1);
         if found.is_none() {
             self.correlation.unmatched_events += 1;
         }
@@ -555,7 +542,15 @@ impl Engine {
                     .is_none();
             if reissued {
                 let fallback = self.fallback_target(event);
-                self.count_command(serial, event.dev, fallback, start, sectors, None);
+                self.issue_command(
+                    serial,
+                    event.dev,
+                    fallback,
+                    OwnerSlots::NONE,
+                    start,
+                    sectors,
+                    None,
+                );
                 return;
             }
             let clone_of = match self.rq_remaps.is_empty() {
@@ -582,8 +577,7 @@ impl Engine {
             command.target = target;
             command.owners = owners;
         }
-        self.attribution.each(owners, |stats| stats.commands += 1);
-        self.count_command(serial, event.dev, target, start, sectors, ends);
+        self.issue_command(serial, event.dev, target, owners, start, sectors, ends);
     }
 
     /// Request-based dm (multipath) cloned its issued request at
@@ -639,8 +633,8 @@ impl Engine {
         let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
             let target = self.fallback_target(event);
-            self.stats_mut(target).requeues += 1;
             self.devices[target.disk as usize].requeued_empty[op_index(target.op)] += 1;
+            self.emit_requeue(None, target);
             return;
         }
         let found = self.commands.find(&(event.dev, start), |command| {
@@ -649,21 +643,28 @@ impl Engine {
         if let Some(command) = found.and_then(|index| self.commands.get_mut(index)) {
             command.requeued_ns = Some(self.now_ns);
             let (target, serial) = (command.target, command.serial);
-            self.stats_mut(target).requeues += 1;
-            self.emit(Outcome::Requeued {
-                command: CommandId(serial),
-                ts_ns: self.now_ns,
-            });
+            self.emit_requeue(Some(CommandId(serial)), target);
             return;
         }
         // Issued before tracing began (or its issue was lost): keep a command
         // without fragments, so that its re-issue is not counted as a new one.
         self.correlation.unmatched_events += 1;
         let target = self.fallback_target(event);
-        self.stats_mut(target).requeues += 1;
+        self.emit_requeue(None, target);
         let serial = self.next_command;
         self.next_command += 1;
         let _ = self.insert_command(serial, event.dev, start, end, Some(self.now_ns), target);
+    }
+
+    fn emit_requeue(&mut self, command: Option<CommandId>, target: Target) {
+        self.emit(Outcome::Requeued {
+            command,
+            ts_ns: self.now_ns,
+            account: Account {
+                target,
+                owners: OwnerSlots::NONE,
+            },
+        });
     }
 
     /// An issue of a requeued command: no new command; issue→complete now
@@ -703,13 +704,12 @@ impl Engine {
             command: CommandId(serial),
             ts_ns: self.now_ns,
             waited_ns: self.now_ns.saturating_sub(requeued_ns),
+            account: Account {
+                target,
+                owners: OwnerSlots::NONE,
+            },
+            measured: epoch == self.epoch,
         });
-        if epoch == self.epoch {
-            let delay_us = self.now_ns.saturating_sub(requeued_ns) / 1000;
-            self.stats_mut(target)
-                .requeue_delay_us
-                .saturating_record(delay_us);
-        }
         true
     }
 
@@ -784,18 +784,13 @@ impl Engine {
             last_issue_ns: command.issue_ns,
             latency_us: measured.then_some(latency_us),
             error,
+            account: Account {
+                target: command.target,
+                owners: command.owners,
+            },
+            sectors: command.end - command.start,
         });
         if whole {
-            if measured {
-                self.devices[command.target.disk as usize].service[op_index(command.target.op)]
-                    .complete(command.issue_ns, self.now_ns, command.end - command.start);
-                self.stats_mut(command.target)
-                    .issue_to_complete_us
-                    .saturating_record(latency_us);
-                self.attribution.each(command.owners, |stats| {
-                    stats.issue_to_complete_us.saturating_record(latency_us)
-                });
-            }
             // Fragments past the command's end cannot exist; complete any leftovers.
             while head != NIL {
                 let next = self
@@ -863,9 +858,14 @@ impl Engine {
     /// One failed command on `target`, with the completion's errno and the
     /// sectors `[start, end)` it covered on its device.
     fn count_failure(&mut self, target: Target, error: i32, start: u64, end: u64) {
-        let stats = self.stats_mut(target);
-        stats.failed_commands += 1;
-        stats.add_errors(error, 1);
-        stats.add_failed_sectors(start, end.saturating_sub(1).max(start));
+        self.emit(Outcome::Failed {
+            account: Account {
+                target,
+                owners: OwnerSlots::NONE,
+            },
+            error,
+            start,
+            end,
+        });
     }
 }

@@ -33,7 +33,11 @@
 //! - `chain`: user I/Os, fragments, commands and remaps, and their bookkeeping
 //!   (gather, complete, expire, make room, events the kernel dropped).
 //! - `outcome`: the typed [`outcome::Outcome`]s the correlation emits; the
-//!   HTML series, the Perfetto timeline and `run`'s matcher read them.
+//!   accounting, the HTML series, the Perfetto timeline and `run`'s matcher
+//!   read them.
+//! - `accounting`: what each outcome counts for: the only writer of the
+//!   devices' counters, histograms and service samples, the attribution
+//!   and the what-if's streams.
 //! - `target`: where an event's numbers go, and an event's operation.
 //! - `devices`: disk and partition state, and disks that come and go.
 //! - `stats`, `histogram`, `streams`: per-device counters and histograms, and
@@ -52,6 +56,7 @@
 //! diagnosis is a file under `diagnose/` listed in its `CHECKS`, with its
 //! words under `crate::explain` (see `diagnose/mod.rs`).
 
+mod accounting;
 pub mod attribution;
 pub mod audit;
 mod chain;
@@ -210,12 +215,14 @@ impl Engine {
     }
 
     /// The outcomes kept since the last call, in order.
-    pub fn drain_outcomes(&mut self) -> std::vec::Drain<'_, Outcome> {
+    pub(crate) fn drain_outcomes(&mut self) -> std::vec::Drain<'_, Outcome> {
         self.outcomes.drain(..)
     }
 
+    /// Counts an outcome, and keeps it for the views that asked.
     #[inline]
     fn emit(&mut self, outcome: Outcome) {
+        self.account(&outcome);
         if self.keep_outcomes {
             self.outcomes.push(outcome);
         }

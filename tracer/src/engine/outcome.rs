@@ -5,12 +5,38 @@
 //! raw events again on rules of their own, so every view counts a requeued
 //! command once and ends a command at its last completion, as the report does.
 //!
-//! Outcomes are kept only when asked for ([`super::Engine::keep_outcomes`]);
-//! the live path then pays one untaken branch per outcome.
+//! The accounting is the first reader of every outcome
+//! ([`super::accounting`]): devices' counters and histograms, attribution
+//! and the what-if's streams grow from what is emitted here and from nothing
+//! else, so a view that reads the outcomes sees what the report counted.
+//! Outcomes are kept for views only when asked for
+//! ([`super::Engine::keep_outcomes`]); the live path then pays one untaken
+//! branch per outcome.
 
-use crate::model::Op;
+use crate::model::{Op, SplitCause};
 
+use super::attribution::OwnerSlots;
+use super::chain::CommandEnds;
 use super::table::SlotRef;
+use super::target::Target;
+
+/// Where an outcome's numbers go (device, partition, op, origin) and whose
+/// they are (the owners' combination in the attribution tables).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Account {
+    pub(crate) target: Target,
+    pub(crate) owners: OwnerSlots,
+}
+
+/// A queued user I/O's step in its device's stream (what-if replays).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct StreamStep {
+    /// It starts where the last one on this device and op ended, while
+    /// that one is in flight.
+    pub(crate) continues: bool,
+    /// Its segments (bio vectors) as traced; 0 when unknown.
+    pub(crate) segments: u16,
+}
 
 /// A user I/O, unique for the whole trace (its slot and the slot's generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -41,12 +67,14 @@ pub enum DropReason {
 }
 
 /// One step of a chain, in kernel event order. Sectors are absolute on the
-/// device that `dev` names (kernel dev_t).
+/// device that `dev` names (kernel dev_t). `account` says where the step
+/// is counted.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A user I/O was submitted (`block_bio_queue`). `io` is `None` for an
     /// empty bio (a flush), which is counted but not correlated, and when no
-    /// room was left to follow it.
+    /// room was left to follow it. `inherited`: its owners are those of the
+    /// upper device's user I/O it was remapped from, which counted them.
     Queued {
         io: Option<IoId>,
         dev: u32,
@@ -54,17 +82,34 @@ pub enum Outcome {
         sectors: u32,
         op: Op,
         ts_ns: u64,
+        account: Account,
+        inherited: bool,
+        stream: Option<StreamStep>,
     },
-    /// The kernel cut a user I/O's fragment at `at` (`block_split`).
+    /// The kernel cut a user I/O's fragment at `at` (`block_split`), for
+    /// `cause`; `first_cut` when its user I/O was whole until then.
     Split {
         io: Option<IoId>,
         dev: u32,
         at: u64,
         ts_ns: u64,
+        account: Account,
+        cause: SplitCause,
+        first_cut: bool,
     },
     /// A bio was merged into a pending request or bio.
-    Merged { io: Option<IoId>, ts_ns: u64 },
-    /// A new device command. A re-issue after a requeue is [`Outcome::Reissued`].
+    Merged {
+        io: Option<IoId>,
+        ts_ns: u64,
+        account: Account,
+    },
+    /// A user I/O's first command was issued `waited_us` after its queue
+    /// (measured only within the epoch it was queued in).
+    Waited { account: Account, waited_us: u64 },
+    /// A new device command. A re-issue after a requeue is
+    /// [`Outcome::Reissued`]. `ends` tells the merge-candidate test about
+    /// the fragments it gathered (none for a bio-based command or one
+    /// whose fragments were not traced).
     Issued {
         command: CommandId,
         dev: u32,
@@ -72,22 +117,36 @@ pub enum Outcome {
         sectors: u64,
         op: Op,
         ts_ns: u64,
+        account: Account,
+        ends: Option<CommandEnds>,
     },
     /// The command carries (part of) this user I/O; once per pair.
     Carries { command: CommandId, io: IoId },
-    /// The driver handed the command back (`block_rq_requeue`).
-    Requeued { command: CommandId, ts_ns: u64 },
-    /// The requeued command was issued again after `waited_ns`.
+    /// A command on a disk below carried (part of) a user I/O of the
+    /// stacked device `account` names; once per pair.
+    ReachedDisk { account: Account },
+    /// The driver handed the command back (`block_rq_requeue`); `command` is
+    /// `None` for one without a range or issued before the trace.
+    Requeued {
+        command: Option<CommandId>,
+        ts_ns: u64,
+        account: Account,
+    },
+    /// The requeued command was issued again after `waited_ns`; `measured`
+    /// unless it was issued before a reset.
     Reissued {
         command: CommandId,
         ts_ns: u64,
         waited_ns: u64,
+        account: Account,
+        measured: bool,
     },
     /// A completion covered the command's sectors up to `done_to`. `whole`
     /// when that was its last sector; then `latency_us` is its
     /// issue→complete time from its last issue, when the report measured it
-    /// (not across a reset, nor after lost events). `error` is the
-    /// completion's negative errno, 0 when it succeeded.
+    /// (not across a reset, nor after lost events), for the `sectors` still
+    /// outstanding at that issue. `error` is the completion's negative
+    /// errno, 0 when it succeeded.
     Completed {
         command: CommandId,
         ts_ns: u64,
@@ -96,6 +155,16 @@ pub enum Outcome {
         last_issue_ns: u64,
         latency_us: Option<u64>,
         error: i32,
+        account: Account,
+        sectors: u64,
+    },
+    /// A command failed with `error` over `[start, end)`: counted once per
+    /// command, also for one issued before the trace.
+    Failed {
+        account: Account,
+        error: i32,
+        start: u64,
+        end: u64,
     },
     /// The command was given up without its completion.
     CommandDropped {
@@ -104,12 +173,18 @@ pub enum Outcome {
     },
     /// The user I/O's last fragment ended; `complete` is false when an event
     /// of its chain was missed or dropped, `failed` when a command carrying
-    /// part of it completed with an error.
+    /// part of it completed with an error. `measured`: queued in this
+    /// epoch, so its numbers feed the histograms.
     Finished {
         io: IoId,
         ts_ns: u64,
         complete: bool,
         failed: bool,
+        account: Account,
+        measured: bool,
+        queue_ns: u64,
+        fragments: u32,
+        commands: u32,
     },
     /// A fragment of the user I/O was given up (counted once per user I/O).
     Dropped { io: IoId, reason: DropReason },

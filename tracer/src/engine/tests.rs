@@ -2815,3 +2815,48 @@ fn raid5_stripe_bios_continue_the_write_without_cutting_it() {
         );
     }
 }
+
+/// The accounting counts outcomes and nothing else: on any event stream,
+/// the devices' counts are the outcomes' counts, so a view that reads the
+/// outcomes can never count other than the report.
+#[test]
+fn the_report_counts_exactly_what_the_outcomes_say() {
+    use super::outcome::Outcome;
+    let mut engine = Engine::new(vec![loop0(), zram(), dm()], EngineLimits::default());
+    engine.keep_outcomes();
+    let mut rng = Rng(0x5eed_0f_0c0e);
+    let mut ts = 0;
+    let (mut queued, mut split, mut merged, mut issued) = (0u64, 0u64, 0u64, 0u64);
+    let (mut requeued, mut failed, mut reached) = (0u64, 0u64, 0u64);
+    for _ in 0..50_000 {
+        engine.ingest(&garbage(&mut rng, &mut ts));
+        for outcome in engine.drain_outcomes() {
+            match outcome {
+                Outcome::Queued { .. } => queued += 1,
+                Outcome::Split { .. } => split += 1,
+                Outcome::Merged { .. } => merged += 1,
+                Outcome::Issued { .. } => issued += 1,
+                Outcome::Requeued { .. } => requeued += 1,
+                Outcome::Failed { .. } => failed += 1,
+                Outcome::ReachedDisk { .. } => reached += 1,
+                _ => {}
+            }
+        }
+    }
+    let mut counted = [0u64; 7];
+    for report in engine.devices() {
+        for measures in report.measures.ops.values() {
+            counted[0] += measures.user_ios;
+            counted[1] += measures.splits;
+            counted[2] += measures.merges;
+            counted[3] += measures.commands;
+            counted[4] += measures.requeues;
+            counted[5] += measures.failed_commands;
+            counted[6] += measures.disk_commands;
+        }
+    }
+    let told = [queued, split, merged, issued, requeued, failed, reached];
+    // Random events rarely make a stack; the stacked tests count those.
+    assert!(told[..6].iter().all(|&count| count > 0), "every kind seen: {told:?}");
+    assert_eq!(counted, told);
+}

@@ -17,6 +17,7 @@
 //! Kept per stream: one histogram value (1% resolution, fixed memory), so
 //! nothing is allocated per event.
 
+use super::outcome::StreamStep;
 use super::split::SplitLimits;
 use super::stats::op_index;
 use super::streams::{LastQueued, StreamSizes, PAGE_SECTORS};
@@ -34,14 +35,14 @@ impl Engine {
     /// A user I/O just queued (at `user_ios[io_index]`): it continues the
     /// stream of the last one on this disk and op when it starts where that
     /// one ended, on the same partition and origin, while it is in flight.
-    pub(super) fn record_stream(
+    pub(super) fn stream_step(
         &mut self,
         target: Target,
         start: u64,
         sectors: u64,
         segments: u16,
         io_index: u32,
-    ) {
+    ) -> StreamStep {
         let io = self.user_ios.slot_ref(io_index);
         let last = self.devices[target.disk as usize].last_queued[op_index(target.op)];
         let continues = last.end == start
@@ -54,9 +55,10 @@ impl Engine {
             tracked: target.tracked,
             io,
         };
-        self.stats_mut(target)
-            .streams
-            .record(continues, sectors, segments);
+        StreamStep {
+            continues,
+            segments,
+        }
     }
 }
 

@@ -89,7 +89,7 @@ impl Matcher {
         slice.end_ns = slice.end_ns.max(ts_ns);
     }
 
-    pub fn see(&mut self, outcome: &Outcome) {
+    pub(crate) fn see(&mut self, outcome: &Outcome) {
         match *outcome {
             Outcome::Queued {
                 io,
@@ -98,6 +98,7 @@ impl Matcher {
                 sectors,
                 op,
                 ts_ns,
+                ..
             } => {
                 let place = self
                     .partition_name(dev, sector)
@@ -126,6 +127,7 @@ impl Matcher {
                 sectors,
                 op,
                 ts_ns,
+                ..
             } => {
                 let track = self.track(dev, "commands".into());
                 let args = json!({"sector": sector, "bytes": sectors * 512, "op": op.as_str()});
@@ -139,7 +141,11 @@ impl Matcher {
                     self.flows.push((io, command));
                 }
             }
-            Outcome::Requeued { command, ts_ns } => {
+            Outcome::Requeued {
+                command: Some(command),
+                ts_ns,
+                ..
+            } => {
                 if let Some(&slice) = self.commands.get(&command) {
                     self.instants.push((slice, ts_ns, "requeued"));
                     let args = &mut self.slices[slice].args;
@@ -150,6 +156,7 @@ impl Matcher {
                 command,
                 ts_ns,
                 waited_ns,
+                ..
             } => {
                 if let Some(&slice) = self.commands.get(&command) {
                     // Until now it was waiting: that part becomes the
@@ -191,7 +198,14 @@ impl Matcher {
                     self.end_slice(slice, ts_ns);
                 }
             }
-            Outcome::Split { io: None, .. } | Outcome::Merged { .. } | Outcome::Dropped { .. } => {}
+            // Counted by the accounting; nothing of a chain to draw.
+            Outcome::Split { io: None, .. }
+            | Outcome::Merged { .. }
+            | Outcome::Dropped { .. }
+            | Outcome::Waited { .. }
+            | Outcome::ReachedDisk { .. }
+            | Outcome::Requeued { command: None, .. }
+            | Outcome::Failed { .. } => {}
         }
     }
 

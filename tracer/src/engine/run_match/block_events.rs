@@ -12,7 +12,7 @@ impl<R: FdResolver> RunMatcher<R> {
     /// Keeps write commands as issued and write bios as queued, by the
     /// engine's word: a re-issue after a requeue is no new command, and on
     /// a bio-based device each bio the engine counts as a command is kept.
-    pub fn outcome(&mut self, outcome: &Outcome) {
+    pub(crate) fn outcome(&mut self, outcome: &Outcome) {
         match *outcome {
             Outcome::Issued {
                 dev,

@@ -31,7 +31,7 @@ pub struct Collector {
 }
 
 impl Collector {
-    pub fn see(&mut self, outcome: &Outcome) {
+    pub(crate) fn see(&mut self, outcome: &Outcome) {
         match *outcome {
             Outcome::Queued {
                 dev,
