@@ -613,7 +613,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let process_fields = process_offsets.clone().unwrap_or(ProcessOffsets::ABSENT);
     let uring = match (config.process_tree, &process_offsets) {
         (true, Ok(_)) => uring_offsets(events_dir),
-        _ => Err("not requested".to_string()),
+        _ => Err(UringUnavailable::NotRequested),
     };
     let uring_fields = uring
         .as_ref()
@@ -710,7 +710,7 @@ fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> {
     let uring_probes = match (config.process_tree, &process_probes, uring) {
         (false, _, _) => None,
         (true, Some(why), _) => Some(why.clone()),
-        (true, None, Err(why)) => Some(why),
+        (true, None, Err(why)) => Some(why.to_string()),
         (true, None, Ok((fields, tracepoint))) => attach_uring_probes(
             &mut ebpf,
             tracepoint,
@@ -851,14 +851,27 @@ fn attach_process_probes(ebpf: &mut Ebpf) -> std::result::Result<(), ProcessProb
     Ok(())
 }
 
+/// Why io_uring submissions cannot be followed here.
+#[derive(Debug, thiserror::Error)]
+enum UringUnavailable {
+    #[error("not requested")]
+    NotRequested,
+    #[error("{}", crate::error::one_line(.0))]
+    Format(#[from] format::FormatError),
+    #[error("the kernel's BTF: {0}")]
+    Btf(#[from] btf::BtfError),
+    #[error("the kernel's BTF: {}", crate::error::one_line(.0))]
+    Layout(#[from] layout::LayoutError),
+}
+
 /// The io_uring fields `run` reads: the submit record's from its format
 /// file, the request's from BTF; or why io_uring cannot be followed here.
-fn uring_offsets(events_dir: &Path) -> std::result::Result<(UringOffsets, &'static str), String> {
-    let (mut fields, tracepoint) =
-        format::read_uring_offsets(events_dir).map_err(|err| crate::error::one_line(&err))?;
-    let btf = btf::Btf::from_sys_fs().map_err(|err| format!("the kernel's BTF: {err}"))?;
-    layout::uring_request_offsets(&btf, &mut fields)
-        .map_err(|err| format!("the kernel's BTF: {}", crate::error::one_line(&err)))?;
+fn uring_offsets(
+    events_dir: &Path,
+) -> std::result::Result<(UringOffsets, &'static str), UringUnavailable> {
+    let (mut fields, tracepoint) = format::read_uring_offsets(events_dir)?;
+    let btf = btf::Btf::from_sys_fs()?;
+    layout::uring_request_offsets(&btf, &mut fields)?;
     fields.enabled = 1;
     Ok((fields, tracepoint))
 }

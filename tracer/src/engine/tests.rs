@@ -2824,7 +2824,7 @@ fn the_report_counts_exactly_what_the_outcomes_say() {
     use super::outcome::Outcome;
     let mut engine = Engine::new(vec![loop0(), zram(), dm()], EngineLimits::default());
     engine.keep_outcomes();
-    let mut rng = Rng(0x5eed_0f_0c0e);
+    let mut rng = Rng(0x005e_ed0f_0c0e);
     let mut ts = 0;
     let (mut queued, mut split, mut merged, mut issued) = (0u64, 0u64, 0u64, 0u64);
     let (mut requeued, mut failed, mut reached) = (0u64, 0u64, 0u64);
@@ -2857,6 +2857,9 @@ fn the_report_counts_exactly_what_the_outcomes_say() {
     }
     let told = [queued, split, merged, issued, requeued, failed, reached];
     // Random events rarely make a stack; the stacked tests count those.
-    assert!(told[..6].iter().all(|&count| count > 0), "every kind seen: {told:?}");
+    assert!(
+        told[..6].iter().all(|&count| count > 0),
+        "every kind seen: {told:?}"
+    );
     assert_eq!(counted, told);
 }

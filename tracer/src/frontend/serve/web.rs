@@ -153,7 +153,9 @@ pub fn load(path: &Path) -> Result<WebConfig> {
         .map_err(|err| bad(format!("{err} (keys: tls_server_config, basic_auth_users)")))?;
     let base = path.parent().unwrap_or(Path::new("."));
     let tls = match file.tls_server_config {
-        Some(tls) => Some(Arc::new(server_config(&tls, base).map_err(bad)?)),
+        Some(tls) => Some(Arc::new(
+            server_config(&tls, base).map_err(|err| bad(err.to_string()))?,
+        )),
         None => None,
     };
     for (user, hash) in &file.basic_auth_users {
@@ -178,24 +180,45 @@ pub fn load(path: &Path) -> Result<WebConfig> {
     Ok(WebConfig { tls, auth })
 }
 
+/// What is wrong with the web config's TLS part: the key it is under and
+/// the file that key names, and what the TLS library said.
+#[derive(Debug, thiserror::Error)]
+enum TlsConfigError {
+    #[error("{key} {}: {reason}", path.display())]
+    File {
+        key: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("client_auth_type {0:?} needs client_ca_file")]
+    NoClientCa(ClientAuth),
+    #[error("TLS versions: {0}")]
+    Versions(rustls::Error),
+    #[error("cert_file and key_file: {0}")]
+    CertAndKey(rustls::Error),
+}
+
 fn server_config(
     tls: &TlsServerConfig,
     base: &Path,
-) -> std::result::Result<rustls::ServerConfig, String> {
+) -> std::result::Result<rustls::ServerConfig, TlsConfigError> {
+    let file_error =
+        |key: &'static str, path: &Path, reason: &dyn std::fmt::Display| TlsConfigError::File {
+            key,
+            path: path.to_path_buf(),
+            reason: reason.to_string(),
+        };
     let resolve = |file: &Path| base.join(file);
     let cert_path = resolve(&tls.cert_file);
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(&cert_path)
         .and_then(|certs| certs.collect())
-        .map_err(|err| format!("cert_file {}: {err}", cert_path.display()))?;
+        .map_err(|err| file_error("cert_file", &cert_path, &err))?;
     if certs.is_empty() {
-        return Err(format!(
-            "cert_file {}: no certificate in it",
-            cert_path.display()
-        ));
+        return Err(file_error("cert_file", &cert_path, &"no certificate in it"));
     }
     let key_path = resolve(&tls.key_file);
     let key = PrivateKeyDer::from_pem_file(&key_path)
-        .map_err(|err| format!("key_file {}: {err}", key_path.display()))?;
+        .map_err(|err| file_error("key_file", &key_path, &err))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let versions: &[&rustls::SupportedProtocolVersion] = match tls.min_version {
         Some(TlsVersion::TLS13) => &[&rustls::version::TLS13],
@@ -203,24 +226,23 @@ fn server_config(
     };
     let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
         .with_protocol_versions(versions)
-        .map_err(|err| format!("TLS versions: {err}"))?;
+        .map_err(TlsConfigError::Versions)?;
     let builder = match tls.client_auth_type {
         ClientAuth::NoClientCert => builder.with_no_client_auth(),
         verifying => {
             let ca = tls
                 .client_ca_file
                 .as_deref()
-                .ok_or_else(|| format!("client_auth_type {verifying:?} needs client_ca_file"))?;
+                .ok_or(TlsConfigError::NoClientCa(verifying))?;
             let ca_path = resolve(ca);
             let mut roots = rustls::RootCertStore::empty();
             for cert in CertificateDer::pem_file_iter(&ca_path)
-                .map_err(|err| format!("client_ca_file {}: {err}", ca_path.display()))?
+                .map_err(|err| file_error("client_ca_file", &ca_path, &err))?
             {
-                let cert =
-                    cert.map_err(|err| format!("client_ca_file {}: {err}", ca_path.display()))?;
+                let cert = cert.map_err(|err| file_error("client_ca_file", &ca_path, &err))?;
                 roots
                     .add(cert)
-                    .map_err(|err| format!("client_ca_file {}: {err}", ca_path.display()))?;
+                    .map_err(|err| file_error("client_ca_file", &ca_path, &err))?;
             }
             let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
                 Arc::new(roots),
@@ -231,13 +253,13 @@ fn server_config(
                 _ => verifier,
             }
             .build()
-            .map_err(|err| format!("client_ca_file {}: {err}", ca_path.display()))?;
+            .map_err(|err| file_error("client_ca_file", &ca_path, &err))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
     let mut config = builder
         .with_single_cert(certs, key)
-        .map_err(|err| format!("cert_file and key_file: {err}"))?;
+        .map_err(TlsConfigError::CertAndKey)?;
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
 }
