@@ -6,7 +6,7 @@ use super::devices::LastIssue;
 pub(super) use super::outcome::DropReason;
 use super::outcome::{Account, CommandId, IoId, Outcome};
 use super::split::SplitLimits;
-use super::table::{SlotRef, NIL};
+use super::table::{FastMap, SlotRef, Table, NIL};
 use super::target::Target;
 use super::Engine;
 
@@ -45,6 +45,49 @@ pub(super) fn missed_merge(
         && !ends.starts_full
         && (limits.max_segments == 0 || last.bios + ends.bios <= limits.max_segments)
         && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
+}
+
+/// The correlation's in-flight state: the chains followed from user I/O
+/// to command, and what links them (remaps, requests, clones). Only the
+/// handlers and the bookkeeping here change it.
+pub(super) struct Chains {
+    pub(super) user_ios: Table<u8, UserIo>,
+    pub(super) fragments: Table<SectorKey, Fragment>,
+    pub(super) commands: Table<SectorKey, Command>,
+    pub(super) remaps: Table<RemapKey, Remap>,
+    /// The newest remap (key, remap, when it came), held outside `remaps`
+    /// until the next event: that is nearly always its bio's queue, which
+    /// then takes it without a table insert, lookup and removal (a fifth of
+    /// the consumer's table work on a partition). Any other event first
+    /// puts it in the table, so no lookup misses it.
+    pub(super) held_remap: Option<(RemapKey, Remap, u64)>,
+    /// The command each in-flight request (dev, hctx and tag) carries.
+    pub(super) by_request: FastMap<(u32, u64), SlotRef>,
+    /// Request-based dm's clones waiting for their issue below: (dev,
+    /// sector, length) there → the upper device's command.
+    pub(super) rq_remaps: FastMap<RemapKey, SlotRef>,
+    /// User I/Os the command being issued carries, for its `Carries` outcomes.
+    pub(super) carried: Vec<SlotRef>,
+    /// The next command's number.
+    pub(super) next_command: u64,
+}
+
+impl Chains {
+    /// Tables of `cap` entries each (remaps at most `remap_cap`), `reserve`
+    /// slots allocated up front.
+    pub(super) fn new(cap: usize, reserve: usize, remap_cap: usize) -> Chains {
+        Chains {
+            user_ios: Table::new(cap, reserve),
+            fragments: Table::new(cap, reserve),
+            commands: Table::new(cap, reserve),
+            remaps: Table::new(cap.min(remap_cap), reserve),
+            held_remap: None,
+            by_request: FastMap::default(),
+            rq_remaps: FastMap::default(),
+            carried: Vec::new(),
+            next_command: 1,
+        }
+    }
 }
 
 /// A bio as submitted to a block device (block_bio_queue).
@@ -220,12 +263,12 @@ impl Engine {
     /// Holds `remap` for the next event (see `Engine::held_remap`).
     pub(super) fn push_remap(&mut self, key: RemapKey, remap: Remap) {
         self.store_held_remap();
-        self.held_remap = Some((key, remap, self.now_ns));
+        self.chains.held_remap = Some((key, remap, self.now_ns));
     }
 
     /// Puts the held remap, if any, in the table.
     pub(super) fn store_held_remap(&mut self) {
-        if let Some((key, remap, born_ns)) = self.held_remap.take() {
+        if let Some((key, remap, born_ns)) = self.chains.held_remap.take() {
             self.insert_remap(key, remap, born_ns);
         }
     }
@@ -234,7 +277,7 @@ impl Engine {
     /// the table).
     pub(super) fn held_remap_aged(&self) -> bool {
         let threshold = self.now_ns.checked_sub(self.limits.max_age_ns);
-        match (self.held_remap, threshold) {
+        match (self.chains.held_remap, threshold) {
             (Some((_, _, born_ns)), Some(threshold)) => born_ns < threshold,
             _ => false,
         }
@@ -244,27 +287,29 @@ impl Engine {
     /// table is empty (with entries there, an older one of the same key
     /// comes first), else the table's oldest of that key.
     pub(super) fn take_remap(&mut self, key: RemapKey) -> Option<Remap> {
-        match self.held_remap {
-            Some((held, remap, _)) if held == key && self.remaps.len() == 0 => {
-                self.held_remap = None;
+        match self.chains.held_remap {
+            Some((held, remap, _)) if held == key && self.chains.remaps.len() == 0 => {
+                self.chains.held_remap = None;
                 return Some(remap);
             }
             Some(_) => self.store_held_remap(),
             None => {}
         }
-        self.remaps
+        self.chains
+            .remaps
             .find(&key, |_| true)
-            .and_then(|index| self.remaps.remove(index))
+            .and_then(|index| self.chains.remaps.remove(index))
     }
 
     fn insert_remap(&mut self, key: RemapKey, remap: Remap, born_ns: u64) {
-        if self.remaps.is_full() {
-            if let Some((oldest, _)) = self.remaps.oldest() {
-                self.remaps.remove(oldest);
+        if self.chains.remaps.is_full() {
+            if let Some((oldest, _)) = self.chains.remaps.oldest() {
+                self.chains.remaps.remove(oldest);
                 self.correlation.unmatched_events += 1;
             }
         }
         if self
+            .chains
             .remaps
             .insert(remap, Some(key), born_ns, true)
             .is_none()
@@ -288,7 +333,7 @@ impl Engine {
         let mut cursor = start;
         let mut tail = NIL;
         while cursor < end {
-            let Some(index) = self.fragments.find(&(dev, cursor), |fragment| {
+            let Some(index) = self.chains.fragments.find(&(dev, cursor), |fragment| {
                 fragment.state == FragmentState::Pending
                     && fragment.end > fragment.start
                     && fragment.end <= end
@@ -297,9 +342,9 @@ impl Engine {
                 self.correlation.unmatched_events += 1;
                 break;
             };
-            self.fragments.set_key(index, None);
-            self.fragments.set_aged(index, false);
-            let Some(fragment) = self.fragments.get_mut(index) else {
+            self.chains.fragments.set_key(index, None);
+            self.chains.fragments.set_aged(index, false);
+            let Some(fragment) = self.chains.fragments.get_mut(index) else {
                 break;
             };
             fragment.state = FragmentState::InCommand;
@@ -308,22 +353,23 @@ impl Engine {
             let io_ref = fragment.io;
             let full = fragment.full;
             if tail == NIL {
-                if let Some(command) = self.commands.get_mut(command_index) {
+                if let Some(command) = self.chains.commands.get_mut(command_index) {
                     command.head = index;
                 }
-            } else if let Some(previous) = self.fragments.get_mut(tail) {
+            } else if let Some(previous) = self.chains.fragments.get_mut(tail) {
                 previous.next = index;
             }
             tail = index;
-            if let Some(command) = self.commands.get_mut(command_index) {
+            if let Some(command) = self.chains.commands.get_mut(command_index) {
                 command.tail = index;
             }
             let mut first_issue = None;
             let mut carried = None;
             if let Some(io) = self
+                .chains
                 .user_ios
                 .resolve(io_ref)
-                .and_then(|io_index| self.user_ios.get_mut(io_index))
+                .and_then(|io_index| self.chains.user_ios.get_mut(io_index))
             {
                 if io.last_command != serial {
                     io.last_command = serial;
@@ -362,7 +408,7 @@ impl Engine {
             }
             if let Some(io_ref) = carried.filter(|_| self.keep_outcomes) {
                 // Told after the command's `Issued`, in `count_command`.
-                self.carried.push(io_ref);
+                self.chains.carried.push(io_ref);
             }
         }
         (target, ends)
@@ -372,9 +418,10 @@ impl Engine {
     /// the devices above that `io` was remapped from, once per command.
     pub(super) fn count_disk_command_above(&mut self, io: SlotRef, serial: u64) {
         let upper = match self
+            .chains
             .user_ios
             .resolve(io)
-            .and_then(|index| self.user_ios.get(index))
+            .and_then(|index| self.chains.user_ios.get(index))
         {
             Some(io) => io.parent,
             None => return,
@@ -387,10 +434,10 @@ impl Engine {
     pub(super) fn count_disk_command_from(&mut self, mut upper: SlotRef, serial: u64) {
         // A stack deeper than this is a loop in the links, not a stack.
         for _ in 0..8 {
-            let Some(index) = self.user_ios.resolve(upper) else {
+            let Some(index) = self.chains.user_ios.resolve(upper) else {
                 return;
             };
-            let Some(io) = self.user_ios.get_mut(index) else {
+            let Some(io) = self.chains.user_ios.get_mut(index) else {
                 return;
             };
             if io.last_disk_command == serial {
@@ -417,12 +464,13 @@ impl Engine {
         start: u64,
         sectors: u64,
     ) {
-        let serial = self.next_command;
-        self.next_command += 1;
+        let serial = self.chains.next_command;
+        self.chains.next_command += 1;
         let io = self
+            .chains
             .user_ios
             .resolve(io_ref)
-            .and_then(|index| self.user_ios.get_mut(index));
+            .and_then(|index| self.chains.user_ios.get_mut(index));
         let Some(io) = io else {
             return;
         };
@@ -475,26 +523,26 @@ impl Engine {
             ends,
         });
         if self.keep_outcomes {
-            for at in 0..self.carried.len() {
-                let io = IoId::of(self.carried[at]);
+            for at in 0..self.chains.carried.len() {
+                let io = IoId::of(self.chains.carried[at]);
                 self.outcomes.push(Outcome::Carries {
                     command: CommandId(serial),
                     io,
                 });
             }
-            self.carried.clear();
+            self.chains.carried.clear();
         }
     }
 
     /// A fragment finished, successfully unless `failed`.
     pub(super) fn complete_fragment(&mut self, index: u32, failed: bool) {
-        let Some(fragment) = self.fragments.remove(index) else {
+        let Some(fragment) = self.chains.fragments.remove(index) else {
             return;
         };
-        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
+        let Some(io_index) = self.chains.user_ios.resolve(fragment.io) else {
             return;
         };
-        let finished = match self.user_ios.get_mut(io_index) {
+        let finished = match self.chains.user_ios.get_mut(io_index) {
             Some(io) => {
                 io.failed |= failed;
                 io.outstanding = io.outstanding.saturating_sub(1);
@@ -508,11 +556,11 @@ impl Engine {
     }
 
     pub(super) fn finish_io(&mut self, io_index: u32) {
-        let reference = self.user_ios.slot_ref(io_index);
-        let Some(io) = self.user_ios.remove(io_index) else {
+        let reference = self.chains.user_ios.slot_ref(io_index);
+        let Some(io) = self.chains.user_ios.remove(io_index) else {
             return;
         };
-        if let Some(upper) = self.fragments.resolve(io.upper_fragment) {
+        if let Some(upper) = self.chains.fragments.resolve(io.upper_fragment) {
             self.complete_fragment(upper, io.failed);
         }
         self.emit(Outcome::Finished {
@@ -536,10 +584,10 @@ impl Engine {
 
     /// A fragment dropped without completing: its user I/O is incomplete.
     pub(super) fn drop_fragment(&mut self, fragment: Fragment, reason: DropReason) {
-        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
+        let Some(io_index) = self.chains.user_ios.resolve(fragment.io) else {
             return;
         };
-        let (finished, newly_dropped, in_ring_drop) = match self.user_ios.get_mut(io_index) {
+        let (finished, newly_dropped, in_ring_drop) = match self.chains.user_ios.get_mut(io_index) {
             Some(io) => {
                 let newly_dropped = !io.dropped;
                 let in_ring_drop = io.in_ring_drop;
@@ -574,14 +622,14 @@ impl Engine {
 
     /// Drops a fragment that is not part of a command.
     pub(super) fn expire_fragment(&mut self, index: u32, reason: DropReason) {
-        if let Some(fragment) = self.fragments.remove(index) {
+        if let Some(fragment) = self.chains.fragments.remove(index) {
             self.drop_fragment(fragment, reason);
         }
     }
 
     /// Drops a command and the fragments it carries.
     pub(super) fn expire_command(&mut self, index: u32, reason: DropReason) {
-        let Some(command) = self.commands.remove(index) else {
+        let Some(command) = self.chains.commands.remove(index) else {
             return;
         };
         self.emit(Outcome::CommandDropped {
@@ -590,7 +638,7 @@ impl Engine {
         });
         let mut head = command.head;
         while head != NIL {
-            let Some(fragment) = self.fragments.remove(head) else {
+            let Some(fragment) = self.chains.fragments.remove(head) else {
                 break;
             };
             head = fragment.next;
@@ -602,11 +650,11 @@ impl Engine {
     /// flight may have lost one, so none of them feeds the histograms: each
     /// chain is counted incomplete when it ends.
     pub fn events_lost(&mut self) {
-        for io in self.user_ios.values_mut() {
+        for io in self.chains.user_ios.values_mut() {
             io.incomplete = true;
             io.in_ring_drop = true;
         }
-        for command in self.commands.values_mut() {
+        for command in self.chains.commands.values_mut() {
             command.lost = true;
         }
     }
@@ -616,33 +664,33 @@ impl Engine {
         let Some(threshold) = self.now_ns.checked_sub(self.limits.max_age_ns) else {
             return;
         };
-        while let Some((index, born_ns)) = self.fragments.oldest() {
+        while let Some((index, born_ns)) = self.chains.fragments.oldest() {
             if born_ns >= threshold {
                 break;
             }
             self.expire_fragment(index, DropReason::AgedOut);
         }
-        while let Some((index, born_ns)) = self.commands.oldest() {
+        while let Some((index, born_ns)) = self.chains.commands.oldest() {
             if born_ns >= threshold {
                 break;
             }
             self.expire_command(index, DropReason::AgedOut);
         }
-        while let Some((index, born_ns)) = self.remaps.oldest() {
+        while let Some((index, born_ns)) = self.chains.remaps.oldest() {
             if born_ns >= threshold {
                 break;
             }
-            self.remaps.remove(index);
+            self.chains.remaps.remove(index);
             self.correlation.unmatched_events += 1;
         }
     }
 
     /// Makes room for one more user I/O and fragment, evicting the oldest.
     pub(super) fn make_room_for_fragment(&mut self) -> bool {
-        while self.fragments.is_full() || self.user_ios.is_full() {
-            if let Some((oldest, _)) = self.fragments.oldest() {
+        while self.chains.fragments.is_full() || self.chains.user_ios.is_full() {
+            if let Some((oldest, _)) = self.chains.fragments.oldest() {
                 self.expire_fragment(oldest, DropReason::Evicted);
-            } else if let Some((oldest, _)) = self.commands.oldest() {
+            } else if let Some((oldest, _)) = self.chains.commands.oldest() {
                 self.expire_command(oldest, DropReason::Evicted);
             } else {
                 return false;
@@ -661,8 +709,8 @@ impl Engine {
         requeued_ns: Option<u64>,
         target: Target,
     ) -> Option<u32> {
-        while self.commands.is_full() {
-            let Some((oldest, _)) = self.commands.oldest() else {
+        while self.chains.commands.is_full() {
+            let Some((oldest, _)) = self.chains.commands.oldest() else {
                 break;
             };
             self.expire_command(oldest, DropReason::Evicted);
@@ -682,7 +730,8 @@ impl Engine {
             identity: 0,
             failed: false,
         };
-        self.commands
+        self.chains
+            .commands
             .insert(command, Some((dev, start)), self.now_ns, true)
     }
 
@@ -692,9 +741,10 @@ impl Engine {
             return None;
         }
         let index = self
+            .chains
             .commands
-            .resolve(*self.by_request.get(&(dev, identity))?)?;
-        let command = self.commands.get(index)?;
+            .resolve(*self.chains.by_request.get(&(dev, identity))?)?;
+        let command = self.chains.commands.get(index)?;
         (command.identity == identity).then_some(index)
     }
 
@@ -703,16 +753,16 @@ impl Engine {
         if identity == 0 {
             return;
         }
-        if let Some(command) = self.commands.get_mut(index) {
+        if let Some(command) = self.chains.commands.get_mut(index) {
             command.identity = identity;
-            let reference = self.commands.slot_ref(index);
-            self.by_request.insert((dev, identity), reference);
+            let reference = self.chains.commands.slot_ref(index);
+            self.chains.by_request.insert((dev, identity), reference);
         }
     }
 
     pub(super) fn io_of_fragment(&self, index: u32) -> Option<&UserIo> {
-        let fragment = self.fragments.get(index)?;
-        let io_index = self.user_ios.resolve(fragment.io)?;
-        self.user_ios.get(io_index)
+        let fragment = self.chains.fragments.get(index)?;
+        let io_index = self.chains.user_ios.resolve(fragment.io)?;
+        self.chains.user_ios.get(io_index)
     }
 }

@@ -27,7 +27,8 @@ impl Engine {
         let traced = if length == 0 {
             None
         } else {
-            self.fragments
+            self.chains
+                .fragments
                 .find(&(from_dev, from_sector), |fragment| {
                     fragment.state == FragmentState::Pending
                         && fragment.end - fragment.start == length
@@ -50,7 +51,7 @@ impl Engine {
             _ => None,
         };
         if let Some(index) = traced.or(inferred) {
-            let (io, start, untraced_end) = match self.fragments.get_mut(index) {
+            let (io, start, untraced_end) = match self.chains.fragments.get_mut(index) {
                 Some(fragment) => {
                     fragment.state = FragmentState::SentDown;
                     (fragment.io, fragment.start, fragment.untraced_end)
@@ -64,7 +65,7 @@ impl Engine {
             // The upper device's completion is not in the trace: its user I/O
             // ends with the bio it became.
             let upper_fragment = match inferred {
-                Some(index) => self.fragments.slot_ref(index),
+                Some(index) => self.chains.fragments.slot_ref(index),
                 None => SlotRef::NONE,
             };
             self.push_remap(
@@ -82,14 +83,16 @@ impl Engine {
         // 5.12) or, on older kernels, the partition itself.
         let carried_on = |remap: &Remap| remap.partition.is_none() && remap.parent != SlotRef::NONE;
         let carried = self
+            .chains
             .remaps
             .find(&(event.dev, from_sector, event.nr_sector), carried_on)
             .or_else(|| {
-                self.remaps
+                self.chains
+                    .remaps
                     .find(&(from_dev, from_sector, event.nr_sector), carried_on)
             });
         let upper = carried
-            .and_then(|index| self.remaps.remove(index))
+            .and_then(|index| self.chains.remaps.remove(index))
             .unwrap_or_default();
         self.push_remap(
             (event.dev, event.sector, event.nr_sector),
@@ -111,8 +114,8 @@ impl Engine {
             .dev_index
             .get(&from_dev)
             .map(|slot| self.devices[slot.disk as usize].last_fragment)
-            .and_then(|fragment| self.fragments.resolve(fragment))
-            .and_then(|index| self.fragments.get(index))
+            .and_then(|fragment| self.chains.fragments.resolve(fragment))
+            .and_then(|index| self.chains.fragments.get(index))
             .map_or(SlotRef::NONE, |fragment| fragment.io);
         self.correlation.stripe_remaps += 1;
         self.push_remap(
@@ -130,11 +133,14 @@ impl Engine {
     /// commands it becomes are counted to it.
     fn remap_another_clone(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) -> bool {
         let length = u64::from(event.nr_sector);
-        let sent = self.fragments.find(&(from_dev, from_sector), |fragment| {
-            fragment.state == FragmentState::SentDown && fragment.end - fragment.start == length
-        });
+        let sent = self
+            .chains
+            .fragments
+            .find(&(from_dev, from_sector), |fragment| {
+                fragment.state == FragmentState::SentDown && fragment.end - fragment.start == length
+            });
         let Some(io) = sent
-            .and_then(|index| self.fragments.get(index))
+            .and_then(|index| self.chains.fragments.get(index))
             .map(|f| f.io)
         else {
             return false;
@@ -170,9 +176,11 @@ impl Engine {
             ..*event
         };
         self.on_queue(&queued, false);
-        self.fragments.find(&(from_dev, from_sector), |fragment| {
-            fragment.state == FragmentState::Pending
-        })
+        self.chains
+            .fragments
+            .find(&(from_dev, from_sector), |fragment| {
+                fragment.state == FragmentState::Pending
+            })
     }
 
     /// `traced` unless the queue is inferred from a remap.
@@ -191,9 +199,10 @@ impl Engine {
             None => NO_PART,
         };
         let parent = self
+            .chains
             .user_ios
             .resolve(remap.parent)
-            .and_then(|index| self.user_ios.get(index))
+            .and_then(|index| self.chains.user_ios.get(index))
             .map(|parent| (parent.tgid, parent.target.tracked, parent.owners));
         let (tgid, tracked, inherited_owners) = match parent {
             Some((tgid, tracked, owners)) => (tgid, tracked, Some(owners)),
@@ -252,12 +261,12 @@ impl Engine {
             parent: remap.parent,
             last_disk_command: 0,
         };
-        let Some(io_index) = self.user_ios.insert(io, None, self.now_ns, false) else {
+        let Some(io_index) = self.chains.user_ios.insert(io, None, self.now_ns, false) else {
             self.correlation.evicted += 1;
             self.emit(queued(None, None));
             return;
         };
-        let io_ref = self.user_ios.slot_ref(io_index);
+        let io_ref = self.chains.user_ios.slot_ref(io_index);
         let stream =
             Some(self.stream_step(target, event.sector, sectors, event.segments, io_index));
         let fragment = Fragment {
@@ -269,18 +278,20 @@ impl Engine {
             untraced_end: false,
             next: NIL,
         };
-        let Some(fragment_index) =
-            self.fragments
-                .insert(fragment, Some((event.dev, event.sector)), self.now_ns, true)
-        else {
-            self.user_ios.remove(io_index);
+        let Some(fragment_index) = self.chains.fragments.insert(
+            fragment,
+            Some((event.dev, event.sector)),
+            self.now_ns,
+            true,
+        ) else {
+            self.chains.user_ios.remove(io_index);
             self.correlation.evicted += 1;
             self.emit(queued(None, stream));
             return;
         };
         let device = &mut self.devices[disk as usize];
         if device.bio_based() {
-            device.last_fragment = self.fragments.slot_ref(fragment_index);
+            device.last_fragment = self.chains.fragments.slot_ref(fragment_index);
         }
         self.emit(queued(Some(IoId::of(io_ref)), stream));
     }
@@ -292,6 +303,7 @@ impl Engine {
     fn fragment_split_at(&self, event: &BlockEvent, new_sector: u64) -> Option<(u32, u64)> {
         if new_sector > event.sector {
             let found = self
+                .chains
                 .fragments
                 .find(&(event.dev, event.sector), |fragment| {
                     fragment.state == FragmentState::Pending && fragment.end > new_sector
@@ -303,8 +315,8 @@ impl Engine {
         }
         let slot = self.dev_index.get(&event.dev)?;
         let device = &self.devices[slot.disk as usize];
-        let index = self.fragments.resolve(device.last_fragment)?;
-        let fragment = self.fragments.get(index)?;
+        let index = self.chains.fragments.resolve(device.last_fragment)?;
+        let fragment = self.chains.fragments.get(index)?;
         let inside = fragment.start < new_sector && new_sector < fragment.end;
         (fragment.state == FragmentState::Pending && inside).then_some((index, fragment.start))
     }
@@ -349,8 +361,8 @@ impl Engine {
         if !device.bio_based() {
             return None;
         }
-        let index = self.fragments.resolve(device.last_fragment)?;
-        let fragment = self.fragments.get(index)?;
+        let index = self.chains.fragments.resolve(device.last_fragment)?;
+        let fragment = self.chains.fragments.get(index)?;
         let at = from_sector.checked_add(u64::from(event.nr_sector))?;
         if fragment.state != FragmentState::Pending
             || fragment.start != from_sector
@@ -382,14 +394,14 @@ impl Engine {
         let found = cut.map(|(index, _)| index);
         let piece_start = cut.map_or(event.sector, |(_, start)| start);
         let io_ref = found
-            .and_then(|index| self.fragments.get(index))
+            .and_then(|index| self.chains.fragments.get(index))
             .map(|fragment| fragment.io);
-        let io_index = io_ref.and_then(|io| self.user_ios.resolve(io));
-        let (target, owners, first_cut) = match io_index.and_then(|index| self.user_ios.get(index))
-        {
-            Some(io) => (io.target, io.owners, io.fragments == 1),
-            None => (self.fallback_target(event), OwnerSlots::NONE, false),
-        };
+        let io_index = io_ref.and_then(|io| self.chains.user_ios.resolve(io));
+        let (target, owners, first_cut) =
+            match io_index.and_then(|index| self.chains.user_ios.get(index)) {
+                Some(io) => (io.target, io.owners, io.fragments == 1),
+                None => (self.fallback_target(event), OwnerSlots::NONE, false),
+            };
         let cause = split_cause(
             &self.devices[target.disk as usize].limits,
             target.op,
@@ -409,7 +421,7 @@ impl Engine {
             self.correlation.unmatched_events += 1;
             return;
         };
-        let Some(front) = self.fragments.get_mut(index) else {
+        let Some(front) = self.chains.fragments.get_mut(index) else {
             return;
         };
         let remainder = Fragment {
@@ -422,8 +434,12 @@ impl Engine {
         front.full = cause.fills_the_request();
         front.untraced_end = new_sector == event.sector;
         let remainder_index = if room {
-            self.fragments
-                .insert(remainder, Some((event.dev, new_sector)), self.now_ns, true)
+            self.chains.fragments.insert(
+                remainder,
+                Some((event.dev, new_sector)),
+                self.now_ns,
+                true,
+            )
         } else {
             None
         };
@@ -433,10 +449,10 @@ impl Engine {
         {
             let device = &mut self.devices[slot.disk as usize];
             if device.bio_based() {
-                device.last_fragment = self.fragments.slot_ref(index);
+                device.last_fragment = self.chains.fragments.slot_ref(index);
             }
         }
-        if let Some(io) = io_index.and_then(|index| self.user_ios.get_mut(index)) {
+        if let Some(io) = io_index.and_then(|index| self.chains.user_ios.get_mut(index)) {
             io.fragments += 1;
             if inserted {
                 io.outstanding += 1;
@@ -448,17 +464,20 @@ impl Engine {
 
     pub(super) fn on_merge(&mut self, event: &BlockEvent, kind: EventKind) {
         let length = u64::from(event.nr_sector);
-        let found = self.fragments.find(&(event.dev, event.sector), |fragment| {
-            fragment.state == FragmentState::Pending
-                && (kind == EventKind::RqMerge || fragment.end - fragment.start == length)
-        });
+        let found = self
+            .chains
+            .fragments
+            .find(&(event.dev, event.sector), |fragment| {
+                fragment.state == FragmentState::Pending
+                    && (kind == EventKind::RqMerge || fragment.end - fragment.start == length)
+            });
         let (target, owners) = match found.and_then(|index| self.io_of_fragment(index)) {
             Some(io) => (io.target, io.owners),
             None => (self.fallback_target(event), OwnerSlots::NONE),
         };
         let io = found
-            .and_then(|index| self.fragments.get(index))
-            .filter(|fragment| self.user_ios.resolve(fragment.io).is_some())
+            .and_then(|index| self.chains.fragments.get(index))
+            .filter(|fragment| self.chains.user_ios.resolve(fragment.io).is_some())
             .map(|fragment| IoId::of(fragment.io));
         self.emit(Outcome::Merged {
             io,
@@ -475,10 +494,11 @@ impl Engine {
     /// so the command carries it and the chain above it ends with it.
     fn queue_missing_below_remap(&mut self, event: &BlockEvent) {
         let key = (event.dev, event.sector, event.nr_sector);
-        let waiting = matches!(self.held_remap, Some((held, _, _)) if held == key)
-            || self.remaps.find(&key, |_| true).is_some();
+        let waiting = matches!(self.chains.held_remap, Some((held, _, _)) if held == key)
+            || self.chains.remaps.find(&key, |_| true).is_some();
         if !waiting
             || self
+                .chains
                 .fragments
                 .find(&(event.dev, event.sector), |fragment| {
                     fragment.state == FragmentState::Pending
@@ -498,7 +518,8 @@ impl Engine {
     pub(super) fn on_issue(&mut self, event: &BlockEvent, request: u64) {
         // Live, a remap is consumed by its queue before any issue: this
         // costs a length check.
-        if event.nr_sector > 0 && (self.held_remap.is_some() || self.remaps.len() > 0) {
+        if event.nr_sector > 0 && (self.chains.held_remap.is_some() || self.chains.remaps.len() > 0)
+        {
             self.queue_missing_below_remap(event);
         }
         let disk = self.ensure_disk(event.dev);
@@ -506,14 +527,15 @@ impl Engine {
         let start = event.sector;
         let sectors = u64::from(event.nr_sector);
         let end = start.saturating_add(sectors);
-        let serial = self.next_command;
-        self.next_command += 1;
+        let serial = self.chains.next_command;
+        self.chains.next_command += 1;
         // Raw tracepoints name the request: one still carrying a command that
         // was not requeued never reported that command's completion. (Not a
         // flush: blk-flush's flush request borrows another request's tag.)
         let identity = if sectors > 0 { request } else { 0 };
         if let Some(stale) = self.command_of_request(event.dev, identity) {
             if self
+                .chains
                 .commands
                 .get(stale)
                 .is_some_and(|c| c.requeued_ns.is_none())
@@ -531,10 +553,12 @@ impl Engine {
         if sectors > 0 {
             // A command issued again with the same range whose requeue we did not see.
             let reissued = self
+                .chains
                 .commands
                 .find(&(event.dev, start), |command| command.end == end)
                 .is_some()
                 && self
+                    .chains
                     .fragments
                     .find(&(event.dev, start), |fragment| {
                         fragment.state == FragmentState::Pending
@@ -553,9 +577,12 @@ impl Engine {
                 );
                 return;
             }
-            let clone_of = match self.rq_remaps.is_empty() {
+            let clone_of = match self.chains.rq_remaps.is_empty() {
                 true => None,
-                false => self.rq_remaps.remove(&(event.dev, start, event.nr_sector)),
+                false => self
+                    .chains
+                    .rq_remaps
+                    .remove(&(event.dev, start, event.nr_sector)),
             };
             command_index =
                 self.insert_command(serial, event.dev, start, end, None, Target::default());
@@ -573,7 +600,7 @@ impl Engine {
         }
         let target = target.unwrap_or_else(|| self.fallback_target(event));
         let owners = ends.map_or(OwnerSlots::NONE, |ends| ends.owners);
-        if let Some(command) = command_index.and_then(|index| self.commands.get_mut(index)) {
+        if let Some(command) = command_index.and_then(|index| self.chains.commands.get_mut(index)) {
             command.target = target;
             command.owners = owners;
         }
@@ -590,19 +617,23 @@ impl Engine {
             // A flush's clone: counted, not correlated, as flushes are.
             return;
         }
-        let upper = self.commands.find(&(from_dev, from_sector), |command| {
-            command.end - command.start == length
-        });
+        let upper = self
+            .chains
+            .commands
+            .find(&(from_dev, from_sector), |command| {
+                command.end - command.start == length
+            });
         let Some(index) = upper else {
             self.correlation.unmatched_events += 1;
             return;
         };
-        if self.rq_remaps.len() >= MAX_RQ_REMAPS {
+        if self.chains.rq_remaps.len() >= MAX_RQ_REMAPS {
             // Clones whose issue was never traced (a path outside `-d`).
-            self.rq_remaps.clear();
+            self.chains.rq_remaps.clear();
         }
-        let upper = self.commands.slot_ref(index);
-        self.rq_remaps
+        let upper = self.chains.commands.slot_ref(index);
+        self.chains
+            .rq_remaps
             .insert((event.dev, event.sector, event.nr_sector), upper);
     }
 
@@ -610,15 +641,16 @@ impl Engine {
     /// command for each user I/O that command carries.
     fn issue_clone(&mut self, upper: SlotRef, serial: u64) {
         let Some(command) = self
+            .chains
             .commands
             .resolve(upper)
-            .and_then(|index| self.commands.get(index))
+            .and_then(|index| self.chains.commands.get(index))
         else {
             return;
         };
         let mut head = command.head;
         while head != NIL {
-            let Some(fragment) = self.fragments.get(head).copied() else {
+            let Some(fragment) = self.chains.fragments.get(head).copied() else {
                 break;
             };
             self.count_disk_command_from(fragment.io, serial);
@@ -637,10 +669,10 @@ impl Engine {
             self.emit_requeue(None, target);
             return;
         }
-        let found = self.commands.find(&(event.dev, start), |command| {
+        let found = self.chains.commands.find(&(event.dev, start), |command| {
             command.end == end && command.requeued_ns.is_none()
         });
-        if let Some(command) = found.and_then(|index| self.commands.get_mut(index)) {
+        if let Some(command) = found.and_then(|index| self.chains.commands.get_mut(index)) {
             command.requeued_ns = Some(self.now_ns);
             let (target, serial) = (command.target, command.serial);
             self.emit_requeue(Some(CommandId(serial)), target);
@@ -651,8 +683,8 @@ impl Engine {
         self.correlation.unmatched_events += 1;
         let target = self.fallback_target(event);
         self.emit_requeue(None, target);
-        let serial = self.next_command;
-        self.next_command += 1;
+        let serial = self.chains.next_command;
+        self.chains.next_command += 1;
         let _ = self.insert_command(serial, event.dev, start, end, Some(self.now_ns), target);
     }
 
@@ -686,7 +718,7 @@ impl Engine {
             *waiting -= 1;
             return true;
         }
-        let found = self.commands.find(&(dev, start), |command| {
+        let found = self.chains.commands.find(&(dev, start), |command| {
             command.end == end && command.requeued_ns.is_some()
         });
         let Some(index) = found else {
@@ -694,7 +726,7 @@ impl Engine {
         };
         // Issued again, perhaps under another tag.
         self.name_request(dev, identity, index);
-        let Some(command) = self.commands.get_mut(index) else {
+        let Some(command) = self.chains.commands.get_mut(index) else {
             return false;
         };
         let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
@@ -724,15 +756,17 @@ impl Engine {
         let found = self
             .command_of_request(event.dev, request)
             .filter(|&index| {
-                self.commands
+                self.chains
+                    .commands
                     .get(index)
                     .is_some_and(|c| c.start == event.sector)
             })
             .or_else(|| {
-                self.commands
+                self.chains
+                    .commands
                     .find(&key, |command| command.end - command.start >= done)
             })
-            .or_else(|| self.commands.find(&key, |_| true));
+            .or_else(|| self.chains.commands.find(&key, |_| true));
         let Some(index) = found else {
             self.correlation.unmatched_events += 1;
             if error != 0 {
@@ -745,12 +779,12 @@ impl Engine {
             return;
         };
         let done_end = event.sector.saturating_add(done);
-        let Some(command) = self.commands.get(index).copied() else {
+        let Some(command) = self.chains.commands.get(index).copied() else {
             return;
         };
         let failed = error != 0;
         if failed && !command.failed {
-            if let Some(command) = self.commands.get_mut(index) {
+            if let Some(command) = self.chains.commands.get_mut(index) {
                 command.failed = true;
             }
             let end = done_end.max(command.end);
@@ -758,7 +792,7 @@ impl Engine {
         }
         let mut head = command.head;
         while head != NIL {
-            let Some(fragment) = self.fragments.get_mut(head) else {
+            let Some(fragment) = self.chains.fragments.get_mut(head) else {
                 head = NIL;
                 break;
             };
@@ -794,22 +828,25 @@ impl Engine {
             // Fragments past the command's end cannot exist; complete any leftovers.
             while head != NIL {
                 let next = self
+                    .chains
                     .fragments
                     .get(head)
                     .map_or(NIL, |fragment| fragment.next);
                 self.complete_fragment(head, failed);
                 head = next;
             }
-            self.commands.remove(index);
+            self.chains.commands.remove(index);
         } else {
-            if let Some(command) = self.commands.get_mut(index) {
+            if let Some(command) = self.chains.commands.get_mut(index) {
                 command.start = done_end;
                 command.head = head;
                 if head == NIL {
                     command.tail = NIL;
                 }
             }
-            self.commands.set_key(index, Some((event.dev, done_end)));
+            self.chains
+                .commands
+                .set_key(index, Some((event.dev, done_end)));
         }
     }
 
@@ -819,9 +856,13 @@ impl Engine {
             // Request-based completions arrive through block_rq_complete.
             return;
         }
-        let found = self.fragments.find(&(event.dev, event.sector), |fragment| {
-            fragment.state != FragmentState::InCommand && fragment.end - fragment.start == length
-        });
+        let found = self
+            .chains
+            .fragments
+            .find(&(event.dev, event.sector), |fragment| {
+                fragment.state != FragmentState::InCommand
+                    && fragment.end - fragment.start == length
+            });
         let bio_based = self
             .dev_index
             .get(&event.dev)
@@ -832,20 +873,21 @@ impl Engine {
             }
             return;
         };
-        let Some(fragment) = self.fragments.get(index).copied() else {
+        let Some(fragment) = self.chains.fragments.get(index).copied() else {
             return;
         };
         let failed = error != 0;
         if fragment.state == FragmentState::Pending && bio_based {
-            let serial = self.next_command;
+            let serial = self.chains.next_command;
             self.count_bio_command(event.dev, fragment.io, fragment.start, length);
             self.count_disk_command_above(fragment.io, serial);
             if failed {
                 // The bio was this device's command: it failed here.
                 let known = self
+                    .chains
                     .user_ios
                     .resolve(fragment.io)
-                    .and_then(|io| self.user_ios.get(io))
+                    .and_then(|io| self.chains.user_ios.get(io))
                     .map(|io| io.target);
                 let target = known.unwrap_or_else(|| self.fallback_target(event));
                 let end = fragment.start.saturating_add(length);

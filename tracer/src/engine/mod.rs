@@ -30,8 +30,9 @@
 //! Where things live:
 //! - `mod.rs`: the [`Engine`], its construction, `ingest` dispatch and counters.
 //! - `handlers`: one `on_*` method per kernel event.
-//! - `chain`: user I/Os, fragments, commands and remaps, and their bookkeeping
-//!   (gather, complete, expire, make room, events the kernel dropped).
+//! - `chain`: the in-flight [`chain::Chains`] (user I/Os, fragments,
+//!   commands, remaps, requests) and their bookkeeping (gather, complete,
+//!   expire, make room, events the kernel dropped).
 //! - `outcome`: the typed [`outcome::Outcome`]s the correlation emits; the
 //!   accounting, the HTML series, the Perfetto timeline and `run`'s matcher
 //!   read them.
@@ -87,11 +88,11 @@ use attribution::AttributionTables;
 
 use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, EventCounts, Measures};
-use chain::{Command, Fragment, Remap, RemapKey, SectorKey, UserIo};
+use chain::Chains;
 use devices::{DevSlot, DeviceState, DirtyStats, LastIssue};
 use outcome::Outcome;
 use stats::OP_COUNT;
-use table::{FastMap, KeyHasher, Table};
+use table::{FastMap, KeyHasher};
 
 pub use target::op_from_rwbs;
 
@@ -132,18 +133,8 @@ pub struct Engine {
     limits: EngineLimits,
     devices: Vec<DeviceState>,
     dev_index: FastMap<u32, DevSlot>,
-    user_ios: Table<u8, UserIo>,
-    fragments: Table<SectorKey, Fragment>,
-    commands: Table<SectorKey, Command>,
-    remaps: Table<RemapKey, Remap>,
-    /// The newest remap (key, remap, when it came), held outside `remaps`
-    /// until the next event: that is nearly always its bio's queue, which
-    /// then takes it without a table insert, lookup and removal (a fifth of
-    /// the consumer's table work on a partition). Any other event first
-    /// puts it in the table, so no lookup misses it.
-    held_remap: Option<(RemapKey, Remap, u64)>,
-    /// The command each in-flight request (dev, hctx and tag) carries.
-    by_request: FastMap<(u32, u64), table::SlotRef>,
+    /// The correlation's in-flight state.
+    chains: Chains,
     dirty: FastMap<u32, DirtyStats>,
     /// The kernel's running dirty-buffer totals per device, as last seen.
     dirty_kernel: FastMap<u32, DirtyCounts>,
@@ -153,7 +144,6 @@ pub struct Engine {
     now_ns: u64,
     /// Bumped by `reset`, so chains from before it do not feed new histograms.
     epoch: u32,
-    next_command: u64,
     /// Who caused the I/O: per process, cgroup and file, and device.
     attribution: AttributionTables,
     /// When the tables last gave memory back (consumer clock, from `drained`).
@@ -162,11 +152,6 @@ pub struct Engine {
     keep_outcomes: bool,
     /// The outcomes since the last drain, when kept.
     outcomes: Vec<Outcome>,
-    /// User I/Os the command being issued carries, for its `Carries` outcomes.
-    carried: Vec<table::SlotRef>,
-    /// Request-based dm's clones waiting for their issue below: (dev,
-    /// sector, length) there → the upper device's command.
-    rq_remaps: FastMap<RemapKey, table::SlotRef>,
 }
 
 impl Engine {
@@ -177,12 +162,7 @@ impl Engine {
             limits,
             devices: Vec::new(),
             dev_index: FastMap::default(),
-            user_ios: Table::new(cap, reserve),
-            fragments: Table::new(cap, reserve),
-            commands: Table::new(cap, reserve),
-            remaps: Table::new(cap.min(RESERVED_SLOTS), reserve),
-            held_remap: None,
-            by_request: FastMap::default(),
+            chains: Chains::new(cap, reserve, RESERVED_SLOTS),
             dirty: FastMap::default(),
             dirty_kernel: FastMap::default(),
             tracked: HashSet::default(),
@@ -190,13 +170,10 @@ impl Engine {
             correlation: CorrelationStats::default(),
             now_ns: 0,
             epoch: 0,
-            next_command: 1,
             attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
             last_shrink: None,
             keep_outcomes: false,
             outcomes: Vec::new(),
-            carried: Vec::new(),
-            rq_remaps: FastMap::default(),
         };
         engine.set_disks(disks);
         engine
@@ -239,7 +216,7 @@ impl Engine {
 
     pub fn correlation(&self) -> CorrelationStats {
         CorrelationStats {
-            in_flight: self.user_ios.len() as u64,
+            in_flight: self.chains.user_ios.len() as u64,
             ..self.correlation
         }
     }
@@ -275,19 +252,20 @@ impl Engine {
             return;
         }
         // Commands hold raw fragment indices: shrink the three together.
-        let idle =
-            self.user_ios.len() == 0 && self.fragments.len() == 0 && self.commands.len() == 0;
+        let idle = self.chains.user_ios.len() == 0
+            && self.chains.fragments.len() == 0
+            && self.chains.commands.len() == 0;
         if idle {
             let keep = self.limits.max_in_flight.min(RESERVED_SLOTS);
             let shrunk = [
-                self.user_ios.shrink_idle(keep),
-                self.fragments.shrink_idle(keep),
-                self.commands.shrink_idle(keep),
-                self.remaps.shrink_idle(keep),
+                self.chains.user_ios.shrink_idle(keep),
+                self.chains.fragments.shrink_idle(keep),
+                self.chains.commands.shrink_idle(keep),
+                self.chains.remaps.shrink_idle(keep),
             ];
             // Nothing in flight: every entry is stale.
-            self.by_request.clear();
-            self.rq_remaps.clear();
+            self.chains.by_request.clear();
+            self.chains.rq_remaps.clear();
             if shrunk.contains(&true) {
                 self.last_shrink = Some(now);
             }

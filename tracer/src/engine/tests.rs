@@ -976,7 +976,7 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     let now = std::time::Instant::now();
     engine.drained(now);
     assert_eq!(
-        engine.user_ios.allocated(),
+        engine.chains.user_ios.allocated(),
         burst as usize,
         "kept while in flight"
     );
@@ -991,8 +991,8 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     }
     assert_eq!(engine.correlation().in_flight, 0);
     engine.drained(now);
-    assert_eq!(engine.user_ios.allocated(), RESERVED_SLOTS);
-    assert_eq!(engine.fragments.allocated(), RESERVED_SLOTS);
+    assert_eq!(engine.chains.user_ios.allocated(), RESERVED_SLOTS);
+    assert_eq!(engine.chains.fragments.allocated(), RESERVED_SLOTS);
     // The next chain correlates as before.
     feed(
         &mut engine,
@@ -1825,20 +1825,20 @@ fn steady_state_reuses_slots() {
     let mut engine = engine();
     mixed_workload(&mut engine);
     let warm = (
-        engine.fragments.allocated(),
-        engine.commands.allocated(),
-        engine.user_ios.allocated(),
-        engine.remaps.allocated(),
+        engine.chains.fragments.allocated(),
+        engine.chains.commands.allocated(),
+        engine.chains.user_ios.allocated(),
+        engine.chains.remaps.allocated(),
     );
     for _ in 0..20 {
         mixed_workload(&mut engine);
     }
     assert_clean(&engine);
     let after = (
-        engine.fragments.allocated(),
-        engine.commands.allocated(),
-        engine.user_ios.allocated(),
-        engine.remaps.allocated(),
+        engine.chains.fragments.allocated(),
+        engine.chains.commands.allocated(),
+        engine.chains.user_ios.allocated(),
+        engine.chains.remaps.allocated(),
     );
     assert_eq!(warm, after);
     // At most one write (2 fragments) and four reads in flight at once.

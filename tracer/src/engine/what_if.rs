@@ -43,12 +43,12 @@ impl Engine {
         segments: u16,
         io_index: u32,
     ) -> StreamStep {
-        let io = self.user_ios.slot_ref(io_index);
+        let io = self.chains.user_ios.slot_ref(io_index);
         let last = self.devices[target.disk as usize].last_queued[op_index(target.op)];
         let continues = last.end == start
             && last.part == target.part
             && last.tracked == target.tracked
-            && self.user_ios.resolve(last.io).is_some();
+            && self.chains.user_ios.resolve(last.io).is_some();
         self.devices[target.disk as usize].last_queued[op_index(target.op)] = LastQueued {
             end: start.saturating_add(sectors),
             part: target.part,
