@@ -38,6 +38,9 @@ split_case() {
     echo 1024 > "$limits/max_sectors_kb"
 }
 
+load_module crct10dif_generic
+load_module crc64_rocksoft_generic
+load_module nvme
 for serial in iops bw seed seedfix mis nvseed nvfix; do
     disk=$(wait_for_serial $serial 10)
     # NVMe names its partitions nvme0n1p1.
