@@ -58,6 +58,14 @@ const REQUEUE_DISK_FIXED: Bus = Bus::VirtioBlkSmallRing {
 /// residues modulo 8 (seed: 14281785/27647865, 14282752/27646898, 14282752/27660288).
 pub const SEED_LAYOUTS: [(u64, u64); 3] = [(1785, 400_001), (2048, 400_002), (2048, 522_240)];
 
+/// The layout `subpage_block_size`'s fix gives a partition: moved to sector
+/// 2048, its end kept, its size rounded down to whole 4 KiB (layout 1 →
+/// start 2048, 399,736 sectors: as `sfdisk` is told in the README). The
+/// same size, so a mkfs there does the same work as on the partition it fixes.
+const fn fixed_layout((start, size): (u64, u64)) -> (u64, u64) {
+    (2048, (start + size - 2048) / 8 * 8)
+}
+
 pub fn all() -> Vec<Scenario> {
     vec![
         Scenario {
@@ -202,7 +210,7 @@ pub fn all() -> Vec<Scenario> {
             .map(|(serial, start, size, throttle)| (serial, SEED_512E, start, size, throttle))
             .chain([
                 ("nvseed", SEED_512E_NVME, SEED_LAYOUTS[0].0, SEED_LAYOUTS[0].1, Throttle::Iops(200)),
-                ("nvfix", SEED_512E_NVME, SEED_LAYOUTS[2].0, SEED_LAYOUTS[2].1, Throttle::Iops(200)),
+                ("nvfix", SEED_512E_NVME, fixed_layout(SEED_LAYOUTS[0]).0, fixed_layout(SEED_LAYOUTS[0]).1, Throttle::Iops(200)),
             ])
             .map(|(serial, bus, start, size, throttle)| Disk {
                 serial,
@@ -3029,6 +3037,11 @@ fn seed_text(results: &Results) -> Check {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_fixed_layout_is_the_one_the_fix_names() {
+        assert_eq!(fixed_layout(SEED_LAYOUTS[0]), (2048, 399_736));
+    }
 
     #[test]
     fn seed_layouts_keep_the_seeds_residues_modulo_8() {

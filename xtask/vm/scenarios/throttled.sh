@@ -104,11 +104,13 @@ iosplit-trace compare --pair "$mis=$iops" --pair "${mis%1}=${iops%1}" \
     /results/mis.misaligned.json /results/iops.misaligned.json \
     > /results/mis.misaligned.compare 2>&1
 
-# The seed: mkfs.ext4 on layout 1 and on layout 3 (its fix), then 1 MiB
-# buffered through the raw partition, beside 64 KiB direct writes: two sizes
-# for the fit, each a real share (a fiftieth) of the commands. On virtio
-# with merging off (a device that cannot merge); on NVMe with it on, where
-# the 4 KiB virt boundary is what could keep sub-page bios apart.
+# The seed: mkfs.ext4 on layout 1 and on its fix (virtio: the seed's
+# layout 3; NVMe: the layout the fix names, of the same size), then
+# buffered writes through the raw partition beside direct ones: two sizes
+# for the fit, each a real share of the commands. On virtio 1 MiB with
+# merging off (a device that cannot merge), beside 64 KiB writes; on NVMe
+# 8 MiB with merging on, where the 4 KiB virt boundary and 127 segments
+# keep 512-byte bios apart or small, beside 4 KiB writes.
 for serial in seed seedfix nvseed nvfix; do
     part=$(sed -n "s/^$serial=//p" /results/names)
     disk=$(sed -n "s/^$serial.disk=//p" /results/names)
@@ -120,9 +122,13 @@ for serial in seed seedfix nvseed nvfix; do
             mkfs.ext4 -F -E lazy_itable_init=0,lazy_journal_init=0 "/dev/$part" \
             > /dev/null 2>> /results/seed.mkfs.stderr
     fi
-    case $serial in nv*) ;; *) echo 2 > "/sys/block/$disk/queue/nomerges" ;; esac
+    case $serial in
+        nv*) buffered="bs=64k count=128" direct="16777216 4096 128" ;;
+        *) buffered="bs=64k count=16" direct="4194304 65536 64"
+           echo 2 > "/sys/block/$disk/queue/nomerges" ;;
+    esac
     run_case "$serial.dd" "$part" sh -c \
-        "dd if=/dev/zero of=/dev/$part bs=64k count=16 conv=fsync 2>/dev/null && guest-io write /dev/$part 4194304 65536 64"
+        "dd if=/dev/zero of=/dev/$part $buffered conv=fsync 2>/dev/null && guest-io write /dev/$part $direct"
     echo 0 > "/sys/block/$disk/queue/nomerges"
 done
 name_of() { sed -n "s/^$1=//p" /results/names; }
