@@ -760,6 +760,12 @@ pub struct RunTimeWithFix {
     /// its severity (`check` too); the run's words weigh what it cost.
     #[serde(default)]
     pub pays_little: bool,
+    /// `subpage_block_size`: the 4 KiB reads its fix adds, one per page the
+    /// run's writes to the device covered only in part first (the page
+    /// cache reads such a page before a sub-block write); each is a command
+    /// the writer waits for, counted in `run_after_fix_s`.
+    #[serde(default)]
+    pub reads_after_fix: u64,
 }
 
 /// How the device behaved over the traced period.
@@ -912,6 +918,11 @@ pub struct RunTarget {
     #[serde(default)]
     pub uring_write_bytes: u64,
     pub fsync_calls: u64,
+    /// Pages its writes covered only in part before any write covered them
+    /// (direct writes too: O_DIRECT is not followed). With a 4 KiB block
+    /// size the page cache reads each such page first.
+    #[serde(default)]
+    pub partial_pages: u64,
     /// Bios the command's process tree submitted to this device.
     pub bios: u64,
     pub bio_size: Distribution,

@@ -855,6 +855,7 @@ fn run_record() -> RunRecord {
         uring_writes: 6,
         uring_write_bytes: 6 * 128 * 1024,
         fsync_calls: 1,
+        partial_pages: 3,
         bios: 20,
         bio_size: Distribution::default(),
         commands: 40,
@@ -886,6 +887,7 @@ fn run_record() -> RunRecord {
             commands_now: 1024,
             commands_after_fix: 128,
             pays_little: false,
+            reads_after_fix: 0,
         }),
         attached: Some(RunAttached {
             pid: 4242,

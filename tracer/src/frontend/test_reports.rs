@@ -542,6 +542,7 @@ pub fn seed_run() -> RunReport {
             uring_writes: 0,
             uring_write_bytes: 0,
             fsync_calls: 1,
+            partial_pages: 0,
             bios: 131072,
             bio_size: distribution(&[(512, 131072)]),
             commands: 1032,

@@ -193,6 +193,16 @@ pub fn run_time_with_fix(run: &RunReport, estimate: &RunTimeWithFix) -> String {
         .unwrap_or("the command");
     let took = format!("{program} took {}", seconds_short(estimate.run_s));
     let mut words = time_with_fix_words(&took, estimate);
+    if estimate.reads_after_fix > 0 {
+        words.push_str(&format!(
+            ". With 4 KiB blocks its writes that cover a page in part would first read it: {} reads of 4 KiB{}",
+            units::thousands(estimate.reads_after_fix),
+            match estimate.run_after_fix_s {
+                Some(_) => ", counted in that time",
+                None => "",
+            },
+        ));
+    }
     if estimate.pays_little {
         words.push_str(&format!(
             ". This run paid little for {}: the fix would take its {} commands to ~{}. It costs most {}",
@@ -607,7 +617,15 @@ mod tests {
             commands_now: 1024,
             commands_after_fix: 128,
             pays_little: false,
+            reads_after_fix: 0,
         };
+        let reading = RunTimeWithFix {
+            reads_after_fix: 81,
+            ..estimate.clone()
+        };
+        assert!(run_time_with_fix(&run, &reading).ends_with(
+            "only that part is scaled). With 4 KiB blocks its writes that cover a page in part would first read it: 81 reads of 4 KiB, counted in that time"
+        ));
         assert_eq!(
             run_time_with_fix(&run, &estimate),
             "mkfs.ext4 took 31.4 s; with the fix ≈ 4.20 s (7.48x faster) (split_amplification on loop0p1, which was busy 29.8 s of the run: only that part is scaled)"

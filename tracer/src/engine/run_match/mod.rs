@@ -45,6 +45,8 @@ mod sector_match;
 #[cfg(test)]
 mod test_fixtures;
 
+use std::collections::HashSet;
+
 use hdrhistogram::Histogram;
 use tracer_common::{uring_how, OpenEvent, ProcessEvent, ProcessEventKind};
 
@@ -118,9 +120,49 @@ pub struct TargetCalls {
     pub mappings: u64,
     pub msync_calls: u64,
     pub mapped_flushed_bytes: u64,
+    /// Pages a write covered only in part before any write had covered
+    /// them: with 4 KiB blocks, the page cache reads each first.
+    pub partial_pages: u64,
+    /// The pages written so far, up to [`MAX_TOUCHED_PAGES`].
+    touched_pages: HashSet<u64>,
 }
 
+/// Pages remembered per target for `partial_pages`; past that, pages not
+/// yet seen are taken as written (the count is then a lower bound).
+const MAX_TOUCHED_PAGES: usize = 1 << 20;
+const PAGE_BYTES: u64 = 4096;
+
 impl TargetCalls {
+    /// Notes a write of `bytes` at `offset`: its first and last page, when
+    /// it covers them only in part and no write touched them before, are
+    /// pages a 4 KiB block size would read first.
+    fn note_pages(&mut self, offset: u64, bytes: u64) {
+        if bytes == 0 {
+            return;
+        }
+        let end = offset.saturating_add(bytes);
+        let (first, last) = (offset / PAGE_BYTES, (end - 1) / PAGE_BYTES);
+        let partial = |page: u64| {
+            let start = page * PAGE_BYTES;
+            offset > start || end < start + PAGE_BYTES
+        };
+        for page in [first, last] {
+            if partial(page)
+                && !self.touched_pages.contains(&page)
+                && self.touched_pages.len() < MAX_TOUCHED_PAGES
+            {
+                self.partial_pages += 1;
+                self.touched_pages.insert(page);
+            }
+        }
+        for page in first..=last {
+            if self.touched_pages.len() >= MAX_TOUCHED_PAGES {
+                break;
+            }
+            self.touched_pages.insert(page);
+        }
+    }
+
     /// Every write made to it so far is on the device by the command's own
     /// word: its last fsync or fdatasync began after its last write
     /// returned. Not for writes through libaio or io_uring, whose
@@ -150,6 +192,8 @@ impl TargetCalls {
             mappings: 0,
             msync_calls: 0,
             mapped_flushed_bytes: 0,
+            partial_pages: 0,
+            touched_pages: HashSet::new(),
         }
     }
 }
@@ -383,8 +427,10 @@ impl<R: FdResolver> RunMatcher<R> {
                     .write_size
                     .get_or_insert_with(new_histogram)
                     .record(write.bytes.max(1));
-                if write.offset.is_none() {
-                    calls.unknown_offset_writes += 1;
+                match write.offset {
+                    Some(offset) if !write.mapped => calls.note_pages(offset, write.bytes),
+                    Some(_) => {}
+                    None => calls.unknown_offset_writes += 1,
                 }
                 self.sectors.keep_write(write);
             }
@@ -503,5 +549,33 @@ mod tests {
             0,
             "reads are not write commands"
         );
+    }
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    #[test]
+    fn pages_first_written_in_part_are_counted_once() {
+        let mut calls = TargetCalls::new(FdTarget {
+            device: "vdc1".into(),
+            disk_dev: DevId::new(253, 32),
+            start_sector: 1785,
+            file: None,
+        });
+        // mkfs-style 1 KiB writes: the first of each page counts, the
+        // other three find it written.
+        for at in [0u64, 1024, 2048, 3072, 8192] {
+            calls.note_pages(at, 1024);
+        }
+        assert_eq!(calls.partial_pages, 2);
+        // Whole pages need no read, and make their pages written.
+        calls.note_pages(12288, 8192);
+        calls.note_pages(13312, 512);
+        assert_eq!(calls.partial_pages, 2);
+        // A write straddling two unwritten pages reads both.
+        calls.note_pages(40960 + 3584, 1024);
+        assert_eq!(calls.partial_pages, 4);
     }
 }
