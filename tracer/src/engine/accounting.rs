@@ -3,13 +3,50 @@
 //! [`Outcome`]s and nothing else. The handlers decide what happened; this
 //! decides what it counts for.
 
-use super::chain::{missed_merge, CommandEnds};
 use super::devices::LastIssue;
-use super::outcome::{Account, Outcome, StreamStep};
+use super::outcome::{Account, CommandEnds, Outcome, StreamStep};
+use super::split::SplitLimits;
 use super::stats::{op_index, OpStats};
 use super::target::Target;
 use super::Engine;
 use crate::blk::SECTOR_BYTES;
+
+/// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
+/// below `max_sectors` for `merge_blocked`.
+const SMALL_COMMAND_DIVISOR: u64 = 4;
+/// `max_sectors` assumed for that test when the device's is unknown (128 KiB).
+const DEFAULT_MAX_SECTORS: u64 = 256;
+
+/// Whether the command `[start, +sectors)` with these ends is a merge the
+/// kernel could have made with the previous command of its op and did not:
+/// it starts where that one ended, its bios were queued before that one was
+/// issued, both are far below `max_sectors`, and merging them would break no
+/// limit. Pieces of one split are never candidates (the split made them fit),
+/// nor is a merge that would exceed `max_sectors` or `max_segments` (counted
+/// bio by bio, as the kernel does) or cross a chunk boundary.
+fn missed_merge(
+    limits: &SplitLimits,
+    last: &LastIssue,
+    start: u64,
+    sectors: u64,
+    ends: &CommandEnds,
+) -> bool {
+    let max_sectors = match limits.max_sectors {
+        0 => DEFAULT_MAX_SECTORS,
+        known => known,
+    };
+    let small = |length: u64| length * SMALL_COMMAND_DIVISOR <= max_sectors;
+    last.valid
+        && last.end == start
+        && ends.queued_ns <= last.issue_ns
+        && small(sectors)
+        && small(last.sectors)
+        && last.sectors + sectors <= max_sectors
+        && last.last_io != ends.first_io
+        && !ends.starts_full
+        && (limits.max_segments == 0 || last.bios + ends.bios <= limits.max_segments)
+        && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
+}
 
 impl Engine {
     fn stats_mut(&mut self, target: Target) -> &mut OpStats {

@@ -2,50 +2,11 @@
 //! (user I/O, fragment, command, remap) and their bookkeeping.
 
 use super::attribution::OwnerSlots;
-use super::devices::LastIssue;
 pub(super) use super::outcome::DropReason;
-use super::outcome::{Account, CommandId, IoId, Outcome};
-use super::split::SplitLimits;
+use super::outcome::{Account, CommandEnds, CommandId, IoId, Outcome};
 use super::table::{FastMap, SlotRef, Table, NIL};
 use super::target::Target;
 use super::Engine;
-
-/// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
-/// below `max_sectors` for `merge_blocked`.
-pub(super) const SMALL_COMMAND_DIVISOR: u64 = 4;
-/// `max_sectors` assumed for that test when the device's is unknown (128 KiB).
-pub(super) const DEFAULT_MAX_SECTORS: u64 = 256;
-
-/// Whether the command `[start, +sectors)` with these ends is a merge the
-/// kernel could have made with the previous command of its op and did not:
-/// it starts where that one ended, its bios were queued before that one was
-/// issued, both are far below `max_sectors`, and merging them would break no
-/// limit. Pieces of one split are never candidates (the split made them fit),
-/// nor is a merge that would exceed `max_sectors` or `max_segments` (counted
-/// bio by bio, as the kernel does) or cross a chunk boundary.
-pub(super) fn missed_merge(
-    limits: &SplitLimits,
-    last: &LastIssue,
-    start: u64,
-    sectors: u64,
-    ends: &CommandEnds,
-) -> bool {
-    let max_sectors = match limits.max_sectors {
-        0 => DEFAULT_MAX_SECTORS,
-        known => known,
-    };
-    let small = |length: u64| length * SMALL_COMMAND_DIVISOR <= max_sectors;
-    last.valid
-        && last.end == start
-        && ends.queued_ns <= last.issue_ns
-        && small(sectors)
-        && small(last.sectors)
-        && last.sectors + sectors <= max_sectors
-        && last.last_io != ends.first_io
-        && !ends.starts_full
-        && (limits.max_segments == 0 || last.bios + ends.bios <= limits.max_segments)
-        && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
-}
 
 /// The correlation's in-flight state: the chains followed from user I/O
 /// to command, and what links them (remaps, requests, clones). Only the
@@ -163,23 +124,6 @@ impl Default for Fragment {
             next: NIL,
         }
     }
-}
-
-/// What the merge-candidate test needs to know about a command's ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct CommandEnds {
-    /// The earliest queue time of the user I/Os it carries.
-    pub(super) queued_ns: u64,
-    /// Fragments it carries: a lower bound on its segments, since the kernel
-    /// counts a merged request's segments bio by bio.
-    pub(super) bios: u64,
-    /// The user I/O of its first and of its last fragment.
-    pub(super) first_io: SlotRef,
-    pub(super) last_io: SlotRef,
-    /// The owners of its first user I/O.
-    pub(super) owners: OwnerSlots,
-    /// Its first fragment is a split piece cut at a size or segment limit.
-    pub(super) starts_full: bool,
 }
 
 /// One device command (block_rq_issue); `start` moves on partial completion.

@@ -16,7 +16,6 @@
 use crate::model::{Op, SplitCause};
 
 use super::attribution::OwnerSlots;
-use super::chain::CommandEnds;
 use super::table::SlotRef;
 use super::target::Target;
 
@@ -26,6 +25,23 @@ use super::target::Target;
 pub(crate) struct Account {
     pub(crate) target: Target,
     pub(crate) owners: OwnerSlots,
+}
+
+/// What the merge-candidate test needs to know about a command's ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct CommandEnds {
+    /// The earliest queue time of the user I/Os it carries.
+    pub(crate) queued_ns: u64,
+    /// Fragments it carries: a lower bound on its segments, since the kernel
+    /// counts a merged request's segments bio by bio.
+    pub(crate) bios: u64,
+    /// The user I/O of its first and of its last fragment.
+    pub(crate) first_io: SlotRef,
+    pub(crate) last_io: SlotRef,
+    /// The owners of its first user I/O.
+    pub(crate) owners: OwnerSlots,
+    /// Its first fragment is a split piece cut at a size or segment limit.
+    pub(crate) starts_full: bool,
 }
 
 /// A queued user I/O's step in its device's stream (what-if replays).
