@@ -197,7 +197,7 @@ impl Engine {
     }
 
     /// Counts an outcome, and keeps it for the views that asked.
-    #[inline]
+    #[inline(always)]
     fn emit(&mut self, outcome: Outcome) {
         self.account(&outcome);
         if self.keep_outcomes {
