@@ -3,7 +3,9 @@
 //! or the classic text format made from it, as the scraper asks:
 //! [`exposition`]), and `/healthz`.
 //!
-//! Each scrape asks the engine once (one `Capture::query`); nothing is added
+//! Scrapes ask the engine once per round (one `Capture::query`): those that
+//! come in while a collect runs share the next one and its encoding, so any
+//! number of scrapers cost the consumer one query at a time; nothing is added
 //! per event. Served counters are cumulative on this side: a scrape adds what
 //! grew since the last one, and SIGHUP (which resets the engine, so
 //! diagnoses describe the traffic since then) is absorbed first, so no served
@@ -19,6 +21,7 @@ mod web;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -92,20 +95,18 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             Err(reason)
         }
     };
-    let exporter = Arc::new(Exporter {
-        inner: Mutex::new(Inner {
-            capture,
-            disks_selected,
-            listing: block_listing(),
-            geometry_read: Instant::now(),
-            present: present_names(&geometry),
-            served: Served {
-                owners: owners::OwnerSeries::new(args.by.iter().map(|by| by.view()).collect()),
-                audit: audit_of(&geometry),
-                ..Served::default()
-            },
-        }),
-    });
+    let exporter = Arc::new(Exporter::new(Inner {
+        capture,
+        disks_selected,
+        listing: block_listing(),
+        geometry_read: Instant::now(),
+        present: present_names(&geometry),
+        served: Served {
+            owners: owners::OwnerSeries::new(args.by.iter().map(|by| by.view()).collect()),
+            audit: audit_of(&geometry),
+            ..Served::default()
+        },
+    }));
     let runtime = session::runtime()?;
     // Listened for before "tracing" shows (see `session::listen`).
     let mut interrupt = session::listen(&runtime, SignalKind::interrupt())?;
@@ -150,11 +151,11 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
         };
         let hangups = async {
             while hangup.recv().await.is_some() {
-                match exporter.collect(true) {
-                    Ok(()) => output::status(format_args!(
+                match exporter.scrape(true).await {
+                    Ok(_) => output::status(format_args!(
                         "SIGHUP: devices re-read, diagnoses start afresh"
                     )),
-                    Err(err) => output::status(format_args!("SIGHUP: {}", one_line(&err))),
+                    Err(reason) => output::status(format_args!("SIGHUP: {reason}")),
                 }
             }
             std::future::pending::<()>().await;
@@ -207,56 +208,48 @@ async fn metrics(State(exporter): State<Arc<Exporter>>, headers: HeaderMap) -> R
             .get(header::ACCEPT)
             .and_then(|accept| accept.to_str().ok()),
     );
-    let encoded = exporter
-        .collect(false)
-        .and_then(|()| exporter.encode())
-        .map(|text| match format {
-            exposition::Exposition::OpenMetrics => text,
-            exposition::Exposition::Text => exposition::to_text_format(&text),
-        });
-    // What the scrape built is freed by now: hand the free heap back, so a
-    // months-long exporter holds what it uses, not its largest past moment.
-    // SAFETY: malloc_trim only releases free memory; no pointer is touched.
-    unsafe { libc::malloc_trim(0) };
-    match encoded {
+    match exporter.scrape(false).await {
         Ok(text) => (
             [
                 (header::CONTENT_TYPE, format.content_type()),
                 (header::VARY, "Accept"),
             ],
-            text,
+            match format {
+                exposition::Exposition::OpenMetrics => String::from(&*text),
+                exposition::Exposition::Text => exposition::to_text_format(&text),
+            },
         )
             .into_response(),
-        Err(err) => (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("{}\n", one_line(&err)),
-        )
-            .into_response(),
+        Err(reason) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{reason}\n")).into_response(),
     }
 }
 
 /// Healthy while the event consumer answers.
 async fn healthz(State(exporter): State<Arc<Exporter>>) -> Response {
-    let alive = exporter
-        .inner
-        .lock()
-        .map_err(|_| Error::failure("the exporter's state is poisoned"))
-        .and_then(|inner| match &inner.capture {
-            Ok(capture) => capture.query(|_, _| "ok\n".to_string()),
-            // Serving the audit is what it can do: healthy, and saying so.
-            Err(reason) => Ok(format!(
-                "ok: serving the geometry audit only, not tracing ({reason})\n"
-            )),
-        });
+    // Off the runtime's thread: the query waits for the consumer's next drain.
+    let alive = tokio::task::spawn_blocking(move || {
+        exporter
+            .inner
+            .lock()
+            .map_err(|_| Error::failure("the exporter's state is poisoned"))
+            .and_then(|inner| match &inner.capture {
+                Ok(capture) => capture.query(|_, _| "ok\n".to_string()),
+                // Serving the audit is what it can do: healthy, and saying so.
+                Err(reason) => Ok(format!(
+                    "ok: serving the geometry audit only, not tracing ({reason})\n"
+                )),
+            })
+            .map_err(|err| one_line(&err))
+    })
+    .await
+    .unwrap_or_else(|_| Err(WORKER_STOPPED.to_string()));
     match alive {
         Ok(text) => (StatusCode::OK, text).into_response(),
-        Err(err) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("{}\n", one_line(&err)),
-        )
-            .into_response(),
+        Err(reason) => (StatusCode::SERVICE_UNAVAILABLE, format!("{reason}\n")).into_response(),
     }
 }
+
+const WORKER_STOPPED: &str = "the exporter's worker thread stopped unexpectedly";
 
 /// The static audit's findings on `disks`, worded as `check` words them.
 fn audit_of(disks: &[DiskGeometry]) -> Vec<Diagnosis> {
@@ -298,6 +291,17 @@ fn block_listing() -> Vec<String> {
 
 struct Exporter {
     inner: Mutex<Inner>,
+    /// Collects started so far: a scrape needs one that started after it came.
+    collects_started: AtomicU64,
+    /// The newest collect's answer, shared by the scrapes that waited for it.
+    latest: tokio::sync::Mutex<Answer>,
+}
+
+/// One collect's encoded metrics (OpenMetrics), or why it failed.
+struct Answer {
+    /// Which collect made it; 0 before the first.
+    generation: u64,
+    text: std::result::Result<Arc<str>, String>,
 }
 
 struct Inner {
@@ -323,6 +327,51 @@ struct Snapshot {
 }
 
 impl Exporter {
+    fn new(inner: Inner) -> Exporter {
+        Exporter {
+            inner: Mutex::new(inner),
+            collects_started: AtomicU64::new(0),
+            latest: tokio::sync::Mutex::new(Answer {
+                generation: 0,
+                text: Err("nothing collected yet".to_string()),
+            }),
+        }
+    }
+
+    /// The metrics as of a collect that started after this call: scrapes that
+    /// come in together share one engine query and one encoding, so the
+    /// consumer answers once per round however many scrapers wait, and keeps
+    /// draining the rings between rounds. `reset` (SIGHUP) always collects.
+    async fn scrape(self: &Arc<Self>, reset: bool) -> std::result::Result<Arc<str>, String> {
+        let arrived = self.collects_started.load(Ordering::SeqCst);
+        let mut latest = self.latest.lock().await;
+        if !reset && latest.generation > arrived {
+            return latest.text.clone();
+        }
+        let generation = self.collects_started.fetch_add(1, Ordering::SeqCst) + 1;
+        let exporter = Arc::clone(self);
+        let text = tokio::task::spawn_blocking(move || {
+            let text = exporter
+                .collect(reset)
+                .and_then(|()| exporter.encode())
+                .map(Arc::from)
+                .map_err(|err| one_line(&err));
+            // What the collect built is freed by now: hand the free heap back,
+            // so a months-long exporter holds what it uses, not its largest
+            // past moment.
+            // SAFETY: malloc_trim only releases free memory; no pointer is touched.
+            unsafe { libc::malloc_trim(0) };
+            text
+        })
+        .await
+        .unwrap_or_else(|_| Err(WORKER_STOPPED.to_string()));
+        *latest = Answer {
+            generation,
+            text: text.clone(),
+        };
+        text
+    }
+
     /// One engine query: fresh geometry if the devices changed (or `reset`),
     /// the current measures, and on `reset` the engine's reset right after.
     fn collect(&self, reset: bool) -> Result<()> {
@@ -994,6 +1043,56 @@ impl Collector for Frame {
 mod tests {
     use super::*;
     use crate::model::{Bucket, Op, OpMeasures, SplitCause};
+
+    /// An exporter without probes: its collects read only sysfs.
+    fn audit_only_exporter() -> Arc<Exporter> {
+        Arc::new(Exporter::new(Inner {
+            capture: Err("no probes in this test".to_string()),
+            disks_selected: Vec::new(),
+            listing: Vec::new(),
+            geometry_read: Instant::now(),
+            present: BTreeSet::new(),
+            served: Served::default(),
+        }))
+    }
+
+    #[test]
+    fn scrapes_that_come_in_together_share_one_collect() {
+        let exporter = audit_only_exporter();
+        let runtime = session::runtime().unwrap();
+        let answers = runtime.block_on(async {
+            let scrapes: Vec<_> = (0..20)
+                .map(|_| {
+                    let exporter = Arc::clone(&exporter);
+                    tokio::spawn(async move { exporter.scrape(false).await })
+                })
+                .collect();
+            let mut answers = Vec::new();
+            for scrape in scrapes {
+                answers.push(scrape.await.unwrap());
+            }
+            answers
+        });
+        assert!(answers.iter().all(|answer| answer
+            .as_ref()
+            .is_ok_and(|text| text.contains("iosplit_build_info"))));
+        // The first collect started before the others came in; the second
+        // answers all 19 of them.
+        assert_eq!(exporter.collects_started.load(Ordering::SeqCst), 2);
+    }
+
+    #[test]
+    fn a_scrape_after_a_collect_gets_a_fresh_one() {
+        let exporter = audit_only_exporter();
+        let runtime = session::runtime().unwrap();
+        runtime.block_on(async {
+            for _ in 0..3 {
+                exporter.scrape(false).await.unwrap();
+            }
+            exporter.scrape(true).await.unwrap();
+        });
+        assert_eq!(exporter.collects_started.load(Ordering::SeqCst), 4);
+    }
 
     fn distribution(buckets: &[(u64, u64)]) -> Distribution {
         let count = buckets.iter().map(|(_, c)| c).sum();
