@@ -265,6 +265,36 @@ fn dd_writes_through_the_fd_it_dup2s_its_output_to_are_all_counted() {
     }
 }
 
+/// dd's 512-byte writes, each at the start of its own 4 KiB page (seek in
+/// steps of 8 blocks): buffered, each page is one the page cache would read
+/// first through 4 KiB blocks; with `oflag=direct` no page is. Either way
+/// each write, placed by dd's lseek on the device, is matched to the one
+/// command that carried it.
+#[test]
+fn only_buffered_writes_count_the_pages_a_4k_block_would_read_first() {
+    if !privileged("only_buffered_writes_count_the_pages_a_4k_block_would_read_first") {
+        return;
+    }
+    let (_disk, partition, name) = one_partition_disk("run-pages");
+    let script = |flags: &str| {
+        format!(
+            "for page in 0 1 2 3 4 5 6 7; do dd if=/dev/zero of={partition} bs=512 count=1 seek=$((page * 8)) conv=notrunc {flags} status=none; done; sync"
+        )
+    };
+    let buffered = run_json(&["sh", "-c", &script("")]);
+    let target = target_named(&buffered, &name);
+    assert_eq!(target["write_syscalls"], 8, "{target}");
+    assert_eq!(target["partial_pages"], 8, "{target}");
+    assert_eq!(target["commands_per_write"]["count"], 8, "{target}");
+    assert_eq!(target["commands_per_write"]["max"], 1, "{target}");
+    let direct = run_json(&["sh", "-c", &script("oflag=direct")]);
+    let target = target_named(&direct, &name);
+    assert_eq!(target["write_syscalls"], 8, "{target}");
+    assert_eq!(target["partial_pages"], 0, "{target}");
+    assert_eq!(target["commands_per_write"]["count"], 8, "{target}");
+    assert_eq!(target["commands_per_write"]["max"], 1, "{target}");
+}
+
 #[test]
 fn shell_redirections_pipes_and_reused_fd_numbers_are_followed() {
     if !privileged("shell_redirections_pipes_and_reused_fd_numbers_are_followed") {

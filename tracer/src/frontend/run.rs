@@ -521,7 +521,8 @@ fn attach(capture: &mut Capture<RecordingSink<RunSink>>, target: &AttachTarget) 
             sink.matcher.processes += fds.len() as u64;
             for (tgid, open) in fds {
                 for open_fd in open {
-                    sink.matcher.adopt_fd(tgid, open_fd.fd, open_fd.position);
+                    sink.matcher
+                        .adopt_fd(tgid, open_fd.fd, open_fd.position, open_fd.direct);
                     if open_fd.writable {
                         sink.pin_fd(tgid, open_fd.fd);
                     }

@@ -216,6 +216,8 @@ pub struct OpenFd {
     pub position: Option<u64>,
     /// Open for writing (O_WRONLY or O_RDWR).
     pub writable: bool,
+    /// Opened O_DIRECT.
+    pub direct: bool,
 }
 
 /// The fds `tgid` holds now, from /proc/PID/fdinfo.
@@ -237,6 +239,7 @@ pub fn open_fds(tgid: u32) -> Vec<OpenFd> {
             fd,
             position: position.filter(|_| !appends),
             writable: flags.is_some_and(|flags| flags & libc::O_ACCMODE as u64 != 0),
+            direct: flags.is_some_and(|flags| flags & libc::O_DIRECT as u64 != 0),
         });
     }
     fds

@@ -19,6 +19,10 @@ use tracer_common::{
 
 use super::{FdResolver, FdTarget, WriteCall, WritePath};
 
+/// `O_DIRECT` in an open's flags: not the same on every architecture, and
+/// the flags come from this machine's kernel.
+const O_DIRECT: u64 = libc::O_DIRECT as u64;
+
 /// Open file descriptions whose position is followed.
 const MAX_DESCRIPTIONS: usize = 1 << 20;
 
@@ -53,8 +57,12 @@ pub(super) enum Syscall {
 #[derive(Clone, Copy, Debug)]
 struct OpenTarget {
     target: usize,
-    /// Index into the followed positions (files only, opens seen only).
+    /// Index into the followed positions (opens seen, or adopted with a
+    /// position /proc told).
     description: Option<usize>,
+    /// Opened O_DIRECT: its writes bypass the page cache. (fcntl(F_SETFL)
+    /// turning it on or off later is not followed.)
+    direct: bool,
 }
 
 pub(super) struct FdTable<R: FdResolver> {
@@ -63,15 +71,12 @@ pub(super) struct FdTable<R: FdResolver> {
     fds: HashMap<(u32, u32), Option<OpenTarget>>,
     /// The fds an exec closes (opened O_CLOEXEC, or marked by close_range).
     close_on_exec: HashSet<(u32, u32)>,
-    /// Per open file description: its file position. A file opened while
-    /// traced starts at 0, plain write()s advance it and lseek sets it; an
+    /// Per open file description: its file position. A file or device
+    /// opened while traced starts at 0, plain write()s advance it and lseek sets it; an
     /// O_APPEND open has none (its writes land at the end, unseen here).
     positions: Vec<u64>,
     /// Each target's number (a build opens thousands of files).
     target_index: HashMap<FdTarget, usize>,
-    /// By target number: whether it is a regular file (a device's
-    /// position is not followed).
-    is_file: Vec<bool>,
     /// Targets numbered since [`FdTable::take_new_targets`], in order.
     new_targets: Vec<FdTarget>,
     /// By io_uring ring (the low 32 bits of its address): its registered
@@ -89,7 +94,6 @@ impl<R: FdResolver> FdTable<R> {
             close_on_exec: HashSet::new(),
             positions: Vec::new(),
             target_index: HashMap::new(),
-            is_file: Vec::new(),
             new_targets: Vec::new(),
             registered: HashMap::new(),
         }
@@ -127,6 +131,7 @@ impl<R: FdResolver> FdTable<R> {
         let found = self.intern(found).map(|target| OpenTarget {
             target,
             description: None,
+            direct: false,
         });
         self.fds.insert((tgid, fd), found);
         found
@@ -138,9 +143,8 @@ impl<R: FdResolver> FdTable<R> {
         if let Some(&index) = self.target_index.get(&target) {
             return Some(index);
         }
-        let index = self.is_file.len();
+        let index = self.target_index.len();
         self.target_index.insert(target.clone(), index);
-        self.is_file.push(target.file.is_some());
         self.new_targets.push(target);
         Some(index)
     }
@@ -163,9 +167,11 @@ impl<R: FdResolver> FdTable<R> {
         // O_APPEND writes land at the file's end, a position not seen here:
         // their offsets stay unknown rather than guessed.
         let appends = event.offset & O_APPEND != 0;
+        let direct = event.offset & O_DIRECT != 0;
         let found = self.intern(target).map(|target| OpenTarget {
             target,
-            description: (!appends).then(|| self.new_description(target)).flatten(),
+            description: (!appends).then(|| self.new_description()).flatten(),
+            direct,
         });
         let fd = (event.tgid, event.result as u32);
         self.fds.insert(fd, found);
@@ -177,13 +183,13 @@ impl<R: FdResolver> FdTable<R> {
     }
 
     /// An fd open before tracking began, at `position` when known.
-    pub(super) fn adopt(&mut self, tgid: u32, fd: u32, position: Option<u64>) {
+    pub(super) fn adopt(&mut self, tgid: u32, fd: u32, position: Option<u64>, direct: bool) {
         self.fds.remove(&(tgid, fd));
         let Some(open) = self.target_of(tgid, fd) else {
             return;
         };
         let description = position.and_then(|at| {
-            let description = self.new_description(open.target)?;
+            let description = self.new_description()?;
             self.positions[description] = at;
             Some(description)
         });
@@ -191,6 +197,7 @@ impl<R: FdResolver> FdTable<R> {
             (tgid, fd),
             Some(OpenTarget {
                 description,
+                direct,
                 ..open
             }),
         );
@@ -216,9 +223,9 @@ impl<R: FdResolver> FdTable<R> {
         }
     }
 
-    /// A fresh open of a file: its position starts at 0.
-    fn new_description(&mut self, target: usize) -> Option<usize> {
-        if !self.is_file[target] || self.positions.len() >= MAX_DESCRIPTIONS {
+    /// A fresh open of a file or a device: its position starts at 0.
+    fn new_description(&mut self) -> Option<usize> {
+        if self.positions.len() >= MAX_DESCRIPTIONS {
             return None;
         }
         self.positions.push(0);
@@ -395,6 +402,7 @@ impl<R: FdResolver> FdTable<R> {
                 bytes,
                 at_ns: event.entered_ns(),
                 mapped: false,
+                direct: open.direct,
             },
             path,
         )
@@ -411,6 +419,7 @@ mod tests {
         extent, fd_call, issue, loop0p2, open, plain_write, write, OneFile, OnePartition, Traced,
     };
     use super::super::{FdResolver, FdTarget, RunMatcher, WriteBytes};
+    use super::O_DIRECT;
     use crate::geometry::fiemap::{ExtentKind, FileMap};
 
     #[test]
@@ -617,11 +626,11 @@ mod tests {
         );
 
         let mut matcher = Traced::new(OneFile);
-        matcher.adopt_fd(42, 9, Some(512 << 10));
+        matcher.adopt_fd(42, 9, Some(512 << 10), false);
         matcher.process_event(&plain_write(9));
         matcher.process_event(&plain_write(9));
         // An fd that is no target, or not open, adopts nothing.
-        matcher.adopt_fd(42, 4, Some(0));
+        matcher.adopt_fd(42, 4, Some(0), false);
         assert_eq!(matcher.targets().len(), 1);
         let bytes = matched_with_commands_at(matcher, &[512 << 10, (512 << 10) + 65536]);
         assert_eq!(
@@ -789,6 +798,28 @@ mod tests {
         assert_eq!((matcher.uring.writes, matcher.uring.fixed_files), (1, 3));
         let bytes = matched_with_commands_at(matcher, &[0]);
         assert_eq!(bytes.matched, 65536, "{bytes:?}");
+    }
+
+    #[test]
+    fn only_buffered_writes_count_pages_read_before_them() {
+        let mut matcher = Traced::new(OnePartition);
+        let mut direct = open(42, 3, "/dev/loop0p2");
+        direct.event.offset = O_DIRECT | 0o2; // O_RDWR | O_DIRECT
+        matcher.open_event(&direct);
+        matcher.open_event(&open(42, 4, "/dev/loop0p2"));
+        // 512-byte writes, each the start of its own page.
+        matcher.process_event(&write(3, 0, 512));
+        matcher.process_event(&write(3, 8192, 512));
+        assert_eq!(matcher.targets()[0].partial_pages, 0);
+        // The same through the buffered fd: the page cache reads each page.
+        matcher.process_event(&write(4, 16384, 512));
+        matcher.process_event(&write(4, 24576, 512));
+        assert_eq!(matcher.targets()[0].partial_pages, 2);
+        // A dup shares the description, and with it O_DIRECT.
+        matcher.process_event(&fd_call(ProcessEventKind::Dup, 3, 5));
+        matcher.process_event(&write(5, 32768, 512));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.write_syscalls, calls.partial_pages), (5, 2));
     }
 
     #[test]

@@ -154,6 +154,7 @@ fn flushed(mapping: &Mapping, from: u64, to: u64) -> WriteCall {
         bytes: to - from,
         at_ns: mapping.since_ns,
         mapped: true,
+        direct: false,
     }
 }
 

@@ -120,8 +120,8 @@ pub struct TargetCalls {
     pub mappings: u64,
     pub msync_calls: u64,
     pub mapped_flushed_bytes: u64,
-    /// Pages a write covered only in part before any write had covered
-    /// them: with 4 KiB blocks, the page cache reads each first.
+    /// Pages a buffered write covered only in part before any write had
+    /// covered them: with 4 KiB blocks, the page cache reads each first.
     pub partial_pages: u64,
     /// The pages written so far, up to [`MAX_TOUCHED_PAGES`].
     touched_pages: HashSet<u64>,
@@ -214,6 +214,9 @@ struct WriteCall {
     /// Stores through a shared mapping, flushed (`mappings`): its bytes
     /// are the range flushed, not all of them stored to.
     mapped: bool,
+    /// Through an fd opened O_DIRECT: no page cache, so no page is read
+    /// before it, whatever the block size.
+    direct: bool,
 }
 
 /// How a write reached the kernel.
@@ -314,8 +317,9 @@ impl<R: FdResolver> RunMatcher<R> {
     /// A process of a tree followed from attach (`run --pid`): its open
     /// `fd` is taken as it is now, at file `position` when /proc told it
     /// (not for O_APPEND: those writes land at the end, unseen here).
-    pub fn adopt_fd(&mut self, tgid: u32, fd: u32, position: Option<u64>) {
-        self.fds.adopt(tgid, fd, position);
+    /// `direct`: it was opened O_DIRECT.
+    pub fn adopt_fd(&mut self, tgid: u32, fd: u32, position: Option<u64>, direct: bool) {
+        self.fds.adopt(tgid, fd, position, direct);
         self.add_new_targets();
     }
 
@@ -428,7 +432,9 @@ impl<R: FdResolver> RunMatcher<R> {
                     .get_or_insert_with(new_histogram)
                     .record(write.bytes.max(1));
                 match write.offset {
-                    Some(offset) if !write.mapped => calls.note_pages(offset, write.bytes),
+                    Some(offset) if !write.mapped && !write.direct => {
+                        calls.note_pages(offset, write.bytes)
+                    }
                     Some(_) => {}
                     None => calls.unknown_offset_writes += 1,
                 }
