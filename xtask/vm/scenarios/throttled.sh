@@ -111,6 +111,14 @@ iosplit-trace compare --pair "$mis=$iops" --pair "${mis%1}=${iops%1}" \
 # merging off (a device that cannot merge), beside 64 KiB writes; on NVMe
 # 8 MiB with merging on, where the 4 KiB virt boundary and 127 segments
 # keep 512-byte bios apart or small, beside 4 KiB writes.
+# mke2fs asks getrandom() for its UUIDs and hash seed, and until the
+# kernel's random pool is ready, util-linux's libuuid sleeps 125 ms per try
+# (up to 8): seconds of no block I/O, which made mkfs take 0.35-4.4 s from
+# boot to boot. A read of /dev/random waits for the pool (and makes the
+# kernel gather entropy meanwhile); how long it took is kept.
+started=$(cut -d' ' -f1 /proc/uptime)
+head -c 1 /dev/random > /dev/null
+echo "$started $(cut -d' ' -f1 /proc/uptime)" > /results/random-pool-wait
 for serial in seed seedfix nvseed nvfix; do
     part=$(sed -n "s/^$serial=//p" /results/names)
     disk=$(sed -n "s/^$serial.disk=//p" /results/names)
