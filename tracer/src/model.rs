@@ -699,6 +699,10 @@ pub struct WhatIf {
     pub time_unavailable: Option<TimeUnavailable>,
     /// The fit the times come from.
     pub service_model: Option<ServiceModel>,
+    /// The disk's busy time for this op over the trace (at least one of its
+    /// commands in flight), measured with or without a fit; `None` before
+    /// any command completed.
+    pub busy_ms: Option<f64>,
     /// Where the replayed bios' segment counts came from; `None` for a
     /// prediction that does not replay them.
     pub segments: Option<SegmentSource>,

@@ -626,3 +626,50 @@ fn what_if_times_agree_with_the_device_busy_time() {
         after["run"]["command_s"], estimate["run_after_fix_s"]
     );
 }
+
+/// Too few commands for a model, in a run that mostly sleeps: the what-if
+/// has no time, but says how long the disk was busy, and `run` says it
+/// beside the run's time, so the seconds spent elsewhere show.
+#[test]
+fn a_run_without_a_device_model_still_says_how_busy_the_disk_was() {
+    if !privileged("a_run_without_a_device_model_still_says_how_busy_the_disk_was") {
+        return;
+    }
+    // Odd-sized: a 512-byte block size, so 4 KiB buffered writes go down as
+    // 512-byte bios (`subpage_block_size`, with a what-if).
+    let disk = LoopDisk::new(
+        "what-if-busy",
+        80,
+        &[PartitionSpec {
+            start: 2048,
+            size: 131_073,
+        }],
+    );
+    let partition = disk.partition(1);
+    let part_name = partition.trim_start_matches("/dev/").to_string();
+    let script = format!(
+        "dd if=/dev/zero of={partition} bs=4k count=8 conv=fsync status=none; sleep 1; dd if=/dev/zero of={partition} bs=4k count=8 seek=64 conv=fsync status=none"
+    );
+    let report = run_json(&["sh", "-c", &script]);
+    let diagnosis = finding(&report, "subpage_block_size", &part_name)
+        .unwrap_or_else(|| panic!("no subpage_block_size: {}", report["diagnoses"]));
+    let what_if = &diagnosis["evidence"]["what_if"];
+    assert_eq!(what_if["time_unavailable"], "too_few_commands", "{what_if}");
+    let busy_ms = what_if["busy_ms"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no busy_ms: {what_if}"));
+    let run = &report["run"];
+    let command_s = run["command_s"].as_f64().unwrap();
+    assert!(
+        busy_ms > 0.0 && busy_ms < 500.0 && command_s >= 1.0,
+        "busy {busy_ms} ms of a {command_s} s run: {what_if}"
+    );
+    let estimate = &run["time_with_fix"];
+    let device_busy_s = estimate["device_busy_s"]
+        .as_f64()
+        .unwrap_or_else(|| panic!("no device_busy_s: {estimate}"));
+    assert!(
+        (device_busy_s * 1000.0 - busy_ms).abs() < 0.01,
+        "{estimate} against {busy_ms} ms"
+    );
+}

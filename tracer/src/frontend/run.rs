@@ -940,6 +940,7 @@ pub fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
         what_if.time_after_fix_ms,
         what_if.service_model,
     ) else {
+        estimate.device_busy_s = what_if.busy_ms.map(|ms| (ms / 1000.0).min(run_s));
         estimate.unavailable = Some(
             what_if
                 .time_unavailable
@@ -1108,6 +1109,7 @@ mod time_with_fix_tests {
                 span_ms: busy_ms,
                 bound: ServiceBound::Latency,
             }),
+            busy_ms: Some(busy_ms),
             segments: None,
         }
     }
@@ -1221,12 +1223,15 @@ mod time_with_fix_tests {
                 commands_now: 20,
                 commands_after_fix: 4,
                 time_unavailable: Some(TimeUnavailable::TooFewCommands),
+                busy_ms: Some(52.0),
                 ..WhatIf::default()
             },
             10.0,
         );
         let estimate = time_with_fix(&untimed).unwrap();
         assert_eq!(estimate.unavailable, Some(TimeUnavailable::TooFewCommands));
+        // The busy time is kept without a fit: it tells where the run's time was not.
+        assert_eq!(estimate.device_busy_s, Some(0.052));
         let mut none = seed_report();
         none.diagnoses.clear();
         assert_eq!(time_with_fix(&none), None);

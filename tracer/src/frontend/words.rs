@@ -167,8 +167,15 @@ pub fn what_if_sentence(
             }
         }
     }
-    if let Some(model) = &what_if.service_model {
-        sentence.push_str(&format!(" (device model: {})", service_model(model)));
+    match (&what_if.service_model, what_if.busy_ms) {
+        (Some(model), _) => {
+            sentence.push_str(&format!(" (device model: {})", service_model(model)))
+        }
+        // The model carries the busy time; without one it is said alone.
+        (None, Some(busy)) => {
+            sentence.push_str(&format!("; the device was busy {} in all", time(busy)))
+        }
+        (None, None) => {}
     }
     // Read segment counts are the rule; an assumed density is said.
     match what_if.segments {
@@ -235,12 +242,24 @@ fn time_with_fix_words(took: &str, estimate: &RunTimeWithFix) -> String {
                 seconds_short(estimate.device_busy_s.unwrap_or(0.0)),
             )
         }
-        (_, reason) => format!(
-            "{took}; its time with the fix of {} on {} is not estimated: {}",
-            estimate.code,
-            estimate.device,
-            time_unavailable(reason.unwrap_or(TimeUnavailable::NoServiceTime))
-        ),
+        (_, reason) => {
+            let busy = estimate
+                .device_busy_s
+                .map(|busy| {
+                    format!(
+                        " ({} was busy {} of it)",
+                        estimate.device,
+                        seconds_short(busy)
+                    )
+                })
+                .unwrap_or_default();
+            format!(
+                "{took}{busy}; its time with the fix of {} on {} is not estimated: {}",
+                estimate.code,
+                estimate.device,
+                time_unavailable(reason.unwrap_or(TimeUnavailable::NoServiceTime))
+            )
+        }
     }
 }
 
@@ -598,6 +617,14 @@ mod tests {
                 "; time not estimated: too few commands measured to fit the device (32 needed)"
             )
         );
+        let few_busy = WhatIf {
+            busy_ms: Some(52.0),
+            ..few
+        };
+        assert!(
+            what_if_sentence(&few_busy, Prediction::Fix, "writes", "commands")
+                .ends_with("(32 needed); the device was busy 52 ms in all")
+        );
     }
 
     #[test]
@@ -642,11 +669,18 @@ mod tests {
             run_after_fix_s: None,
             speedup: None,
             unavailable: Some(TimeUnavailable::NotIoBound),
+            device_busy_s: Some(0.8),
             ..estimate
         };
         assert!(run_time_with_fix(&run, &idle).starts_with(
-            "mkfs.ext4 took 31.4 s; its time with the fix of split_amplification on loop0p1 is not estimated: the device was busy less than a fifth"
+            "mkfs.ext4 took 31.4 s (loop0p1 was busy 0.80 s of it); its time with the fix of split_amplification on loop0p1 is not estimated: the device was busy less than a fifth"
         ));
+        let unmeasured = RunTimeWithFix {
+            device_busy_s: None,
+            ..idle.clone()
+        };
+        assert!(run_time_with_fix(&run, &unmeasured)
+            .starts_with("mkfs.ext4 took 31.4 s; its time with the fix"));
         // The seed's mkfs in a throttled 6.1 guest: 14 commands, 12 after the fix.
         let little = RunTimeWithFix {
             code: "subpage_block_size".into(),

@@ -68,12 +68,14 @@ use misaligned_stack::StackAudit;
 
 use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
 use super::placement::{place_of, propose, PartitionAudit, Placement};
+use super::service::ServiceFit;
 use super::stats::{op_index, quantile_bytes, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    ratio, Code, DirtyBuffers, Evidence, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
+    ratio, Code, DirtyBuffers, Evidence, Finding, LiveEvidence, ObservedTraffic, Op,
+    PartitionPlace, TimeUnavailable, WhatIf,
 };
 
 /// One diagnosis code: its static side, its live side, or both, and its
@@ -253,10 +255,22 @@ fn add_times(finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
     let Some(stats) = stats else {
         return;
     };
-    let fit = traffic.device.service[op_index(op)].fit();
-    finding.evidence.for_each_what_if_mut(|what_if| match &fit {
+    let samples = &traffic.device.service[op_index(op)];
+    let fit = samples.fit();
+    // Said even where no model fits: a run that took seconds while its
+    // device was busy milliseconds spent them on something else.
+    let busy_ms = (samples.commands() > 0).then(|| round3(samples.busy_ns() as f64 / 1e6));
+    finding.evidence.for_each_what_if_mut(|what_if| {
+        what_if.busy_ms = busy_ms;
+        set_times(what_if, &fit, stats.bytes);
+    });
+}
+
+/// A what-if's times from the fit, or why there are none.
+fn set_times(what_if: &mut WhatIf, fit: &Result<ServiceFit, TimeUnavailable>, bytes: u64) {
+    match fit {
         Ok(fit) => {
-            let ms = |commands| round3(fit.time_ns(commands, stats.bytes) / 1e6);
+            let ms = |commands| round3(fit.time_ns(commands, bytes) / 1e6);
             what_if.time_now_ms = Some(ms(what_if.commands_now));
             what_if.time_after_fix_ms = Some(ms(what_if.commands_after_fix));
             what_if.time_unavailable = None;
@@ -268,7 +282,7 @@ fn add_times(finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
             what_if.time_unavailable = Some(*reason);
             what_if.service_model = None;
         }
-    });
+    }
 }
 
 /// Live numbers added to a static finding when the device saw traffic.
