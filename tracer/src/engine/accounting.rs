@@ -1,14 +1,21 @@
 //! The accounting: every counter, histogram, service sample, owner's
 //! measure and what-if stream grows here, from the correlation's
-//! [`Outcome`]s and nothing else. The handlers decide what happened; this
-//! decides what it counts for.
+//! [`Outcome`]s and nothing else. The correlator decides what happened;
+//! this decides what it counts for. [`Accounting`] owns what was measured
+//! per device ([`DeviceMeasures`]), per owner and per dirty buffer, and
+//! [`Sink`] is how the correlator hands it each outcome.
 
-use super::devices::LastIssue;
-use super::outcome::{Account, CommandEnds, Outcome, StreamStep};
+use tracer_common::DirtyCounts;
+use tracer_common::Owner;
+
+use super::attribution::{AttributionTables, OwnerSlots, Place, OWNER_CAPACITY};
+use super::outcome::{Account, CommandEnds, IoId, Outcome};
+use super::service::ServiceSamples;
 use super::split::SplitLimits;
-use super::stats::{op_index, OpStats};
-use super::target::Target;
-use super::Engine;
+use super::stats::{op_index, DeviceStats, OpStats, OP_COUNT};
+use super::streams::LastQueued;
+use super::table::{FastMap, SlotRef};
+use super::target::{Target, NO_PART};
 use crate::blk::SECTOR_BYTES;
 
 /// Command sizes at most `max_sectors / SMALL_COMMAND_DIVISOR` count as far
@@ -48,25 +55,240 @@ fn missed_merge(
         && (limits.chunk_sectors == 0 || !start.is_multiple_of(limits.chunk_sectors))
 }
 
-impl Engine {
+/// The last command issued on a disk for one op, which the next may have
+/// missed a merge with.
+#[derive(Clone, Copy, Debug)]
+struct LastIssue {
+    end: u64,
+    sectors: u64,
+    issue_ns: u64,
+    /// Fragments it carried (a lower bound on its segments).
+    bios: u64,
+    /// The user I/O of its last fragment.
+    last_io: SlotRef,
+    valid: bool,
+}
+
+impl Default for LastIssue {
+    fn default() -> Self {
+        LastIssue {
+            end: 0,
+            sectors: 0,
+            issue_ns: 0,
+            bios: 0,
+            last_io: SlotRef::NONE,
+            valid: false,
+        }
+    }
+}
+
+/// `block_dirty_buffer` sizes seen on one device (partition or disk).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct DirtyStats {
+    pub count: u64,
+    /// Counts by power-of-two size from 512 B (index 0) to 64 KiB (index 7).
+    pub by_size: [u64; DIRTY_SIZES],
+}
+
+pub(crate) const DIRTY_SIZES: usize = 8;
+
+impl DirtyStats {
+    fn record(&mut self, bytes: u64) {
+        self.count += 1;
+        let sectors = (bytes / SECTOR_BYTES).max(1);
+        let index = (63 - sectors.leading_zeros()) as usize;
+        self.by_size[index.min(DIRTY_SIZES - 1)] += 1;
+    }
+
+    pub fn size_of(index: usize) -> u64 {
+        SECTOR_BYTES << index
+    }
+
+    fn add(&mut self, index: usize, count: u64) {
+        self.count += count;
+        self.by_size[index.min(DIRTY_SIZES - 1)] += count;
+    }
+}
+
+/// What was measured on one disk: its own traffic, each partition's (by
+/// the registry's partition index), its commands' service times, and the
+/// last command and user I/O per op that the next one is measured against.
+#[derive(Default)]
+pub(super) struct DeviceMeasures {
+    /// Copied from the registry when geometry is installed: the merge test
+    /// and the alignment counts read them per command.
+    limits: SplitLimits,
+    pub(super) whole: DeviceStats,
+    parts: Vec<DeviceStats>,
+    /// Per op: the commands' service times, which the what-if's times replay.
+    pub(super) service: [ServiceSamples; OP_COUNT],
+    last_issue: [LastIssue; OP_COUNT],
+    /// Per op: the last user I/O, which the next may continue (what-if streams).
+    last_queued: [LastQueued; OP_COUNT],
+}
+
+impl DeviceMeasures {
+    /// Partition `part`'s traffic (by the registry's index), if it had any.
+    pub(super) fn part(&self, part: usize) -> Option<&DeviceStats> {
+        self.parts.get(part)
+    }
+
+    fn stats_mut(&mut self, part: u32) -> &mut DeviceStats {
+        if part == NO_PART {
+            return &mut self.whole;
+        }
+        let part = part as usize;
+        if part >= self.parts.len() {
+            self.parts.resize_with(part + 1, DeviceStats::default);
+        }
+        &mut self.parts[part]
+    }
+
+    fn clear(&mut self) {
+        let limits = self.limits;
+        *self = DeviceMeasures {
+            limits,
+            ..DeviceMeasures::default()
+        };
+    }
+}
+
+/// Everything the outcomes are counted into.
+pub(super) struct Accounting {
+    /// By the registry's disk index.
+    devices: Vec<DeviceMeasures>,
+    /// Who caused the I/O: per process, cgroup and file, and device.
+    pub(super) attribution: AttributionTables,
+    dirty: FastMap<u32, DirtyStats>,
+    /// The kernel's running dirty-buffer totals per device, as last seen.
+    dirty_kernel: FastMap<u32, DirtyCounts>,
+}
+
+/// Where the correlator hands its outcomes: the accounting counts each one,
+/// and the views that asked for them keep it.
+pub(super) struct Sink<'a> {
+    accounting: &'a mut Accounting,
+    kept: Option<&'a mut Vec<Outcome>>,
+}
+
+impl<'a> Sink<'a> {
+    pub(super) fn new(accounting: &'a mut Accounting, kept: Option<&'a mut Vec<Outcome>>) -> Self {
+        Sink { accounting, kept }
+    }
+
+    /// Counts an outcome, and keeps it for the views that asked. Inlined,
+    /// so each emit keeps only its outcome's arm of the accounting.
+    #[inline(always)]
+    pub(super) fn emit(&mut self, outcome: Outcome) {
+        self.accounting.account(&outcome);
+        if let Some(kept) = self.kept.as_deref_mut() {
+            kept.push(outcome);
+        }
+    }
+
+    /// Whether views keep outcomes.
+    pub(super) fn keeps(&self) -> bool {
+        self.kept.is_some()
+    }
+
+    /// Keeps an outcome for the views without counting it (one the
+    /// accounting has no use for).
+    pub(super) fn keep(&mut self, outcome: Outcome) {
+        if let Some(kept) = self.kept.as_deref_mut() {
+            kept.push(outcome);
+        }
+    }
+
+    /// The owners a bio queued by `owner` (as `tgid`) on `place` counts to.
+    pub(super) fn owners_of(&mut self, owner: &Owner, tgid: u32, place: Place) -> OwnerSlots {
+        self.accounting.attribution.owners_of(owner, tgid, place)
+    }
+}
+
+impl Accounting {
+    pub(super) fn new() -> Accounting {
+        Accounting {
+            devices: Vec::new(),
+            attribution: AttributionTables::new(OWNER_CAPACITY),
+            dirty: FastMap::default(),
+            dirty_kernel: FastMap::default(),
+        }
+    }
+
+    /// What was measured on disk `disk`, if anything.
+    pub(super) fn device(&self, disk: usize) -> Option<&DeviceMeasures> {
+        self.devices.get(disk)
+    }
+
+    pub(super) fn dirty(&self) -> &FastMap<u32, DirtyStats> {
+        &self.dirty
+    }
+
+    /// The disk's limits, as the registry now has them.
+    pub(super) fn set_limits(&mut self, disk: usize, limits: SplitLimits) {
+        self.device_mut(disk).limits = limits;
+    }
+
+    fn device_mut(&mut self, disk: usize) -> &mut DeviceMeasures {
+        if disk >= self.devices.len() {
+            self.devices.resize_with(disk + 1, DeviceMeasures::default);
+        }
+        &mut self.devices[disk]
+    }
+
     fn stats_mut(&mut self, target: Target) -> &mut OpStats {
-        self.devices[target.disk as usize]
+        self.device_mut(target.disk as usize)
             .stats_mut(target.part)
             .get_mut(target.tracked, target.op)
     }
 
-    /// Counts one outcome where its account says. Inlined into each emit,
-    /// where the outcome's variant is known, so only its arm remains.
+    /// Counters, histograms and samples back to zero; the limits stay.
+    pub(super) fn clear(&mut self) {
+        for device in &mut self.devices {
+            device.clear();
+        }
+        self.dirty.clear();
+        self.attribution.clear();
+    }
+
+    /// One `block_dirty_buffer` of `bytes` on `dev`.
+    pub(super) fn dirty_buffer(&mut self, dev: u32, bytes: u64) {
+        self.dirty.entry(dev).or_default().record(bytes);
+    }
+
+    /// The kernel's running per-device dirty-buffer totals; returns how
+    /// many buffers are new since the last call.
+    pub(super) fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) -> u64 {
+        let mut new = 0;
+        for (dev, now) in totals {
+            let before = self.dirty_kernel.insert(*dev, *now).unwrap_or_default();
+            let stats = self.dirty.entry(*dev).or_default();
+            for (index, (now, before)) in now.by_size.iter().zip(before.by_size).enumerate() {
+                let grown = now.saturating_sub(before);
+                if grown > 0 {
+                    stats.add(index, grown);
+                    new += grown;
+                }
+            }
+        }
+        new
+    }
+
+    /// Counts one outcome where its account says: the accounting's one
+    /// entry point. Inlined into each emit, where the outcome's variant is
+    /// known, so only its arm remains.
     #[inline(always)]
-    pub(super) fn account(&mut self, outcome: &Outcome) {
+    fn account(&mut self, outcome: &Outcome) {
         match *outcome {
             Outcome::Queued {
+                io,
+                sector,
                 sectors,
                 account,
                 inherited,
-                stream,
+                segments,
                 ..
-            } => self.count_queued(account, u64::from(sectors), inherited, stream),
+            } => self.count_queued(account, io, sector, u64::from(sectors), inherited, segments),
             Outcome::Split {
                 at,
                 account,
@@ -133,7 +355,7 @@ impl Engine {
                 ..
             } => {
                 let target = account.target;
-                self.devices[target.disk as usize].service[op_index(target.op)].complete(
+                self.device_mut(target.disk as usize).service[op_index(target.op)].complete(
                     last_issue_ns,
                     ts_ns,
                     sectors,
@@ -157,16 +379,20 @@ impl Engine {
                 stats.add_failed_sectors(start, end.saturating_sub(1).max(start));
             }
             Outcome::Finished {
+                io,
                 complete,
                 failed,
                 account,
-                measured: true,
+                measured,
                 queue_ns,
                 fragments,
                 commands,
                 ts_ns,
-                ..
             } => {
+                self.end_stream_io(account.target, io);
+                if !measured {
+                    return;
+                }
                 if failed {
                     // Failed, not complete: it feeds no completion measure.
                     self.stats_mut(account.target).failed_user_ios += 1;
@@ -187,7 +413,6 @@ impl Engine {
             }
             Outcome::Reissued { .. }
             | Outcome::Completed { .. }
-            | Outcome::Finished { .. }
             | Outcome::Carries { .. }
             | Outcome::CommandDropped { .. }
             | Outcome::Dropped { .. } => {}
@@ -197,9 +422,11 @@ impl Engine {
     fn count_queued(
         &mut self,
         account: Account,
+        io: Option<IoId>,
+        start: u64,
         sectors: u64,
         inherited: bool,
-        stream: Option<StreamStep>,
+        segments: Option<u16>,
     ) {
         let bytes = sectors * SECTOR_BYTES;
         if !inherited {
@@ -208,13 +435,42 @@ impl Engine {
                 stats.bytes += bytes;
             });
         }
+        let continues = segments.map(|_| self.stream_step(account.target, io, start, sectors));
         let stats = self.stats_mut(account.target);
         stats.user_ios += 1;
         stats.fragments += 1;
         stats.bytes += bytes;
         stats.user_io_sectors.record(sectors);
-        if let Some(step) = stream {
-            stats.streams.record(step.continues, sectors, step.segments);
+        if let (Some(continues), Some(segments)) = (continues, segments) {
+            stats.streams.record(continues, sectors, segments);
+        }
+    }
+
+    /// A user I/O just queued: whether it continues the stream of the last
+    /// one on its disk and op, starting where that one ended, on the same
+    /// partition and origin, while that one is in flight.
+    fn stream_step(&mut self, target: Target, io: Option<IoId>, start: u64, sectors: u64) -> bool {
+        let last = &mut self.device_mut(target.disk as usize).last_queued[op_index(target.op)];
+        let continues = last.end == start
+            && last.part == target.part
+            && last.tracked == target.tracked
+            && last.io.is_some();
+        *last = LastQueued {
+            end: start.saturating_add(sectors),
+            part: target.part,
+            tracked: target.tracked,
+            io,
+        };
+        continues
+    }
+
+    /// A user I/O finished: a stream it was last of can no longer be continued.
+    fn end_stream_io(&mut self, target: Target, io: IoId) {
+        if let Some(device) = self.devices.get_mut(target.disk as usize) {
+            let last = &mut device.last_queued[op_index(target.op)];
+            if last.io == Some(io) {
+                last.io = None;
+            }
         }
     }
 
@@ -231,7 +487,7 @@ impl Engine {
         self.attribution
             .each(account.owners, |stats| stats.commands += 1);
         let target = account.target;
-        let device = &mut self.devices[target.disk as usize];
+        let device = self.device_mut(target.disk as usize);
         let limits = device.limits;
         let pbs = limits.pbs_sectors.max(1);
         let last = &mut device.last_issue[op_index(target.op)];

@@ -1,17 +1,31 @@
 //! The chain from a user I/O to device commands: the in-flight records
-//! (user I/O, fragment, command, remap) and their bookkeeping.
+//! (user I/O, fragment, command, remap), and [`Chains`], their owner, with
+//! the bookkeeping every handler shares: gather a command's fragments,
+//! complete, drop and expire them, hold remaps, name requests. What the
+//! chains conclude goes to a [`Sink`] as outcomes; nothing here counts.
 
+use super::accounting::Sink;
 use super::attribution::OwnerSlots;
 pub(super) use super::outcome::DropReason;
 use super::outcome::{Account, CommandEnds, CommandId, IoId, Outcome};
+use super::stats::OP_COUNT;
 use super::table::{FastMap, SlotRef, Table, NIL};
 use super::target::Target;
-use super::Engine;
+use super::EngineLimits;
+use crate::model::CorrelationStats;
 
 /// The correlation's in-flight state: the chains followed from user I/O
-/// to command, and what links them (remaps, requests, clones). Only the
-/// handlers and the bookkeeping here change it.
+/// to command, and what links them (remaps, requests, clones), with the
+/// correlation's own clock, epoch and health counters. Only the correlator
+/// and the bookkeeping here change it.
 pub(super) struct Chains {
+    pub(super) limits: EngineLimits,
+    /// The newest event timestamp seen.
+    pub(super) now_ns: u64,
+    /// Bumped by a reset, so chains from before it do not feed new histograms.
+    pub(super) epoch: u32,
+    /// How the correlation went: evictions, age-outs, unmatched events.
+    pub(super) correlation: CorrelationStats,
     pub(super) user_ios: Table<u8, UserIo>,
     pub(super) fragments: Table<SectorKey, Fragment>,
     pub(super) commands: Table<SectorKey, Command>,
@@ -27,17 +41,31 @@ pub(super) struct Chains {
     /// Request-based dm's clones waiting for their issue below: (dev,
     /// sector, length) there → the upper device's command.
     pub(super) rq_remaps: FastMap<RemapKey, SlotRef>,
-    /// User I/Os the command being issued carries, for its `Carries` outcomes.
-    pub(super) carried: Vec<SlotRef>,
+    /// User I/Os the command being gathered newly carries, with the wait
+    /// of those it is the first command of; told once the gather is done.
+    carried: Vec<Carried>,
     /// The next command's number.
     pub(super) next_command: u64,
 }
 
+/// A user I/O a command carries: its first command waits `first_wait`.
+#[derive(Clone, Copy, Debug)]
+struct Carried {
+    io: SlotRef,
+    first_wait: Option<(Account, u64)>,
+}
+
 impl Chains {
-    /// Tables of `cap` entries each (remaps at most `remap_cap`), `reserve`
-    /// slots allocated up front.
-    pub(super) fn new(cap: usize, reserve: usize, remap_cap: usize) -> Chains {
+    /// Tables of at most `limits.max_in_flight` entries each (remaps at most
+    /// `remap_cap`), `reserve` slots allocated up front.
+    pub(super) fn new(limits: EngineLimits, reserve: usize, remap_cap: usize) -> Chains {
+        let cap = limits.max_in_flight.max(1);
+        let reserve = cap.min(reserve);
         Chains {
+            limits,
+            now_ns: 0,
+            epoch: 0,
+            correlation: CorrelationStats::default(),
             user_ios: Table::new(cap, reserve),
             fragments: Table::new(cap, reserve),
             commands: Table::new(cap, reserve),
@@ -200,19 +228,44 @@ impl Default for Remap {
     }
 }
 
+/// The correlator's marks on one device, kept in the registry's entry.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct ChainMarks {
+    /// Requeued commands without a range (flushes, passthrough), per op:
+    /// the next such issue is their re-issue, not a new command.
+    pub(super) requeued_empty: [u32; OP_COUNT],
+    /// Bio-based only: the fragment queued or cut last. Device-mapper traces
+    /// a split on the bio it trimmed, which already starts at the cut, so
+    /// the piece it was cut from is found here, not by its start.
+    pub(super) last_fragment: SlotRef,
+    /// Where a clone's remap cut the last fragment before its trim was
+    /// traced: the split that follows is that cut, already made.
+    pub(super) precut_at: Option<u64>,
+}
+
+impl Default for ChainMarks {
+    fn default() -> Self {
+        ChainMarks {
+            requeued_empty: [0; OP_COUNT],
+            last_fragment: SlotRef::NONE,
+            precut_at: None,
+        }
+    }
+}
+
 pub(super) type SectorKey = (u32, u64);
 pub(super) type RemapKey = (u32, u64, u32);
 
-impl Engine {
-    /// Holds `remap` for the next event (see `Engine::held_remap`).
+impl Chains {
+    /// Holds `remap` for the next event (see [`Chains::held_remap`]).
     pub(super) fn push_remap(&mut self, key: RemapKey, remap: Remap) {
         self.store_held_remap();
-        self.chains.held_remap = Some((key, remap, self.now_ns));
+        self.held_remap = Some((key, remap, self.now_ns));
     }
 
     /// Puts the held remap, if any, in the table.
     pub(super) fn store_held_remap(&mut self) {
-        if let Some((key, remap, born_ns)) = self.chains.held_remap.take() {
+        if let Some((key, remap, born_ns)) = self.held_remap.take() {
             self.insert_remap(key, remap, born_ns);
         }
     }
@@ -221,7 +274,7 @@ impl Engine {
     /// the table).
     pub(super) fn held_remap_aged(&self) -> bool {
         let threshold = self.now_ns.checked_sub(self.limits.max_age_ns);
-        match (self.chains.held_remap, threshold) {
+        match (self.held_remap, threshold) {
             (Some((_, _, born_ns)), Some(threshold)) => born_ns < threshold,
             _ => false,
         }
@@ -231,29 +284,27 @@ impl Engine {
     /// table is empty (with entries there, an older one of the same key
     /// comes first), else the table's oldest of that key.
     pub(super) fn take_remap(&mut self, key: RemapKey) -> Option<Remap> {
-        match self.chains.held_remap {
-            Some((held, remap, _)) if held == key && self.chains.remaps.len() == 0 => {
-                self.chains.held_remap = None;
+        match self.held_remap {
+            Some((held, remap, _)) if held == key && self.remaps.len() == 0 => {
+                self.held_remap = None;
                 return Some(remap);
             }
             Some(_) => self.store_held_remap(),
             None => {}
         }
-        self.chains
-            .remaps
+        self.remaps
             .find(&key, |_| true)
-            .and_then(|index| self.chains.remaps.remove(index))
+            .and_then(|index| self.remaps.remove(index))
     }
 
     fn insert_remap(&mut self, key: RemapKey, remap: Remap, born_ns: u64) {
-        if self.chains.remaps.is_full() {
-            if let Some((oldest, _)) = self.chains.remaps.oldest() {
-                self.chains.remaps.remove(oldest);
+        if self.remaps.is_full() {
+            if let Some((oldest, _)) = self.remaps.oldest() {
+                self.remaps.remove(oldest);
                 self.correlation.unmatched_events += 1;
             }
         }
         if self
-            .chains
             .remaps
             .insert(remap, Some(key), born_ns, true)
             .is_none()
@@ -263,7 +314,9 @@ impl Engine {
     }
 
     /// Links the pending fragments that tile `[start, end)` on `dev` into the
-    /// command. Returns the first fragment's target and the command's ends.
+    /// command, and notes the user I/Os it newly carries for
+    /// [`Chains::settle_carried`]. Returns the first fragment's target and
+    /// the command's ends.
     pub(super) fn gather_fragments(
         &mut self,
         command_index: u32,
@@ -277,7 +330,7 @@ impl Engine {
         let mut cursor = start;
         let mut tail = NIL;
         while cursor < end {
-            let Some(index) = self.chains.fragments.find(&(dev, cursor), |fragment| {
+            let Some(index) = self.fragments.find(&(dev, cursor), |fragment| {
                 fragment.state == FragmentState::Pending
                     && fragment.end > fragment.start
                     && fragment.end <= end
@@ -286,9 +339,9 @@ impl Engine {
                 self.correlation.unmatched_events += 1;
                 break;
             };
-            self.chains.fragments.set_key(index, None);
-            self.chains.fragments.set_aged(index, false);
-            let Some(fragment) = self.chains.fragments.get_mut(index) else {
+            self.fragments.set_key(index, None);
+            self.fragments.set_aged(index, false);
+            let Some(fragment) = self.fragments.get_mut(index) else {
                 break;
             };
             fragment.state = FragmentState::InCommand;
@@ -297,91 +350,99 @@ impl Engine {
             let io_ref = fragment.io;
             let full = fragment.full;
             if tail == NIL {
-                if let Some(command) = self.chains.commands.get_mut(command_index) {
+                if let Some(command) = self.commands.get_mut(command_index) {
                     command.head = index;
                 }
-            } else if let Some(previous) = self.chains.fragments.get_mut(tail) {
+            } else if let Some(previous) = self.fragments.get_mut(tail) {
                 previous.next = index;
             }
             tail = index;
-            if let Some(command) = self.chains.commands.get_mut(command_index) {
+            if let Some(command) = self.commands.get_mut(command_index) {
                 command.tail = index;
             }
-            let mut first_issue = None;
-            let mut carried = None;
-            if let Some(io) = self
-                .chains
+            let Some(io) = self
                 .user_ios
                 .resolve(io_ref)
-                .and_then(|io_index| self.chains.user_ios.get_mut(io_index))
-            {
-                if io.last_command != serial {
-                    io.last_command = serial;
-                    io.commands += 1;
-                    carried = Some(io_ref);
-                    if io.commands == 1 && io.epoch == self.epoch {
-                        let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
-                        first_issue = Some((
-                            Account {
-                                target: io.target,
-                                owners: io.owners,
-                            },
-                            waited_us,
-                        ));
-                    }
-                }
-                target.get_or_insert(io.target);
-                let queued_ns = io.queue_ns;
-                let ends = ends.get_or_insert(CommandEnds {
-                    queued_ns,
-                    bios: 0,
-                    first_io: io_ref,
-                    last_io: io_ref,
-                    owners: io.owners,
-                    starts_full: full,
+                .and_then(|io_index| self.user_ios.get_mut(io_index))
+            else {
+                continue;
+            };
+            if io.last_command != serial {
+                io.last_command = serial;
+                io.commands += 1;
+                let first_wait = (io.commands == 1 && io.epoch == self.epoch).then(|| {
+                    let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
+                    (
+                        Account {
+                            target: io.target,
+                            owners: io.owners,
+                        },
+                        waited_us,
+                    )
                 });
-                ends.queued_ns = ends.queued_ns.min(queued_ns);
-                ends.bios += 1;
-                ends.last_io = io_ref;
+                self.carried.push(Carried {
+                    io: io_ref,
+                    first_wait,
+                });
             }
-            if let Some(io_ref) = carried {
-                self.count_disk_command_above(io_ref, serial);
-            }
-            if let Some((account, waited_us)) = first_issue {
-                self.emit(Outcome::Waited { account, waited_us });
-            }
-            if let Some(io_ref) = carried.filter(|_| self.keep_outcomes) {
-                // Told after the command's `Issued`, in `count_command`.
-                self.chains.carried.push(io_ref);
-            }
+            target.get_or_insert(io.target);
+            let queued_ns = io.queue_ns;
+            let ends = ends.get_or_insert(CommandEnds {
+                queued_ns,
+                bios: 0,
+                first_io: io_ref,
+                last_io: io_ref,
+                owners: io.owners,
+                starts_full: full,
+            });
+            ends.queued_ns = ends.queued_ns.min(queued_ns);
+            ends.bios += 1;
+            ends.last_io = io_ref;
         }
         (target, ends)
     }
 
+    /// Tells what the gathered command `serial` means for each user I/O it
+    /// newly carries: a disk command for the I/Os above it, and the wait of
+    /// those it is the first command of.
+    pub(super) fn settle_carried(&mut self, serial: u64, out: &mut Sink) {
+        for at in 0..self.carried.len() {
+            let Carried { io, first_wait } = self.carried[at];
+            self.count_disk_command_above(io, serial, out);
+            if let Some((account, waited_us)) = first_wait {
+                out.emit(Outcome::Waited { account, waited_us });
+            }
+        }
+    }
+
     /// A disk command `serial` carrying `io`: one more for each user I/O on
     /// the devices above that `io` was remapped from, once per command.
-    pub(super) fn count_disk_command_above(&mut self, io: SlotRef, serial: u64) {
+    pub(super) fn count_disk_command_above(&mut self, io: SlotRef, serial: u64, out: &mut Sink) {
         let upper = match self
-            .chains
             .user_ios
             .resolve(io)
-            .and_then(|index| self.chains.user_ios.get(index))
+            .and_then(|index| self.user_ios.get(index))
         {
             Some(io) => io.parent,
             None => return,
         };
-        self.count_disk_command_from(upper, serial);
+        self.count_disk_command_from(upper, serial, out);
     }
 
     /// A disk command `serial` carrying (part of) the user I/O `upper`:
     /// one more for it and for each user I/O above it, once per command.
-    pub(super) fn count_disk_command_from(&mut self, mut upper: SlotRef, serial: u64) {
+    pub(super) fn count_disk_command_from(
+        &mut self,
+        mut upper: SlotRef,
+        serial: u64,
+        out: &mut Sink,
+    ) {
         // A stack deeper than this is a loop in the links, not a stack.
         for _ in 0..8 {
-            let Some(index) = self.chains.user_ios.resolve(upper) else {
+            let Some(index) = self.user_ios.resolve(upper) else {
                 return;
             };
-            let Some(io) = self.chains.user_ios.get_mut(index) else {
+            let Some(io) = self.user_ios.get_mut(index) else {
                 return;
             };
             if io.last_disk_command == serial {
@@ -395,7 +456,7 @@ impl Engine {
                 },
                 io.parent,
             );
-            self.emit(Outcome::ReachedDisk { account });
+            out.emit(Outcome::ReachedDisk { account });
             upper = parent;
         }
     }
@@ -407,14 +468,14 @@ impl Engine {
         io_ref: SlotRef,
         start: u64,
         sectors: u64,
+        out: &mut Sink,
     ) {
-        let serial = self.chains.next_command;
-        self.chains.next_command += 1;
+        let serial = self.next_command;
+        self.next_command += 1;
         let io = self
-            .chains
             .user_ios
             .resolve(io_ref)
-            .and_then(|index| self.chains.user_ios.get_mut(index));
+            .and_then(|index| self.user_ios.get_mut(index));
         let Some(io) = io else {
             return;
         };
@@ -427,7 +488,7 @@ impl Engine {
         let first = io.commands == 1 && io.epoch == self.epoch;
         let waited_us = self.now_ns.saturating_sub(io.queue_ns) / 1000;
         if first {
-            self.emit(Outcome::Waited { account, waited_us });
+            out.emit(Outcome::Waited { account, waited_us });
         }
         self.issue_command(
             serial,
@@ -437,8 +498,9 @@ impl Engine {
             start,
             sectors,
             None,
+            out,
         );
-        self.emit(Outcome::Carries {
+        out.emit(Outcome::Carries {
             command: CommandId(serial),
             io: IoId::of(io_ref),
         });
@@ -455,8 +517,9 @@ impl Engine {
         start: u64,
         sectors: u64,
         ends: Option<CommandEnds>,
+        out: &mut Sink,
     ) {
-        self.emit(Outcome::Issued {
+        out.emit(Outcome::Issued {
             command: CommandId(serial),
             dev,
             sector: start,
@@ -466,27 +529,26 @@ impl Engine {
             account: Account { target, owners },
             ends,
         });
-        if self.keep_outcomes {
-            for at in 0..self.chains.carried.len() {
-                let io = IoId::of(self.chains.carried[at]);
-                self.outcomes.push(Outcome::Carries {
+        if out.keeps() {
+            for carried in &self.carried {
+                out.keep(Outcome::Carries {
                     command: CommandId(serial),
-                    io,
+                    io: IoId::of(carried.io),
                 });
             }
-            self.chains.carried.clear();
         }
+        self.carried.clear();
     }
 
     /// A fragment finished, successfully unless `failed`.
-    pub(super) fn complete_fragment(&mut self, index: u32, failed: bool) {
-        let Some(fragment) = self.chains.fragments.remove(index) else {
+    pub(super) fn complete_fragment(&mut self, index: u32, failed: bool, out: &mut Sink) {
+        let Some(fragment) = self.fragments.remove(index) else {
             return;
         };
-        let Some(io_index) = self.chains.user_ios.resolve(fragment.io) else {
+        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
             return;
         };
-        let finished = match self.chains.user_ios.get_mut(io_index) {
+        let finished = match self.user_ios.get_mut(io_index) {
             Some(io) => {
                 io.failed |= failed;
                 io.outstanding = io.outstanding.saturating_sub(1);
@@ -495,19 +557,19 @@ impl Engine {
             None => false,
         };
         if finished {
-            self.finish_io(io_index);
+            self.finish_io(io_index, out);
         }
     }
 
-    pub(super) fn finish_io(&mut self, io_index: u32) {
-        let reference = self.chains.user_ios.slot_ref(io_index);
-        let Some(io) = self.chains.user_ios.remove(io_index) else {
+    fn finish_io(&mut self, io_index: u32, out: &mut Sink) {
+        let reference = self.user_ios.slot_ref(io_index);
+        let Some(io) = self.user_ios.remove(io_index) else {
             return;
         };
-        if let Some(upper) = self.chains.fragments.resolve(io.upper_fragment) {
-            self.complete_fragment(upper, io.failed);
+        if let Some(upper) = self.fragments.resolve(io.upper_fragment) {
+            self.complete_fragment(upper, io.failed, out);
         }
-        self.emit(Outcome::Finished {
+        out.emit(Outcome::Finished {
             io: IoId::of(reference),
             ts_ns: self.now_ns,
             complete: !io.incomplete,
@@ -527,11 +589,11 @@ impl Engine {
     }
 
     /// A fragment dropped without completing: its user I/O is incomplete.
-    pub(super) fn drop_fragment(&mut self, fragment: Fragment, reason: DropReason) {
-        let Some(io_index) = self.chains.user_ios.resolve(fragment.io) else {
+    fn drop_fragment(&mut self, fragment: Fragment, reason: DropReason, out: &mut Sink) {
+        let Some(io_index) = self.user_ios.resolve(fragment.io) else {
             return;
         };
-        let (finished, newly_dropped, in_ring_drop) = match self.chains.user_ios.get_mut(io_index) {
+        let (finished, newly_dropped, in_ring_drop) = match self.user_ios.get_mut(io_index) {
             Some(io) => {
                 let newly_dropped = !io.dropped;
                 let in_ring_drop = io.in_ring_drop;
@@ -548,7 +610,7 @@ impl Engine {
             false => reason,
         };
         if newly_dropped {
-            self.emit(Outcome::Dropped {
+            out.emit(Outcome::Dropped {
                 io: IoId::of(fragment.io),
                 reason,
             });
@@ -560,82 +622,82 @@ impl Engine {
             }
         }
         if finished {
-            self.finish_io(io_index);
+            self.finish_io(io_index, out);
         }
     }
 
     /// Drops a fragment that is not part of a command.
-    pub(super) fn expire_fragment(&mut self, index: u32, reason: DropReason) {
-        if let Some(fragment) = self.chains.fragments.remove(index) {
-            self.drop_fragment(fragment, reason);
+    fn expire_fragment(&mut self, index: u32, reason: DropReason, out: &mut Sink) {
+        if let Some(fragment) = self.fragments.remove(index) {
+            self.drop_fragment(fragment, reason, out);
         }
     }
 
     /// Drops a command and the fragments it carries.
-    pub(super) fn expire_command(&mut self, index: u32, reason: DropReason) {
-        let Some(command) = self.chains.commands.remove(index) else {
+    pub(super) fn expire_command(&mut self, index: u32, reason: DropReason, out: &mut Sink) {
+        let Some(command) = self.commands.remove(index) else {
             return;
         };
-        self.emit(Outcome::CommandDropped {
+        out.emit(Outcome::CommandDropped {
             command: CommandId(command.serial),
             reason,
         });
         let mut head = command.head;
         while head != NIL {
-            let Some(fragment) = self.chains.fragments.remove(head) else {
+            let Some(fragment) = self.fragments.remove(head) else {
                 break;
             };
             head = fragment.next;
-            self.drop_fragment(fragment, reason);
+            self.drop_fragment(fragment, reason, out);
         }
     }
 
     /// The kernel dropped events (a ring was full). Any chain or command in
     /// flight may have lost one, so none of them feeds the histograms: each
     /// chain is counted incomplete when it ends.
-    pub fn events_lost(&mut self) {
-        for io in self.chains.user_ios.values_mut() {
+    pub(super) fn events_lost(&mut self) {
+        for io in self.user_ios.values_mut() {
             io.incomplete = true;
             io.in_ring_drop = true;
         }
-        for command in self.chains.commands.values_mut() {
+        for command in self.commands.values_mut() {
             command.lost = true;
         }
     }
 
     /// Lazy age-out, from the newest event timestamp seen.
-    pub(super) fn expire_aged(&mut self) {
+    pub(super) fn expire_aged(&mut self, out: &mut Sink) {
         let Some(threshold) = self.now_ns.checked_sub(self.limits.max_age_ns) else {
             return;
         };
-        while let Some((index, born_ns)) = self.chains.fragments.oldest() {
+        while let Some((index, born_ns)) = self.fragments.oldest() {
             if born_ns >= threshold {
                 break;
             }
-            self.expire_fragment(index, DropReason::AgedOut);
+            self.expire_fragment(index, DropReason::AgedOut, out);
         }
-        while let Some((index, born_ns)) = self.chains.commands.oldest() {
+        while let Some((index, born_ns)) = self.commands.oldest() {
             if born_ns >= threshold {
                 break;
             }
-            self.expire_command(index, DropReason::AgedOut);
+            self.expire_command(index, DropReason::AgedOut, out);
         }
-        while let Some((index, born_ns)) = self.chains.remaps.oldest() {
+        while let Some((index, born_ns)) = self.remaps.oldest() {
             if born_ns >= threshold {
                 break;
             }
-            self.chains.remaps.remove(index);
+            self.remaps.remove(index);
             self.correlation.unmatched_events += 1;
         }
     }
 
     /// Makes room for one more user I/O and fragment, evicting the oldest.
-    pub(super) fn make_room_for_fragment(&mut self) -> bool {
-        while self.chains.fragments.is_full() || self.chains.user_ios.is_full() {
-            if let Some((oldest, _)) = self.chains.fragments.oldest() {
-                self.expire_fragment(oldest, DropReason::Evicted);
-            } else if let Some((oldest, _)) = self.chains.commands.oldest() {
-                self.expire_command(oldest, DropReason::Evicted);
+    pub(super) fn make_room_for_fragment(&mut self, out: &mut Sink) -> bool {
+        while self.fragments.is_full() || self.user_ios.is_full() {
+            if let Some((oldest, _)) = self.fragments.oldest() {
+                self.expire_fragment(oldest, DropReason::Evicted, out);
+            } else if let Some((oldest, _)) = self.commands.oldest() {
+                self.expire_command(oldest, DropReason::Evicted, out);
             } else {
                 return false;
             }
@@ -648,16 +710,16 @@ impl Engine {
         &mut self,
         serial: u64,
         dev: u32,
-        start: u64,
-        end: u64,
+        (start, end): (u64, u64),
         requeued_ns: Option<u64>,
         target: Target,
+        out: &mut Sink,
     ) -> Option<u32> {
-        while self.chains.commands.is_full() {
-            let Some((oldest, _)) = self.chains.commands.oldest() else {
+        while self.commands.is_full() {
+            let Some((oldest, _)) = self.commands.oldest() else {
                 break;
             };
-            self.expire_command(oldest, DropReason::Evicted);
+            self.expire_command(oldest, DropReason::Evicted, out);
         }
         let command = Command {
             serial,
@@ -674,8 +736,7 @@ impl Engine {
             identity: 0,
             failed: false,
         };
-        self.chains
-            .commands
+        self.commands
             .insert(command, Some((dev, start)), self.now_ns, true)
     }
 
@@ -685,10 +746,9 @@ impl Engine {
             return None;
         }
         let index = self
-            .chains
             .commands
-            .resolve(*self.chains.by_request.get(&(dev, identity))?)?;
-        let command = self.chains.commands.get(index)?;
+            .resolve(*self.by_request.get(&(dev, identity))?)?;
+        let command = self.commands.get(index)?;
         (command.identity == identity).then_some(index)
     }
 
@@ -697,16 +757,50 @@ impl Engine {
         if identity == 0 {
             return;
         }
-        if let Some(command) = self.chains.commands.get_mut(index) {
+        if let Some(command) = self.commands.get_mut(index) {
             command.identity = identity;
-            let reference = self.chains.commands.slot_ref(index);
-            self.chains.by_request.insert((dev, identity), reference);
+            let reference = self.commands.slot_ref(index);
+            self.by_request.insert((dev, identity), reference);
         }
     }
 
+    /// User I/Os in flight.
+    pub(super) fn in_flight(&self) -> u64 {
+        self.user_ios.len() as u64
+    }
+
+    /// A reset: chains in flight go on, but feed no new histograms, and the
+    /// correlation's counters start again.
+    pub(super) fn new_epoch(&mut self) {
+        self.correlation = CorrelationStats::default();
+        self.epoch = self.epoch.wrapping_add(1);
+    }
+
+    /// With nothing in flight, gives back what a burst grew beyond `keep`
+    /// slots (writeback can queue tens of thousands of bios at once).
+    /// True if a table shrank.
+    pub(super) fn shrink_idle(&mut self, keep: usize) -> bool {
+        // Commands hold raw fragment indices: shrink the three together.
+        let idle =
+            self.user_ios.len() == 0 && self.fragments.len() == 0 && self.commands.len() == 0;
+        if !idle {
+            return false;
+        }
+        let shrunk = [
+            self.user_ios.shrink_idle(keep),
+            self.fragments.shrink_idle(keep),
+            self.commands.shrink_idle(keep),
+            self.remaps.shrink_idle(keep),
+        ];
+        // Nothing in flight: every entry is stale.
+        self.by_request.clear();
+        self.rq_remaps.clear();
+        shrunk.contains(&true)
+    }
+
     pub(super) fn io_of_fragment(&self, index: u32) -> Option<&UserIo> {
-        let fragment = self.chains.fragments.get(index)?;
-        let io_index = self.chains.user_ios.resolve(fragment.io)?;
-        self.chains.user_ios.get(io_index)
+        let fragment = self.fragments.get(index)?;
+        let io_index = self.user_ios.resolve(fragment.io)?;
+        self.user_ios.get(io_index)
     }
 }

@@ -61,9 +61,9 @@ mod accounting;
 pub mod attribution;
 pub mod audit;
 mod chain;
+mod correlator;
 mod devices;
 mod diagnose;
-mod handlers;
 mod histogram;
 pub mod outcome;
 mod placement;
@@ -79,20 +79,14 @@ mod target;
 pub(crate) mod tests;
 pub mod what_if;
 
-use std::collections::HashSet;
-use std::hash::BuildHasherDefault;
-
 use tracer_common::{BlockAction, BlockEvent, DirtyCounts, EventKind};
 
-use attribution::AttributionTables;
-
 use crate::geometry::DiskGeometry;
-use crate::model::{CorrelationStats, EventCounts, Measures};
-use chain::Chains;
-use devices::{DevSlot, DeviceState, DirtyStats, LastIssue};
+use crate::model::{CorrelationStats, DeviceReport, EventCounts, Finding, Measures, OpMeasures};
+use accounting::{Accounting, Sink};
+use correlator::Correlator;
+use devices::Devices;
 use outcome::Outcome;
-use stats::OP_COUNT;
-use table::{FastMap, KeyHasher};
 
 pub use target::op_from_rwbs;
 
@@ -129,23 +123,18 @@ const RESERVED_SLOTS: usize = 1 << 14;
 /// How often idle tables may give back a burst's memory.
 const SHRINK_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// The engine: the device registry, the correlator that follows chains
+/// across it, and the accounting that counts what the correlator
+/// concludes. Each owns its state; the engine composes them and answers
+/// for them.
 pub struct Engine {
-    limits: EngineLimits,
-    devices: Vec<DeviceState>,
-    dev_index: FastMap<u32, DevSlot>,
-    /// The correlation's in-flight state.
-    chains: Chains,
-    dirty: FastMap<u32, DirtyStats>,
-    /// The kernel's running dirty-buffer totals per device, as last seen.
-    dirty_kernel: FastMap<u32, DirtyCounts>,
-    tracked: HashSet<u32, BuildHasherDefault<KeyHasher>>,
+    /// What each device is.
+    devices: Devices,
+    /// The chains in flight, from user I/O to command.
+    correlator: Correlator,
+    /// What was measured, per device and owner.
+    accounting: Accounting,
     events: EventCounts,
-    correlation: CorrelationStats,
-    now_ns: u64,
-    /// Bumped by `reset`, so chains from before it do not feed new histograms.
-    epoch: u32,
-    /// Who caused the I/O: per process, cgroup and file, and device.
-    attribution: AttributionTables,
     /// When the tables last gave memory back (consumer clock, from `drained`).
     last_shrink: Option<std::time::Instant>,
     /// Whether a view reads the correlation's outcomes.
@@ -156,21 +145,11 @@ pub struct Engine {
 
 impl Engine {
     pub fn new(disks: Vec<DiskGeometry>, limits: EngineLimits) -> Engine {
-        let cap = limits.max_in_flight.max(1);
-        let reserve = cap.min(RESERVED_SLOTS);
         let mut engine = Engine {
-            limits,
-            devices: Vec::new(),
-            dev_index: FastMap::default(),
-            chains: Chains::new(cap, reserve, RESERVED_SLOTS),
-            dirty: FastMap::default(),
-            dirty_kernel: FastMap::default(),
-            tracked: HashSet::default(),
+            devices: Devices::default(),
+            correlator: Correlator::new(limits, RESERVED_SLOTS),
+            accounting: Accounting::new(),
             events: EventCounts::default(),
-            correlation: CorrelationStats::default(),
-            now_ns: 0,
-            epoch: 0,
-            attribution: AttributionTables::new(attribution::OWNER_CAPACITY),
             last_shrink: None,
             keep_outcomes: false,
             outcomes: Vec::new(),
@@ -179,10 +158,32 @@ impl Engine {
         engine
     }
 
+    /// Installs fresh geometry. Devices and partitions keep their measures
+    /// (matched by device number); ones no longer listed are kept as they were.
+    pub fn set_disks(&mut self, disks: Vec<DiskGeometry>) {
+        self.devices.set_disks(disks);
+        self.copy_limits();
+    }
+
+    /// Installs the disks present now (as [`Engine::set_disks`] does) and marks
+    /// every disk and partition with known geometry that is not among them as
+    /// gone; one that comes back (same device number) is present again. The
+    /// measures of a gone device are kept.
+    pub fn refresh_disks(&mut self, disks: Vec<DiskGeometry>) {
+        self.devices.refresh_disks(disks);
+        self.copy_limits();
+    }
+
+    fn copy_limits(&mut self) {
+        for (disk, device) in self.devices.iter().enumerate() {
+            self.accounting.set_limits(disk, device.limits);
+        }
+    }
+
     /// Whether to keep the attribution tables (per process, cgroup and file).
     /// On by default; frontends turn it off when the probes read no owners.
     pub fn attribute_owners(&mut self, on: bool) {
-        self.attribution.keep(on);
+        self.accounting.attribution.keep(on);
     }
 
     /// Keeps every [`Outcome`] from now on, for [`Engine::drain_outcomes`]
@@ -196,18 +197,9 @@ impl Engine {
         self.outcomes.drain(..)
     }
 
-    /// Counts an outcome, and keeps it for the views that asked.
-    #[inline(always)]
-    fn emit(&mut self, outcome: Outcome) {
-        self.account(&outcome);
-        if self.keep_outcomes {
-            self.outcomes.push(outcome);
-        }
-    }
-
     /// Adds processes whose I/O counts as "tracked" in [`Engine::origins`].
     pub fn track_processes(&mut self, tgids: impl IntoIterator<Item = u32>) {
-        self.tracked.extend(tgids);
+        self.correlator.track_processes(tgids);
     }
 
     pub fn events(&self) -> EventCounts {
@@ -215,35 +207,24 @@ impl Engine {
     }
 
     pub fn correlation(&self) -> CorrelationStats {
+        let chains = &self.correlator.chains;
         CorrelationStats {
-            in_flight: self.chains.user_ios.len() as u64,
-            ..self.correlation
+            in_flight: chains.in_flight(),
+            ..chains.correlation
         }
     }
 
     /// Counters and histograms back to zero; chains in flight are kept, but
     /// those queued before the reset do not feed the new histograms.
     pub fn reset(&mut self) {
-        for device in &mut self.devices {
-            device.whole.clear();
-            for part in &mut device.parts {
-                part.stats.clear();
-            }
-            device.last_issue = [LastIssue::default(); OP_COUNT];
-            device.last_queued = Default::default();
-            device.service = Default::default();
-        }
-        self.dirty.clear();
-        self.attribution.clear();
+        self.accounting.clear();
+        self.correlator.chains.new_epoch();
         self.events = EventCounts::default();
-        self.correlation = CorrelationStats::default();
-        self.epoch = self.epoch.wrapping_add(1);
     }
 
     /// Between drains: when nothing is in flight, the tables give back what
-    /// a burst grew (writeback can queue tens of thousands of bios at once).
-    /// At most every [`SHRINK_EVERY`], so bursty work does not regrow them
-    /// each time.
+    /// a burst grew. At most every [`SHRINK_EVERY`], so bursty work does not
+    /// regrow them each time.
     pub fn drained(&mut self, now: std::time::Instant) {
         if self
             .last_shrink
@@ -251,75 +232,90 @@ impl Engine {
         {
             return;
         }
-        // Commands hold raw fragment indices: shrink the three together.
-        let idle = self.chains.user_ios.len() == 0
-            && self.chains.fragments.len() == 0
-            && self.chains.commands.len() == 0;
-        if idle {
-            let keep = self.limits.max_in_flight.min(RESERVED_SLOTS);
-            let shrunk = [
-                self.chains.user_ios.shrink_idle(keep),
-                self.chains.fragments.shrink_idle(keep),
-                self.chains.commands.shrink_idle(keep),
-                self.chains.remaps.shrink_idle(keep),
-            ];
-            // Nothing in flight: every entry is stale.
-            self.chains.by_request.clear();
-            self.chains.rq_remaps.clear();
-            if shrunk.contains(&true) {
-                self.last_shrink = Some(now);
-            }
+        let chains = &mut self.correlator.chains;
+        let keep = chains.limits.max_in_flight.min(RESERVED_SLOTS);
+        if chains.shrink_idle(keep) {
+            self.last_shrink = Some(now);
         }
     }
 
     /// The hot path: one kernel event, in kernel order.
     pub fn ingest(&mut self, event: &BlockEvent) {
         let Some(action) = event.action() else {
-            self.correlation.unmatched_events += 1;
+            self.correlator.chains.correlation.unmatched_events += 1;
             return;
         };
-        let kind = action.kind();
-        self.events[kind] += 1;
-        self.now_ns = self.now_ns.max(event.ts_ns);
-        if kind != EventKind::Queue || self.held_remap_aged() {
-            self.store_held_remap();
+        self.events[action.kind()] += 1;
+        if let BlockAction::DirtyBuffer { bytes } = action {
+            self.accounting.dirty_buffer(event.dev, bytes);
         }
-        self.expire_aged();
-        match action {
-            BlockAction::Remap {
-                from_dev,
-                from_sector,
-            } => self.on_remap(event, from_dev, from_sector),
-            BlockAction::Queue => self.on_queue(event, true),
-            BlockAction::Split { remainder } => self.on_split(event, remainder),
-            BlockAction::Merge(kind) => self.on_merge(event, kind),
-            BlockAction::Issue { request } => self.on_issue(event, request),
-            BlockAction::Complete { request, error } => self.on_complete(event, request, error),
-            BlockAction::BioComplete { error } => self.on_bio_complete(event, error),
-            BlockAction::DirtyBuffer { bytes } => {
-                self.dirty.entry(event.dev).or_default().record(bytes);
-            }
-            BlockAction::Requeue => self.on_requeue(event),
-            BlockAction::RqRemap {
-                from_dev,
-                from_sector,
-            } => self.on_rq_remap(event, from_dev, from_sector),
-        }
+        let kept = self.keep_outcomes.then_some(&mut self.outcomes);
+        let mut sink = Sink::new(&mut self.accounting, kept);
+        self.correlator
+            .ingest(event, action, &mut self.devices, &mut sink);
+    }
+
+    /// The kernel dropped events (a ring was full). Any chain or command in
+    /// flight may have lost one, so none of them feeds the histograms: each
+    /// chain is counted incomplete when it ends.
+    pub fn events_lost(&mut self) {
+        self.correlator.chains.events_lost();
     }
 
     /// The kernel's running per-device dirty-buffer totals (aggregated there,
     /// not streamed); what grew since the last call counts as new events.
     pub fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
-        for (dev, now) in totals {
-            let before = self.dirty_kernel.insert(*dev, *now).unwrap_or_default();
-            let stats = self.dirty.entry(*dev).or_default();
-            for (index, (now, before)) in now.by_size.iter().zip(before.by_size).enumerate() {
-                let grown = now.saturating_sub(before);
-                if grown > 0 {
-                    stats.add(index, grown);
-                    self.events[EventKind::DirtyBuffer] += grown;
-                }
-            }
-        }
+        self.events[EventKind::DirtyBuffer] += self.accounting.dirty_buffer_totals(totals);
+    }
+
+    /// Per disk (its own and its partitions' traffic), partitions inside.
+    pub fn devices(&self) -> Vec<DeviceReport> {
+        reports::devices(&self.devices, &self.accounting)
+    }
+
+    /// Per disk and partition with traffic: the tracked processes' I/O vs the rest.
+    pub fn origins(&self) -> Vec<OriginMeasures> {
+        reports::origins(&self.devices, &self.accounting)
+    }
+
+    /// The static audit of each known disk, enriched with live evidence, plus
+    /// the diagnoses only traffic can support, most severe first. Typed
+    /// findings: `crate::explain::diagnoses` words them for a report.
+    pub fn diagnoses(&self) -> Vec<Finding> {
+        reports::diagnoses(&self.devices, &self.accounting)
+    }
+
+    /// Who caused the I/O: the top `top` owners per view, by commands, on
+    /// each disk or partition; paths are left for the frontend to resolve.
+    pub fn attribution(&self, top: usize) -> crate::model::Attribution {
+        let devices = &self.devices;
+        self.accounting
+            .attribution
+            .report(top, |place| reports::place_name(devices, place))
+    }
+
+    /// Every owner entry with its counters only (see `AttributionTables::counts`).
+    pub fn attribution_counts(&self) -> crate::model::Attribution {
+        let devices = &self.devices;
+        self.accounting
+            .attribution
+            .counts(|place| reports::place_name(devices, place))
+    }
+
+    /// Writes the tracked processes queued on `device` itself (a partition's
+    /// own, or a whole disk's not through a partition), as measures.
+    pub fn tracked_writes_on(&self, device: &str) -> Option<OpMeasures> {
+        reports::tracked_writes_on(&self.devices, &self.accounting, device)
+    }
+
+    /// Other tasks' traffic on `devices` (a named disk with its partitions,
+    /// or a named partition alone), summed per op.
+    pub fn other_traffic_on(&self, devices: &[String]) -> Measures {
+        reports::other_traffic_on(&self.devices, &self.accounting, devices)
+    }
+
+    /// Disks (their own traffic) and partitions the tracked processes wrote.
+    pub fn devices_written_by_tracked(&self) -> Vec<String> {
+        reports::devices_written_by_tracked(&self.devices, &self.accounting)
     }
 }

@@ -44,16 +44,6 @@ pub(crate) struct CommandEnds {
     pub(crate) starts_full: bool,
 }
 
-/// A queued user I/O's step in its device's stream (what-if replays).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct StreamStep {
-    /// It starts where the last one on this device and op ended, while
-    /// that one is in flight.
-    pub(crate) continues: bool,
-    /// Its segments (bio vectors) as traced; 0 when unknown.
-    pub(crate) segments: u16,
-}
-
 /// A user I/O, unique for the whole trace (its slot and the slot's generation).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct IoId(pub u64);
@@ -100,7 +90,9 @@ pub(crate) enum Outcome {
         ts_ns: u64,
         account: Account,
         inherited: bool,
-        stream: Option<StreamStep>,
+        /// Its segments (bio vectors; 0 when unknown) when it is a step of
+        /// its device's stream, which the what-if replays.
+        segments: Option<u16>,
     },
     /// The kernel cut a user I/O's fragment at `at` (`block_split`), for
     /// `cause`; `first_cut` when its user I/O was whole until then.

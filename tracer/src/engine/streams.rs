@@ -9,7 +9,7 @@
 use hdrhistogram::Histogram;
 
 use super::histogram::new_histogram;
-use super::table::SlotRef;
+use super::outcome::IoId;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::model::SegmentSource;
 
@@ -18,29 +18,16 @@ pub(super) const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
 
 /// The last user I/O queued on a disk for one op: where the next one must
 /// start, and whether it is still in flight, to continue its stream.
-#[derive(Clone, Copy, Debug)]
+/// The last user I/O queued on a disk for one op, which the next may continue.
+#[derive(Clone, Copy, Debug, Default)]
 pub(super) struct LastQueued {
     pub(super) end: u64,
     pub(super) part: u32,
     pub(super) tracked: bool,
-    pub(super) io: SlotRef,
+    /// While it is in flight.
+    pub(super) io: Option<IoId>,
 }
 
-impl Default for LastQueued {
-    fn default() -> Self {
-        LastQueued {
-            end: 0,
-            part: 0,
-            tracked: false,
-            io: SlotRef::NONE,
-        }
-    }
-}
-
-/// Sectors per segment a stream can have: 1 to 8 exactly (sub-page bios
-/// take one segment each, scattered pages one per page), then powers of two
-/// from 16 to [`MAX_DENSITY_LOG2`] for bios whose pages were physically
-/// contiguous (fewer vectors than pages).
 const EXACT_DENSITIES: usize = PAGE_SECTORS as usize;
 const MAX_DENSITY_LOG2: u32 = 16;
 const DENSITIES: usize = EXACT_DENSITIES + (MAX_DENSITY_LOG2 - 3) as usize;

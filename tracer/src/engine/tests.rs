@@ -976,7 +976,7 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     let now = std::time::Instant::now();
     engine.drained(now);
     assert_eq!(
-        engine.chains.user_ios.allocated(),
+        engine.correlator.chains.user_ios.allocated(),
         burst as usize,
         "kept while in flight"
     );
@@ -991,8 +991,14 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     }
     assert_eq!(engine.correlation().in_flight, 0);
     engine.drained(now);
-    assert_eq!(engine.chains.user_ios.allocated(), RESERVED_SLOTS);
-    assert_eq!(engine.chains.fragments.allocated(), RESERVED_SLOTS);
+    assert_eq!(
+        engine.correlator.chains.user_ios.allocated(),
+        RESERVED_SLOTS
+    );
+    assert_eq!(
+        engine.correlator.chains.fragments.allocated(),
+        RESERVED_SLOTS
+    );
     // The next chain correlates as before.
     feed(
         &mut engine,
@@ -1825,20 +1831,20 @@ fn steady_state_reuses_slots() {
     let mut engine = engine();
     mixed_workload(&mut engine);
     let warm = (
-        engine.chains.fragments.allocated(),
-        engine.chains.commands.allocated(),
-        engine.chains.user_ios.allocated(),
-        engine.chains.remaps.allocated(),
+        engine.correlator.chains.fragments.allocated(),
+        engine.correlator.chains.commands.allocated(),
+        engine.correlator.chains.user_ios.allocated(),
+        engine.correlator.chains.remaps.allocated(),
     );
     for _ in 0..20 {
         mixed_workload(&mut engine);
     }
     assert_clean(&engine);
     let after = (
-        engine.chains.fragments.allocated(),
-        engine.chains.commands.allocated(),
-        engine.chains.user_ios.allocated(),
-        engine.chains.remaps.allocated(),
+        engine.correlator.chains.fragments.allocated(),
+        engine.correlator.chains.commands.allocated(),
+        engine.correlator.chains.user_ios.allocated(),
+        engine.correlator.chains.remaps.allocated(),
     );
     assert_eq!(warm, after);
     // At most one write (2 fragments) and four reads in flight at once.
@@ -1876,7 +1882,7 @@ fn audit_findings_get_live_evidence() {
             })
             .collect()
     };
-    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.accounting, audit);
     let p2 = diagnoses
         .iter()
         .find(|diagnosis| diagnosis.code == Code::MisalignedStart && diagnosis.device == "loop0p2")
@@ -1939,7 +1945,7 @@ fn audited_subpage_is_not_repeated_from_live_evidence() {
             Evidence::SubpageBlockSize(evidence),
         )]
     };
-    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.dirty, audit);
+    let diagnoses = diagnose::diagnose_with(&engine.devices, &engine.accounting, audit);
     assert_eq!(diagnoses.len(), 1);
     let Evidence::SubpageBlockSize(evidence) = &diagnoses[0].evidence else {
         panic!("{diagnoses:?}");

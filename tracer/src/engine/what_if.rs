@@ -17,12 +17,8 @@
 //! Kept per stream: one histogram value (1% resolution, fixed memory), so
 //! nothing is allocated per event.
 
-use super::outcome::StreamStep;
 use super::split::SplitLimits;
-use super::stats::op_index;
-use super::streams::{LastQueued, StreamSizes, PAGE_SECTORS};
-use super::target::Target;
-use super::Engine;
+use super::streams::{StreamSizes, PAGE_SECTORS};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{RequeueFix, SplitFix, WhatIf};
 
@@ -30,37 +26,6 @@ use crate::model::{RequeueFix, SplitFix, WhatIf};
 const DEFAULT_MAX_SEGMENTS: u64 = 128;
 /// `BLK_MAX_SEGMENT_SIZE`: the kernel's default segment size.
 const DEFAULT_MAX_SEGMENT_BYTES: u64 = 65536;
-
-impl Engine {
-    /// A user I/O just queued (at `user_ios[io_index]`): it continues the
-    /// stream of the last one on this disk and op when it starts where that
-    /// one ended, on the same partition and origin, while it is in flight.
-    pub(super) fn stream_step(
-        &mut self,
-        target: Target,
-        start: u64,
-        sectors: u64,
-        segments: u16,
-        io_index: u32,
-    ) -> StreamStep {
-        let io = self.chains.user_ios.slot_ref(io_index);
-        let last = self.devices[target.disk as usize].last_queued[op_index(target.op)];
-        let continues = last.end == start
-            && last.part == target.part
-            && last.tracked == target.tracked
-            && self.chains.user_ios.resolve(last.io).is_some();
-        self.devices[target.disk as usize].last_queued[op_index(target.op)] = LastQueued {
-            end: start.saturating_add(sectors),
-            part: target.part,
-            tracked: target.tracked,
-            io,
-        };
-        StreamStep {
-            continues,
-            segments,
-        }
-    }
-}
 
 /// Sectors one request can carry of segments of `segment_sectors` under `limits`.
 pub fn command_cap(limits: &SplitLimits, segment_sectors: u64) -> u64 {

@@ -66,9 +66,11 @@ pub use split_amplification::MIN_SPLITS;
 
 use misaligned_stack::StackAudit;
 
-use super::devices::{DeviceState, DirtyStats, DIRTY_SIZES};
+use super::accounting::{Accounting, DeviceMeasures, DirtyStats, DIRTY_SIZES};
+use super::devices::{DeviceState, Devices};
 use super::placement::{place_of, propose, PartitionAudit, Placement};
 use super::service::ServiceFit;
+use super::service::ServiceSamples;
 use super::stats::{op_index, quantile_bytes, OpStats, ALL_ORIGINS, OP_COUNT};
 use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
@@ -135,6 +137,8 @@ pub(crate) struct DeviceTraffic<'a> {
     /// Each operation on its own, all origins.
     per_op: [Option<OpStats>; OP_COUNT],
     dirty: Option<&'a DirtyStats>,
+    /// Per op: the disk's commands' service times, when it had any.
+    service: Option<&'a [ServiceSamples; OP_COUNT]>,
 }
 
 impl DeviceTraffic<'_> {
@@ -149,15 +153,18 @@ impl DeviceTraffic<'_> {
 
 fn traffic_of<'a>(
     device: &'a DeviceState,
+    measures: Option<&'a DeviceMeasures>,
     dirty: &'a FastMap<u32, DirtyStats>,
 ) -> Vec<DeviceTraffic<'a>> {
     let mut observed = Vec::with_capacity(device.parts.len() + 1);
     let build = |name: String,
-                 stats: &super::stats::DeviceStats,
+                 stats: Option<&super::stats::DeviceStats>,
                  partition: Option<&'a PartitionGeometry>,
                  dev: Option<u32>| {
         let mut per_op: [Option<OpStats>; OP_COUNT] = Default::default();
-        stats.collect_into(&ALL_ORIGINS, &mut per_op);
+        if let Some(stats) = stats {
+            stats.collect_into(&ALL_ORIGINS, &mut per_op);
+        }
         let mut total = OpStats::default();
         let mut main_op = Op::Write;
         let mut main_count = 0;
@@ -181,13 +188,15 @@ fn traffic_of<'a>(
             main_op,
             per_op,
             dirty: dev.and_then(|dev| dirty.get(&dev)),
+            service: measures.map(|measures| &measures.service),
         }
     };
-    observed.push(build(device.name.clone(), &device.whole, None, device.dev));
-    for part in &device.parts {
+    let whole = measures.map(|measures| &measures.whole);
+    observed.push(build(device.name.clone(), whole, None, device.dev));
+    for (index, part) in device.parts.iter().enumerate() {
         observed.push(build(
             part.name.clone(),
-            &part.stats,
+            measures.and_then(|measures| measures.part(index)),
             Some(&part.geometry),
             Some(part.dev),
         ));
@@ -195,25 +204,25 @@ fn traffic_of<'a>(
     observed
 }
 
-pub(super) fn diagnose(devices: &[DeviceState], dirty: &FastMap<u32, DirtyStats>) -> Vec<Finding> {
-    diagnose_with(devices, dirty, audit_disk)
+pub(super) fn diagnose(devices: &Devices, accounting: &Accounting) -> Vec<Finding> {
+    diagnose_with(devices, accounting, audit_disk)
 }
 
 /// [`diagnose`] with the static audit passed in, so tests can supply findings.
 pub(super) fn diagnose_with(
-    devices: &[DeviceState],
-    dirty: &FastMap<u32, DirtyStats>,
+    devices: &Devices,
+    accounting: &Accounting,
     audit: impl Fn(&DiskGeometry) -> Vec<Finding>,
 ) -> Vec<Finding> {
     let mut found = Vec::new();
-    for device in devices {
+    for (disk, device) in devices.iter().enumerate() {
         let first_of_device = found.len();
         let mut audited = if device.known {
             audit(&device.geometry)
         } else {
             Vec::new()
         };
-        let observed = traffic_of(device, dirty);
+        let observed = traffic_of(device, accounting.device(disk), accounting.dirty());
         for finding in &mut audited {
             let traffic = observed
                 .iter()
@@ -255,7 +264,10 @@ fn add_times(finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
     let Some(stats) = stats else {
         return;
     };
-    let samples = &traffic.device.service[op_index(op)];
+    let samples = traffic
+        .service
+        .map_or_else(ServiceSamples::default, |service| service[op_index(op)]);
+    let samples = &samples;
     let fit = samples.fit();
     // Said even where no model fits: a run that took seconds while its
     // device was busy milliseconds spent them on something else.

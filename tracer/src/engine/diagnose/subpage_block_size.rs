@@ -9,7 +9,7 @@
 
 use super::{add_live_evidence, partition_place, Check, DeviceTraffic};
 use crate::blk::{predicted_block_size, PAGE_BYTES, SECTOR_BYTES};
-use crate::engine::devices::{DirtyStats, DIRTY_SIZES};
+use crate::engine::accounting::{DirtyStats, DIRTY_SIZES};
 use crate::engine::placement::{place_of, PartitionAudit};
 use crate::engine::what_if;
 use crate::model::{

@@ -34,11 +34,12 @@
 //!   them are counted.
 //! - `block_events`: the one place block events come in: which are write
 //!   commands issued or requeued, and which write bios queued.
-//! - `engine_totals`: what the engine itself counted on the devices `run`
-//!   touched (the tracked writes, other tasks' traffic).
+//!
+//! What the engine itself counted on the devices `run` touched (the
+//! tracked writes, other tasks' traffic) is the engine's own report
+//! (`Engine::tracked_writes_on`, `Engine::other_traffic_on`).
 
 mod block_events;
-mod engine_totals;
 mod fd_table;
 mod mappings;
 mod sector_match;

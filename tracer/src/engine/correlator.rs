@@ -1,28 +1,115 @@
-//! One handler per kernel event, called by [`Engine::ingest`] in kernel order.
+//! The correlator: one handler per kernel event, in kernel order. It
+//! follows each user I/O through the [`Chains`] it owns, asks the device
+//! registry what each device is, and hands what it concludes to the
+//! [`Sink`] as outcomes. It counts nothing itself.
 
-use tracer_common::{BlockEvent, EventKind};
+use std::collections::HashSet;
+use std::hash::BuildHasherDefault;
 
+use tracer_common::{BlockAction, BlockEvent, EventKind};
+
+use super::accounting::Sink;
 use super::attribution::OwnerSlots;
-use super::chain::{DropReason, Fragment, FragmentState, Remap, UserIo};
-use super::outcome::{Account, CommandId, IoId, Outcome, StreamStep};
+use super::chain::{Chains, DropReason, Fragment, FragmentState, Remap, UserIo};
+use super::devices::Devices;
+use super::outcome::{Account, CommandId, IoId, Outcome};
 use super::split::split_cause;
 use super::stats::op_index;
-use super::table::{SlotRef, NIL};
+use super::table::{KeyHasher, SlotRef, NIL};
 use super::target::{op_of, Target, NO_PART};
-use super::Engine;
+use super::EngineLimits;
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
-use crate::model::Op;
 
-impl Engine {
-    pub(super) fn on_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
-        if self.is_request_device(from_dev) {
+pub(super) struct Correlator {
+    /// The chains in flight, and the correlation's clock and counters.
+    pub(super) chains: Chains,
+    /// Processes whose I/O counts as tracked.
+    tracked: HashSet<u32, BuildHasherDefault<KeyHasher>>,
+}
+
+impl Correlator {
+    /// Tables bounded by `limits`, `reserve` slots each allocated up front.
+    pub(super) fn new(limits: EngineLimits, reserve: usize) -> Correlator {
+        Correlator {
+            chains: Chains::new(limits, reserve, reserve),
+            tracked: HashSet::default(),
+        }
+    }
+
+    /// Adds processes whose I/O counts as tracked.
+    pub(super) fn track_processes(&mut self, tgids: impl IntoIterator<Item = u32>) {
+        self.tracked.extend(tgids);
+    }
+
+    fn is_tracked(&self, tgid: u32) -> bool {
+        !self.tracked.is_empty() && self.tracked.contains(&tgid)
+    }
+
+    /// One kernel event of a chain, in kernel order.
+    pub(super) fn ingest(
+        &mut self,
+        event: &BlockEvent,
+        action: BlockAction,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
+        let chains = &mut self.chains;
+        chains.now_ns = chains.now_ns.max(event.ts_ns);
+        if action.kind() != EventKind::Queue || chains.held_remap_aged() {
+            chains.store_held_remap();
+        }
+        chains.expire_aged(out);
+        match action {
+            BlockAction::Remap {
+                from_dev,
+                from_sector,
+            } => self.on_remap(event, from_dev, from_sector, devices, out),
+            BlockAction::Queue => self.on_queue(event, true, devices, out),
+            BlockAction::Split { remainder } => self.on_split(event, remainder, devices, out),
+            BlockAction::Merge(kind) => self.on_merge(event, kind, devices, out),
+            BlockAction::Issue { request } => self.on_issue(event, request, devices, out),
+            BlockAction::Complete { request, error } => {
+                self.on_complete(event, request, error, devices, out)
+            }
+            BlockAction::BioComplete { error } => self.on_bio_complete(event, error, devices, out),
+            BlockAction::Requeue => self.on_requeue(event, devices, out),
+            BlockAction::RqRemap {
+                from_dev,
+                from_sector,
+            } => self.on_rq_remap(event, from_dev, from_sector),
+            // Counted by the engine, not a step of any chain.
+            BlockAction::DirtyBuffer { .. } => {}
+        }
+    }
+
+    /// Where an event that matched no chain is counted: by its own device,
+    /// the partition holding its sector, and its own rwbs.
+    fn fallback_target(&self, event: &BlockEvent, devices: &mut Devices) -> Target {
+        let disk = devices.ensure_disk(event.dev);
+        Target {
+            disk,
+            part: devices.get(disk).partition_at(event.sector),
+            op: op_of(event),
+            tracked: self.is_tracked(event.tgid),
+        }
+    }
+
+    pub(super) fn on_remap(
+        &mut self,
+        event: &BlockEvent,
+        from_dev: u32,
+        from_sector: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
+        if devices.is_request_device(from_dev) {
             // blkparse prints a request's remap as a bio's: both are `A`.
             return self.on_rq_remap(event, from_dev, from_sector);
         }
         let length = u64::from(event.nr_sector);
-        let stripes = length > 0 && self.is_stripe_writer(from_dev);
+        let stripes = length > 0 && devices.is_stripe_writer(from_dev);
         // Stacked: the old device holds this bio as a pending fragment of its own.
         let traced = if length == 0 {
             None
@@ -35,11 +122,11 @@ impl Engine {
                 })
                 .or_else(|| match stripes {
                     true => None,
-                    false => self.cut_front_for_clone(event, from_dev, from_sector),
+                    false => self.cut_front_for_clone(event, from_dev, from_sector, devices, out),
                 })
         };
         if traced.is_none() && stripes {
-            self.remap_stripe_io(event, from_dev);
+            self.remap_stripe_io(event, from_dev, devices);
             return;
         }
         if traced.is_none() && length > 0 && self.remap_another_clone(event, from_dev, from_sector)
@@ -47,7 +134,9 @@ impl Engine {
             return;
         }
         let inferred = match (traced, length) {
-            (None, 1..) => self.queue_seen_only_in_remap(event, from_dev, from_sector),
+            (None, 1..) => {
+                self.queue_seen_only_in_remap(event, from_dev, from_sector, devices, out)
+            }
             _ => None,
         };
         if let Some(index) = traced.or(inferred) {
@@ -58,9 +147,10 @@ impl Engine {
                 }
                 None => return,
             };
-            self.count_bio_command(from_dev, io, start, length);
+            self.chains
+                .count_bio_command(from_dev, io, start, length, out);
             if untraced_end {
-                self.complete_fragment(index, false);
+                self.chains.complete_fragment(index, false, out);
             }
             // The upper device's completion is not in the trace: its user I/O
             // ends with the bio it became.
@@ -68,7 +158,7 @@ impl Engine {
                 Some(index) => self.chains.fragments.slot_ref(index),
                 None => SlotRef::NONE,
             };
-            self.push_remap(
+            self.chains.push_remap(
                 (event.dev, event.sector, event.nr_sector),
                 Remap {
                     parent: io,
@@ -94,7 +184,7 @@ impl Engine {
         let upper = carried
             .and_then(|index| self.chains.remaps.remove(index))
             .unwrap_or_default();
-        self.push_remap(
+        self.chains.push_remap(
             (event.dev, event.sector, event.nr_sector),
             Remap {
                 partition: Some(from_dev),
@@ -109,16 +199,15 @@ impl Engine {
     /// read-modify-write) sent to a member: the user's bio stays whole, and
     /// the stripe bio continues the device's last user I/O, the one md is
     /// writing (its sector names the stripe, not a piece of that bio).
-    fn remap_stripe_io(&mut self, event: &BlockEvent, from_dev: u32) {
-        let parent = self
-            .dev_index
-            .get(&from_dev)
-            .map(|slot| self.devices[slot.disk as usize].last_fragment)
+    fn remap_stripe_io(&mut self, event: &BlockEvent, from_dev: u32, devices: &mut Devices) {
+        let parent = devices
+            .slot(from_dev)
+            .map(|slot| devices.get_mut(slot.disk).chain.last_fragment)
             .and_then(|fragment| self.chains.fragments.resolve(fragment))
             .and_then(|index| self.chains.fragments.get(index))
             .map_or(SlotRef::NONE, |fragment| fragment.io);
-        self.correlation.stripe_remaps += 1;
-        self.push_remap(
+        self.chains.correlation.stripe_remaps += 1;
+        self.chains.push_remap(
             (event.dev, event.sector, event.nr_sector),
             Remap {
                 parent,
@@ -145,8 +234,8 @@ impl Engine {
         else {
             return false;
         };
-        self.correlation.mirrored_remaps += 1;
-        self.push_remap(
+        self.chains.correlation.mirrored_remaps += 1;
+        self.chains.push_remap(
             (event.dev, event.sector, event.nr_sector),
             Remap {
                 parent: io,
@@ -165,17 +254,19 @@ impl Engine {
         event: &BlockEvent,
         from_dev: u32,
         from_sector: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
     ) -> Option<u32> {
-        if !self.is_upper_device(event.dev, from_dev) {
+        if !devices.is_upper_device(event.dev, from_dev) {
             return None;
         }
-        self.correlation.queues_from_remaps += 1;
+        self.chains.correlation.queues_from_remaps += 1;
         let queued = BlockEvent {
             dev: from_dev,
             sector: from_sector,
             ..*event
         };
-        self.on_queue(&queued, false);
+        self.on_queue(&queued, false, devices, out);
         self.chains
             .fragments
             .find(&(from_dev, from_sector), |fragment| {
@@ -184,16 +275,23 @@ impl Engine {
     }
 
     /// `traced` unless the queue is inferred from a remap.
-    pub(super) fn on_queue(&mut self, event: &BlockEvent, traced: bool) {
-        let disk = self.ensure_disk(event.dev);
-        self.devices[disk as usize].seen_queue |= traced;
+    pub(super) fn on_queue(
+        &mut self,
+        event: &BlockEvent,
+        traced: bool,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
+        let disk = devices.ensure_disk(event.dev);
+        devices.get_mut(disk).seen_queue |= traced;
         let remap = self
+            .chains
             .take_remap((event.dev, event.sector, event.nr_sector))
             .unwrap_or_default();
         let part = match remap.partition {
             Some(partition) => {
-                let part = self.ensure_partition(disk, partition);
-                self.learn_partition_start(disk, part, remap.partition_start);
+                let part = devices.ensure_partition(disk, partition);
+                devices.learn_partition_start(disk, part, remap.partition_start);
                 part
             }
             None => NO_PART,
@@ -219,11 +317,9 @@ impl Engine {
         let owners = match inherited_owners {
             // A stacked device's bio belongs to whoever queued the upper one.
             Some(owners) => owners,
-            None => self
-                .attribution
-                .owners_of(&event.owner, event.tgid, (disk, part)),
+            None => out.owners_of(&event.owner, event.tgid, (disk, part)),
         };
-        let queued = |io: Option<IoId>, stream: Option<StreamStep>| Outcome::Queued {
+        let queued = |io: Option<IoId>, segments: Option<u16>| Outcome::Queued {
             io,
             dev: event.dev,
             sector: event.sector,
@@ -232,21 +328,21 @@ impl Engine {
             ts_ns: event.ts_ns,
             account: Account { target, owners },
             inherited,
-            stream,
+            segments,
         };
         if sectors == 0 {
-            self.emit(queued(None, None));
+            out.emit(queued(None, None));
             return;
         }
-        if !self.make_room_for_fragment() {
-            self.correlation.evicted += 1;
-            self.emit(queued(None, None));
+        if !self.chains.make_room_for_fragment(out) {
+            self.chains.correlation.evicted += 1;
+            out.emit(queued(None, None));
             return;
         }
         let io = UserIo {
             target,
             tgid,
-            queue_ns: self.now_ns,
+            queue_ns: self.chains.now_ns,
             outstanding: 1,
             fragments: 1,
             commands: 0,
@@ -256,19 +352,22 @@ impl Engine {
             dropped: false,
             in_ring_drop: false,
             failed: false,
-            epoch: self.epoch,
+            epoch: self.chains.epoch,
             upper_fragment: remap.upper_fragment,
             parent: remap.parent,
             last_disk_command: 0,
         };
-        let Some(io_index) = self.chains.user_ios.insert(io, None, self.now_ns, false) else {
-            self.correlation.evicted += 1;
-            self.emit(queued(None, None));
+        let Some(io_index) = self
+            .chains
+            .user_ios
+            .insert(io, None, self.chains.now_ns, false)
+        else {
+            self.chains.correlation.evicted += 1;
+            out.emit(queued(None, None));
             return;
         };
         let io_ref = self.chains.user_ios.slot_ref(io_index);
-        let stream =
-            Some(self.stream_step(target, event.sector, sectors, event.segments, io_index));
+        let stream = Some(event.segments);
         let fragment = Fragment {
             io: io_ref,
             start: event.sector,
@@ -281,26 +380,31 @@ impl Engine {
         let Some(fragment_index) = self.chains.fragments.insert(
             fragment,
             Some((event.dev, event.sector)),
-            self.now_ns,
+            self.chains.now_ns,
             true,
         ) else {
             self.chains.user_ios.remove(io_index);
-            self.correlation.evicted += 1;
-            self.emit(queued(None, stream));
+            self.chains.correlation.evicted += 1;
+            out.emit(queued(None, stream));
             return;
         };
-        let device = &mut self.devices[disk as usize];
+        let device = devices.get_mut(disk);
         if device.bio_based() {
-            device.last_fragment = self.chains.fragments.slot_ref(fragment_index);
+            device.chain.last_fragment = self.chains.fragments.slot_ref(fragment_index);
         }
-        self.emit(queued(Some(IoId::of(io_ref)), stream));
+        out.emit(queued(Some(IoId::of(io_ref)), stream));
     }
 
     /// The pending fragment a split at `new_sector` cuts. block/blk-merge.c
     /// traces the piece cut off (its start, then the cut); device-mapper
     /// traces the bio it trimmed, whose start is already the cut, so that
     /// piece is the device's last fragment, if the cut falls inside it.
-    fn fragment_split_at(&self, event: &BlockEvent, new_sector: u64) -> Option<(u32, u64)> {
+    fn fragment_split_at(
+        &self,
+        event: &BlockEvent,
+        new_sector: u64,
+        devices: &Devices,
+    ) -> Option<(u32, u64)> {
         if new_sector > event.sector {
             let found = self
                 .chains
@@ -313,36 +417,42 @@ impl Engine {
         if new_sector != event.sector {
             return None;
         }
-        let slot = self.dev_index.get(&event.dev)?;
-        let device = &self.devices[slot.disk as usize];
-        let index = self.chains.fragments.resolve(device.last_fragment)?;
+        let slot = devices.slot(event.dev)?;
+        let device = devices.get(slot.disk);
+        let index = self.chains.fragments.resolve(device.chain.last_fragment)?;
         let fragment = self.chains.fragments.get(index)?;
         let inside = fragment.start < new_sector && new_sector < fragment.end;
         (fragment.state == FragmentState::Pending && inside).then_some((index, fragment.start))
     }
 
-    pub(super) fn on_split(&mut self, event: &BlockEvent, new_sector: u64) {
-        if new_sector == event.sector && self.take_precut(event.dev, new_sector) {
+    pub(super) fn on_split(
+        &mut self,
+        event: &BlockEvent,
+        new_sector: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
+        if new_sector == event.sector && self.take_precut(event.dev, new_sector, devices) {
             // A clone's remap already cut the bio here (dm-striped maps the
             // clone before it traces the trim).
             return;
         }
         // Room first: making room may evict the very fragment we are about to cut.
-        let room = self.make_room_for_fragment();
-        let cut = self.fragment_split_at(event, new_sector);
-        self.cut_fragment(event, cut, new_sector, room);
+        let room = self.chains.make_room_for_fragment(out);
+        let cut = self.fragment_split_at(event, new_sector, devices);
+        self.cut_fragment(event, cut, new_sector, room, devices, out);
     }
 
     /// Whether a remap already made the cut at `at` on the bio-based `dev`
     /// (and forgets it).
-    fn take_precut(&mut self, dev: u32, at: u64) -> bool {
-        let Some(slot) = self.dev_index.get(&dev).copied() else {
+    fn take_precut(&mut self, dev: u32, at: u64, devices: &mut Devices) -> bool {
+        let Some(slot) = devices.slot(dev) else {
             return false;
         };
-        let device = &mut self.devices[slot.disk as usize];
-        let precut = device.precut_at == Some(at);
+        let device = devices.get_mut(slot.disk);
+        let precut = device.chain.precut_at == Some(at);
         if precut {
-            device.precut_at = None;
+            device.chain.precut_at = None;
         }
         precut
     }
@@ -355,13 +465,15 @@ impl Engine {
         event: &BlockEvent,
         from_dev: u32,
         from_sector: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
     ) -> Option<u32> {
-        let slot = *self.dev_index.get(&from_dev)?;
-        let device = &self.devices[slot.disk as usize];
+        let slot = devices.slot(from_dev)?;
+        let device = devices.get(slot.disk);
         if !device.bio_based() {
             return None;
         }
-        let index = self.chains.fragments.resolve(device.last_fragment)?;
+        let index = self.chains.fragments.resolve(device.chain.last_fragment)?;
         let fragment = self.chains.fragments.get(index)?;
         let at = from_sector.checked_add(u64::from(event.nr_sector))?;
         if fragment.state != FragmentState::Pending
@@ -370,15 +482,15 @@ impl Engine {
         {
             return None;
         }
-        let room = self.make_room_for_fragment();
+        let room = self.chains.make_room_for_fragment(out);
         // As device-mapper will trace it: on the trimmed bio, starting at the cut.
         let trim = BlockEvent {
             dev: from_dev,
             sector: at,
             ..*event
         };
-        self.cut_fragment(&trim, Some((index, from_sector)), at, room);
-        self.devices[slot.disk as usize].precut_at = Some(at);
+        self.cut_fragment(&trim, Some((index, from_sector)), at, room, devices, out);
+        devices.get_mut(slot.disk).chain.precut_at = Some(at);
         Some(index)
     }
 
@@ -390,6 +502,8 @@ impl Engine {
         cut: Option<(u32, u64)>,
         new_sector: u64,
         room: bool,
+        devices: &mut Devices,
+        out: &mut Sink,
     ) {
         let found = cut.map(|(index, _)| index);
         let piece_start = cut.map_or(event.sector, |(_, start)| start);
@@ -400,15 +514,19 @@ impl Engine {
         let (target, owners, first_cut) =
             match io_index.and_then(|index| self.chains.user_ios.get(index)) {
                 Some(io) => (io.target, io.owners, io.fragments == 1),
-                None => (self.fallback_target(event), OwnerSlots::NONE, false),
+                None => (
+                    self.fallback_target(event, devices),
+                    OwnerSlots::NONE,
+                    false,
+                ),
             };
         let cause = split_cause(
-            &self.devices[target.disk as usize].limits,
+            &devices.get(target.disk).limits,
             target.op,
             piece_start,
             new_sector,
         );
-        self.emit(Outcome::Split {
+        out.emit(Outcome::Split {
             io: io_index.and(io_ref).map(IoId::of),
             dev: event.dev,
             at: new_sector,
@@ -418,7 +536,7 @@ impl Engine {
             first_cut,
         });
         let Some(index) = found else {
-            self.correlation.unmatched_events += 1;
+            self.chains.correlation.unmatched_events += 1;
             return;
         };
         let Some(front) = self.chains.fragments.get_mut(index) else {
@@ -437,19 +555,17 @@ impl Engine {
             self.chains.fragments.insert(
                 remainder,
                 Some((event.dev, new_sector)),
-                self.now_ns,
+                self.chains.now_ns,
                 true,
             )
         } else {
             None
         };
         let inserted = remainder_index.is_some();
-        if let (Some(index), Some(slot)) =
-            (remainder_index, self.dev_index.get(&event.dev).copied())
-        {
-            let device = &mut self.devices[slot.disk as usize];
+        if let (Some(index), Some(slot)) = (remainder_index, devices.slot(event.dev)) {
+            let device = devices.get_mut(slot.disk);
             if device.bio_based() {
-                device.last_fragment = self.chains.fragments.slot_ref(index);
+                device.chain.last_fragment = self.chains.fragments.slot_ref(index);
             }
         }
         if let Some(io) = io_index.and_then(|index| self.chains.user_ios.get_mut(index)) {
@@ -462,7 +578,13 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_merge(&mut self, event: &BlockEvent, kind: EventKind) {
+    pub(super) fn on_merge(
+        &mut self,
+        event: &BlockEvent,
+        kind: EventKind,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         let length = u64::from(event.nr_sector);
         let found = self
             .chains
@@ -471,28 +593,33 @@ impl Engine {
                 fragment.state == FragmentState::Pending
                     && (kind == EventKind::RqMerge || fragment.end - fragment.start == length)
             });
-        let (target, owners) = match found.and_then(|index| self.io_of_fragment(index)) {
+        let (target, owners) = match found.and_then(|index| self.chains.io_of_fragment(index)) {
             Some(io) => (io.target, io.owners),
-            None => (self.fallback_target(event), OwnerSlots::NONE),
+            None => (self.fallback_target(event, devices), OwnerSlots::NONE),
         };
         let io = found
             .and_then(|index| self.chains.fragments.get(index))
             .filter(|fragment| self.chains.user_ios.resolve(fragment.io).is_some())
             .map(|fragment| IoId::of(fragment.io));
-        self.emit(Outcome::Merged {
+        out.emit(Outcome::Merged {
             io,
             ts_ns: event.ts_ns,
             account: Account { target, owners },
         });
         if found.is_none() {
-            self.correlation.unmatched_events += 1;
+            self.chains.correlation.unmatched_events += 1;
         }
     }
 
     /// An issue of exactly a remapped range whose queue never came (md on
     /// NVMe traces print A, D, C and no Q): the remapped bio is queued here,
     /// so the command carries it and the chain above it ends with it.
-    fn queue_missing_below_remap(&mut self, event: &BlockEvent) {
+    fn queue_missing_below_remap(
+        &mut self,
+        event: &BlockEvent,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         let key = (event.dev, event.sector, event.nr_sector);
         let waiting = matches!(self.chains.held_remap, Some((held, _, _)) if held == key)
             || self.chains.remaps.find(&key, |_| true).is_some();
@@ -507,23 +634,29 @@ impl Engine {
         {
             return;
         }
-        self.correlation.queues_from_remaps += 1;
+        self.chains.correlation.queues_from_remaps += 1;
         let queued = BlockEvent {
             kind: EventKind::Queue as u8,
             ..*event
         };
-        self.on_queue(&queued, false);
+        self.on_queue(&queued, false, devices, out);
     }
 
-    pub(super) fn on_issue(&mut self, event: &BlockEvent, request: u64) {
+    pub(super) fn on_issue(
+        &mut self,
+        event: &BlockEvent,
+        request: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         // Live, a remap is consumed by its queue before any issue: this
         // costs a length check.
         if event.nr_sector > 0 && (self.chains.held_remap.is_some() || self.chains.remaps.len() > 0)
         {
-            self.queue_missing_below_remap(event);
+            self.queue_missing_below_remap(event, devices, out);
         }
-        let disk = self.ensure_disk(event.dev);
-        self.devices[disk as usize].seen_issue = true;
+        let disk = devices.ensure_disk(event.dev);
+        devices.get_mut(disk).seen_issue = true;
         let start = event.sector;
         let sectors = u64::from(event.nr_sector);
         let end = start.saturating_add(sectors);
@@ -533,18 +666,19 @@ impl Engine {
         // was not requeued never reported that command's completion. (Not a
         // flush: blk-flush's flush request borrows another request's tag.)
         let identity = if sectors > 0 { request } else { 0 };
-        if let Some(stale) = self.command_of_request(event.dev, identity) {
+        if let Some(stale) = self.chains.command_of_request(event.dev, identity) {
             if self
                 .chains
                 .commands
                 .get(stale)
                 .is_some_and(|c| c.requeued_ns.is_none())
             {
-                self.expire_command(stale, DropReason::CompletionLost);
+                self.chains
+                    .expire_command(stale, DropReason::CompletionLost, out);
             }
         }
 
-        if self.reissue(event.dev, disk, start, end, op_of(event), identity) {
+        if self.reissue(event, disk, identity, devices, out) {
             return;
         }
         let mut target = None;
@@ -565,8 +699,8 @@ impl Engine {
                     })
                     .is_none();
             if reissued {
-                let fallback = self.fallback_target(event);
-                self.issue_command(
+                let fallback = self.fallback_target(event, devices);
+                self.chains.issue_command(
                     serial,
                     event.dev,
                     fallback,
@@ -574,6 +708,7 @@ impl Engine {
                     start,
                     sectors,
                     None,
+                    out,
                 );
                 return;
             }
@@ -584,27 +719,37 @@ impl Engine {
                     .rq_remaps
                     .remove(&(event.dev, start, event.nr_sector)),
             };
-            command_index =
-                self.insert_command(serial, event.dev, start, end, None, Target::default());
+            command_index = self.chains.insert_command(
+                serial,
+                event.dev,
+                (start, end),
+                None,
+                Target::default(),
+                out,
+            );
             match (command_index, clone_of) {
                 (Some(index), Some(upper)) => {
-                    self.name_request(event.dev, identity, index);
-                    self.issue_clone(upper, serial);
+                    self.chains.name_request(event.dev, identity, index);
+                    self.issue_clone(upper, serial, out);
                 }
                 (Some(index), None) => {
-                    self.name_request(event.dev, identity, index);
-                    (target, ends) = self.gather_fragments(index, event.dev, start, end, serial);
+                    self.chains.name_request(event.dev, identity, index);
+                    (target, ends) = self
+                        .chains
+                        .gather_fragments(index, event.dev, start, end, serial);
+                    self.chains.settle_carried(serial, out);
                 }
-                (None, _) => self.correlation.unmatched_events += 1,
+                (None, _) => self.chains.correlation.unmatched_events += 1,
             }
         }
-        let target = target.unwrap_or_else(|| self.fallback_target(event));
+        let target = target.unwrap_or_else(|| self.fallback_target(event, devices));
         let owners = ends.map_or(OwnerSlots::NONE, |ends| ends.owners);
         if let Some(command) = command_index.and_then(|index| self.chains.commands.get_mut(index)) {
             command.target = target;
             command.owners = owners;
         }
-        self.issue_command(serial, event.dev, target, owners, start, sectors, ends);
+        self.chains
+            .issue_command(serial, event.dev, target, owners, start, sectors, ends, out);
     }
 
     /// Request-based dm (multipath) cloned its issued request at
@@ -624,7 +769,7 @@ impl Engine {
                 command.end - command.start == length
             });
         let Some(index) = upper else {
-            self.correlation.unmatched_events += 1;
+            self.chains.correlation.unmatched_events += 1;
             return;
         };
         if self.chains.rq_remaps.len() >= MAX_RQ_REMAPS {
@@ -639,7 +784,7 @@ impl Engine {
 
     /// The issue of a clone remapped from an upper device's command: a disk
     /// command for each user I/O that command carries.
-    fn issue_clone(&mut self, upper: SlotRef, serial: u64) {
+    fn issue_clone(&mut self, upper: SlotRef, serial: u64, out: &mut Sink) {
         let Some(command) = self
             .chains
             .commands
@@ -653,45 +798,53 @@ impl Engine {
             let Some(fragment) = self.chains.fragments.get(head).copied() else {
                 break;
             };
-            self.count_disk_command_from(fragment.io, serial);
+            self.chains
+                .count_disk_command_from(fragment.io, serial, out);
             head = fragment.next;
         }
     }
 
     /// The driver gave an issued request back; it will be issued again as the
     /// same command (same range), not a new one.
-    pub(super) fn on_requeue(&mut self, event: &BlockEvent) {
+    pub(super) fn on_requeue(&mut self, event: &BlockEvent, devices: &mut Devices, out: &mut Sink) {
         let start = event.sector;
         let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
-            let target = self.fallback_target(event);
-            self.devices[target.disk as usize].requeued_empty[op_index(target.op)] += 1;
-            self.emit_requeue(None, target);
+            let target = self.fallback_target(event, devices);
+            devices.get_mut(target.disk).chain.requeued_empty[op_index(target.op)] += 1;
+            self.emit_requeue(None, target, out);
             return;
         }
         let found = self.chains.commands.find(&(event.dev, start), |command| {
             command.end == end && command.requeued_ns.is_none()
         });
         if let Some(command) = found.and_then(|index| self.chains.commands.get_mut(index)) {
-            command.requeued_ns = Some(self.now_ns);
+            command.requeued_ns = Some(self.chains.now_ns);
             let (target, serial) = (command.target, command.serial);
-            self.emit_requeue(Some(CommandId(serial)), target);
+            self.emit_requeue(Some(CommandId(serial)), target, out);
             return;
         }
         // Issued before tracing began (or its issue was lost): keep a command
         // without fragments, so that its re-issue is not counted as a new one.
-        self.correlation.unmatched_events += 1;
-        let target = self.fallback_target(event);
-        self.emit_requeue(None, target);
+        self.chains.correlation.unmatched_events += 1;
+        let target = self.fallback_target(event, devices);
+        self.emit_requeue(None, target, out);
         let serial = self.chains.next_command;
         self.chains.next_command += 1;
-        let _ = self.insert_command(serial, event.dev, start, end, Some(self.now_ns), target);
+        let _ = self.chains.insert_command(
+            serial,
+            event.dev,
+            (start, end),
+            Some(self.chains.now_ns),
+            target,
+            out,
+        );
     }
 
-    fn emit_requeue(&mut self, command: Option<CommandId>, target: Target) {
-        self.emit(Outcome::Requeued {
+    fn emit_requeue(&mut self, command: Option<CommandId>, target: Target, out: &mut Sink) {
+        out.emit(Outcome::Requeued {
             command,
-            ts_ns: self.now_ns,
+            ts_ns: self.chains.now_ns,
             account: Account {
                 target,
                 owners: OwnerSlots::NONE,
@@ -703,15 +856,16 @@ impl Engine {
     /// runs from here, and the time spent requeued is its own measure.
     fn reissue(
         &mut self,
-        dev: u32,
+        event: &BlockEvent,
         disk: u32,
-        start: u64,
-        end: u64,
-        op: Op,
         identity: u64,
+        devices: &mut Devices,
+        out: &mut Sink,
     ) -> bool {
+        let (dev, start, op) = (event.dev, event.sector, op_of(event));
+        let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
-            let waiting = &mut self.devices[disk as usize].requeued_empty[op_index(op)];
+            let waiting = &mut devices.get_mut(disk).chain.requeued_empty[op_index(op)];
             if *waiting == 0 {
                 return false;
             }
@@ -725,27 +879,34 @@ impl Engine {
             return false;
         };
         // Issued again, perhaps under another tag.
-        self.name_request(dev, identity, index);
+        self.chains.name_request(dev, identity, index);
         let Some(command) = self.chains.commands.get_mut(index) else {
             return false;
         };
-        let requeued_ns = command.requeued_ns.take().unwrap_or(self.now_ns);
-        command.issue_ns = self.now_ns;
+        let requeued_ns = command.requeued_ns.take().unwrap_or(self.chains.now_ns);
+        command.issue_ns = self.chains.now_ns;
         let (target, epoch, serial) = (command.target, command.epoch, command.serial);
-        self.emit(Outcome::Reissued {
+        out.emit(Outcome::Reissued {
             command: CommandId(serial),
-            ts_ns: self.now_ns,
-            waited_ns: self.now_ns.saturating_sub(requeued_ns),
+            ts_ns: self.chains.now_ns,
+            waited_ns: self.chains.now_ns.saturating_sub(requeued_ns),
             account: Account {
                 target,
                 owners: OwnerSlots::NONE,
             },
-            measured: epoch == self.epoch,
+            measured: epoch == self.chains.epoch,
         });
         true
     }
 
-    pub(super) fn on_complete(&mut self, event: &BlockEvent, request: u64, error: i32) {
+    pub(super) fn on_complete(
+        &mut self,
+        event: &BlockEvent,
+        request: u64,
+        error: i32,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         let done = u64::from(event.nr_sector);
         if done == 0 {
             // Flush completions: counted, not correlated.
@@ -754,6 +915,7 @@ impl Engine {
         let key = (event.dev, event.sector);
         // The request's own command when it is known; else by sector, first in first out.
         let found = self
+            .chains
             .command_of_request(event.dev, request)
             .filter(|&index| {
                 self.chains
@@ -768,13 +930,13 @@ impl Engine {
             })
             .or_else(|| self.chains.commands.find(&key, |_| true));
         let Some(index) = found else {
-            self.correlation.unmatched_events += 1;
+            self.chains.correlation.unmatched_events += 1;
             if error != 0 {
                 // Issued before the trace (or its issue was lost): the
                 // device still reported the failure.
-                let target = self.fallback_target(event);
+                let target = self.fallback_target(event, devices);
                 let end = event.sector.saturating_add(done);
-                self.count_failure(target, error, event.sector, end);
+                self.count_failure(target, error, event.sector, end, out);
             }
             return;
         };
@@ -788,7 +950,7 @@ impl Engine {
                 command.failed = true;
             }
             let end = done_end.max(command.end);
-            self.count_failure(command.target, error, event.sector, end);
+            self.count_failure(command.target, error, event.sector, end, out);
         }
         let mut head = command.head;
         while head != NIL {
@@ -798,7 +960,7 @@ impl Engine {
             };
             if fragment.end <= done_end {
                 let next = fragment.next;
-                self.complete_fragment(head, failed);
+                self.chains.complete_fragment(head, failed, out);
                 head = next;
             } else {
                 if fragment.start < done_end {
@@ -808,11 +970,11 @@ impl Engine {
             }
         }
         let whole = done_end >= command.end;
-        let measured = whole && command.epoch == self.epoch && !command.lost;
-        let latency_us = self.now_ns.saturating_sub(command.issue_ns) / 1000;
-        self.emit(Outcome::Completed {
+        let measured = whole && command.epoch == self.chains.epoch && !command.lost;
+        let latency_us = self.chains.now_ns.saturating_sub(command.issue_ns) / 1000;
+        out.emit(Outcome::Completed {
             command: CommandId(command.serial),
-            ts_ns: self.now_ns,
+            ts_ns: self.chains.now_ns,
             done_to: done_end,
             whole,
             last_issue_ns: command.issue_ns,
@@ -832,7 +994,7 @@ impl Engine {
                     .fragments
                     .get(head)
                     .map_or(NIL, |fragment| fragment.next);
-                self.complete_fragment(head, failed);
+                self.chains.complete_fragment(head, failed, out);
                 head = next;
             }
             self.chains.commands.remove(index);
@@ -850,7 +1012,13 @@ impl Engine {
         }
     }
 
-    pub(super) fn on_bio_complete(&mut self, event: &BlockEvent, error: i32) {
+    pub(super) fn on_bio_complete(
+        &mut self,
+        event: &BlockEvent,
+        error: i32,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         let length = u64::from(event.nr_sector);
         if length == 0 {
             // Request-based completions arrive through block_rq_complete.
@@ -863,13 +1031,12 @@ impl Engine {
                 fragment.state != FragmentState::InCommand
                     && fragment.end - fragment.start == length
             });
-        let bio_based = self
-            .dev_index
-            .get(&event.dev)
-            .is_none_or(|slot| self.devices[slot.disk as usize].bio_based());
+        let bio_based = devices
+            .slot(event.dev)
+            .is_none_or(|slot| devices.get(slot.disk).bio_based());
         let Some(index) = found else {
             if bio_based {
-                self.correlation.unmatched_events += 1;
+                self.chains.correlation.unmatched_events += 1;
             }
             return;
         };
@@ -879,8 +1046,10 @@ impl Engine {
         let failed = error != 0;
         if fragment.state == FragmentState::Pending && bio_based {
             let serial = self.chains.next_command;
-            self.count_bio_command(event.dev, fragment.io, fragment.start, length);
-            self.count_disk_command_above(fragment.io, serial);
+            self.chains
+                .count_bio_command(event.dev, fragment.io, fragment.start, length, out);
+            self.chains
+                .count_disk_command_above(fragment.io, serial, out);
             if failed {
                 // The bio was this device's command: it failed here.
                 let known = self
@@ -889,18 +1058,18 @@ impl Engine {
                     .resolve(fragment.io)
                     .and_then(|io| self.chains.user_ios.get(io))
                     .map(|io| io.target);
-                let target = known.unwrap_or_else(|| self.fallback_target(event));
+                let target = known.unwrap_or_else(|| self.fallback_target(event, devices));
                 let end = fragment.start.saturating_add(length);
-                self.count_failure(target, error, fragment.start, end);
+                self.count_failure(target, error, fragment.start, end, out);
             }
         }
-        self.complete_fragment(index, failed);
+        self.chains.complete_fragment(index, failed, out);
     }
 
     /// One failed command on `target`, with the completion's errno and the
     /// sectors `[start, end)` it covered on its device.
-    fn count_failure(&mut self, target: Target, error: i32, start: u64, end: u64) {
-        self.emit(Outcome::Failed {
+    fn count_failure(&mut self, target: Target, error: i32, start: u64, end: u64, out: &mut Sink) {
+        out.emit(Outcome::Failed {
             account: Account {
                 target,
                 owners: OwnerSlots::NONE,
