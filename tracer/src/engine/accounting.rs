@@ -13,7 +13,6 @@ use super::outcome::{Account, CommandEnds, IoId, Outcome};
 use super::service::ServiceSamples;
 use super::split::SplitLimits;
 use super::stats::{op_index, DeviceStats, OpStats, OP_COUNT};
-use super::streams::LastQueued;
 use super::table::{FastMap, SlotRef};
 use super::target::{Target, NO_PART};
 use crate::blk::SECTOR_BYTES;
@@ -80,6 +79,18 @@ impl Default for LastIssue {
             valid: false,
         }
     }
+}
+
+/// The last user I/O queued on a disk for one op: where the next one must
+/// start, and whether it is still in flight, to continue its stream.
+/// The last user I/O queued on a disk for one op, which the next may continue.
+#[derive(Clone, Copy, Debug, Default)]
+struct LastQueued {
+    end: u64,
+    part: u32,
+    tracked: bool,
+    /// While it is in flight.
+    io: Option<IoId>,
 }
 
 /// `block_dirty_buffer` sizes seen on one device (partition or disk).

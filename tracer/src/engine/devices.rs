@@ -3,7 +3,7 @@
 //! device is (name, geometry, limits, present or gone, what the trace
 //! showed of it); what was measured on it is the accounting's.
 
-use super::chain::ChainMarks;
+use super::correlate::ChainMarks;
 use super::split::SplitLimits;
 use super::table::FastMap;
 use super::target::NO_PART;
@@ -47,7 +47,7 @@ pub(crate) struct DeviceState {
 }
 
 impl DeviceState {
-    pub(super) fn unknown(dev: u32) -> DeviceState {
+    fn unknown(dev: u32) -> DeviceState {
         DeviceState {
             dev: Some(dev),
             name: DevId::from_kernel(dev).to_string(),
@@ -68,7 +68,7 @@ impl DeviceState {
     /// md raid4/5/6: it writes each stripe's data and parity in bios of
     /// its own (remapped from it, never split from the user's bio), and
     /// completes the user's bio whole.
-    pub(super) fn writes_own_stripes(&self) -> bool {
+    fn writes_own_stripes(&self) -> bool {
         self.geometry.stack.as_ref().is_some_and(|stack| {
             matches!(stack.kind.as_str(), "md-raid4" | "md-raid5" | "md-raid6")
         })
@@ -164,7 +164,7 @@ impl Devices {
         }
     }
 
-    pub(super) fn install_partition(&mut self, disk: usize, partition: &PartitionGeometry) {
+    fn install_partition(&mut self, disk: usize, partition: &PartitionGeometry) {
         let dev = partition.dev.map(DevId::to_kernel);
         let device = &mut self.list[disk];
         let existing = device.parts.iter().position(|part| match dev {

@@ -60,8 +60,7 @@
 mod accounting;
 pub mod attribution;
 pub mod audit;
-mod chain;
-mod correlator;
+mod correlate;
 mod devices;
 mod diagnose;
 mod histogram;
@@ -84,7 +83,7 @@ use tracer_common::{BlockAction, BlockEvent, DirtyCounts, EventKind};
 use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, DeviceReport, EventCounts, Finding, Measures, OpMeasures};
 use accounting::{Accounting, Sink};
-use correlator::Correlator;
+use correlate::Correlator;
 use devices::Devices;
 use outcome::Outcome;
 
@@ -207,18 +206,14 @@ impl Engine {
     }
 
     pub fn correlation(&self) -> CorrelationStats {
-        let chains = &self.correlator.chains;
-        CorrelationStats {
-            in_flight: chains.in_flight(),
-            ..chains.correlation
-        }
+        self.correlator.correlation()
     }
 
     /// Counters and histograms back to zero; chains in flight are kept, but
     /// those queued before the reset do not feed the new histograms.
     pub fn reset(&mut self) {
         self.accounting.clear();
-        self.correlator.chains.new_epoch();
+        self.correlator.reset();
         self.events = EventCounts::default();
     }
 
@@ -232,9 +227,7 @@ impl Engine {
         {
             return;
         }
-        let chains = &mut self.correlator.chains;
-        let keep = chains.limits.max_in_flight.min(RESERVED_SLOTS);
-        if chains.shrink_idle(keep) {
+        if self.correlator.shrink_idle(RESERVED_SLOTS) {
             self.last_shrink = Some(now);
         }
     }
@@ -242,7 +235,7 @@ impl Engine {
     /// The hot path: one kernel event, in kernel order.
     pub fn ingest(&mut self, event: &BlockEvent) {
         let Some(action) = event.action() else {
-            self.correlator.chains.correlation.unmatched_events += 1;
+            self.correlator.unmatched();
             return;
         };
         self.events[action.kind()] += 1;
@@ -259,7 +252,7 @@ impl Engine {
     /// flight may have lost one, so none of them feeds the histograms: each
     /// chain is counted incomplete when it ends.
     pub fn events_lost(&mut self) {
-        self.correlator.chains.events_lost();
+        self.correlator.events_lost();
     }
 
     /// The kernel's running per-device dirty-buffer totals (aggregated there,

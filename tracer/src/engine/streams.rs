@@ -9,24 +9,11 @@
 use hdrhistogram::Histogram;
 
 use super::histogram::new_histogram;
-use super::outcome::IoId;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::model::SegmentSource;
 
 /// Sectors in a page: the segment a bio of scattered pages is counted in.
 pub(super) const PAGE_SECTORS: u64 = PAGE_BYTES / SECTOR_BYTES;
-
-/// The last user I/O queued on a disk for one op: where the next one must
-/// start, and whether it is still in flight, to continue its stream.
-/// The last user I/O queued on a disk for one op, which the next may continue.
-#[derive(Clone, Copy, Debug, Default)]
-pub(super) struct LastQueued {
-    pub(super) end: u64,
-    pub(super) part: u32,
-    pub(super) tracked: bool,
-    /// While it is in flight.
-    pub(super) io: Option<IoId>,
-}
 
 const EXACT_DENSITIES: usize = PAGE_SECTORS as usize;
 const MAX_DENSITY_LOG2: u32 = 16;

@@ -62,7 +62,7 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     let now = std::time::Instant::now();
     engine.drained(now);
     assert_eq!(
-        engine.correlator.chains.user_ios.allocated(),
+        engine.correlator.allocated()[0],
         burst as usize,
         "kept while in flight"
     );
@@ -77,8 +77,8 @@ fn idle_tables_give_back_a_burst_and_keep_correlating() {
     }
     assert_eq!(engine.correlation().in_flight, 0);
     engine.drained(now);
-    assert_eq!(engine.correlator.chains.user_ios.allocated(), RESERVED_SLOTS);
-    assert_eq!(engine.correlator.chains.fragments.allocated(), RESERVED_SLOTS);
+    assert_eq!(engine.correlator.allocated()[0], RESERVED_SLOTS);
+    assert_eq!(engine.correlator.allocated()[1], RESERVED_SLOTS);
     // The next chain correlates as before.
     feed(
         &mut engine,
@@ -98,20 +98,20 @@ fn steady_state_reuses_slots() {
     let mut engine = engine();
     mixed_workload(&mut engine);
     let warm = (
-        engine.correlator.chains.fragments.allocated(),
-        engine.correlator.chains.commands.allocated(),
-        engine.correlator.chains.user_ios.allocated(),
-        engine.correlator.chains.remaps.allocated(),
+        engine.correlator.allocated()[1],
+        engine.correlator.allocated()[2],
+        engine.correlator.allocated()[0],
+        engine.correlator.allocated()[3],
     );
     for _ in 0..20 {
         mixed_workload(&mut engine);
     }
     assert_clean(&engine);
     let after = (
-        engine.correlator.chains.fragments.allocated(),
-        engine.correlator.chains.commands.allocated(),
-        engine.correlator.chains.user_ios.allocated(),
-        engine.correlator.chains.remaps.allocated(),
+        engine.correlator.allocated()[1],
+        engine.correlator.allocated()[2],
+        engine.correlator.allocated()[0],
+        engine.correlator.allocated()[3],
     );
     assert_eq!(warm, after);
     // At most one write (2 fragments) and four reads in flight at once.

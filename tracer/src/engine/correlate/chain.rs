@@ -4,14 +4,14 @@
 //! complete, drop and expire them, hold remaps, name requests. What the
 //! chains conclude goes to a [`Sink`] as outcomes; nothing here counts.
 
-use super::accounting::Sink;
-use super::attribution::OwnerSlots;
-pub(super) use super::outcome::DropReason;
-use super::outcome::{Account, CommandEnds, CommandId, IoId, Outcome};
-use super::stats::OP_COUNT;
-use super::table::{FastMap, SlotRef, Table, NIL};
-use super::target::Target;
-use super::EngineLimits;
+use crate::engine::accounting::Sink;
+use crate::engine::attribution::OwnerSlots;
+pub(super) use crate::engine::outcome::DropReason;
+use crate::engine::outcome::{Account, CommandEnds, CommandId, IoId, Outcome};
+use crate::engine::stats::OP_COUNT;
+use crate::engine::table::{FastMap, SlotRef, Table, NIL};
+use crate::engine::target::Target;
+use crate::engine::EngineLimits;
 use crate::model::CorrelationStats;
 
 /// The correlation's in-flight state: the chains followed from user I/O
@@ -37,7 +37,7 @@ pub(super) struct Chains {
     /// puts it in the table, so no lookup misses it.
     pub(super) held_remap: Option<(RemapKey, Remap, u64)>,
     /// The command each in-flight request (dev, hctx and tag) carries.
-    pub(super) by_request: FastMap<(u32, u64), SlotRef>,
+    by_request: FastMap<(u32, u64), SlotRef>,
     /// Request-based dm's clones waiting for their issue below: (dev,
     /// sector, length) there → the upper device's command.
     pub(super) rq_remaps: FastMap<RemapKey, SlotRef>,
@@ -178,7 +178,7 @@ pub(super) struct Command {
     pub(super) lost: bool,
     /// Which request carries it (hardware queue and tag, from BTF
     /// tracepoints); 0 when unknown.
-    pub(super) identity: u64,
+    identity: u64,
     /// A completion of it reported an error (counted once).
     pub(super) failed: bool,
 }
@@ -230,7 +230,7 @@ impl Default for Remap {
 
 /// The correlator's marks on one device, kept in the registry's entry.
 #[derive(Clone, Copy, Debug)]
-pub(super) struct ChainMarks {
+pub(in crate::engine) struct ChainMarks {
     /// Requeued commands without a range (flushes, passthrough), per op:
     /// the next such issue is their re-issue, not a new command.
     pub(super) requeued_empty: [u32; OP_COUNT],
@@ -253,8 +253,8 @@ impl Default for ChainMarks {
     }
 }
 
-pub(super) type SectorKey = (u32, u64);
-pub(super) type RemapKey = (u32, u64, u32);
+type SectorKey = (u32, u64);
+type RemapKey = (u32, u64, u32);
 
 impl Chains {
     /// Holds `remap` for the next event (see [`Chains::held_remap`]).
@@ -762,6 +762,16 @@ impl Chains {
             let reference = self.commands.slot_ref(index);
             self.by_request.insert((dev, identity), reference);
         }
+    }
+
+    #[cfg(test)]
+    pub(super) fn allocated(&self) -> [usize; 4] {
+        [
+            self.user_ios.allocated(),
+            self.fragments.allocated(),
+            self.commands.allocated(),
+            self.remaps.allocated(),
+        ]
     }
 
     /// User I/Os in flight.

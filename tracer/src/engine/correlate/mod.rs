@@ -8,23 +8,27 @@ use std::hash::BuildHasherDefault;
 
 use tracer_common::{BlockAction, BlockEvent, EventKind};
 
-use super::accounting::Sink;
-use super::attribution::OwnerSlots;
-use super::chain::{Chains, DropReason, Fragment, FragmentState, Remap, UserIo};
-use super::devices::Devices;
-use super::outcome::{Account, CommandId, IoId, Outcome};
-use super::split::split_cause;
-use super::stats::op_index;
-use super::table::{KeyHasher, SlotRef, NIL};
-use super::target::{op_of, Target, NO_PART};
-use super::EngineLimits;
+mod chain;
+
+use crate::engine::accounting::Sink;
+use crate::engine::attribution::OwnerSlots;
+use crate::engine::devices::Devices;
+use crate::engine::outcome::{Account, CommandId, IoId, Outcome};
+use crate::engine::split::split_cause;
+use crate::engine::stats::op_index;
+use crate::engine::table::{KeyHasher, SlotRef, NIL};
+use crate::engine::target::{op_of, Target, NO_PART};
+use crate::engine::EngineLimits;
+use crate::model::CorrelationStats;
+pub(super) use chain::ChainMarks;
+use chain::{Chains, DropReason, Fragment, FragmentState, Remap, UserIo};
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
 
 pub(super) struct Correlator {
     /// The chains in flight, and the correlation's clock and counters.
-    pub(super) chains: Chains,
+    chains: Chains,
     /// Processes whose I/O counts as tracked.
     tracked: HashSet<u32, BuildHasherDefault<KeyHasher>>,
 }
@@ -36,6 +40,42 @@ impl Correlator {
             chains: Chains::new(limits, reserve, reserve),
             tracked: HashSet::default(),
         }
+    }
+
+    /// How the correlation went, with what is in flight now.
+    pub(super) fn correlation(&self) -> CorrelationStats {
+        CorrelationStats {
+            in_flight: self.chains.in_flight(),
+            ..self.chains.correlation
+        }
+    }
+
+    /// An event no handler reads (an unknown kind).
+    pub(super) fn unmatched(&mut self) {
+        self.chains.correlation.unmatched_events += 1;
+    }
+
+    /// A reset: chains in flight go on, but feed no new histograms.
+    pub(super) fn reset(&mut self) {
+        self.chains.new_epoch();
+    }
+
+    /// The kernel dropped events: every chain in flight may have lost one.
+    pub(super) fn events_lost(&mut self) {
+        self.chains.events_lost();
+    }
+
+    /// With nothing in flight, the tables give back what a burst grew
+    /// beyond `keep` slots. True if one shrank.
+    pub(super) fn shrink_idle(&mut self, keep: usize) -> bool {
+        let keep = self.chains.limits.max_in_flight.min(keep);
+        self.chains.shrink_idle(keep)
+    }
+
+    /// Slots allocated in the user I/O, fragment, command and remap tables.
+    #[cfg(test)]
+    pub(super) fn allocated(&self) -> [usize; 4] {
+        self.chains.allocated()
     }
 
     /// Adds processes whose I/O counts as tracked.
@@ -96,7 +136,7 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_remap(
+    fn on_remap(
         &mut self,
         event: &BlockEvent,
         from_dev: u32,
@@ -275,7 +315,7 @@ impl Correlator {
     }
 
     /// `traced` unless the queue is inferred from a remap.
-    pub(super) fn on_queue(
+    fn on_queue(
         &mut self,
         event: &BlockEvent,
         traced: bool,
@@ -425,7 +465,7 @@ impl Correlator {
         (fragment.state == FragmentState::Pending && inside).then_some((index, fragment.start))
     }
 
-    pub(super) fn on_split(
+    fn on_split(
         &mut self,
         event: &BlockEvent,
         new_sector: u64,
@@ -578,7 +618,7 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_merge(
+    fn on_merge(
         &mut self,
         event: &BlockEvent,
         kind: EventKind,
@@ -642,7 +682,7 @@ impl Correlator {
         self.on_queue(&queued, false, devices, out);
     }
 
-    pub(super) fn on_issue(
+    fn on_issue(
         &mut self,
         event: &BlockEvent,
         request: u64,
@@ -756,7 +796,7 @@ impl Correlator {
     /// `from_sector` and will issue the clone on `event.dev`: that issue
     /// carries the upper command's user I/Os. (An importer's `A` line of a
     /// request reaches here through [`Engine::on_remap`].)
-    pub(super) fn on_rq_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
+    fn on_rq_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
         let length = u64::from(event.nr_sector);
         if length == 0 {
             // A flush's clone: counted, not correlated, as flushes are.
@@ -806,7 +846,7 @@ impl Correlator {
 
     /// The driver gave an issued request back; it will be issued again as the
     /// same command (same range), not a new one.
-    pub(super) fn on_requeue(&mut self, event: &BlockEvent, devices: &mut Devices, out: &mut Sink) {
+    fn on_requeue(&mut self, event: &BlockEvent, devices: &mut Devices, out: &mut Sink) {
         let start = event.sector;
         let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
@@ -899,7 +939,7 @@ impl Correlator {
         true
     }
 
-    pub(super) fn on_complete(
+    fn on_complete(
         &mut self,
         event: &BlockEvent,
         request: u64,
@@ -1012,7 +1052,7 @@ impl Correlator {
         }
     }
 
-    pub(super) fn on_bio_complete(
+    fn on_bio_complete(
         &mut self,
         event: &BlockEvent,
         error: i32,
