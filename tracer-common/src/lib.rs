@@ -671,103 +671,162 @@ impl BlockAction {
     }
 }
 
-/// What a [`ProcessEvent`] records: a write-family syscall of a traced
-/// process, a fork that grew the traced process tree, or a change to a
-/// traced process's fd table (dup family, close).
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ProcessEventKind {
-    Write = 0,
-    Pwrite64 = 1,
-    Writev = 2,
-    Pwritev = 3,
-    Pwritev2 = 4,
-    Fsync = 5,
-    Fdatasync = 6,
-    Fork = 7,
-    Openat = 8,
-    Openat2 = 9,
-    Open = 10,
-    /// `fd` duplicated to `result`; likewise `Dup2`, `Dup3` and `Fcntl`
-    /// (only `F_DUPFD` and `F_DUPFD_CLOEXEC` are emitted).
-    Dup = 11,
-    Dup2 = 12,
-    Dup3 = 13,
-    Fcntl = 14,
-    /// `fd` closed (even a failed close releases it, unless it was not open).
-    Close = 15,
-    /// `fd`'s file position moved: `result` is the new position (or -errno).
-    Lseek = 16,
-    /// `tgid` executed a new program (`sched_process_exec`): its
-    /// close-on-exec fds are closed, without a close each.
-    Exec = 17,
-    /// close_range: fds `fd` to `offset & 0xffff_ffff` closed, or (with
-    /// [`CLOSE_RANGE_CLOEXEC`] in `offset >> 32`) made close-on-exec.
-    CloseRange = 18,
-    /// One iocb of an io_submit (libaio) that the kernel accepted:
-    /// `IOCB_CMD_PWRITE` of `result` bytes (its `aio_nbytes`) to `fd`
-    /// (`aio_fildes`) at `offset` (`aio_offset`, or [`UNKNOWN_OFFSET`]
-    /// with `RWF_APPEND`). Submitted, not completed: the completion
-    /// (io_getevents) is not traced, so `result` is never an error.
-    AioPwrite = 19,
-    /// `IOCB_CMD_PWRITEV`: like [`Self::AioPwrite`], `result` the iovecs'
-    /// lengths summed (at most [`AIO_IOVECS_READ`] of them).
-    AioPwritev = 20,
-    /// `IOCB_CMD_FSYNC` and `IOCB_CMD_FDSYNC` of `fd`.
-    AioFsync = 21,
-    AioFdsync = 22,
-    /// One io_submit call, after its iocbs' events: `result` is its
-    /// return (iocbs accepted, or -errno) and `offset` how many accepted
-    /// iocbs the probe did not follow (past [`AIO_IOCBS_READ`], a PWRITEV
-    /// of more than [`AIO_IOVECS_READ`] iovecs, or unreadable).
-    IoSubmit = 23,
-    /// One io_uring SQE of a traced process, at its submission
-    /// (`io_uring_submit_req`, after the kernel prepared it):
-    /// `IORING_OP_WRITE` of `result` bytes (the SQE's `len`) to `fd` at
-    /// `offset` (the SQE's `off`, or [`UNKNOWN_OFFSET`] for -1, the file
-    /// position). [`ProcessEvent::how`] says how it was submitted
-    /// ([`uring_how`]). Submitted, not completed, like an iocb.
-    UringWrite = 24,
-    /// `IORING_OP_WRITEV`: `result` the iovecs' lengths summed (at most
-    /// [`AIO_IOVECS_READ`] of them; a longer one is [`Self::UringNotFollowed`]).
-    UringWritev = 25,
-    /// `IORING_OP_WRITE_FIXED` (a registered buffer): like [`Self::UringWrite`].
-    UringWriteFixed = 26,
-    /// `IORING_OP_FSYNC` of `fd`, and with `IORING_FSYNC_DATASYNC`.
-    UringFsync = 27,
-    UringFdsync = 28,
-    /// A write or sync SQE that could not be followed (a WRITEV of more
-    /// than [`AIO_IOVECS_READ`] iovecs, or unreadable memory): `offset`
-    /// holds its opcode. Counted, never dropped. (A registered file's SQE
-    /// comes as its own kind with [`uring_how::FIXED_FILE`]: the fd table
-    /// resolves its slot or counts it.)
-    UringNotFollowed = 29,
-    /// A write or sync request of a traced process handed to an io-wq
-    /// worker (`iou-wrk-*`, `io_uring_queue_async_work`): `offset` holds
-    /// its opcode. Its SQE was already counted at its submission.
-    UringPunt = 30,
-    /// io_uring_register of files to `ring` (IORING_REGISTER_FILES or
-    /// FILES2), `result` slots: its table starts afresh; the
-    /// [`Self::UringFile`] events of its first [`URING_FILES_READ`] slots follow.
-    UringFilesRegistered = 31,
-    /// `fd` registered at slot `offset` of `ring`.
-    UringFile = 32,
-    /// `ring`'s registered files changed in a way not followed (an update,
-    /// an unregister, a direct descriptor installed by an SQE): its slots
-    /// are unknown from now on, until files are registered again.
-    UringFilesChanged = 33,
-    /// mmap of `fd`, shared and writable (MAP_SHARED, PROT_WRITE, not
-    /// anonymous): the mapping starts at `result` (or -errno), maps the
-    /// file from byte `offset`, and spans `ring` pages. Stores to it dirty
-    /// the file's pages, written back at msync, fsync, or by the kernel.
-    Mmap = 34,
-    /// msync of `ring` pages from address `offset`, flags in `fd`; `result`
-    /// 0 or -errno. Mappings are not tracked in the kernel: every msync of
-    /// a traced process is emitted, and userspace finds its mapping.
-    Msync = 35,
-    /// munmap of `ring` pages from address `offset`; `result` 0 or -errno.
-    Munmap = 36,
+/// The one table of process event kinds. Calls `$callback!` with every row,
+/// so the [`ProcessEventKind`] enum, its list, its names and its programs
+/// are generated from these rows and none can fall out of step. Adding a
+/// kind is a row here, its probe in tracer-ebpf (`probes/process.rs`) and
+/// its handling in the engine.
+///
+/// A row: `Kind: name, enter_program, syscall;`
+/// - `name`: the syscall (its tracepoints are `syscalls/sys_{enter,exit}_<name>`),
+///   or what the event stands for;
+/// - `enter_program`: the eBPF program that emits it;
+/// - `syscall`: whether it is one of [`ProcessEventKind::SYSCALLS`], whose
+///   entry program and `exit_write_family` follow the syscall's pair of tracepoints.
+///
+/// Rows are in wire order (the kind's value, kept in recordings); new rows go at the end.
+#[macro_export]
+macro_rules! with_process_events {
+    ($callback:ident) => {
+        $callback! {
+            Write: "write", enter_write, true;
+            Pwrite64: "pwrite64", enter_pwrite64, true;
+            Writev: "writev", enter_writev, true;
+            Pwritev: "pwritev", enter_pwritev, true;
+            Pwritev2: "pwritev2", enter_pwritev2, true;
+            Fsync: "fsync", enter_fsync, true;
+            Fdatasync: "fdatasync", enter_fdatasync, true;
+            Fork: "fork", process_fork, false;
+            Openat: "openat", enter_openat, true;
+            Openat2: "openat2", enter_openat2, true;
+            Open: "open", enter_open, true;
+            /// `fd` duplicated to `result`; likewise `Dup2`, `Dup3` and `Fcntl`
+            /// (only `F_DUPFD` and `F_DUPFD_CLOEXEC` are emitted).
+            Dup: "dup", enter_dup, true;
+            Dup2: "dup2", enter_dup2, true;
+            Dup3: "dup3", enter_dup3, true;
+            Fcntl: "fcntl", enter_fcntl, true;
+            /// `fd` closed (even a failed close releases it, unless it was not open).
+            Close: "close", enter_close, true;
+            /// `fd`'s file position moved: `result` is the new position (or -errno).
+            Lseek: "lseek", enter_lseek, true;
+            /// `tgid` executed a new program (`sched_process_exec`): its
+            /// close-on-exec fds are closed, without a close each.
+            Exec: "exec", process_exec, false;
+            /// close_range: fds `fd` to `offset & 0xffff_ffff` closed, or (with
+            /// [`CLOSE_RANGE_CLOEXEC`] in `offset >> 32`) made close-on-exec.
+            CloseRange: "close_range", enter_close_range, false;
+            /// One iocb of an io_submit (libaio) that the kernel accepted:
+            /// `IOCB_CMD_PWRITE` of `result` bytes (its `aio_nbytes`) to `fd`
+            /// (`aio_fildes`) at `offset` (`aio_offset`, or [`UNKNOWN_OFFSET`]
+            /// with `RWF_APPEND`). Submitted, not completed: the completion
+            /// (io_getevents) is not traced, so `result` is never an error.
+            AioPwrite: "io_submit(IOCB_CMD_PWRITE)", enter_io_submit, false;
+            /// `IOCB_CMD_PWRITEV`: like [`Self::AioPwrite`], `result` the iovecs'
+            /// lengths summed (at most [`AIO_IOVECS_READ`] of them).
+            AioPwritev: "io_submit(IOCB_CMD_PWRITEV)", enter_io_submit, false;
+            /// `IOCB_CMD_FSYNC` and `IOCB_CMD_FDSYNC` of `fd`.
+            AioFsync: "io_submit(IOCB_CMD_FSYNC)", enter_io_submit, false;
+            AioFdsync: "io_submit(IOCB_CMD_FDSYNC)", enter_io_submit, false;
+            /// One io_submit call, after its iocbs' events: `result` is its
+            /// return (iocbs accepted, or -errno) and `offset` how many accepted
+            /// iocbs the probe did not follow (past [`AIO_IOCBS_READ`], a PWRITEV
+            /// of more than [`AIO_IOVECS_READ`] iovecs, or unreadable).
+            IoSubmit: "io_submit", enter_io_submit, false;
+            /// One io_uring SQE of a traced process, at its submission
+            /// (`io_uring_submit_req`, after the kernel prepared it):
+            /// `IORING_OP_WRITE` of `result` bytes (the SQE's `len`) to `fd` at
+            /// `offset` (the SQE's `off`, or [`UNKNOWN_OFFSET`] for -1, the file
+            /// position). [`ProcessEvent::how`] says how it was submitted
+            /// ([`uring_how`]). Submitted, not completed, like an iocb.
+            UringWrite: "io_uring(IORING_OP_WRITE)", uring_submit_req, false;
+            /// `IORING_OP_WRITEV`: `result` the iovecs' lengths summed (at most
+            /// [`AIO_IOVECS_READ`] of them; a longer one is [`Self::UringNotFollowed`]).
+            UringWritev: "io_uring(IORING_OP_WRITEV)", uring_submit_req, false;
+            /// `IORING_OP_WRITE_FIXED` (a registered buffer): like [`Self::UringWrite`].
+            UringWriteFixed: "io_uring(IORING_OP_WRITE_FIXED)", uring_submit_req, false;
+            /// `IORING_OP_FSYNC` of `fd`, and with `IORING_FSYNC_DATASYNC`.
+            UringFsync: "io_uring(IORING_OP_FSYNC)", uring_submit_req, false;
+            UringFdsync: "io_uring(IORING_OP_FSYNC, DATASYNC)", uring_submit_req, false;
+            /// A write or sync SQE that could not be followed (a WRITEV of more
+            /// than [`AIO_IOVECS_READ`] iovecs, or unreadable memory): `offset`
+            /// holds its opcode. Counted, never dropped. (A registered file's SQE
+            /// comes as its own kind with [`uring_how::FIXED_FILE`]: the fd table
+            /// resolves its slot or counts it.)
+            UringNotFollowed: "io_uring(not followed)", uring_submit_req, false;
+            /// A write or sync request of a traced process handed to an io-wq
+            /// worker (`iou-wrk-*`, `io_uring_queue_async_work`): `offset` holds
+            /// its opcode. Its SQE was already counted at its submission.
+            UringPunt: "io_uring(io-wq)", uring_queue_async_work, false;
+            /// io_uring_register of files to `ring` (IORING_REGISTER_FILES or
+            /// FILES2), `result` slots: its table starts afresh; the
+            /// [`Self::UringFile`] events of its first [`URING_FILES_READ`] slots follow.
+            UringFilesRegistered: "io_uring_register(FILES)", enter_io_uring_register, false;
+            /// `fd` registered at slot `offset` of `ring`.
+            UringFile: "io_uring_register(file)", enter_io_uring_register, false;
+            /// `ring`'s registered files changed in a way not followed (an update,
+            /// an unregister, a direct descriptor installed by an SQE): its slots
+            /// are unknown from now on, until files are registered again.
+            UringFilesChanged: "io_uring(files changed)", uring_submit_req, false;
+            /// mmap of `fd`, shared and writable (MAP_SHARED, PROT_WRITE, not
+            /// anonymous): the mapping starts at `result` (or -errno), maps the
+            /// file from byte `offset`, and spans `ring` pages. Stores to it dirty
+            /// the file's pages, written back at msync, fsync, or by the kernel.
+            Mmap: "mmap", enter_mmap, true;
+            /// msync of `ring` pages from address `offset`, flags in `fd`; `result`
+            /// 0 or -errno. Mappings are not tracked in the kernel: every msync of
+            /// a traced process is emitted, and userspace finds its mapping.
+            Msync: "msync", enter_msync, true;
+            /// munmap of `ring` pages from address `offset`; `result` 0 or -errno.
+            Munmap: "munmap", enter_munmap, true;
+        }
+    };
 }
+
+macro_rules! define_process_event_kind {
+    ($(
+        $(#[doc = $doc:literal])*
+        $kind:ident: $name:literal, $program:ident, $syscall:literal;
+    )*) => {
+        /// What a [`ProcessEvent`] records: a write-family syscall of a traced
+        /// process, a fork that grew the traced process tree, or a change to a
+        /// traced process's fd table (dup family, close). One per row of
+        /// [`with_process_events!`].
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum ProcessEventKind {
+            $($(#[doc = $doc])* $kind,)*
+        }
+
+        impl ProcessEventKind {
+            pub const ALL: [ProcessEventKind; Self::COUNT] = [$(ProcessEventKind::$kind,)*];
+            pub const COUNT: usize = [$(stringify!($kind),)*].len();
+
+            /// The syscall name; its tracepoints are `syscalls/sys_{enter,exit}_<name>`.
+            pub const fn name(self) -> &'static str {
+                match self {
+                    $(ProcessEventKind::$kind => $name,)*
+                }
+            }
+
+            /// The eBPF program for the syscall's entry.
+            pub const fn enter_program(self) -> &'static str {
+                match self {
+                    $(ProcessEventKind::$kind => stringify!($program),)*
+                }
+            }
+
+            /// One of [`Self::SYSCALLS`].
+            const fn is_syscall(self) -> bool {
+                match self {
+                    $(ProcessEventKind::$kind => $syscall,)*
+                }
+            }
+        }
+    };
+}
+
+with_process_events!(define_process_event_kind);
 
 /// `PROT_WRITE`, `MAP_SHARED` and `MAP_ANONYMOUS` (<sys/mman.h>).
 pub const PROT_WRITE: u64 = 0x2;
@@ -941,162 +1000,37 @@ pub const O_CLOEXEC: u64 = 0o2000000;
 pub const CLOSE_RANGE_CLOEXEC: u64 = 1 << 2;
 
 impl ProcessEventKind {
-    pub const COUNT: usize = 37;
-    pub const ALL: [ProcessEventKind; Self::COUNT] = [
-        ProcessEventKind::Write,
-        ProcessEventKind::Pwrite64,
-        ProcessEventKind::Writev,
-        ProcessEventKind::Pwritev,
-        ProcessEventKind::Pwritev2,
-        ProcessEventKind::Fsync,
-        ProcessEventKind::Fdatasync,
-        ProcessEventKind::Fork,
-        ProcessEventKind::Openat,
-        ProcessEventKind::Openat2,
-        ProcessEventKind::Open,
-        ProcessEventKind::Dup,
-        ProcessEventKind::Dup2,
-        ProcessEventKind::Dup3,
-        ProcessEventKind::Fcntl,
-        ProcessEventKind::Close,
-        ProcessEventKind::Lseek,
-        ProcessEventKind::Exec,
-        ProcessEventKind::CloseRange,
-        ProcessEventKind::AioPwrite,
-        ProcessEventKind::AioPwritev,
-        ProcessEventKind::AioFsync,
-        ProcessEventKind::AioFdsync,
-        ProcessEventKind::IoSubmit,
-        ProcessEventKind::UringWrite,
-        ProcessEventKind::UringWritev,
-        ProcessEventKind::UringWriteFixed,
-        ProcessEventKind::UringFsync,
-        ProcessEventKind::UringFdsync,
-        ProcessEventKind::UringNotFollowed,
-        ProcessEventKind::UringPunt,
-        ProcessEventKind::UringFilesRegistered,
-        ProcessEventKind::UringFile,
-        ProcessEventKind::UringFilesChanged,
-        ProcessEventKind::Mmap,
-        ProcessEventKind::Msync,
-        ProcessEventKind::Munmap,
-    ];
     /// The syscalls traced, in program order (`Fork` and `Exec` are not
-    /// ones; close_range and io_submit have their own probes).
-    pub const SYSCALLS: [ProcessEventKind; 19] = [
-        ProcessEventKind::Write,
-        ProcessEventKind::Pwrite64,
-        ProcessEventKind::Writev,
-        ProcessEventKind::Pwritev,
-        ProcessEventKind::Pwritev2,
-        ProcessEventKind::Fsync,
-        ProcessEventKind::Fdatasync,
-        ProcessEventKind::Openat,
-        ProcessEventKind::Openat2,
-        ProcessEventKind::Open,
-        ProcessEventKind::Dup,
-        ProcessEventKind::Dup2,
-        ProcessEventKind::Dup3,
-        ProcessEventKind::Fcntl,
-        ProcessEventKind::Close,
-        ProcessEventKind::Lseek,
-        ProcessEventKind::Mmap,
-        ProcessEventKind::Msync,
-        ProcessEventKind::Munmap,
-    ];
+    /// ones; close_range and io_submit have their own probes): the rows
+    /// of [`with_process_events!`] marked `syscall`.
+    pub const SYSCALLS: [ProcessEventKind; Self::SYSCALL_COUNT] = {
+        let mut syscalls = [ProcessEventKind::Write; Self::SYSCALL_COUNT];
+        let (mut index, mut at) = (0, 0);
+        while index < Self::COUNT {
+            if Self::ALL[index].is_syscall() {
+                syscalls[at] = Self::ALL[index];
+                at += 1;
+            }
+            index += 1;
+        }
+        syscalls
+    };
+    const SYSCALL_COUNT: usize = {
+        let (mut index, mut count) = (0, 0);
+        while index < Self::COUNT {
+            if Self::ALL[index].is_syscall() {
+                count += 1;
+            }
+            index += 1;
+        }
+        count
+    };
 
     pub const fn from_u8(value: u8) -> Option<ProcessEventKind> {
         if (value as usize) < Self::COUNT {
             Some(Self::ALL[value as usize])
         } else {
             None
-        }
-    }
-
-    /// The syscall name; its tracepoints are `syscalls/sys_{enter,exit}_<name>`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            ProcessEventKind::Write => "write",
-            ProcessEventKind::Pwrite64 => "pwrite64",
-            ProcessEventKind::Writev => "writev",
-            ProcessEventKind::Pwritev => "pwritev",
-            ProcessEventKind::Pwritev2 => "pwritev2",
-            ProcessEventKind::Fsync => "fsync",
-            ProcessEventKind::Fdatasync => "fdatasync",
-            ProcessEventKind::Fork => "fork",
-            ProcessEventKind::Openat => "openat",
-            ProcessEventKind::Openat2 => "openat2",
-            ProcessEventKind::Open => "open",
-            ProcessEventKind::Dup => "dup",
-            ProcessEventKind::Dup2 => "dup2",
-            ProcessEventKind::Dup3 => "dup3",
-            ProcessEventKind::Fcntl => "fcntl",
-            ProcessEventKind::Close => "close",
-            ProcessEventKind::Lseek => "lseek",
-            ProcessEventKind::Exec => "exec",
-            ProcessEventKind::CloseRange => "close_range",
-            ProcessEventKind::AioPwrite => "io_submit(IOCB_CMD_PWRITE)",
-            ProcessEventKind::AioPwritev => "io_submit(IOCB_CMD_PWRITEV)",
-            ProcessEventKind::AioFsync => "io_submit(IOCB_CMD_FSYNC)",
-            ProcessEventKind::AioFdsync => "io_submit(IOCB_CMD_FDSYNC)",
-            ProcessEventKind::IoSubmit => "io_submit",
-            ProcessEventKind::UringWrite => "io_uring(IORING_OP_WRITE)",
-            ProcessEventKind::UringWritev => "io_uring(IORING_OP_WRITEV)",
-            ProcessEventKind::UringWriteFixed => "io_uring(IORING_OP_WRITE_FIXED)",
-            ProcessEventKind::UringFsync => "io_uring(IORING_OP_FSYNC)",
-            ProcessEventKind::UringFdsync => "io_uring(IORING_OP_FSYNC, DATASYNC)",
-            ProcessEventKind::UringNotFollowed => "io_uring(not followed)",
-            ProcessEventKind::UringPunt => "io_uring(io-wq)",
-            ProcessEventKind::UringFilesRegistered => "io_uring_register(FILES)",
-            ProcessEventKind::UringFile => "io_uring_register(file)",
-            ProcessEventKind::UringFilesChanged => "io_uring(files changed)",
-            ProcessEventKind::Mmap => "mmap",
-            ProcessEventKind::Msync => "msync",
-            ProcessEventKind::Munmap => "munmap",
-        }
-    }
-
-    /// The eBPF program for the syscall's entry.
-    pub const fn enter_program(self) -> &'static str {
-        match self {
-            ProcessEventKind::Write => "enter_write",
-            ProcessEventKind::Pwrite64 => "enter_pwrite64",
-            ProcessEventKind::Writev => "enter_writev",
-            ProcessEventKind::Pwritev => "enter_pwritev",
-            ProcessEventKind::Pwritev2 => "enter_pwritev2",
-            ProcessEventKind::Fsync => "enter_fsync",
-            ProcessEventKind::Fdatasync => "enter_fdatasync",
-            ProcessEventKind::Fork => "process_fork",
-            ProcessEventKind::Openat => "enter_openat",
-            ProcessEventKind::Openat2 => "enter_openat2",
-            ProcessEventKind::Open => "enter_open",
-            ProcessEventKind::Dup => "enter_dup",
-            ProcessEventKind::Dup2 => "enter_dup2",
-            ProcessEventKind::Dup3 => "enter_dup3",
-            ProcessEventKind::Fcntl => "enter_fcntl",
-            ProcessEventKind::Close => "enter_close",
-            ProcessEventKind::Lseek => "enter_lseek",
-            ProcessEventKind::Exec => "process_exec",
-            ProcessEventKind::CloseRange => "enter_close_range",
-            ProcessEventKind::AioPwrite
-            | ProcessEventKind::AioPwritev
-            | ProcessEventKind::AioFsync
-            | ProcessEventKind::AioFdsync
-            | ProcessEventKind::IoSubmit => "enter_io_submit",
-            ProcessEventKind::UringWrite
-            | ProcessEventKind::UringWritev
-            | ProcessEventKind::UringWriteFixed
-            | ProcessEventKind::UringFsync
-            | ProcessEventKind::UringFdsync
-            | ProcessEventKind::UringNotFollowed
-            | ProcessEventKind::UringFilesChanged => "uring_submit_req",
-            ProcessEventKind::UringPunt => "uring_queue_async_work",
-            ProcessEventKind::UringFilesRegistered | ProcessEventKind::UringFile => {
-                "enter_io_uring_register"
-            }
-            ProcessEventKind::Mmap => "enter_mmap",
-            ProcessEventKind::Msync => "enter_msync",
-            ProcessEventKind::Munmap => "enter_munmap",
         }
     }
 
@@ -1398,14 +1332,50 @@ pub mod counter {
     pub const COUNT: u32 = 3;
 }
 
+/// The one table of block-event rings: CPU `n` writes to ring `n % RINGS`,
+/// so probes on different CPUs do not contend for one ring's lock and
+/// positions. Calls `$callback!` with every row; tracer-ebpf declares the
+/// maps and picks a CPU's ring from it, userspace finds them by the names in
+/// [`names::EVENT_RINGS`].
+///
+/// A row: `index => MAP`, the ring's index (dense, from 0) and its map's name.
+#[macro_export]
+macro_rules! with_event_rings {
+    ($callback:ident) => {
+        $callback! {
+            0 => EVENTS0,
+            1 => EVENTS1,
+            2 => EVENTS2,
+            3 => EVENTS3,
+            4 => EVENTS4,
+            5 => EVENTS5,
+            6 => EVENTS6,
+            7 => EVENTS7,
+        }
+    };
+}
+
 /// Map and global names, shared so neither side can misspell them.
 pub mod names {
-    /// The block-event rings: CPU `n` writes to ring `n % RINGS`, so probes
-    /// on different CPUs do not contend for one ring's lock and positions.
-    pub const EVENT_RINGS: [&str; RINGS] = [
-        "EVENTS0", "EVENTS1", "EVENTS2", "EVENTS3", "EVENTS4", "EVENTS5", "EVENTS6", "EVENTS7",
-    ];
-    pub const RINGS: usize = 8;
+    macro_rules! ring_names {
+        ($($index:literal => $ring:ident,)*) => {
+            /// The block-event rings' map names, one per row of
+            /// [`with_event_rings!`](crate::with_event_rings).
+            pub const EVENT_RINGS: [&str; RINGS] = [$(stringify!($ring),)*];
+            pub const RINGS: usize = [$($index,)*].len();
+            // Ring `n` is row `n`: the probes pick it by index.
+            const _: () = {
+                let indices: [usize; RINGS] = [$($index,)*];
+                let mut at = 0;
+                while at < RINGS {
+                    assert!(indices[at] == at, "with_event_rings!: indices are 0, 1, 2...");
+                    at += 1;
+                }
+            };
+        };
+    }
+    crate::with_event_rings!(ring_names);
+
     pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
     pub const DIRTY_BUFFERS: &str = "DIRTY_BUFFERS";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";

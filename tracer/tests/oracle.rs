@@ -1,6 +1,6 @@
 //! The event stream against the kernel's own `blk` tracer: one workload on a
 //! partitioned loop disk traced by the blk tracer and by iosplit-trace with
-//! each probe flavor (raw and classic tracepoints) at once. Per-action counts
+//! each probe flavor (btf and classic tracepoints) at once. Per-action counts
 //! must match the blk tracer, and the two flavors must give the same answers.
 //!
 //! Then the disk under the build directory (this machine's virtio root disk)
@@ -49,7 +49,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
     let scratch = ScratchFile(scratch_dir.join(format!("oracle-{}.img", std::process::id())));
     let oracle = BlkTracer::start_disks(&[&disk.name, &root_disk]);
     let args = ["report", "--json", "-d", &disk.name];
-    let raw = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "btf")]);
+    let btf = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "btf")]);
     let classic = Tracer::start_with(&args, &[("IOSPLIT_PROBES", "classic")]);
 
     let p1 = disk.partition(1);
@@ -93,7 +93,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
     let parse = |tracer: Tracer| -> serde_json::Value {
         serde_json::from_str(&tracer.stop()).expect("report is JSON")
     };
-    let (raw, classic) = (parse(raw), parse(classic));
+    let (btf, classic) = (parse(btf), parse(classic));
 
     let root_args = ["report", "--json", "-d", &root_disk];
     let root_reports = ["btf", "classic"].map(|flavor| {
@@ -107,7 +107,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
         (flavor, report)
     });
     let trace = oracle.finish();
-    for (flavor, report) in [("btf", &raw), ("classic", &classic)] {
+    for (flavor, report) in [("btf", &btf), ("classic", &classic)] {
         eprintln!("--- {flavor} tracepoints");
         check_against_oracle(report, &trace, &disk, flavor);
     }
@@ -119,9 +119,9 @@ fn event_counts_match_the_kernels_blk_tracer() {
     let missed = classic["events"]["missed"].as_u64().unwrap();
     if missed == 0 {
         assert_eq!(
-            counts_of(&raw),
+            counts_of(&btf),
             counts_of(&classic),
-            "raw and classic tracepoints disagree"
+            "btf and classic tracepoints disagree"
         );
     } else {
         let events = |report: &serde_json::Value| -> u64 {
@@ -131,7 +131,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
                 .map(|key| report["events"][*key].as_u64().unwrap())
                 .sum()
         };
-        let (btf, classic) = (events(&raw), events(&classic));
+        let (btf, classic) = (events(&btf), events(&classic));
         assert!(
             classic <= btf && btf - classic <= missed,
             "classic saw {classic} events, btf {btf}, {missed} classic runs skipped"
@@ -141,7 +141,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
 
 /// Raw tracepoints are skipped only when a probe re-enters itself: never
 /// here. Classic ones are also skipped whenever another BPF program runs on
-/// the CPU, as the raw tracer's do beside them for every block event on the
+/// the CPU, as the btf tracer's do beside them for every block event on the
 /// machine (docs/design.md's reason for raw tracepoints): a completion
 /// interrupt during one skips its probe. Each skip is counted, so the
 /// classic counts may fall short of the oracle's by at most that many in all.

@@ -10,47 +10,47 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, device_filter, DirtyCounts, EventKind, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS,
+    counter, device_filter, names, DirtyCounts, EventKind, DEVICE_LIST_LEN, DIRTY_SIZE_BUCKETS,
 };
 
 /// Default size of each ring; userspace sizes them at load time.
 const EVENTS_RING_BYTES: u32 = 4096;
 
-// One ring per CPU (modulo 8): one shared ring made every reserve take the
-// same lock and move the same positions between CPUs (0.22 -> 0.16 us per
-// event on loop 4k random writes). Userspace merges them by timestamp.
-#[map(name = "EVENTS0")]
-static EVENTS0: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS1")]
-static EVENTS1: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS2")]
-static EVENTS2: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS3")]
-static EVENTS3: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS4")]
-static EVENTS4: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS5")]
-static EVENTS5: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS6")]
-static EVENTS6: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
-#[map(name = "EVENTS7")]
-static EVENTS7: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+/// One ring per CPU (modulo [`names::RINGS`], the rows of
+/// `with_event_rings!`): one shared ring made every reserve take the same
+/// lock and move the same positions between CPUs (docs/benchmarks.md, "one
+/// ring per CPU"). Userspace merges them by timestamp.
+macro_rules! event_rings {
+    ($($index:literal => $ring:ident,)*) => {
+        $(
+            #[map]
+            static $ring: RingBuf = RingBuf::with_byte_size(EVENTS_RING_BYTES, 0);
+        )*
 
-/// This CPU's block-event ring.
-#[inline(always)]
-pub fn ring() -> &'static RingBuf {
-    // SAFETY: a helper without arguments.
-    match unsafe { bpf_get_smp_processor_id() } % 8 {
-        0 => &EVENTS0,
-        1 => &EVENTS1,
-        2 => &EVENTS2,
-        3 => &EVENTS3,
-        4 => &EVENTS4,
-        5 => &EVENTS5,
-        6 => &EVENTS6,
-        _ => &EVENTS7,
-    }
+        /// This CPU's block-event ring.
+        #[inline(always)]
+        pub fn ring() -> &'static RingBuf {
+            // SAFETY: a helper without arguments.
+            let index = unsafe { bpf_get_smp_processor_id() } % names::RINGS as u32;
+            pick_ring!(index; []; $($index => $ring,)*)
+        }
+    };
 }
+
+/// `match index` with an arm per ring, the last one `_` so the match is total.
+macro_rules! pick_ring {
+    ($at:ident; [$($arms:tt)*]; $index:literal => $ring:ident,) => {
+        match $at {
+            $($arms)*
+            _ => &$ring,
+        }
+    };
+    ($at:ident; [$($arms:tt)*]; $index:literal => $ring:ident, $($rest:tt)*) => {
+        pick_ring!($at; [$($arms)* $index => &$ring,]; $($rest)*)
+    };
+}
+
+tracer_common::with_event_rings!(event_rings);
 
 #[map(name = "COUNTERS")]
 pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(counter::COUNT, 0);

@@ -1,15 +1,17 @@
 //! Probe records → [`BlockEvent`], one decoder per probe flavor: the classic
 //! tracepoints' record bytes with the format-file offsets
 //! ([`ClassicDecoder`]), and the BTF tracepoints' windows of `struct bio` and
-//! `struct request` with the BTF offsets ([`BtfDecoder`]). Pure, so each
-//! kernel layout is unit-tested.
+//! `struct request` with the BTF offsets ([`BtfDecoder`]); `Decoding` holds
+//! the loaded flavor's for the consumer. Pure, so each kernel layout is
+//! unit-tested.
 
 use tracer_common::{
-    BlockEvent, BtfEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject,
+    BlockEvent, BtfEvent, BtfQueueEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject,
     CLASSIC_RECORD_BYTES, CLASSIC_RECORD_START, NO_FIELD, RWBS_BYTES,
 };
 
 use super::layout::ObjectLayout;
+use super::ProbeFlavor;
 
 /// Decodes the classic probes' records of every kind with this kernel's
 /// format-file offsets.
@@ -190,6 +192,64 @@ impl BtfDecoder {
             segments: 0,
             ..*queue
         })
+    }
+}
+
+/// How the consumer turns ring records into events: one decoder per flavor.
+pub(super) enum Decoding {
+    Classic(ClassicDecoder),
+    Btf(BtfDecoder),
+    /// The noop programs write nothing.
+    Nothing,
+}
+
+impl Decoding {
+    pub(super) fn flavor(&self) -> ProbeFlavor {
+        match self {
+            Decoding::Classic(_) => ProbeFlavor::Classic,
+            Decoding::Btf(_) => ProbeFlavor::Btf,
+            Decoding::Nothing => ProbeFlavor::Noop,
+        }
+    }
+
+    /// The block events of one ring record, in kernel order: one, or a
+    /// folded partition remap and then its queue.
+    #[inline(always)]
+    pub(super) fn decode(&self, item: &[u8], mut each: impl FnMut(BlockEvent)) {
+        match self {
+            Decoding::Classic(decoder) => {
+                if item.len() < std::mem::size_of::<ClassicRecord>() {
+                    return;
+                }
+                // SAFETY: the classic probes write whole `ClassicRecord`s (checked length).
+                let record =
+                    unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<ClassicRecord>()) };
+                if let Some(event) = decoder.decode(&record) {
+                    each(event);
+                }
+            }
+            Decoding::Btf(decoder) => {
+                if item.len() < std::mem::size_of::<BtfEvent>() {
+                    return;
+                }
+                // SAFETY: the BTF-typed probes write whole `BtfEvent`s (checked length).
+                let event = unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BtfEvent>()) };
+                let Some(mut decoded) = decoder.decode(&event) else {
+                    return;
+                };
+                if item.len() >= std::mem::size_of::<BtfQueueEvent>() {
+                    // SAFETY: a record this long is a whole `BtfQueueEvent` (checked length).
+                    let queued =
+                        unsafe { std::ptr::read_unaligned(item.as_ptr().cast::<BtfQueueEvent>()) };
+                    decoded.owner = queued.owner;
+                    if let Some(remap) = BtfDecoder::folded_remap(&event, &decoded) {
+                        each(remap);
+                    }
+                }
+                each(decoded);
+            }
+            Decoding::Nothing => {}
+        }
     }
 }
 

@@ -1,4 +1,4 @@
-//! The configurations compared: no tracer, the floor (iosplit-trace's raw
+//! The configurations compared: no tracer, the floor (iosplit-trace's BTF
 //! tracepoints with programs that return at once), iosplit-trace (`report`;
 //! with `--no-owners`; with `--record`; `serve` scraped every second; with
 //! one probe lever turned off, when asked for), and
