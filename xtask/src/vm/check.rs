@@ -1,12 +1,16 @@
 //! Reading what a guest left in its results directory, and turning it into
 //! checks: expected vs found, pass or fail.
 
+use std::any::{Any, TypeId};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::rc::Rc;
 
-use serde_json::Value;
+use serde::de::DeserializeOwned;
 
 use super::oracle;
+use super::report::{Audit, Code, Findings, Report, Severity};
 
 /// One line of the final table.
 #[derive(Clone, Debug)]
@@ -38,12 +42,24 @@ impl Check {
     }
 }
 
+/// A JSON document from a results directory, read once, or why it could not be.
+pub type Loaded<T> = Result<Rc<T>, String>;
+
 /// The results directory of one boot.
 pub struct Results<'a> {
     pub dir: &'a Path,
+    /// Each JSON document read so far, by file name and type.
+    read: RefCell<BTreeMap<(String, TypeId), Rc<dyn Any>>>,
 }
 
-impl Results<'_> {
+impl<'a> Results<'a> {
+    pub fn new(dir: &'a Path) -> Results<'a> {
+        Results {
+            dir,
+            read: RefCell::default(),
+        }
+    }
+
     pub fn text(&self, name: &str) -> Result<String, String> {
         std::fs::read_to_string(self.dir.join(name)).map_err(|_| format!("no {name}"))
     }
@@ -60,9 +76,26 @@ impl Results<'_> {
             .ok_or_else(|| format!("{name} has no {key}"))
     }
 
-    /// A JSON document written by iosplit-trace; the error names the file and
-    /// quotes the tool's stderr, which says why it is missing.
-    pub fn json(&self, name: &str) -> Result<Value, String> {
+    /// A report written by iosplit-trace `report` or `run`.
+    pub fn report(&self, name: &str) -> Loaded<Report> {
+        self.json(name)
+    }
+
+    /// A document written by iosplit-trace `check`.
+    pub fn audit(&self, name: &str) -> Loaded<Audit> {
+        self.json(name)
+    }
+
+    /// A JSON document, read as `T` the first time it is asked for. The
+    /// error names the file and quotes the tool's stderr, which says why it
+    /// is missing, or says which key did not read as `T`'s.
+    pub fn json<T: DeserializeOwned + 'static>(&self, name: &str) -> Loaded<T> {
+        let key = (name.to_string(), TypeId::of::<T>());
+        if let Some(read) = self.read.borrow().get(&key) {
+            return Ok(Rc::clone(read)
+                .downcast::<T>()
+                .unwrap_or_else(|_| unreachable!("kept under its own type")));
+        }
         let stderr = self.text(&format!("{name}.stderr")).unwrap_or_default();
         // The last line the tool wrote (`+ ` lines are the guest shell's trace).
         let reason = stderr
@@ -72,13 +105,17 @@ impl Results<'_> {
             .unwrap_or("")
             .to_string();
         let text = self.text(name).map_err(|why| format!("{why}: {reason}"))?;
-        serde_json::from_str(&text).map_err(|_| {
+        let read: Rc<T> = Rc::new(serde_json::from_str(&text).map_err(|err| {
             if text.trim().is_empty() {
                 format!("{name} empty: {reason}")
+            } else if err.is_data() {
+                format!("{name} does not read as expected: {err}")
             } else {
                 format!("{name} is not JSON: {reason}")
             }
-        })
+        })?);
+        self.read.borrow_mut().insert(key, read.clone());
+        Ok(read)
     }
 }
 
@@ -92,12 +129,12 @@ pub fn parse_values(text: &str) -> BTreeMap<String, String> {
 /// A diagnosis as the checks see it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Found {
-    pub code: String,
+    pub code: Code,
     pub block_size: Option<u64>,
     pub cause: Option<String>,
     /// The cause or the explanation names the virt boundary.
     pub names_virt_boundary: bool,
-    pub severity: String,
+    pub severity: Severity,
 }
 
 impl std::fmt::Display for Found {
@@ -116,41 +153,22 @@ impl std::fmt::Display for Found {
 }
 
 /// Diagnoses on `device` in a report's top-level `diagnoses` list.
-pub fn diagnoses_on(report: &Value, device: &str) -> Vec<Found> {
+pub fn diagnoses_on(report: &impl Findings, device: &str) -> Vec<Found> {
     let mut found: Vec<Found> = report
-        .get("diagnoses")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter(|diagnosis| {
-            diagnosis
-                .get("device")
-                .and_then(Value::as_str)
-                .is_some_and(|name| name.trim_start_matches("/dev/") == device)
-        })
+        .diagnoses()
+        .iter()
+        .filter(|diagnosis| diagnosis.is_on(device))
         .map(|diagnosis| {
-            let evidence = diagnosis.get("evidence");
-            let text =
-                |value: Option<&Value>| value.and_then(Value::as_str).unwrap_or("").to_lowercase();
-            let cause = text(evidence.and_then(|e| e.get("cause")));
-            let explanation = text(diagnosis.get("explanation"));
+            let cause = diagnosis.cause().unwrap_or("").to_lowercase();
+            let explanation = diagnosis.explanation.to_lowercase();
             Found {
-                severity: text(diagnosis.get("severity")),
+                severity: diagnosis.severity,
                 names_virt_boundary: cause.contains("virt_boundary")
                     || explanation.contains("virt boundary")
                     || explanation.contains("virt_boundary"),
-                code: diagnosis
-                    .get("code")
-                    .and_then(Value::as_str)
-                    .unwrap_or("?")
-                    .to_string(),
-                block_size: evidence
-                    .and_then(|e| e.get("block_size"))
-                    .and_then(Value::as_u64),
-                cause: evidence
-                    .and_then(|e| e.get("cause"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
+                code: diagnosis.code(),
+                block_size: diagnosis.block_size(),
+                cause: diagnosis.cause().map(str::to_string),
             }
         })
         .collect();
@@ -171,16 +189,16 @@ pub fn describe(found: &[Found]) -> String {
 }
 
 /// A healthy device: no diagnosis on it above `info` (the false-alarm rule).
-pub fn expect_no_warning(what: &str, report: &Result<Value, String>, device: &str) -> Check {
+pub fn expect_no_warning(what: &str, report: &Loaded<impl Findings>, device: &str) -> Check {
     let expected = "no warning or critical (info allowed)";
     let report = match report {
         Ok(report) => report,
         Err(why) => return Check::missing(what, expected, why.clone()),
     };
-    let found = diagnoses_on(report, device);
+    let found = diagnoses_on(&**report, device);
     let loud: Vec<String> = found
         .iter()
-        .filter(|f| f.severity != "info")
+        .filter(|f| f.severity != Severity::Info)
         .map(|f| format!("{f} {}", f.severity))
         .collect();
     Check::new(
@@ -199,15 +217,19 @@ pub fn expect_no_warning(what: &str, report: &Result<Value, String>, device: &st
 /// the block size for `subpage_block_size` when given.
 pub fn expect_diagnoses(
     what: &str,
-    report: &Result<Value, String>,
+    report: &Loaded<impl Findings>,
     device: &str,
-    codes: &[&str],
+    codes: &[Code],
     block_size: Option<u64>,
 ) -> Check {
     let mut expected = if codes.is_empty() {
         "none".to_string()
     } else {
-        codes.join(", ")
+        codes
+            .iter()
+            .map(|code| code.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
     };
     if let Some(size) = block_size {
         expected.push_str(&format!(" (bs {size})"));
@@ -216,13 +238,13 @@ pub fn expect_diagnoses(
         Ok(report) => report,
         Err(why) => return Check::missing(what, expected, why.clone()),
     };
-    let found = diagnoses_on(report, device);
-    let found_codes: BTreeSet<&str> = found.iter().map(|f| f.code.as_str()).collect();
-    let wanted: BTreeSet<&str> = codes.iter().copied().collect();
+    let found = diagnoses_on(&**report, device);
+    let found_codes: BTreeSet<Code> = found.iter().map(|f| f.code).collect();
+    let wanted: BTreeSet<Code> = codes.iter().copied().collect();
     let size_ok = block_size.is_none_or(|size| {
         found
             .iter()
-            .any(|f| f.code == "subpage_block_size" && f.block_size == Some(size))
+            .any(|f| f.code == Code::SubpageBlockSize && f.block_size == Some(size))
     });
     Check::new(
         what,
@@ -240,7 +262,7 @@ pub fn expect_oracle_agreement(
     trace_name: &str,
 ) -> Check {
     let expected = "A Q X M F D R C equal (but for declared misses), no overrun";
-    let report = match results.json(report_name) {
+    let report = match results.report(report_name) {
         Ok(report) => report,
         Err(why) => return Check::missing(what, expected, why),
     };
@@ -254,10 +276,8 @@ pub fn expect_oracle_agreement(
             .unwrap_or_default(),
     );
     let counts = oracle::parse_blk_trace(&trace);
-    let events = report.get("events").cloned().unwrap_or(Value::Null);
-    let rows = oracle::compare(&events, &counts);
-    let dropped = events.get("dropped").and_then(Value::as_u64).unwrap_or(0);
-    let missed = events.get("missed").and_then(Value::as_u64).unwrap_or(0);
+    let rows = oracle::compare(&report.events, &counts);
+    let (dropped, missed) = (report.events.dropped, report.events.missed);
     let exact = rows.iter().all(|row| row.report == row.oracle);
     let agree = oracle::agrees_allowing_declared_misses(&rows, missed);
     let total: u64 = rows.iter().map(|row| row.oracle).sum();
@@ -306,80 +326,71 @@ pub fn expect_oracle_agreement(
     )
 }
 
-/// `devices[]` or `devices[].partitions[]` entry named `name`.
-pub fn device_entry<'a>(report: &'a Value, name: &str) -> Option<&'a Value> {
-    let devices = report.get("devices")?.as_array()?;
-    devices.iter().find_map(|device| {
-        if device.get("name").and_then(Value::as_str) == Some(name) {
-            return Some(device);
-        }
-        device
-            .get("partitions")?
-            .as_array()?
-            .iter()
-            .find(|part| part.get("name").and_then(Value::as_str) == Some(name))
-    })
-}
-
-/// `measures.ops.<op>.<field>` of a device entry.
-pub fn op_measure(entry: &Value, op: &str, field: &str) -> Option<u64> {
-    entry
-        .get("measures")?
-        .get("ops")?
-        .get(op)?
-        .get(field)?
-        .as_u64()
-}
-
-/// An event count from the report's `events`.
-pub fn event(report: &Value, key: &str) -> u64 {
-    report
-        .get("events")
-        .and_then(|events| events.get(key))
-        .and_then(Value::as_u64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::report::tests::empty_report;
     use super::*;
 
-    fn report() -> Value {
-        serde_json::json!({
-            "diagnoses": [
-                {"code": "misaligned_start", "device": "vda1", "evidence": {"partition_start": 1785}},
-                {"code": "subpage_block_size", "device": "vda1", "evidence": {"block_size": 512}},
-                {"code": "subpage_block_size", "device": "vdb1", "evidence": {"block_size": 1024}}
-            ],
-            "devices": [{"name": "vda", "partitions": [
-                {"name": "vda1", "measures": {"ops": {"write": {"commands": 9}}}}
-            ]}]
-        })
+    fn report() -> Report {
+        let mut report = empty_report();
+        let diagnosis = |code: &str, device: &str, evidence: serde_json::Value| {
+            serde_json::json!({"code": code, "device": device, "severity": "warning",
+                               "evidence": evidence, "explanation": "", "fix": ""})
+        };
+        report["diagnoses"] = serde_json::json!([
+            diagnosis(
+                "misaligned_start",
+                "vda1",
+                serde_json::json!({"partition_start": 1785})
+            ),
+            diagnosis(
+                "subpage_block_size",
+                "vda1",
+                serde_json::json!({"block_size": 512})
+            ),
+            diagnosis(
+                "subpage_block_size",
+                "vdb1",
+                serde_json::json!({"block_size": 1024})
+            )
+        ]);
+        report["devices"] = serde_json::json!([{"name": "vda", "dev": "254:0",
+            "geometry": {}, "measures": {"ops": {}}, "partitions": [
+            {"name": "vda1", "dev": "254:1", "geometry": {}, "measures": {"ops": {"write": {
+                "user_ios": 1, "fragments": 1, "commands": 9, "disk_commands": 0, "splits": 0,
+                "misaligned_pbs_commands": 0, "misaligned_4k_commands": 0,
+                "failed_commands": 0, "failed_user_ios": 0, "split_causes": {}}}}}
+        ]}]);
+        serde_json::from_value(report).unwrap()
     }
 
     #[test]
     fn exact_sets_pass_and_anything_else_fails() {
-        let report = Ok(report());
-        let both = ["misaligned_start", "subpage_block_size"];
+        let report = Ok(Rc::new(report()));
+        let both = [Code::MisalignedStart, Code::SubpageBlockSize];
         assert!(expect_diagnoses("l1", &report, "vda1", &both, Some(512)).pass);
         // Wrong block size, a missing code, an extra code, a missing report: all fail.
         assert!(!expect_diagnoses("l1", &report, "vda1", &both, Some(1024)).pass);
         assert!(!expect_diagnoses("l1", &report, "vda1", &both[..1], None).pass);
         assert!(!expect_diagnoses("l2", &report, "vdb1", &[], None).pass);
         assert!(expect_diagnoses("l3", &report, "vdc1", &[], None).pass);
-        let missing = Err("no report".to_string());
+        let missing: Loaded<Report> = Err("no report".to_string());
         assert!(!expect_diagnoses("l3", &missing, "vdc1", &[], None).pass);
     }
 
     #[test]
     fn the_virt_boundary_counts_when_named_in_cause_or_explanation() {
-        let report = serde_json::json!({"diagnoses": [
-            {"code": "merge_blocked", "device": "nvme0n1", "evidence": {},
-             "explanation": "The device's virt boundary (mask 0xfff) refuses to merge"},
-            {"code": "split_amplification", "device": "nvme0n1", "evidence": {"cause": "virt_boundary"}},
-            {"code": "split_amplification", "device": "vda", "evidence": {"cause": "max_sectors"},
-             "explanation": "Each piece is max_sectors_kb"}
-        ]});
+        let mut report = empty_report();
+        report["diagnoses"] = serde_json::json!([
+            {"code": "merge_blocked", "device": "nvme0n1", "severity": "warning", "evidence": {},
+             "explanation": "The device's virt boundary (mask 0xfff) refuses to merge", "fix": ""},
+            {"code": "split_amplification", "device": "nvme0n1", "severity": "warning",
+             "evidence": {"cause": "virt_boundary"}, "explanation": "", "fix": ""},
+            {"code": "split_amplification", "device": "vda", "severity": "warning",
+             "evidence": {"cause": "max_sectors"},
+             "explanation": "Each piece is max_sectors_kb", "fix": ""}
+        ]);
+        let report: Report = serde_json::from_value(report).unwrap();
         let nvme = diagnoses_on(&report, "nvme0n1");
         assert!(
             nvme.iter().all(|found| found.names_virt_boundary),
@@ -395,9 +406,30 @@ mod tests {
     #[test]
     fn partitions_are_found_inside_their_disk() {
         let report = report();
-        let entry = device_entry(&report, "vda1").unwrap();
-        assert_eq!(op_measure(entry, "write", "commands"), Some(9));
-        assert!(device_entry(&report, "vdz").is_none());
+        let entry = report.device("vda1").unwrap();
+        assert_eq!(entry.writes().map(|w| w.commands), Some(9));
+        assert!(report.device("vdz").is_none());
+    }
+
+    #[test]
+    fn a_document_is_read_once_and_a_broken_one_says_why() {
+        let dir = std::env::temp_dir().join(format!("iosplit-results-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("report.json"), empty_report().to_string()).unwrap();
+        std::fs::write(dir.join("renamed.json"), r#"{"diagnoses": []}"#).unwrap();
+        std::fs::write(dir.join("cut.json"), r#"{"diagnoses": ["#).unwrap();
+        std::fs::write(dir.join("cut.json.stderr"), "+ iosplit-trace\nkilled\n").unwrap();
+        let results = Results::new(&dir);
+        let first = results.report("report.json").unwrap();
+        assert!(Rc::ptr_eq(&first, &results.report("report.json").unwrap()));
+        let renamed = results.report("renamed.json").unwrap_err();
+        assert!(renamed.contains("missing field `events`"), "{renamed}");
+        assert_eq!(
+            results.report("cut.json").unwrap_err(),
+            "cut.json is not JSON: killed"
+        );
+        assert!(results.audit("renamed.json").is_err(), "no devices");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

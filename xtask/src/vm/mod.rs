@@ -11,6 +11,7 @@ mod initramfs;
 mod kernel;
 mod oracle;
 mod qemu;
+mod report;
 mod scenarios;
 
 use std::path::{Path, PathBuf};
@@ -227,9 +228,7 @@ fn run_scenario(
             }
         }
     }
-    let results = Results {
-        dir: &outcome.results,
-    };
+    let results = Results::new(&outcome.results);
     checks.extend((scenario.evaluate)(&results, &kernel.line));
     let guest_kernel = results
         .text("kernel")
@@ -255,9 +254,7 @@ fn run_scenario(
 
 /// A failed check when a boot was killed or left no results; `boot` prefixes its name.
 fn finished(outcome: &qemu::Outcome, boot: &str, timeout: std::time::Duration) -> Vec<Check> {
-    let results = Results {
-        dir: &outcome.results,
-    };
+    let results = Results::new(&outcome.results);
     if outcome.timed_out {
         vec![Check::new(
             format!("{boot}guest finished"),

@@ -5,6 +5,8 @@ use std::collections::BTreeMap;
 
 use tracer_common::EventKind;
 
+use super::report::Events;
+
 /// Actions counted per device: `(major, minor)` -> action letter -> lines.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct BlkCounts {
@@ -115,36 +117,35 @@ pub struct Agreement {
 /// table's letters. M covers back merges and request merges; C both
 /// completion tracepoints. D counts every issue, re-issues after a requeue
 /// (R) included.
-pub fn mapping() -> Vec<(&'static str, Vec<&'static str>)> {
-    let mut rows: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+pub fn mapping() -> Vec<(&'static str, Vec<EventKind>)> {
+    let mut rows: Vec<(&'static str, Vec<EventKind>)> = Vec::new();
     for kind in EventKind::ALL {
         let letter = kind.blk_action();
         if letter.is_empty() {
             continue;
         }
         match rows.iter_mut().find(|(seen, _)| *seen == letter) {
-            Some((_, keys)) => keys.push(kind.json_key()),
-            None => rows.push((letter, vec![kind.json_key()])),
+            Some((_, kinds)) => kinds.push(kind),
+            None => rows.push((letter, vec![kind])),
         }
     }
     rows
 }
 
-/// Compares the `events` object of a report against the tracer's counts (all devices).
-pub fn compare(events: &serde_json::Value, oracle: &BlkCounts) -> Vec<Agreement> {
+/// Compares a report's `events` against the tracer's counts (all devices).
+pub fn compare(events: &Events, oracle: &BlkCounts) -> Vec<Agreement> {
     mapping()
         .into_iter()
-        .map(|(action, keys)| Agreement {
-            label: format!("{action} {}", keys.join("+")),
-            report: keys
-                .iter()
-                .map(|key| {
-                    events
-                        .get(*key)
-                        .and_then(serde_json::Value::as_u64)
-                        .unwrap_or(0)
-                })
-                .sum(),
+        .map(|(action, kinds)| Agreement {
+            label: format!(
+                "{action} {}",
+                kinds
+                    .iter()
+                    .map(|kind| kind.json_key())
+                    .collect::<Vec<_>>()
+                    .join("+")
+            ),
+            report: kinds.iter().map(|kind| events.count(*kind)).sum(),
             oracle: oracle.total(action),
         })
         .collect()
@@ -224,16 +225,25 @@ mod tests {
         assert_eq!(counts.total("F"), 0);
     }
 
+    /// `events` as a report writes it, every count 0 but those given.
+    fn events_of(counts: serde_json::Value) -> Events {
+        let mut report = crate::vm::report::tests::empty_report();
+        for (key, count) in counts.as_object().unwrap() {
+            report["events"][key] = count.clone();
+        }
+        serde_json::from_value(report["events"].take()).unwrap()
+    }
+
     #[test]
     fn merges_and_completions_are_summed_across_kinds() {
         let counts = parse_blk_trace(TRACE);
-        let events = serde_json::json!({
+        let events = events_of(serde_json::json!({
             "remap": 1, "queue": 2, "split": 1, "backmerge": 0, "rq_merge": 1,
             "frontmerge": 0, "issue": 1, "requeue": 1, "complete": 0, "bio_complete": 1
-        });
+        }));
         let rows = compare(&events, &counts);
         assert!(rows.iter().all(|row| row.report == row.oracle), "{rows:?}");
-        let wrong = serde_json::json!({"queue": 1});
+        let wrong = events_of(serde_json::json!({"queue": 1}));
         let rows = compare(&wrong, &counts);
         let queue = rows.iter().find(|row| row.label.starts_with('Q')).unwrap();
         assert_eq!((queue.report, queue.oracle), (1, 2));

@@ -1,0 +1,241 @@
+//! `blk-oracle.sh`: the BTF and classic (format-file layout) probes against
+//! the ftrace blk tracer, on the seed's misaligned partition and on a
+//! small-ring disk that requeues.
+
+use std::time::Duration;
+
+use tracer_common::EventKind;
+
+use super::{
+    device_number, expect_all_probes, expect_geometry, Scenario, INDIRECT_DESC_BIT, MIB,
+    REQUEUE_DISK, REQUEUE_RING, SEED_512E, SEED_LAYOUTS,
+};
+use crate::vm::check::{expect_oracle_agreement, Check, Results};
+use crate::vm::kernel::Line;
+use crate::vm::oracle;
+use crate::vm::qemu::{Disk, Throttle};
+
+pub fn scenario() -> Scenario {
+    Scenario {
+        name: "blk-oracle",
+        summary:
+            "btf and classic (format layout) probes vs the ftrace blk tracer, requeues included",
+        disks: vec![
+            Disk {
+                serial: "oracle",
+                bytes: 256 * MIB,
+                bus: SEED_512E,
+                partition: Some(SEED_LAYOUTS[0]),
+                throttle: Throttle::None,
+            },
+            Disk {
+                serial: "requeue",
+                bytes: 64 * MIB,
+                bus: REQUEUE_DISK,
+                partition: None,
+                throttle: Throttle::None,
+            },
+        ],
+        timeout: Duration::from_secs(300),
+        evaluate,
+        extra_tools: &[],
+        fixed_disks: Vec::new(),
+    }
+}
+
+/// `name[size] at offset` for each field of a tracepoint `format` file that
+/// the 6.1 and later layouts disagree on (`rwbs`, `ioprio`).
+fn issue_layout(format: &str) -> String {
+    let mut described = Vec::new();
+    for wanted in ["ioprio", "rwbs"] {
+        let field = format.lines().find_map(|entry| {
+            let declaration = entry.trim().strip_prefix("field:")?;
+            let (declaration, rest) = declaration.split_once(';')?;
+            let name = declaration.split_whitespace().last()?;
+            (name == wanted || name.starts_with(&format!("{wanted}[")))
+                .then_some((name.to_string(), rest))
+        });
+        described.push(match field {
+            Some((name, rest)) => {
+                let offset = rest
+                    .split(';')
+                    .find_map(|part| part.trim().strip_prefix("offset:"))
+                    .unwrap_or("?");
+                format!("{name} at {offset}")
+            }
+            None => format!("no {wanted}"),
+        });
+    }
+    described.join(", ")
+}
+
+/// The `block_rq_issue` layout each kernel line has: the classic probes must
+/// read it from the format file, not assume the host's.
+fn expected_issue_layout(line: &Line) -> &'static str {
+    match line.name {
+        "6.1" => "no ioprio, rwbs[8] at 32",
+        "6.12" => "ioprio at 32, rwbs[8] at 34",
+        // A line added to LINES without its layout: the check fails and says so.
+        _ => "a layout listed for this kernel line",
+    }
+}
+
+fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
+    let mut checks = vec![expect_geometry(
+        "512e partition at 1785",
+        results,
+        "geometry",
+        &[
+            ("part.alignment_offset", "3584"),
+            ("part.block_size", "512"),
+        ],
+    )];
+    checks.push(expect_all_probes(
+        &format!("report probes on {}", line.name),
+        results,
+        "report.json",
+    ));
+    let what = format!("{} block_rq_issue layout", line.name);
+    let expected = expected_issue_layout(line);
+    checks.push(match results.text("format.block_rq_issue") {
+        Ok(format) => {
+            let found = issue_layout(&format);
+            let pass = found == expected;
+            Check::new(what, expected, found, pass)
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks.push(requeue_disk(results));
+    checks.push(expect_oracle_agreement(
+        "mkfs + O_DIRECT + aio + reads: events vs blk",
+        results,
+        "report.json",
+        "blk.trace",
+    ));
+    checks.push(expect_all_probes(
+        &format!("classic report probes on {}", line.name),
+        results,
+        "report-classic.json",
+    ));
+    checks.push(expect_oracle_agreement(
+        "same, classic tracepoints: events vs blk",
+        results,
+        "report-classic.json",
+        "blk.trace",
+    ));
+    // Requeues on their own line: the agreement rows above include them, but
+    // this one says whether the requeue probe is there at all.
+    let what = "requeues: events.requeue vs blk R";
+    let expected = "btf = classic = blk R > 0";
+    checks.push(
+        match (
+            results.text("blk.trace"),
+            results.report("report.json"),
+            results.report("report-classic.json"),
+        ) {
+            (Ok(trace), Ok(raw), Ok(classic)) => {
+                let requeues = oracle::parse_blk_trace(&trace).total("R");
+                let (raw, classic) = (
+                    raw.events.count(EventKind::Requeue),
+                    classic.events.count(EventKind::Requeue),
+                );
+                Check::new(
+                    what,
+                    expected,
+                    format!("blk R {requeues}, btf {raw}, classic {classic}"),
+                    requeues > 0 && raw == requeues && classic == requeues,
+                )
+            }
+            (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                Check::missing(what, expected, why)
+            }
+        },
+    );
+    // The comparison only proves kinds that occurred: the workload must produce all eight.
+    let what = "workload covers every action";
+    let expected = "A Q X M F D R C all > 0";
+    checks.push(match results.text("blk.trace") {
+        Ok(trace) => {
+            let counts = oracle::parse_blk_trace(&trace);
+            let absent: Vec<&str> = oracle::mapping()
+                .into_iter()
+                .map(|(action, _)| action)
+                .filter(|action| counts.total(action) == 0)
+                .collect();
+            Check::new(
+                what,
+                expected,
+                if absent.is_empty() {
+                    "all seen".to_string()
+                } else {
+                    format!("never seen: {}", absent.join(" "))
+                },
+                absent.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks
+}
+
+/// The small-ring disk as the guest saw it: no indirect descriptors offered
+/// (virtio feature bit 28, VIRTIO_RING_F_INDIRECT_DESC), and requeued commands
+/// on that disk in the blk trace.
+fn requeue_disk(results: &Results) -> Check {
+    let what = format!("small-ring virtio disk (queue-size {REQUEUE_RING}, indirect_desc=off)");
+    let expected = "no indirect descriptors; blk R on it > 0";
+    let (geometry, trace, device) = match (
+        results.values("requeue.geometry"),
+        results.text("blk.trace"),
+        results.value("names", "requeue_dev"),
+    ) {
+        (Ok(geometry), Ok(trace), Ok(device)) => (geometry, trace, device),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            return Check::missing(what, expected, why)
+        }
+    };
+    let indirect = geometry
+        .get("virtio.features")
+        .and_then(|bits| bits.chars().nth(INDIRECT_DESC_BIT));
+    let dev = device_number(&device);
+    let requeues = dev
+        .and_then(|dev| {
+            oracle::parse_blk_trace(&trace)
+                .per_device
+                .get(&dev)
+                .and_then(|actions| actions.get("R").copied())
+        })
+        .unwrap_or(0);
+    let field = |key: &str| geometry.get(key).map_or("?", String::as_str);
+    Check::new(
+        what,
+        expected,
+        format!(
+            "indirect {}; max_segments {}, nr_requests {}; blk R {requeues}",
+            match indirect {
+                Some('0') => "off",
+                Some('1') => "on",
+                _ => "?",
+            },
+            field("disk.max_segments"),
+            field("disk.nr_requests"),
+        ),
+        indirect == Some('0') && requeues > 0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn issue_layouts_are_read_from_the_format_file() {
+        let v61 = "\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;\n\
+                   \tfield:char rwbs[8];\toffset:32;\tsize:8;\tsigned:0;\n";
+        assert_eq!(issue_layout(v61), "no ioprio, rwbs[8] at 32");
+        let v618 = "\tfield:unsigned short ioprio;\toffset:32;\tsize:2;\tsigned:0;\n\
+                    \tfield:char rwbs[10];\toffset:34;\tsize:10;\tsigned:0;\n";
+        assert_eq!(issue_layout(v618), "ioprio at 32, rwbs[10] at 34");
+        assert_eq!(issue_layout(""), "no ioprio, no rwbs");
+    }
+}
