@@ -10,10 +10,10 @@
 /// The one table of block probes. Calls `$callback!` with every row, so each
 /// list of probes (the [`EventKind`] enum and its names here, the programs in
 /// tracer-ebpf, the counters in the report) is generated from these rows and
-/// none can fall out of step. Adding a probe is a row here, its bodies in
-/// tracer-ebpf (btf) and in `capture/format.rs` (classic fields), and the
-/// engine's handler. The tracer-ebpf macros ignore the columns after
-/// `arguments`, so a new consumer's column touches only this file.
+/// none can fall out of step. What else a new probe needs, and which of it
+/// the compiler points at: docs/design.md, "Where a change goes". The
+/// tracer-ebpf macros ignore the columns after `arguments`, so a new
+/// consumer's column touches only this file.
 ///
 /// A row: `Kind: tracepoint, json_key, classic_program, btf_program, object, arguments;`
 /// - `tracepoint`: the kernel tracepoint, in the `block` category;

@@ -27,35 +27,25 @@
 //! fragments or commands behind; they age out (or are evicted when the table
 //! is full) and their user I/Os are counted as incomplete.
 //!
-//! Where things live:
-//! - `mod.rs`: the [`Engine`], its construction, `ingest` dispatch and counters.
-//! - `handlers`: one `on_*` method per kernel event.
-//! - `chain`: the in-flight [`chain::Chains`] (user I/Os, fragments,
-//!   commands, remaps, requests) and their bookkeeping (gather, complete,
-//!   expire, make room, events the kernel dropped).
-//! - `outcome`: the typed [`outcome::Outcome`]s the correlation emits; the
-//!   accounting, the HTML series, the Perfetto timeline and `run`'s matcher
-//!   read them.
-//! - `accounting`: what each outcome counts for: the only writer of the
-//!   devices' counters, histograms and service samples, the attribution
-//!   and the what-if's streams.
-//! - `target`: where an event's numbers go, and an event's operation.
-//! - `devices`: disk and partition state, and disks that come and go.
-//! - `stats`, `histogram`, `streams`: per-device counters and histograms, and
-//!   the stream sizes the what-if replays.
-//! - `attribution`: who caused the I/O (process, cgroup, file).
-//! - `reports`: measures and findings read out of the engine.
-//! - `diagnose/`: one file per diagnosis code behind the `Check` registry
-//!   (live side and geometry side); `audit` and `placement`: the static
-//!   audit's entry points and where a partition sits.
-//! - `split`: why the kernel split a bio.
-//! - `run_match/`: `run`'s write syscalls matched to the commands that carried them.
-//! - `what_if`: what a fix would buy, replayed from the observed streams.
+//! Who owns what: [`Engine`] composes three owners and answers for them.
+//! - `devices`: the registry, what each disk and partition is.
+//! - `correlate/`: the correlator, one handler per kernel event, and the
+//!   in-flight chains it owns (`correlate/chain.rs`: user I/Os, fragments,
+//!   commands, remaps, requests, and their bookkeeping). It hands what it
+//!   concludes to the accounting as typed [`outcome::Outcome`]s.
+//! - `accounting`: what each outcome counts for; the only owner of what
+//!   was measured (devices' counters, histograms, service samples, the
+//!   what-if's streams, attribution, dirty buffers).
 //!
-//! A new kernel event gets a row in `tracer_common::with_block_probes!`, an
-//! `on_*` handler in `handlers` and one arm in [`Engine::ingest`]. A new
-//! diagnosis is a file under `diagnose/` listed in its `CHECKS`, with its
-//! words under `crate::explain` (see `diagnose/mod.rs`).
+//! The rest are pure helpers and readers: `outcome` (the vocabulary the
+//! correlator, the accounting and the views share), `target`, `stats`,
+//! `histogram`, `streams`, `service`, `table`; `reports` (what is read out);
+//! `diagnose/`, `audit`, `placement`, `split`, `what_if` (the diagnoses and
+//! what a fix would buy); `attribution` (who caused the I/O); `run_match/`
+//! (`run`'s writes matched to the commands that carried them).
+//!
+//! Where a change goes (a new tracepoint, diagnosis or measure):
+//! docs/design.md, "Where a change goes".
 
 mod accounting;
 pub mod attribution;
