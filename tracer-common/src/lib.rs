@@ -1275,8 +1275,7 @@ impl ProcessOffsets {
 pub const DIRTY_SIZE_BUCKETS: usize = 8;
 
 /// `block_dirty_buffer` hits per size, aggregated in the kernel per device:
-/// they need no per-event detail and are a quarter of the events under
-/// buffered sub-page writes.
+/// they need no per-event detail, and buffered sub-page writes make many.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct DirtyCounts {

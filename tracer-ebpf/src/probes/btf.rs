@@ -9,8 +9,8 @@
 //!
 //! They are BTF-typed (`tp_btf`): the verifier knows the arguments' types, so
 //! the device is found with plain loads (`bio->bi_bdev->bd_disk->major`,
-//! `rq->q->disk`), not a helper call per field (~20 ns each on an AMD EPYC
-//! with retpolines). Per hit: those loads, the filter, then the fields
+//! `rq->q->disk`), not a helper call per field (what a call costs:
+//! docs/benchmarks.md, "Where the cost goes"). Per hit: those loads, the filter, then the fields
 //! userspace decodes, loaded straight into the ring record.
 //!
 //! One program per row of `with_block_probes!`, generated below; what each
@@ -66,7 +66,7 @@ fn read<T>(address: u64) -> Result<T, i32> {
 /// knows each pointer's type, the layout's offsets are constants to it
 /// (`.rodata` is frozen before the programs load), and the JIT guards the
 /// load against faults, where `bpf_probe_read_kernel` is a helper call
-/// (~20 ns here) per field. Each load must be of its field's size: the
+/// per field. Each load must be of its field's size: the
 /// verifier refuses one across two fields or over part of a pointer.
 #[inline(always)]
 fn load<T: Copy>(address: u64) -> T {
@@ -81,7 +81,7 @@ fn load<T: Copy>(address: u64) -> T {
 /// through `bpf_probe_read_kernel`; a field beyond them is read on its own.
 /// The words live in the queue program's [`SCRATCH`] entry, not on the stack:
 /// rustc zeroes a stack buffer even when it is `MaybeUninit`, with a call
-/// to a byte-loop `memset` (~40 ns for 128 bytes here).
+/// to a byte-loop `memset` (docs/benchmarks.md, "Changes").
 struct Span<'a, const WORDS: usize> {
     /// Only the first `len` bytes hold this object's.
     words: &'a mut [u64; WORDS],

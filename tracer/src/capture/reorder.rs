@@ -15,8 +15,8 @@ pub struct Reorder {
     /// 32), sorted in place: unique keys, so any sort is stable. Kept with
     /// the merge buffer between drains, so ordering allocates nothing. (A
     /// stable sort of the events themselves allocated a buffer as large as
-    /// the drain; in `serve`, whose allocator maps every buffer over 128 KiB
-    /// afresh, its page faults were a fifth of the consumer.)
+    /// the drain, which `serve`'s allocator mapped afresh at every drain:
+    /// docs/benchmarks.md, "Changes".)
     order: Vec<u128>,
     merge: Vec<u128>,
     runs: Vec<usize>,
@@ -63,8 +63,8 @@ const MIN_RUN: usize = 32;
 
 /// Sorts `keys` as a natural merge sort: each ring's events arrive nearly in
 /// order, so the input is a few long runs, merged pairwise through `merge`.
-/// An unstable quicksort of the keys took 16% of the consumer; this is
-/// linear in the keys per pass and needs log2(runs) passes.
+/// Linear in the keys per pass, log2(runs) passes, where a quicksort
+/// ignores the runs (docs/benchmarks.md, "Changes").
 fn sort_runs(keys: &mut Vec<u128>, merge: &mut Vec<u128>, runs: &mut Vec<usize>) {
     let len = keys.len();
     runs.clear();

@@ -102,7 +102,7 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
     /// A table holding at most `cap` entries, with room for `reserve` up front.
     /// The key index starts small and grows with what is in flight: a lookup
     /// in an index sized for the reserve touches a random line of a few
-    /// hundred KiB, and those cache misses were a quarter of the consumer.
+    /// hundred KiB, a cache miss per lookup (docs/benchmarks.md, "Changes").
     pub fn new(cap: usize, reserve: usize) -> Self {
         let cap = cap.clamp(1, NIL as usize - 1);
         let reserve = reserve.min(cap);

@@ -32,8 +32,8 @@ pub(super) struct Chains {
     pub(super) remaps: Table<RemapKey, Remap>,
     /// The newest remap (key, remap, when it came), held outside `remaps`
     /// until the next event: that is nearly always its bio's queue, which
-    /// then takes it without a table insert, lookup and removal (a fifth of
-    /// the consumer's table work on a partition). Any other event first
+    /// then takes it without a table insert, lookup and removal (the cost
+    /// is in docs/benchmarks.md, "Changes"). Any other event first
     /// puts it in the table, so no lookup misses it.
     pub(super) held_remap: Option<(RemapKey, Remap, u64)>,
     /// The command each in-flight request (dev, hctx and tag) carries.
