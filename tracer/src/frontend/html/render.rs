@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use crate::frontend::{text, words};
+use crate::frontend::words;
 use crate::geometry::{DevId, DiskGeometry};
 use crate::model::{Distribution, Measures, OpMeasures, Report};
 
@@ -96,8 +96,8 @@ fn diagnoses(html: &mut String, report: &Report) {
     if report.diagnoses.is_empty() {
         html.push_str("<p>No findings.</p>");
     }
-    for diagnosis in text::by_severity(&report.diagnoses) {
-        let severity = text::severity_label(diagnosis.severity).to_lowercase();
+    for diagnosis in words::by_severity(&report.diagnoses) {
+        let severity = words::severity_label(diagnosis.severity).to_lowercase();
         let fix = diagnosis
             .fix
             .lines()
