@@ -63,6 +63,7 @@ pub mod audit;
 mod chain;
 mod devices;
 mod diagnose;
+pub mod fix_time;
 mod handlers;
 mod histogram;
 pub mod outcome;
