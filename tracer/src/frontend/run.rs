@@ -497,8 +497,8 @@ async fn spawn_and_wait(
     capture.untrack_process(own_pid)?;
     let mut child =
         spawned.map_err(|err| Error::failure(format!("cannot start `{}`: {err}", command[0])))?;
-    let pid = child.id().unwrap_or(0);
-    forward_signals_until_exit(&mut child, pid, stop_signals).await
+    let target = SignalTarget::of(child.id());
+    forward_signals_until_exit(&mut child, target, stop_signals).await
 }
 
 /// Takes over `target`'s tree while it is stopped: tracks every process,
@@ -554,26 +554,47 @@ struct StopSignals {
     terminate: Signal,
 }
 
-/// Waits for the child; Ctrl-C and SIGTERM are passed on to it.
+/// Waits for the child; Ctrl-C and SIGTERM are passed on to it, when it
+/// has a pid to pass them to.
 async fn forward_signals_until_exit(
     child: &mut tokio::process::Child,
-    pid: u32,
+    target: Option<SignalTarget>,
     signals: &mut StopSignals,
 ) -> Result<std::process::ExitStatus> {
+    let forward = |signal| {
+        if let Some(target) = target {
+            target.send(signal);
+        }
+    };
     loop {
         tokio::select! {
             status = child.wait() => {
                 return status.map_err(|err| Error::failure(format!("waiting for the command failed: {err}")));
             }
-            _ = signals.interrupt.recv() => forward(pid, libc::SIGINT),
-            _ = signals.terminate.recv() => forward(pid, libc::SIGTERM),
+            _ = signals.interrupt.recv() => forward(libc::SIGINT),
+            _ = signals.terminate.recv() => forward(libc::SIGTERM),
         }
     }
 }
 
-fn forward(pid: u32, signal: i32) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid as i32, signal) };
+/// The one process a signal for the command goes to. Never 0 or negative,
+/// which `kill` reads as our own process group, or as every process we may
+/// signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SignalTarget(libc::pid_t);
+
+impl SignalTarget {
+    /// The child's pid, while it has one (none once it was reaped).
+    fn of(pid: Option<u32>) -> Option<SignalTarget> {
+        let pid = libc::pid_t::try_from(pid?).ok()?;
+        (pid > 0).then_some(SignalTarget(pid))
+    }
+
+    fn send(self, signal: i32) {
+        // SAFETY: kill takes no pointers; the pid is positive, so it names
+        // one process, our child.
+        unsafe { libc::kill(self.0, signal) };
+    }
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that killed it.
@@ -958,6 +979,17 @@ mod tests {
             write_syscall_bytes: bytes,
             ..RunTarget::default()
         }
+    }
+
+    #[test]
+    fn no_pid_signals_nobody() {
+        assert_eq!(SignalTarget::of(None), None);
+        // kill(0, …) would signal our whole process group.
+        assert_eq!(SignalTarget::of(Some(0)), None);
+        // As pid_t these are negative: -1 is every process we may signal.
+        assert_eq!(SignalTarget::of(Some(u32::MAX)), None);
+        assert_eq!(SignalTarget::of(Some(1 << 31)), None);
+        assert_eq!(SignalTarget::of(Some(4242)), Some(SignalTarget(4242)));
     }
 
     /// The estimate is over the command's time, or the trace's without it,
