@@ -40,6 +40,7 @@
 //! The rest are pure helpers and readers: `outcome` (the vocabulary the
 //! correlator, the accounting and the views share), `target`, `stats`,
 //! `histogram`, `streams`, `service`, `table`; `reports` (what is read out);
+//! `fix_time` (what a fix would save a `run`, from its what-ifs);
 //! `diagnose/`, `audit`, `placement`, `split`, `what_if` (the diagnoses and
 //! what a fix would buy); `attribution` (who caused the I/O); `run_match/`
 //! (`run`'s writes matched to the commands that carried them).
@@ -53,6 +54,7 @@ pub mod audit;
 mod correlate;
 mod devices;
 mod diagnose;
+pub mod fix_time;
 mod histogram;
 pub mod outcome;
 mod placement;

@@ -22,6 +22,7 @@ use crate::geometry::{disks, predicted_block_size, DiskGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 use super::output::{Document, Format, Output};
+use super::units::{self, BytesForm};
 
 /// Schema name of the `check --json` document.
 pub const CHECK_SCHEMA_NAME: &str = "iosplit-trace/check";
@@ -373,7 +374,10 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         "{} ({}): {}, {kind}",
         disk.name,
         dev_text(disk.dev),
-        human_size(disk.size_sectors.saturating_mul(512))
+        units::bytes_as(
+            disk.size_sectors.saturating_mul(512) as f64,
+            BytesForm::Tenths
+        )
     );
     let _ = writeln!(
         out,
@@ -396,7 +400,7 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         disk.max_sectors_kb,
         disk.max_hw_sectors_kb,
         disk.max_segments,
-        human_size(u64::from(disk.max_segment_size))
+        units::bytes_as(f64::from(disk.max_segment_size), BytesForm::Tenths)
     );
     let boundary = if disk.virt_boundary_mask == 0 {
         "none".to_string()
@@ -493,28 +497,14 @@ fn render_diagnosis(out: &mut String, diagnosis: &Diagnosis) {
     out.push_str(&super::text::render_diagnosis(diagnosis, COLUMNS as u16));
 }
 
-/// "20.0 GiB": one decimal in the largest binary unit that fits.
-fn human_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut value = bytes as f64;
-    let mut unit = 0;
-    while value >= 1024.0 && unit + 1 < UNITS.len() {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{bytes} B")
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// The disk table's sizes: one decimal in the largest binary unit that fits.
     #[test]
     fn human_sizes() {
+        let human_size = |bytes: u64| units::bytes_as(bytes as f64, BytesForm::Tenths);
         assert_eq!(human_size(41_943_040 * 512), "20.0 GiB");
         assert_eq!(human_size(u64::from(u32::MAX)), "4.0 GiB");
         assert_eq!(human_size(100), "100 B");

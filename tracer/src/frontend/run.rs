@@ -20,6 +20,7 @@ use tracer_common::{
 
 use crate::capture::{Capture, CaptureConfig};
 use crate::cli::{DeviceSelection, RunArgs};
+use crate::engine::fix_time::{self, ProposedFix};
 use crate::engine::run_match::{FdResolver, FdTarget, RunMatcher, TargetFile, WriteMatch};
 use crate::engine::stats::distribution;
 use crate::engine::Engine;
@@ -28,7 +29,7 @@ use crate::geometry::resolve::resolve;
 use crate::geometry::{fiemap, sysfs, DevId};
 use crate::model::{
     AttachEnd, FilesNotListed, IoSubmitReport, Report, RunAttached, RunFile, RunMapped, RunReport,
-    RunTarget, RunTimeWithFix, ServiceBound, ServiceModel, TimeUnavailable, UringReport,
+    RunTarget, RunTimeWithFix, UringReport,
 };
 use crate::record::format::RunRecord;
 use crate::record::{RecordingSink, Writer};
@@ -496,8 +497,8 @@ async fn spawn_and_wait(
     capture.untrack_process(own_pid)?;
     let mut child =
         spawned.map_err(|err| Error::failure(format!("cannot start `{}`: {err}", command[0])))?;
-    let pid = child.id().unwrap_or(0);
-    forward_signals_until_exit(&mut child, pid, stop_signals).await
+    let target = SignalTarget::of(child.id());
+    forward_signals_until_exit(&mut child, target, stop_signals).await
 }
 
 /// Takes over `target`'s tree while it is stopped: tracks every process,
@@ -553,26 +554,47 @@ struct StopSignals {
     terminate: Signal,
 }
 
-/// Waits for the child; Ctrl-C and SIGTERM are passed on to it.
+/// Waits for the child; Ctrl-C and SIGTERM are passed on to it, when it
+/// has a pid to pass them to.
 async fn forward_signals_until_exit(
     child: &mut tokio::process::Child,
-    pid: u32,
+    target: Option<SignalTarget>,
     signals: &mut StopSignals,
 ) -> Result<std::process::ExitStatus> {
+    let forward = |signal| {
+        if let Some(target) = target {
+            target.send(signal);
+        }
+    };
     loop {
         tokio::select! {
             status = child.wait() => {
                 return status.map_err(|err| Error::failure(format!("waiting for the command failed: {err}")));
             }
-            _ = signals.interrupt.recv() => forward(pid, libc::SIGINT),
-            _ = signals.terminate.recv() => forward(pid, libc::SIGTERM),
+            _ = signals.interrupt.recv() => forward(libc::SIGINT),
+            _ = signals.terminate.recv() => forward(libc::SIGTERM),
         }
     }
 }
 
-fn forward(pid: u32, signal: i32) {
-    // SAFETY: signalling our own child.
-    unsafe { libc::kill(pid as i32, signal) };
+/// The one process a signal for the command goes to. Never 0 or negative,
+/// which `kill` reads as our own process group, or as every process we may
+/// signal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SignalTarget(libc::pid_t);
+
+impl SignalTarget {
+    /// The child's pid, while it has one (none once it was reaped).
+    fn of(pid: Option<u32>) -> Option<SignalTarget> {
+        let pid = libc::pid_t::try_from(pid?).ok()?;
+        (pid > 0).then_some(SignalTarget(pid))
+    }
+
+    fn send(self, signal: i32) {
+        // SAFETY: kill takes no pointers; the pid is positive, so it names
+        // one process, our child.
+        unsafe { libc::kill(self.0, signal) };
+    }
 }
 
 /// The shell's convention: the exit code, or 128 + the signal that killed it.
@@ -885,113 +907,28 @@ pub fn conclude(report: &mut Report, conclusion: RunRecord) {
     }
 }
 
-/// The run's time with the device's time scaled by `ratio`. Commands taken
-/// one at a time wait on each other, so the time the device sat idle between
-/// them stays. Commands kept in flight overlap the submitter (and a
-/// rate-limited disk credits its pauses), so the whole span from first issue
-/// to last completion scales, never below the pauses it held; what came
-/// before and after the span stays.
-fn run_after_fix_s(run_s: f64, busy_s: f64, ratio: f64, model: &ServiceModel) -> f64 {
-    if model.bound == ServiceBound::Latency {
-        return run_s - busy_s * (1.0 - ratio);
-    }
-    let span_s = (model.span_ms / 1000.0).clamp(busy_s, run_s);
-    (run_s - span_s) + (span_s - busy_s).max(span_s * ratio)
-}
-
-/// Below this share of the run busy, the device's time is not the run's.
-const IO_BOUND_SHARE: f64 = 0.2;
-
-/// The run's time with the fix whose what-if saves the most device time:
-/// the device-busy part of the run scaled by the what-if's times, the rest
-/// left as it was. `None` when no diagnosis carries a what-if.
-pub fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
-    let run_s = report
-        .run
-        .as_ref()
+/// The run's time with the fix whose what-if saves the most device time
+/// (see [`fix_time::time_with_fix`]), over the command's time, or the
+/// trace's when the command's is unknown. `None` when no diagnosis carries
+/// a what-if.
+fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
+    let run = report.run.as_ref();
+    let run_s = run
         .and_then(|run| run.command_s)
         .unwrap_or(report.duration_s);
-    let with_what_if: Vec<(&crate::model::Diagnosis, &crate::model::WhatIf)> = report
+    let fixes: Vec<ProposedFix<'_>> = report
         .diagnoses
         .iter()
-        .filter_map(|diagnosis| Some((diagnosis, diagnosis.evidence.what_if()?)))
+        .filter_map(|diagnosis| {
+            Some(ProposedFix {
+                code: diagnosis.code,
+                device: &diagnosis.device,
+                what_if: diagnosis.evidence.what_if()?,
+            })
+        })
         .collect();
-    let saved =
-        |what_if: &crate::model::WhatIf| match (what_if.time_now_ms, what_if.time_after_fix_ms) {
-            (Some(now), Some(after)) => now - after,
-            _ => f64::NEG_INFINITY,
-        };
-    let (diagnosis, what_if) = with_what_if
-        .iter()
-        .copied()
-        .max_by(|left, right| saved(left.1).total_cmp(&saved(right.1)))?;
-    let mut estimate = RunTimeWithFix {
-        code: diagnosis.code.to_string(),
-        device: diagnosis.device.clone(),
-        run_s,
-        commands_now: what_if.commands_now,
-        commands_after_fix: what_if.commands_after_fix,
-        pays_little: saves_little(what_if.commands_now, what_if.commands_after_fix),
-        reads_after_fix: reads_after_fix(report, diagnosis),
-        ..RunTimeWithFix::default()
-    };
-    let (Some(now), Some(after), Some(model)) = (
-        what_if.time_now_ms,
-        what_if.time_after_fix_ms,
-        what_if.service_model,
-    ) else {
-        estimate.device_busy_s = what_if.busy_ms.map(|ms| (ms / 1000.0).min(run_s));
-        estimate.unavailable = Some(
-            what_if
-                .time_unavailable
-                .unwrap_or(TimeUnavailable::NoServiceTime),
-        );
-        return Some(estimate);
-    };
-    let busy_s = (model.busy_ms / 1000.0).min(run_s);
-    estimate.device_busy_s = Some(busy_s);
-    if run_s <= 0.0 || now <= 0.0 || busy_s < IO_BOUND_SHARE * run_s {
-        estimate.unavailable = Some(TimeUnavailable::NotIoBound);
-        return Some(estimate);
-    }
-    let read_s = estimate.reads_after_fix as f64 * read_cost_ms(&model) / 1000.0;
-    estimate.run_after_fix_s = Some(run_after_fix_s(run_s, busy_s, after / now, &model) + read_s);
-    let after_s = estimate.run_after_fix_s.unwrap_or(run_s);
-    estimate.speedup = (after_s > 0.0).then(|| run_s / after_s);
-    estimate.pays_little |= estimate
-        .speedup
-        .is_some_and(|speedup| speedup < LITTLE_SPEEDUP);
-    Some(estimate)
-}
-
-/// The reads a 4 KiB block size adds to the run's writes on the device of
-/// a `subpage_block_size` finding: one per page first written in part.
-fn reads_after_fix(report: &Report, diagnosis: &crate::model::Diagnosis) -> u64 {
-    if diagnosis.code != crate::model::Code::SubpageBlockSize {
-        return 0;
-    }
-    let device = diagnosis.device.trim_start_matches("/dev/");
-    report.run.as_ref().map_or(0, |run| {
-        run.targets
-            .iter()
-            .filter(|target| target.device.trim_start_matches("/dev/") == device)
-            .map(|target| target.partial_pages)
-            .sum()
-    })
-}
-
-/// What one 4 KiB command costs the device, which a writer waiting on its
-/// read pays in full.
-fn read_cost_ms(model: &ServiceModel) -> f64 {
-    model.per_command_ms + model.ms_per_mib * 4096.0 / 1_048_576.0
-}
-
-/// Below this speedup, a run paid little for what the fix removes.
-const LITTLE_SPEEDUP: f64 = 1.1;
-
-/// The fix leaves at least four fifths of the commands.
-fn saves_little(now: u64, after: u64) -> bool {
-    now > 0 && after.saturating_mul(5) >= now.saturating_mul(4)
+    let targets = run.map_or(&[][..], |run| run.targets.as_slice());
+    fix_time::time_with_fix(run_s, &fixes, targets)
 }
 
 fn keep_touched_devices(
@@ -1045,6 +982,42 @@ mod tests {
     }
 
     #[test]
+    fn no_pid_signals_nobody() {
+        assert_eq!(SignalTarget::of(None), None);
+        // kill(0, …) would signal our whole process group.
+        assert_eq!(SignalTarget::of(Some(0)), None);
+        // As pid_t these are negative: -1 is every process we may signal.
+        assert_eq!(SignalTarget::of(Some(u32::MAX)), None);
+        assert_eq!(SignalTarget::of(Some(1 << 31)), None);
+        assert_eq!(SignalTarget::of(Some(4242)), Some(SignalTarget(4242)));
+    }
+
+    /// The estimate is over the command's time, or the trace's without it,
+    /// and only diagnoses with a what-if propose a fix.
+    #[test]
+    fn the_time_with_fix_is_over_the_command_or_else_the_trace() {
+        use crate::frontend::test_reports::seed_report;
+        let mut report = seed_report();
+        assert_eq!(time_with_fix(&report), None);
+        report.diagnoses[1]
+            .evidence
+            .set_what_if(crate::model::WhatIf {
+                commands_now: 800,
+                commands_after_fix: 100,
+                ..Default::default()
+            });
+        let estimate = time_with_fix(&report).unwrap();
+        assert_eq!(estimate.code, report.diagnoses[1].code.to_string());
+        assert_eq!(estimate.device, report.diagnoses[1].device);
+        assert_eq!(estimate.run_s, report.duration_s);
+        report.run = Some(RunReport {
+            command_s: Some(3.5),
+            ..RunReport::default()
+        });
+        assert_eq!(time_with_fix(&report).unwrap().run_s, 3.5);
+    }
+
+    #[test]
     fn the_summary_says_how_writes_were_submitted() {
         assert_eq!(write_paths(5, 0, 0), "");
         assert_eq!(write_paths(256, 256, 0), " through libaio (io_submit)");
@@ -1083,157 +1056,5 @@ mod tests {
             })
         );
         assert_eq!(keep_busiest_files(&mut targets, 2), None);
-    }
-}
-
-#[cfg(test)]
-mod time_with_fix_tests {
-    use super::*;
-    use crate::frontend::test_reports::seed_report;
-    use crate::model::{ServiceBound, WhatIf};
-
-    fn timed(now_ms: f64, after_ms: f64, busy_ms: f64) -> WhatIf {
-        WhatIf {
-            commands_now: 128,
-            commands_after_fix: 16,
-            time_now_ms: Some(now_ms),
-            time_after_fix_ms: Some(after_ms),
-            time_unavailable: None,
-            service_model: Some(ServiceModel {
-                commands_fitted: 128,
-                per_command_ms: 0.4,
-                ms_per_mib: 2.0,
-                in_flight: 1.0,
-                ceiling_mib_per_s: 500.0,
-                busy_ms,
-                span_ms: busy_ms,
-                bound: ServiceBound::Latency,
-            }),
-            busy_ms: Some(busy_ms),
-            segments: None,
-        }
-    }
-
-    fn report_with(what_if: WhatIf, command_s: f64) -> Report {
-        let mut report = seed_report();
-        report.diagnoses.truncate(1);
-        report.diagnoses[0].evidence.set_what_if(what_if);
-        report.run = Some(RunReport {
-            command_s: Some(command_s),
-            ..RunReport::default()
-        });
-        report
-    }
-
-    #[test]
-    fn only_the_busy_part_of_the_run_is_scaled() {
-        // 10 s run, device busy 8 s; the fix takes device time 8 s -> 2 s.
-        let report = report_with(timed(8000.0, 2000.0, 8000.0), 10.0);
-        let estimate = time_with_fix(&report).unwrap();
-        assert_eq!(estimate.unavailable, None);
-        assert_eq!(estimate.device_busy_s, Some(8.0));
-        let after = estimate.run_after_fix_s.unwrap();
-        assert!((after - 4.0).abs() < 1e-9, "{estimate:?}");
-        assert!((estimate.speedup.unwrap() - 2.5).abs() < 1e-9);
-    }
-
-    #[test]
-    fn a_subpage_fix_adds_a_read_for_each_page_first_written_in_part() {
-        // mkfs.ext4 on qemu NVMe: 81 pages its 1 KiB writes covered in part
-        // became 81 reads of 4 KiB on the fixed partition.
-        let mut report = report_with(timed(8000.0, 2000.0, 8000.0), 10.0);
-        let device = report.diagnoses[0].device.clone();
-        let without = time_with_fix(&report).unwrap();
-        if let Some(run) = report.run.as_mut() {
-            run.targets = vec![
-                RunTarget {
-                    device: device.clone(),
-                    partial_pages: 81,
-                    ..RunTarget::default()
-                },
-                RunTarget {
-                    device: "another".into(),
-                    partial_pages: 1000,
-                    ..RunTarget::default()
-                },
-            ];
-        }
-        // Another fix leaves the block size as it is.
-        assert_eq!(
-            report.diagnoses[0].code,
-            crate::model::Code::SplitAmplification
-        );
-        assert_eq!(time_with_fix(&report).unwrap().reads_after_fix, 0);
-        report.diagnoses[0].code = crate::model::Code::SubpageBlockSize;
-        let with = time_with_fix(&report).unwrap();
-        assert_eq!(with.reads_after_fix, 81);
-        // Each costs the model's command and its 4 KiB: 0.4 + 2.0 / 256 ms.
-        let added = with.run_after_fix_s.unwrap() - without.run_after_fix_s.unwrap();
-        assert!((added - 81.0 * 0.4078125 / 1000.0).abs() < 1e-9, "{added}");
-    }
-
-    /// A what-if on a device that kept `in_flight` commands queued.
-    fn pipelined(now_ms: f64, after_ms: f64, busy_ms: f64, span_ms: f64) -> WhatIf {
-        let mut what_if = timed(now_ms, after_ms, busy_ms);
-        if let Some(model) = what_if.service_model.as_mut() {
-            model.in_flight = 7.6;
-            model.span_ms = span_ms;
-            model.bound = ServiceBound::Iops;
-        }
-        what_if
-    }
-
-    #[test]
-    fn queued_commands_scale_the_span_with_the_pauses_inside_it() {
-        // The VM's 200 IOPS split (6.1): 2,304 -> 384 commands, 11.49 s; the
-        // fixed run measured 1.87 s. Scaling only the busy part keeps the
-        // span's 0.32 s of pauses and predicts 2.25 s.
-        let estimate = time_with_fix(&report_with(
-            pipelined(11094.5, 1849.1, 11094.6, 11416.6),
-            11.49,
-        ))
-        .unwrap();
-        let after = estimate.run_after_fix_s.unwrap();
-        assert!((after - 1.976).abs() < 0.005, "{estimate:?}");
-        // A fix that saves no device time saves no run time.
-        let unchanged = time_with_fix(&report_with(
-            pipelined(7873.0, 7873.0, 7835.0, 8025.9),
-            8.05,
-        ))
-        .unwrap();
-        assert!((unchanged.run_after_fix_s.unwrap() - 8.05).abs() < 1e-9);
-        // The pauses stay when the device's time drops below them (160 -> 2
-        // commands, measured 0.10 s).
-        let paused =
-            time_with_fix(&report_with(pipelined(657.3, 8.2, 657.5, 696.3), 0.75)).unwrap();
-        assert!(
-            (paused.run_after_fix_s.unwrap() - 0.0926).abs() < 0.001,
-            "{paused:?}"
-        );
-    }
-
-    #[test]
-    fn an_idle_device_or_an_untimed_what_if_says_why() {
-        let idle = report_with(timed(800.0, 200.0, 800.0), 10.0);
-        let estimate = time_with_fix(&idle).unwrap();
-        assert_eq!(estimate.unavailable, Some(TimeUnavailable::NotIoBound));
-        assert_eq!(estimate.run_after_fix_s, None);
-        let untimed = report_with(
-            WhatIf {
-                commands_now: 20,
-                commands_after_fix: 4,
-                time_unavailable: Some(TimeUnavailable::TooFewCommands),
-                busy_ms: Some(52.0),
-                ..WhatIf::default()
-            },
-            10.0,
-        );
-        let estimate = time_with_fix(&untimed).unwrap();
-        assert_eq!(estimate.unavailable, Some(TimeUnavailable::TooFewCommands));
-        // The busy time is kept without a fit: it tells where the run's time was not.
-        assert_eq!(estimate.device_busy_s, Some(0.052));
-        let mut none = seed_report();
-        none.diagnoses.clear();
-        assert_eq!(time_with_fix(&none), None);
     }
 }

@@ -22,15 +22,16 @@ pub fn thousands(value: u64) -> String {
     grouped
 }
 
-/// Splits a byte count into a value below 1024 and a unit index (`None`: bytes).
-fn scale_bytes(bytes: f64) -> (f64, Option<usize>) {
+/// Splits a byte count into a value below 1024 (unless the largest of
+/// `units` units is reached) and a unit index (`None`: bytes).
+fn scale_bytes(bytes: f64, units: usize) -> (f64, Option<usize>) {
     if !bytes.is_finite() || bytes < KIB {
         return (bytes, None);
     }
     let mut value = bytes;
     let mut unit = 0;
     value /= KIB;
-    while value >= KIB && unit + 1 < BINARY_UNITS.len() {
+    while value >= KIB && unit + 1 < units {
         value /= KIB;
         unit += 1;
     }
@@ -46,17 +47,58 @@ fn short_decimal(value: f64) -> String {
     }
 }
 
+/// How a byte count is written. Each view keeps the form it has always
+/// printed; [`bytes_as`] writes them all.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BytesForm {
+    /// `512 B`, `64 KiB`, `63.5 KiB`: a decimal only when the value is not
+    /// whole, up to PiB. The report, the TUI and the words.
+    Short,
+    /// `100 B`, `20.0 GiB`: always one decimal, up to TiB. `check`'s table.
+    Tenths,
+    /// `512 B`, `3 KiB` (whole KiB, rounded down), `1.5 MiB`, `2 GiB` or
+    /// `2.5 GiB`, up to GiB. The HTML page's plots and captions.
+    Axis,
+}
+
+impl BytesForm {
+    /// How many of [`BINARY_UNITS`] the form climbs.
+    fn units(self) -> usize {
+        match self {
+            BytesForm::Short => BINARY_UNITS.len(),
+            BytesForm::Tenths => 4,
+            BytesForm::Axis => 3,
+        }
+    }
+
+    /// `value` (below 1024 unless in the largest unit) of `BINARY_UNITS[unit]`.
+    fn number(self, value: f64, unit: usize) -> String {
+        match (self, unit) {
+            (BytesForm::Short, _) => short_decimal(value),
+            (BytesForm::Tenths, _) => format!("{value:.1}"),
+            (BytesForm::Axis, 0) => format!("{:.0}", value.floor()),
+            (BytesForm::Axis, 2) if value.fract() == 0.0 => format!("{value:.0}"),
+            (BytesForm::Axis, _) => format!("{value:.1}"),
+        }
+    }
+}
+
 /// `512` → `512 B`, `65536` → `64 KiB`, `65024` → `63.5 KiB`.
 pub fn bytes(value: f64) -> String {
-    match scale_bytes(value.max(0.0)) {
+    bytes_as(value, BytesForm::Short)
+}
+
+/// A byte count in a binary unit, written in `form`; below 1 KiB, whole bytes.
+pub fn bytes_as(value: f64, form: BytesForm) -> String {
+    match scale_bytes(value.max(0.0), form.units()) {
         (value, None) => format!("{value:.0} B"),
-        (value, Some(unit)) => format!("{} {}", short_decimal(value), BINARY_UNITS[unit]),
+        (value, Some(unit)) => format!("{} {}", form.number(value, unit), BINARY_UNITS[unit]),
     }
 }
 
 /// Compact byte count for table cells: `512B`, `4K`, `63.5K`, `1M`.
 pub fn compact_bytes(value: f64) -> String {
-    match scale_bytes(value.max(0.0)) {
+    match scale_bytes(value.max(0.0), COMPACT_UNITS.len()) {
         (value, None) => format!("{value:.0}B"),
         (value, Some(unit)) => format!("{}{}", short_decimal(value), COMPACT_UNITS[unit]),
     }
@@ -189,6 +231,28 @@ mod tests {
         assert_eq!(bytes(1536.0 * 1024.0), "1.5 MiB");
         assert_eq!(bytes(0.0), "0 B");
         assert_eq!(bytes(-3.0), "0 B");
+    }
+
+    /// The forms differ where the views always did; one function writes each.
+    #[test]
+    fn each_view_keeps_its_form_of_bytes() {
+        let said = |value: f64| {
+            [BytesForm::Short, BytesForm::Tenths, BytesForm::Axis].map(|form| bytes_as(value, form))
+        };
+        assert_eq!(said(100.0), ["100 B", "100 B", "100 B"]);
+        assert_eq!(said(4096.0), ["4 KiB", "4.0 KiB", "4 KiB"]);
+        assert_eq!(said(1536.0), ["1.5 KiB", "1.5 KiB", "1 KiB"]);
+        assert_eq!(said(1048576.0), ["1 MiB", "1.0 MiB", "1.0 MiB"]);
+        assert_eq!(said(41_943_040.0 * 512.0), ["20 GiB", "20.0 GiB", "20 GiB"]);
+        assert_eq!(said(f64::from(u32::MAX)), ["4 GiB", "4.0 GiB", "4.0 GiB"]);
+        assert_eq!(
+            said(3.0 * 1024f64.powi(4)),
+            ["3 TiB", "3.0 TiB", "3072 GiB"]
+        );
+        assert_eq!(
+            said(2.0 * 1024f64.powi(5)),
+            ["2 PiB", "2048.0 TiB", "2097152 GiB"]
+        );
     }
 
     #[test]

@@ -13,7 +13,8 @@ use serde_json::Value;
 use super::units;
 use crate::model::{
     ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
-    RunReport, RunTimeWithFix, SegmentSource, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
+    RunReport, RunTimeWithFix, SegmentSource, ServiceBound, ServiceModel, Severity,
+    TimeUnavailable, WhatIf,
 };
 
 /// Evidence keys told in their own sentences (see [`what_ifs`]), not in the
@@ -502,6 +503,22 @@ fn plain(value: &Value) -> String {
             .map(|(key, value)| format!("{key}:{}", plain(value)))
             .collect::<Vec<_>>()
             .join(","),
+    }
+}
+
+/// Diagnoses, most severe first; engine order within one severity.
+pub fn by_severity(diagnoses: &[Diagnosis]) -> Vec<&Diagnosis> {
+    let mut sorted: Vec<&Diagnosis> = diagnoses.iter().collect();
+    sorted.sort_by_key(|diagnosis| std::cmp::Reverse(diagnosis.severity));
+    sorted
+}
+
+/// How the text report, the TUI and the HTML page name a severity.
+pub fn severity_label(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Critical => "CRITICAL",
+        Severity::Warning => "WARNING",
+        Severity::Info => "INFO",
     }
 }
 

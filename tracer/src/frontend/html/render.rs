@@ -6,7 +6,8 @@ use std::fmt::Write as _;
 
 use plotters::prelude::*;
 
-use crate::frontend::{text, words};
+use crate::frontend::units::{self, BytesForm};
+use crate::frontend::words;
 use crate::geometry::{DevId, DiskGeometry};
 use crate::model::{Distribution, Measures, OpMeasures, Report};
 
@@ -96,8 +97,8 @@ fn diagnoses(html: &mut String, report: &Report) {
     if report.diagnoses.is_empty() {
         html.push_str("<p>No findings.</p>");
     }
-    for diagnosis in text::by_severity(&report.diagnoses) {
-        let severity = text::severity_label(diagnosis.severity).to_lowercase();
+    for diagnosis in words::by_severity(&report.diagnoses) {
+        let severity = words::severity_label(diagnosis.severity).to_lowercase();
         let fix = diagnosis
             .fix
             .lines()
@@ -225,7 +226,7 @@ fn sizes_svg(report: &Report) -> String {
             .x_labels(lows.len())
             .x_label_formatter(&|x| {
                 at_whole(*x, &lows)
-                    .map(|low| bytes(*low))
+                    .map(|low| units::bytes_as(*low as f64, BytesForm::Axis))
                     .unwrap_or_default()
             })
             .x_desc("size (bytes, log2 bucket start)")
@@ -366,7 +367,7 @@ fn offset_svg(
     });
     let mut html = String::new();
     let physical = match disk.map(|d| d.physical_block_size) {
-        Some(size) if size > 0 => bytes(u64::from(size)),
+        Some(size) if size > 0 => units::bytes_as(f64::from(size), BytesForm::Axis),
         _ => "unknown (no geometry)".to_string(),
     };
     let _ = write!(
@@ -374,7 +375,8 @@ fn offset_svg(
         "<h3>{}</h3><p>Physical block {} · each row {} · dashed lines: partition starts.</p>",
         escape(&name),
         physical,
-        bytes((row_sectors * 512.0) as u64)
+        // Whole bytes, as the page has always labelled rows and offsets.
+        units::bytes_as(((row_sectors * 512.0) as u64) as f64, BytesForm::Axis)
     );
     html.push_str(&svg(|root| {
         let mut chart = ChartBuilder::on(&root)
@@ -387,7 +389,9 @@ fn offset_svg(
             .disable_mesh()
             .x_desc("seconds")
             .y_desc("offset")
-            .y_label_formatter(&|sector| bytes((*sector * 512.0) as u64))
+            .y_label_formatter(&|sector| {
+                units::bytes_as(((*sector * 512.0) as u64) as f64, BytesForm::Axis)
+            })
             .draw()?;
         chart.draw_series(heat_cells(&grid.cells, max, |bin, row| {
             [
@@ -499,16 +503,6 @@ fn escape(text: &str) -> String {
         .replace('<', "&lt;")
         .replace('>', "&gt;")
         .replace('"', "&quot;")
-}
-
-fn bytes(value: u64) -> String {
-    match value {
-        v if v >= 1 << 30 && v % (1 << 30) == 0 => format!("{} GiB", v >> 30),
-        v if v >= 1 << 30 => format!("{:.1} GiB", v as f64 / (1u64 << 30) as f64),
-        v if v >= 1 << 20 => format!("{:.1} MiB", v as f64 / (1u64 << 20) as f64),
-        v if v >= 1 << 10 => format!("{} KiB", v >> 10),
-        v => format!("{v} B"),
-    }
 }
 
 fn micros(us: u64) -> String {
@@ -642,6 +636,7 @@ mod tests {
 
     #[test]
     fn units() {
+        let bytes = |value: u64| units::bytes_as(value as f64, BytesForm::Axis);
         assert_eq!(bytes(4096), "4 KiB");
         assert_eq!(bytes(512), "512 B");
         assert_eq!(bytes(1 << 30), "1 GiB");

@@ -11,7 +11,7 @@ use crate::model::{
     OwnerMeasures, Report, Severity,
 };
 
-use crate::frontend::text::by_severity;
+use crate::frontend::words::by_severity;
 use crate::frontend::{units, words};
 
 /// Keys the TUI reacts to, decoded from terminal events.

@@ -9,8 +9,9 @@ use ratatui::widgets::{Block, Borders, Paragraph, Wrap};
 use ratatui::Frame;
 
 use super::severity_style;
-use crate::frontend::text::{severity_label, size_histogram};
+use crate::frontend::text::size_histogram;
 use crate::frontend::tui::app::{App, Detail};
+use crate::frontend::words::severity_label;
 use crate::frontend::{units, words};
 
 /// Inner width from which histograms and findings split the pane evenly.
