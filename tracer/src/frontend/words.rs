@@ -11,8 +11,9 @@
 use serde_json::Value;
 
 use super::units;
+use crate::explain::WhoPays;
 use crate::model::{
-    ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
+    ratio, Code, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
     RunReport, RunTimeWithFix, SegmentSource, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
 };
 
@@ -212,12 +213,15 @@ pub fn run_time_with_fix(run: &RunReport, estimate: &RunTimeWithFix) -> String {
     }
     if estimate.pays_little {
         words.push_str(&format!(
-            ". This run paid little for {}: the fix would take its {} commands to ~{}. It costs most {}",
+            ". This run paid little for {}: the fix would take its {} commands to ~{}",
             estimate.code,
             units::thousands(estimate.commands_now),
             units::thousands(estimate.commands_after_fix),
-            crate::explain::who_pays(&estimate.code),
         ));
+        let pays = Code::named(&estimate.code).map(crate::explain::who_pays);
+        if let Some(WhoPays::Workloads(who)) = pays {
+            words.push_str(&format!(". It costs most {who}"));
+        }
     }
     words
 }
