@@ -82,7 +82,13 @@ pub fn what_if_op(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Option<
             .max_by_key(|(_, op)| op.requeues)
             .filter(|(_, op)| op.requeues > 0)
             .map(|(op, _)| *op),
-        _ => None,
+        Evidence::MisalignedStart(_)
+        | Evidence::MisalignedIoOpt(_)
+        | Evidence::MisalignedStack(_)
+        | Evidence::CryptSectorSize(_)
+        | Evidence::SplitAmplification(_)
+        | Evidence::MergeBlocked(_)
+        | Evidence::IoErrors(_) => None,
     }
 }
 
@@ -99,7 +105,14 @@ pub fn what_ifs(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Vec<Said>
         Evidence::RequeuedCommands(evidence) => {
             ("device issues", evidence.workaround_what_if.as_ref())
         }
-        _ => ("commands", None),
+        Evidence::SubpageBlockSize(_)
+        | Evidence::MisalignedStart(_)
+        | Evidence::MisalignedIoOpt(_)
+        | Evidence::MisalignedStack(_)
+        | Evidence::CryptSectorSize(_)
+        | Evidence::SplitAmplification(_)
+        | Evidence::MergeBlocked(_)
+        | Evidence::IoErrors(_) => ("commands", None),
     };
     let mut said = Vec::new();
     if let Some(fix) = diagnosis.evidence.what_if() {

@@ -12,12 +12,14 @@
 //! showed, and adds those only traffic can support. A code the audit raised
 //! for a device is not raised again from its traffic.
 //!
-//! A new code touches: its row in `model/code.rs`,
-//! its evidence struct and `Evidence` variant (`model/evidence.rs`), one file
-//! here and its line in [`CHECKS`], one file and one arm in `crate::explain`,
-//! its line in the README's "What it finds", `docs/diagnoses.md`, its
-//! evidence keys in `docs/json-schema.md`, and events in `tests/docs.rs`'s
-//! synthetic recording that raise it.
+//! A new code touches: its row in `model/code.rs`, its evidence struct and
+//! `Evidence` variant (`model/evidence.rs`; the compiler then asks for its
+//! arm in each of `Evidence`'s accessors), one file here and its line in
+//! [`CHECKS`], one file in `crate::explain` (its words and who pays) and its
+//! arms in `words` and `who_pays`, the arms of `frontend/words.rs`'s
+//! per-code matches, its line in the README's "What it finds",
+//! `docs/diagnoses.md`, its evidence keys in `docs/json-schema.md`, and
+//! events in `tests/docs.rs`'s synthetic recording that raise it.
 
 mod crypt_sector_size;
 mod io_errors;
