@@ -320,7 +320,7 @@ impl Measures {
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct DeviceReport {
     pub name: String,
     /// "major:minor".
@@ -338,7 +338,7 @@ pub struct DeviceReport {
     pub service: BTreeMap<Op, ServiceModel>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct PartitionReport {
     pub name: String,
     pub dev: String,
@@ -689,7 +689,7 @@ impl Diagnosis {
 /// fixed geometry or limits. Times are present where they can be estimated:
 /// the commands replayed through the device's service model
 /// (`engine/service.rs`); otherwise `time_unavailable` says why.
-#[derive(Clone, Debug, PartialEq, Default, Serialize)]
+#[derive(Clone, Debug, PartialEq, Default, Serialize, serde::Deserialize)]
 pub struct WhatIf {
     pub commands_now: u64,
     pub commands_after_fix: u64,
@@ -773,7 +773,7 @@ pub struct RunTimeWithFix {
 }
 
 /// How the device behaved over the traced period.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ServiceBound {
     /// Fewer than 1.5 commands in flight: each command's latency in turn.
@@ -787,7 +787,7 @@ pub enum ServiceBound {
 /// The device's service model for one op, fitted from the traced commands:
 /// each command keeps the device busy `per_command_ms` + `ms_per_mib` × MiB,
 /// at the `in_flight` concurrency the traced workload had.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
 pub struct ServiceModel {
     pub commands_fitted: u64,
     pub per_command_ms: f64,

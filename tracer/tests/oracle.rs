@@ -21,10 +21,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::{
-    count_actions, count_actions_between, count_actions_in_init_context,
+    blk_action_keys, count_actions, count_actions_between, count_actions_in_init_context,
     count_actions_in_init_context_between, dd, device_named, disk_holding, ops_total, privileged,
     scattered_direct_writes, split_prone_disk, BlkTracer, LoopDisk, ScratchFile, Tracer,
-    BLK_ACTION_KEYS,
 };
 
 /// Direct 1 MiB writes of 256 scattered pages to a file on the root disk:
@@ -125,7 +124,7 @@ fn event_counts_match_the_kernels_blk_tracer() {
         );
     } else {
         let events = |report: &serde_json::Value| -> u64 {
-            BLK_ACTION_KEYS
+            blk_action_keys()
                 .iter()
                 .flat_map(|(_, keys)| keys.iter())
                 .map(|key| report["events"][*key].as_u64().unwrap())
@@ -200,8 +199,10 @@ fn check_against_oracle(report: &serde_json::Value, trace: &str, disk: &LoopDisk
     let missed = assert_missed_only_where_allowed(events, flavor);
     assert!(ours("split") > 0, "the workload must split: {events}");
     assert!(ours("remap") > 0, "partition writes must remap: {events}");
-    let pairs = BLK_ACTION_KEYS
-        .map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum::<u64>()));
+    let pairs: Vec<(&str, u64)> = blk_action_keys()
+        .into_iter()
+        .map(|(action, keys)| (action, keys.iter().map(|key| ours(key)).sum()))
+        .collect();
     // Exact, but for events logged while init was current and skipped runs.
     let shortfall: u64 = pairs
         .iter()
@@ -363,11 +364,14 @@ fn check_shared_disk(report: &serde_json::Value, trace: &str, disk: &str, flavor
         "the direct 1 MiB writes to {disk} should have their tails requeued \
          (virtio-blk without indirect descriptors): {inside:?}"
     );
-    let bounds = BLK_ACTION_KEYS.map(|(action, keys)| {
-        let ours: u64 = keys.iter().map(|key| ours(key)).sum();
-        let low = count(&inside, action) - count(&hidden, action);
-        (action, ours, low, count(&around, action))
-    });
+    let bounds: Vec<(&str, u64, u64, u64)> = blk_action_keys()
+        .into_iter()
+        .map(|(action, keys)| {
+            let ours: u64 = keys.iter().map(|key| ours(key)).sum();
+            let low = count(&inside, action) - count(&hidden, action);
+            (action, ours, low, count(&around, action))
+        })
+        .collect();
     // Skipped classic runs may account for a shortfall, in all at most their count.
     let shortfall: u64 = bounds
         .iter()
@@ -433,4 +437,19 @@ fn events_logged_while_init_was_current_are_told_apart() {
     let hidden = count_actions_in_init_context(&trace, "7,0");
     assert_eq!(hidden, BTreeMap::from([("C".to_string(), 1)]));
     assert_eq!(count_actions(&trace, "7,0")["C"], 3);
+}
+
+/// The oracles compare each of the blk tracer's actions with the events the
+/// probe table files under its letter: every action it logs for the I/O
+/// traced is there, and a remap counts a request's (`rq_remap`) as well as
+/// a bio's.
+#[test]
+fn every_blk_action_the_oracles_compare_has_its_events() {
+    let keys = blk_action_keys();
+    let letters: Vec<&str> = keys.iter().map(|(letter, _)| *letter).collect();
+    assert_eq!(letters, ["A", "Q", "X", "M", "F", "D", "C", "R"]);
+    let of = |letter: &str| &keys.iter().find(|(seen, _)| *seen == letter).unwrap().1;
+    assert_eq!(of("A"), &["remap", "rq_remap"]);
+    assert_eq!(of("M"), &["backmerge", "rq_merge"]);
+    assert_eq!(of("C"), &["complete", "bio_complete"]);
 }

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use common::{
-    binary, dd, privileged, split_prone_disk, BlkTracer, ScratchFile, Tracer, BLK_ACTION_KEYS,
+    binary, blk_action_keys, dd, privileged, split_prone_disk, BlkTracer, ScratchFile, Tracer,
 };
 use iosplit_trace::geometry::{DevId, DiskGeometry};
 use iosplit_trace::record::{format, RecordHeader, RecordingSink, Trailer, Writer};
@@ -51,14 +51,14 @@ fn json_of(out: &Output) -> serde_json::Value {
 
 /// Per blk-tracer action, the report's count.
 fn action_counts(report: &serde_json::Value) -> Vec<(&'static str, u64)> {
-    BLK_ACTION_KEYS
-        .iter()
+    blk_action_keys()
+        .into_iter()
         .map(|(action, keys)| {
             let sum = keys
                 .iter()
                 .map(|key| report["events"][key].as_u64().unwrap())
                 .sum();
-            (*action, sum)
+            (action, sum)
         })
         .collect()
 }

@@ -1,7 +1,11 @@
 //! `crypt_sector_size`: what 512-byte encryption sectors cost on a 4 KiB disk.
 
-use super::Words;
+use super::{WhoPays, Words};
 use crate::model::{CryptSectorSizeEvidence, Finding};
+
+/// Who pays: the CPU, eight cipher calls per 4 KiB block, and the disk
+/// inside, for its read-modify-writes; no command a fix removes.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::NoCommandCost;
 
 pub(super) fn words(finding: &Finding, evidence: &CryptSectorSizeEvidence) -> Words {
     let top = &finding.device;
@@ -35,4 +39,31 @@ pub(super) fn words(finding: &Finding, evidence: &CryptSectorSizeEvidence) -> Wo
         )
     };
     Words { explanation, fix }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::explain::{who_pays, WhoPays};
+    use crate::model::{
+        Code, CryptSectorSizeEvidence, Evidence, LiveEvidence, WhatIf, WhatIfScope,
+    };
+
+    /// Small encryption sectors cost CPU, not commands a fix removes: no
+    /// what-if to time, and no workload `run` would name as paying more.
+    #[test]
+    fn nobody_pays_it_in_commands() {
+        assert_eq!(who_pays(Code::CryptSectorSize), WhoPays::NoCommandCost);
+        let mut evidence = Evidence::CryptSectorSize(CryptSectorSizeEvidence {
+            crypt_sector_size: 512,
+            bottom_device: "sda".into(),
+            physical_block_size: 4096,
+            logical_block_size: 512,
+            luks2: true,
+            dm_name: "secret".into(),
+            live: LiveEvidence::default(),
+        });
+        assert_eq!(evidence.what_if_scope(), WhatIfScope::NoWhatIf);
+        evidence.set_what_if(WhatIf::default());
+        assert_eq!(evidence.what_if(), None);
+    }
 }

@@ -4,8 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::Words;
+use super::{WhoPays, Words};
 use crate::model::{Finding, IoErrorsEvidence};
+
+/// Who pays: whoever waited on the failed commands; the fix is a repair,
+/// so no command is removed.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::NoCommandCost;
 
 /// "EIO ×2, ETIMEDOUT ×1": statuses, the most frequent first (then by name).
 pub fn statuses(errors: &BTreeMap<String, u64>) -> String {
@@ -108,4 +112,42 @@ pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
     ]
     .join("\n");
     Words { explanation, fix }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::statuses;
+    use crate::explain::{who_pays, WhoPays};
+    use crate::model::{Code, Evidence, IoErrorsEvidence, WhatIf, WhatIfScope};
+
+    #[test]
+    fn statuses_are_said_most_frequent_first() {
+        let errors = BTreeMap::from([
+            ("EIO".to_string(), 1),
+            ("ENOSPC".to_string(), 7),
+            ("EAGAIN".to_string(), 1),
+        ]);
+        assert_eq!(statuses(&errors), "ENOSPC ×7, EAGAIN ×1, EIO ×1");
+        assert_eq!(statuses(&BTreeMap::new()), "");
+    }
+
+    /// Failed commands need a repair, not fewer commands: no what-if to
+    /// time, and no workload `run` would name as paying more.
+    #[test]
+    fn nobody_pays_it_in_commands() {
+        assert_eq!(who_pays(Code::IoErrors), WhoPays::NoCommandCost);
+        let mut evidence = Evidence::IoErrors(IoErrorsEvidence {
+            failed_commands: 1,
+            commands: 8,
+            failed_user_ios: 1,
+            errors: BTreeMap::from([("EIO".to_string(), 1)]),
+            failed_ops: BTreeMap::new(),
+            partition: None,
+        });
+        assert_eq!(evidence.what_if_scope(), WhatIfScope::NoWhatIf);
+        evidence.set_what_if(WhatIf::default());
+        assert_eq!(evidence.what_if(), None);
+    }
 }

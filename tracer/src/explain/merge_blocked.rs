@@ -1,8 +1,13 @@
 //! `merge_blocked`: neighbours that could have merged, and the reason they
 //! did not.
 
-use super::Words;
+use super::{WhoPays, Words};
 use crate::model::{ratio, Finding, MergeBlockedEvidence, MergeFix};
+
+/// The workloads this code costs most, as `run` names them when the
+/// command it traced paid little.
+pub(super) const WHO_PAYS: WhoPays =
+    WhoPays::Workloads("streams of small sequential writes, which the block layer would merge");
 
 pub(super) fn words(finding: &Finding, evidence: &MergeBlockedEvidence) -> Words {
     let disk = &finding.disk;

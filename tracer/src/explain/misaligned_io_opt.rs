@@ -1,8 +1,11 @@
 //! `misaligned_io_opt`: what a start off the stripe or chunk costs.
 
-use super::{exact_size, partition, Words};
+use super::{exact_size, partition, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Finding, MisalignedIoOptEvidence};
+
+/// Who pays: as for a start off the physical block, with stripes.
+pub(super) const WHO_PAYS: WhoPays = super::misaligned_start::WHO_PAYS;
 
 pub(super) fn words(finding: &Finding, evidence: &MisalignedIoOptEvidence) -> Words {
     let mut reasons = Vec::new();

@@ -1,9 +1,12 @@
 //! `misaligned_stack`: where a stacked device's data lands, level by level,
 //! and the tool that sets the offset that moved it off the grid.
 
-use super::{exact_size, Words};
+use super::{exact_size, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Finding, MisalignedStackEvidence, StackFix};
+
+/// Who pays: as for a misaligned partition, one level lower.
+pub(super) const WHO_PAYS: WhoPays = super::misaligned_start::WHO_PAYS;
 
 pub(super) fn words(finding: &Finding, evidence: &MisalignedStackEvidence) -> Words {
     let top = &finding.device;

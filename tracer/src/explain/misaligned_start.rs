@@ -1,7 +1,13 @@
 //! `misaligned_start`: what an offset start costs every block written.
 
-use super::{partition, Words};
+use super::{partition, WhoPays, Words};
 use crate::model::{Finding, MisalignedStartEvidence};
+
+/// The workloads this code costs most, as `run` names them when the
+/// command it traced paid little.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::Workloads(
+    "writes of whole physical blocks or stripes, each of which then straddles two",
+);
 
 pub(super) fn words(finding: &Finding, evidence: &MisalignedStartEvidence) -> Words {
     let disk = &finding.disk;

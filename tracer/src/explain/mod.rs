@@ -3,10 +3,11 @@
 //! decided on). Reports carry these strings in [`Diagnosis`], so the text
 //! report, the TUI, the HTML page and the JSON all say the same.
 //!
-//! One file per code, each a `words` function of that code's evidence;
-//! `partition` holds the repartitioning commands the static codes share. A
-//! new code adds its file and one arm in [`words`]. Pure: nothing here
-//! decides a number, it only says the ones the finding holds.
+//! One file per code, each a `words` function of that code's evidence and
+//! its [`WhoPays`]; `partition` holds the repartitioning commands the static
+//! codes share. A new code adds its file and one arm in [`words`] and in
+//! [`who_pays`] (the compiler asks for both). Pure: nothing here decides a
+//! number, it only says the ones the finding holds.
 
 mod crypt_sector_size;
 mod io_errors;
@@ -23,7 +24,7 @@ mod tests;
 
 pub use io_errors::statuses;
 
-use crate::model::{Diagnosis, Evidence, Finding};
+use crate::model::{Code, Diagnosis, Evidence, Finding};
 
 /// What a report says about a finding.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,24 +50,30 @@ pub fn words(finding: &Finding) -> Words {
     }
 }
 
-/// The workloads a finding costs most, as a clause ("buffered I/O through
-/// …"): what `run` says when the command it traced paid little for it.
-pub fn who_pays(code: &str) -> &'static str {
+/// Who pays for a code's finding, as `run` says when the command it traced
+/// paid little for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhoPays {
+    /// The workloads it costs most, as a clause ("buffered I/O through …").
+    Workloads(&'static str),
+    /// No workload pays it in device commands a fix would remove (dm-crypt's
+    /// small sectors cost CPU; failed commands need a repair): such a code
+    /// carries no what-if, so no run is weighed against one.
+    NoCommandCost,
+}
+
+/// Who pays for `code`'s findings.
+pub fn who_pays(code: Code) -> WhoPays {
     match code {
-        "subpage_block_size" => {
-            "buffered I/O through the raw partition (dd, databases on raw devices) on a device that cannot merge its sub-page bios (nomerges, or a virt boundary with bios that start inside a page)"
-        }
-        "split_amplification" => {
-            "large writes (direct I/O, writeback of big files) on a device that charges per command, such as a cloud disk capped in IOPS"
-        }
-        "misaligned_start" | "misaligned_stack" | "misaligned_io_opt" => {
-            "writes of whole physical blocks or stripes, each of which then straddles two"
-        }
-        "merge_blocked" => "streams of small sequential writes, which the block layer would merge",
-        "requeued_commands" => {
-            "deep queues of large writes from scattered pages, which exhaust the ring's descriptors"
-        }
-        _ => "workloads whose commands the fix removes",
+        Code::SubpageBlockSize => subpage_block_size::WHO_PAYS,
+        Code::MisalignedStart => misaligned_start::WHO_PAYS,
+        Code::MisalignedIoOpt => misaligned_io_opt::WHO_PAYS,
+        Code::MisalignedStack => misaligned_stack::WHO_PAYS,
+        Code::CryptSectorSize => crypt_sector_size::WHO_PAYS,
+        Code::SplitAmplification => split_amplification::WHO_PAYS,
+        Code::MergeBlocked => merge_blocked::WHO_PAYS,
+        Code::RequeuedCommands => requeued_commands::WHO_PAYS,
+        Code::IoErrors => io_errors::WHO_PAYS,
     }
 }
 

@@ -1,9 +1,15 @@
 //! `requeued_commands`: how often the driver sent commands back, why where
 //! it can be known, and the fix.
 
-use super::Words;
+use super::{WhoPays, Words};
 use crate::blk::{PAGE_BYTES, VIRTIO_HEADER_DESCRIPTORS};
 use crate::model::{ratio, Finding, RequeueFix, RequeuedCommandsEvidence};
+
+/// The workloads this code costs most, as `run` names them when the
+/// command it traced paid little.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::Workloads(
+    "deep queues of large writes from scattered pages, which exhaust the ring's descriptors",
+);
 
 pub(super) fn words(finding: &Finding, evidence: &RequeuedCommandsEvidence) -> Words {
     let disk = &finding.disk;

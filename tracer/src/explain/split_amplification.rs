@@ -1,9 +1,15 @@
 //! `split_amplification`: how many I/Os were split and by what, the limit
 //! behind the cause, what the pieces cost, and the fix.
 
-use super::{exact_size, Words};
+use super::{exact_size, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{ratio, Finding, SplitAmplificationEvidence, SplitCost, SplitFix};
+
+/// The workloads this code costs most, as `run` names them when the
+/// command it traced paid little.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::Workloads(
+    "large writes (direct I/O, writeback of big files) on a device that charges per command, such as a cloud disk capped in IOPS",
+);
 
 pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) -> Words {
     let share = ratio(evidence.split_user_ios, evidence.user_ios);

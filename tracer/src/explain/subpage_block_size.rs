@@ -1,9 +1,15 @@
 //! `subpage_block_size`: why sub-page blocks cost, from the partition's size
 //! (the audit) or from what the traffic showed.
 
-use super::{exact_size, partition, Words};
+use super::{exact_size, partition, WhoPays, Words};
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::model::{Finding, MergeLimits, SubpageBlockSizeEvidence, SubpageFix, SubpageSeen};
+
+/// The workloads this code costs most, as `run` names them when the
+/// command it traced paid little.
+pub(super) const WHO_PAYS: WhoPays = WhoPays::Workloads(
+    "buffered I/O through the raw partition (dd, databases on raw devices) on a device that cannot merge its sub-page bios (nomerges, or a virt boundary with bios that start inside a page)",
+);
 
 pub(super) fn words(finding: &Finding, evidence: &SubpageBlockSizeEvidence) -> Words {
     let name = &finding.device;

@@ -642,18 +642,6 @@ fn refusals_alone_say_the_kernel_falls_back_not_that_the_device_failed() {
         .contains("/sys/block/sdf/queue/write_zeroes_max_bytes"));
 }
 
-#[test]
-fn statuses_are_said_most_frequent_first() {
-    use std::collections::BTreeMap;
-    let errors = BTreeMap::from([
-        ("EIO".to_string(), 1),
-        ("ENOSPC".to_string(), 7),
-        ("EAGAIN".to_string(), 1),
-    ]);
-    assert_eq!(super::statuses(&errors), "ENOSPC ×7, EAGAIN ×1, EIO ×1");
-    assert_eq!(super::statuses(&BTreeMap::new()), "");
-}
-
 /// Discards cut at a 64 KiB `discard_max_bytes` on a disk that takes 2 GiB:
 /// the fix names the setting and the hardware's value.
 #[test]

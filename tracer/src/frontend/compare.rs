@@ -4,17 +4,20 @@
 //! proves a fix, and how the what-if tests check theirs.
 //!
 //! Either side is a JSON report (`report --json`, `run --json`, `analyze
-//! --json`) or a recording, which is analyzed first. Reports are read as
-//! JSON values, so a report of an older schema still compares.
+//! --json`) or a recording, which is analyzed first. Reports are read into
+//! the report model's types, so a field renamed or missing is an error that
+//! names the file, never a count of 0; fields added since a report was
+//! written have defaults.
 
 use std::path::Path;
 use std::process::ExitCode;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cli::CompareArgs;
 use crate::error::{Context, Error, Result};
+use crate::model::{Code, DeviceReport, Measures, Op, OpMeasures, RunReport, WhatIf};
 use crate::record::Recording;
 
 use super::analyze::{replay, Views};
@@ -22,7 +25,34 @@ use super::output::{Document, Format, Output};
 use super::units;
 
 /// The operations a report measures, in its order; flushes carry no data.
-const DATA_OPS: [&str; 4] = ["read", "write", "discard", "other"];
+const DATA_OPS: [Op; 4] = [Op::Read, Op::Write, Op::Discard, Op::Other];
+
+/// A report as `compare` reads it: the parts of [`crate::model::Report`] it
+/// compares, in the model's own types.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ComparedReport {
+    /// Seconds of tracing the report covers.
+    duration_s: f64,
+    diagnoses: Vec<Predicting>,
+    devices: Vec<DeviceReport>,
+    /// Present for `run`.
+    run: Option<RunReport>,
+}
+
+/// A diagnosis as `compare` reads it: its code, its device and the
+/// prediction its evidence carries, if any.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+struct Predicting {
+    code: Code,
+    device: String,
+    evidence: PredictingEvidence,
+}
+
+/// The evidence's `what_if`; the rest of it differs by code.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+struct PredictingEvidence {
+    what_if: Option<WhatIf>,
+}
 
 /// What one side measured on one device and operation.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -38,17 +68,20 @@ pub struct Side {
 }
 
 impl Side {
-    fn of(op: &Value) -> Side {
-        let number = |value: &Value| value.as_u64().unwrap_or(0);
+    /// One operation's measures; an operation the side did not see is all 0.
+    fn of(op: Option<&OpMeasures>) -> Side {
+        let Some(op) = op else {
+            return Side::default();
+        };
         Side {
-            user_ios: number(&op["user_ios"]),
-            commands: number(&op["commands"]),
-            bytes: number(&op["bytes"]),
-            command_size_p50: number(&op["command_size"]["p50"]),
-            issue_to_complete_p50_us: number(&op["issue_to_complete_us"]["p50"]),
-            issue_to_complete_p99_us: number(&op["issue_to_complete_us"]["p99"]),
-            queue_to_complete_p50_us: number(&op["queue_to_complete_us"]["p50"]),
-            queue_to_complete_p99_us: number(&op["queue_to_complete_us"]["p99"]),
+            user_ios: op.user_ios,
+            commands: op.commands,
+            bytes: op.bytes,
+            command_size_p50: op.command_size.p50,
+            issue_to_complete_p50_us: op.issue_to_complete_us.p50,
+            issue_to_complete_p99_us: op.issue_to_complete_us.p99,
+            queue_to_complete_p50_us: op.queue_to_complete_us.p50,
+            queue_to_complete_p99_us: op.queue_to_complete_us.p99,
         }
     }
 }
@@ -72,7 +105,7 @@ pub struct OpPair {
 /// A prediction of BEFORE checked against AFTER.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PredictionCheck {
-    pub code: String,
+    pub code: Code,
     pub device: String,
     /// The device of AFTER that was measured (its pair).
     pub measured_on: Option<String>,
@@ -128,8 +161,8 @@ pub fn run(args: &CompareArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// A JSON report as it is, or a recording analyzed into one.
-fn load(path: &Path) -> Result<Value> {
+/// A JSON report, or a recording analyzed into one.
+fn load(path: &Path) -> Result<ComparedReport> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     if first == Some(b'{') {
@@ -141,7 +174,7 @@ fn load(path: &Path) -> Result<Value> {
                 path.display()
             )));
         }
-        return Ok(report);
+        return read_report(path, &bytes);
     }
     let recording = Recording::open(path).with_context(|| {
         format!(
@@ -154,46 +187,59 @@ fn load(path: &Path) -> Result<Value> {
         perfetto: None,
     };
     let analysis = replay(recording, path, &mut views)?;
-    serde_json::to_value(&analysis.report)
-        .with_context(|| format!("cannot compare {}", path.display()))
+    let json = serde_json::to_vec(&analysis.report)
+        .with_context(|| format!("cannot compare {}", path.display()))?;
+    read_report(path, &json)
+}
+
+/// `json`, the report of `path`, in the model's types: one line naming the
+/// file and what is wrong when a field is missing or of the wrong type.
+fn read_report(path: &Path, json: &[u8]) -> Result<ComparedReport> {
+    serde_json::from_slice(json).map_err(|err| {
+        Error::usage(format!(
+            "{} is not a report this version can compare: {err}",
+            path.display()
+        ))
+    })
 }
 
 /// Every disk and partition of a report, by name, with its measures.
-fn devices(report: &Value) -> Vec<(String, &Value)> {
+fn devices(report: &ComparedReport) -> Vec<(String, &Measures)> {
     let mut found = Vec::new();
-    for disk in report["devices"].as_array().into_iter().flatten() {
-        found.push((name_of(disk), &disk["measures"]));
-        for part in disk["partitions"].as_array().into_iter().flatten() {
-            found.push((name_of(part), &part["measures"]));
+    for disk in &report.devices {
+        found.push((disk.name.clone(), &disk.measures));
+        for part in &disk.partitions {
+            found.push((part.name.clone(), &part.measures));
         }
     }
     found
 }
 
-fn name_of(device: &Value) -> String {
-    device["name"].as_str().unwrap_or_default().to_string()
+/// The measures of the device named `name`.
+fn measures_of<'a>(side: &[(String, &'a Measures)], name: &str) -> Option<&'a Measures> {
+    side.iter().find(|(n, _)| n == name).map(|(_, m)| *m)
 }
 
-fn has_traffic(measures: &Value) -> bool {
-    DATA_OPS
-        .iter()
-        .any(|op| measures["ops"][op]["commands"].as_u64().unwrap_or(0) > 0)
+/// Commands of `op` in `measures`; 0 when the device saw none of it.
+fn commands(measures: &Measures, op: Op) -> u64 {
+    measures.op(op).map_or(0, |measured| measured.commands)
+}
+
+fn has_traffic(measures: &Measures) -> bool {
+    DATA_OPS.iter().any(|&op| commands(measures, op) > 0)
 }
 
 /// Commands of all data operations of one device's measures.
-fn data_commands(measures: &Value) -> u64 {
-    DATA_OPS
-        .iter()
-        .map(|op| measures["ops"][op]["commands"].as_u64().unwrap_or(0))
-        .sum()
+fn data_commands(measures: &Measures) -> u64 {
+    DATA_OPS.iter().map(|&op| commands(measures, op)).sum()
 }
 
 /// Pairs the devices (by `pairs`, then by name; a lone busy device on
 /// each side pairs with the other), compares them and checks BEFORE's
 /// predictions.
 pub fn compare(
-    (before_name, before): (&str, &Value),
-    (after_name, after): (&str, &Value),
+    (before_name, before): (&str, &ComparedReport),
+    (after_name, after): (&str, &ComparedReport),
     pairs: &[(String, String)],
 ) -> Comparison {
     let (old, new) = (devices(before), devices(after));
@@ -206,7 +252,7 @@ pub fn compare(
         }
     }
     if paired.is_empty() {
-        let busy = |side: &[(String, &Value)]| -> Vec<String> {
+        let busy = |side: &[(String, &Measures)]| -> Vec<String> {
             side.iter()
                 .filter(|(_, m)| has_traffic(m))
                 .map(|(n, _)| n.clone())
@@ -219,11 +265,6 @@ pub fn compare(
             paired.push((b.clone(), a.clone()));
         }
     }
-    let measures_of = |side: &[(String, &Value)], name: &str| -> Option<Value> {
-        side.iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, m)| (*m).clone())
-    };
     let mut device_pairs = Vec::new();
     for (b, a) in &paired {
         let (Some(old_m), Some(new_m)) = (measures_of(&old, b), measures_of(&new, a)) else {
@@ -232,11 +273,11 @@ pub fn compare(
         };
         let ops = DATA_OPS
             .iter()
-            .filter(|op| old_m["ops"][op].is_object() || new_m["ops"][op].is_object())
-            .map(|op| OpPair {
-                op: op.to_string(),
-                before: Side::of(&old_m["ops"][op]),
-                after: Side::of(&new_m["ops"][op]),
+            .filter(|&&op| old_m.op(op).is_some() || new_m.op(op).is_some())
+            .map(|&op| OpPair {
+                op: op.as_str().to_string(),
+                before: Side::of(old_m.op(op)),
+                after: Side::of(new_m.op(op)),
             })
             .filter(|pair| pair.before.commands + pair.after.commands > 0)
             .collect();
@@ -248,43 +289,37 @@ pub fn compare(
     }
 
     let mut predictions = Vec::new();
-    for diagnosis in before["diagnoses"].as_array().into_iter().flatten() {
-        let what_if = &diagnosis["evidence"]["what_if"];
-        let (Some(now), Some(predicted)) = (
-            what_if["commands_now"].as_u64(),
-            what_if["commands_after_fix"].as_u64(),
-        ) else {
+    for diagnosis in &before.diagnoses {
+        let Some(what_if) = &diagnosis.evidence.what_if else {
             continue;
         };
-        let device = diagnosis["device"].as_str().unwrap_or_default().to_string();
-        let old_m = measures_of(&old, &device);
+        let (now, predicted) = (what_if.commands_now, what_if.commands_after_fix);
+        let device = diagnosis.device.clone();
         // The scope is the op whose BEFORE commands the prediction started
-        // from; failing that, all data operations.
-        let scope = old_m
-            .as_ref()
-            .and_then(|m| {
-                DATA_OPS
-                    .iter()
-                    .find(|op| m["ops"][op]["commands"].as_u64() == Some(now))
-                    .map(|op| op.to_string())
-            })
-            .unwrap_or_else(|| "data".to_string());
+        // from; failing that (`None`), all data operations.
+        let scope = measures_of(&old, &device).and_then(|m| {
+            DATA_OPS
+                .iter()
+                .copied()
+                .find(|&op| m.op(op).map(|measured| measured.commands) == Some(now))
+        });
         let measured_on = paired
             .iter()
             .find(|(b, _)| *b == device)
             .map(|(_, a)| a.clone());
-        let measured = measured_on
-            .as_ref()
-            .and_then(|a| measures_of(&new, a))
-            .map(|m| match scope.as_str() {
-                "data" => data_commands(&m),
-                op => m["ops"][op]["commands"].as_u64().unwrap_or(0),
-            });
+        let measured =
+            measured_on
+                .as_ref()
+                .and_then(|a| measures_of(&new, a))
+                .map(|m| match scope {
+                    None => data_commands(m),
+                    Some(op) => commands(m, op),
+                });
         predictions.push(PredictionCheck {
-            code: diagnosis["code"].as_str().unwrap_or_default().to_string(),
+            code: diagnosis.code,
             device,
             measured_on,
-            scope,
+            scope: scope.map_or("data", Op::as_str).to_string(),
             commands_now: now,
             predicted_commands: predicted,
             measured_commands: measured,
@@ -293,13 +328,12 @@ pub fn compare(
                 .map(|m| (m as f64 - predicted as f64) / predicted as f64),
         });
     }
-    let is_run = |report: &Value| report["run"].is_object();
     Comparison {
         before: before_name.to_string(),
         after: after_name.to_string(),
-        before_duration_s: before["duration_s"].as_f64().unwrap_or(0.0),
-        after_duration_s: after["duration_s"].as_f64().unwrap_or(0.0),
-        timed_runs: is_run(before) && is_run(after),
+        before_duration_s: before.duration_s,
+        after_duration_s: after.duration_s,
+        timed_runs: before.run.is_some() && after.run.is_some(),
         devices: device_pairs,
         predictions,
         notes,
@@ -437,38 +471,63 @@ impl Document for Comparison {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use serde_json::json;
+    use std::collections::BTreeMap;
 
-    fn report(device: &str, commands: u64, what_if: Option<(u64, u64)>) -> Value {
-        let diagnoses = match what_if {
-            Some((now, after)) => json!([{
-                "code": "split_amplification",
-                "device": device,
-                "evidence": {"what_if": {"commands_now": now, "commands_after_fix": after}},
-            }]),
-            None => json!([]),
+    use super::*;
+    use crate::frontend::test_reports::{empty_report, seed_diagnosis};
+    use crate::model::{Report, WhatIf};
+
+    /// loop0 wrote 16 MiB in `commands` commands and read 3 pages;
+    /// `what_if` is a prediction of its commands now and after a fix.
+    fn report(device: &str, commands: u64, what_if: Option<(u64, u64)>) -> Report {
+        let mut report = empty_report();
+        report.duration_s = 2.0;
+        report.run = Some(RunReport::default());
+        if let Some((now, after)) = what_if {
+            let mut diagnosis = seed_diagnosis();
+            diagnosis.device = device.to_string();
+            diagnosis.evidence.set_what_if(WhatIf {
+                commands_now: now,
+                commands_after_fix: after,
+                ..WhatIf::default()
+            });
+            report.diagnoses.push(diagnosis);
+        }
+        let op = |user_ios, commands, bytes| OpMeasures {
+            user_ios,
+            commands,
+            bytes,
+            ..OpMeasures::default()
         };
-        json!({
-            "duration_s": 2.0,
-            "run": {},
-            "diagnoses": diagnoses,
-            "devices": [{
-                "name": "loop0",
-                "measures": {"ops": {
-                    "write": {"user_ios": 16, "commands": commands, "bytes": 16 << 20},
-                    "read": {"user_ios": 3, "commands": 3, "bytes": 12288},
-                }},
-                "partitions": [],
-            }],
-        })
+        report.devices.push(DeviceReport {
+            name: "loop0".to_string(),
+            dev: "7:0".to_string(),
+            geometry: Default::default(),
+            geometry_known: true,
+            measures: Measures {
+                ops: BTreeMap::from([
+                    (Op::Write, op(16, commands, 16 << 20)),
+                    (Op::Read, op(3, 3, 12288)),
+                ]),
+            },
+            partitions: Vec::new(),
+            gone: false,
+            service: BTreeMap::new(),
+        });
+        report
+    }
+
+    /// `report` as `compare` reads it from a file.
+    fn read(report: &Report) -> ComparedReport {
+        let json = serde_json::to_vec_pretty(report).unwrap();
+        read_report(Path::new("report.json"), &json).unwrap()
     }
 
     /// The prediction is checked on the op it counted, not on every op.
     #[test]
     fn a_prediction_is_checked_on_the_op_whose_commands_it_started_from() {
-        let before = report("loop0", 256, Some((256, 32)));
-        let after = report("loop0", 40, None);
+        let before = read(&report("loop0", 256, Some((256, 32))));
+        let after = read(&report("loop0", 40, None));
         let comparison = compare(("b", &before), ("a", &after), &[]);
         assert_eq!(comparison.devices.len(), 1);
         let check = &comparison.predictions[0];
@@ -489,14 +548,18 @@ mod tests {
             text.contains("the command took 2.0 s after against 2.0 s before (1.00×)"),
             "{text}"
         );
+        let json = serde_json::to_value(&comparison).unwrap();
+        assert_eq!(json["predictions"][0]["code"], "subpage_block_size");
+        assert_eq!(json["devices"][0]["ops"][0]["op"], "read");
     }
 
     /// A fix that recreated the device under another name still compares.
     #[test]
     fn lone_busy_devices_of_different_names_pair_and_say_so() {
-        let before = report("loop0", 256, Some((256, 32)));
-        let mut after = report("loop0", 32, None);
-        after["devices"][0]["name"] = json!("loop1");
+        let before = read(&report("loop0", 256, Some((256, 32))));
+        let mut renamed = report("loop0", 32, None);
+        renamed.devices[0].name = "loop1".to_string();
+        let after = read(&renamed);
         let comparison = compare(("b", &before), ("a", &after), &[]);
         assert_eq!(comparison.devices[0].after, "loop1");
         assert!(comparison.notes[0].contains("loop0 (before) compared with loop1 (after)"));
@@ -508,5 +571,87 @@ mod tests {
         );
         assert!(explicit.notes.is_empty());
         assert_eq!(explicit.predictions[0].error, Some(0.0));
+    }
+
+    /// A field renamed (or dropped) in a report is an error that names the
+    /// file and the field, on one line: never a count of 0.
+    #[test]
+    fn a_renamed_field_is_an_error_not_a_zero() {
+        let mut json = serde_json::to_value(report("loop0", 256, Some((256, 32)))).unwrap();
+        let write = json["devices"][0]["measures"]["ops"]["write"]
+            .as_object_mut()
+            .unwrap();
+        let commands = write.remove("commands").unwrap();
+        write.insert("command_count".to_string(), commands);
+        let bytes = serde_json::to_vec_pretty(&json).unwrap();
+        let error = read_report(Path::new("before.json"), &bytes)
+            .unwrap_err()
+            .chain_text();
+        assert!(error.starts_with("before.json is not a report"), "{error}");
+        assert!(error.contains("missing field `commands`"), "{error}");
+        assert!(!error.contains('\n'), "{error}");
+
+        let mut json = serde_json::to_value(report("loop0", 256, Some((256, 32)))).unwrap();
+        json["diagnoses"][0]["evidence"]["what_if"]
+            .as_object_mut()
+            .unwrap()
+            .remove("commands_after_fix");
+        let bytes = serde_json::to_vec(&json).unwrap();
+        let error = read_report(Path::new("before.json"), &bytes)
+            .unwrap_err()
+            .chain_text();
+        assert!(
+            error.contains("missing field `commands_after_fix`"),
+            "{error}"
+        );
+    }
+
+    /// What the engine's reports hold reads back as it was written.
+    #[test]
+    fn a_report_reads_back_as_written() {
+        let mut written = crate::frontend::test_reports::requeued_report();
+        written.run = Some(RunReport::default());
+        let model = crate::model::ServiceModel {
+            commands_fitted: 128,
+            per_command_ms: 0.25,
+            ms_per_mib: 1.5,
+            in_flight: 2.0,
+            ceiling_mib_per_s: 666.667,
+            busy_ms: 40.0,
+            span_ms: 55.0,
+            bound: crate::model::ServiceBound::Iops,
+        };
+        written.devices[0].service.insert(Op::Write, model);
+        written.diagnoses[0].evidence.set_what_if(WhatIf {
+            commands_now: 129,
+            commands_after_fix: 16,
+            time_now_ms: Some(32.5),
+            time_after_fix_ms: Some(4.0),
+            time_unavailable: None,
+            service_model: Some(model),
+            busy_ms: Some(40.0),
+            segments: Some(crate::model::SegmentSource::PartlyObserved),
+        });
+        let read = read(&written);
+        assert_eq!(read.devices, written.devices);
+        assert_eq!(read.duration_s, written.duration_s);
+        assert_eq!(read.run, written.run);
+        let codes: Vec<Code> = written.diagnoses.iter().map(|d| d.code).collect();
+        assert_eq!(
+            read.diagnoses.iter().map(|d| d.code).collect::<Vec<_>>(),
+            codes
+        );
+        let what_ifs: Vec<Option<&WhatIf>> = written
+            .diagnoses
+            .iter()
+            .map(|d| d.evidence.what_if())
+            .collect();
+        assert_eq!(
+            read.diagnoses
+                .iter()
+                .map(|d| d.evidence.what_if.as_ref())
+                .collect::<Vec<_>>(),
+            what_ifs
+        );
     }
 }

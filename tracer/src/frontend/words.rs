@@ -11,8 +11,9 @@
 use serde_json::Value;
 
 use super::units;
+use crate::explain::WhoPays;
 use crate::model::{
-    ratio, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
+    ratio, Code, Diagnosis, Distribution, Dominant, Evidence, Measures, Op, OpMeasures, Report,
     RunReport, RunTimeWithFix, SegmentSource, ServiceBound, ServiceModel, Severity,
     TimeUnavailable, WhatIf,
 };
@@ -82,7 +83,13 @@ pub fn what_if_op(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Option<
             .max_by_key(|(_, op)| op.requeues)
             .filter(|(_, op)| op.requeues > 0)
             .map(|(op, _)| *op),
-        _ => None,
+        Evidence::MisalignedStart(_)
+        | Evidence::MisalignedIoOpt(_)
+        | Evidence::MisalignedStack(_)
+        | Evidence::CryptSectorSize(_)
+        | Evidence::SplitAmplification(_)
+        | Evidence::MergeBlocked(_)
+        | Evidence::IoErrors(_) => None,
     }
 }
 
@@ -99,7 +106,14 @@ pub fn what_ifs(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Vec<Said>
         Evidence::RequeuedCommands(evidence) => {
             ("device issues", evidence.workaround_what_if.as_ref())
         }
-        _ => ("commands", None),
+        Evidence::SubpageBlockSize(_)
+        | Evidence::MisalignedStart(_)
+        | Evidence::MisalignedIoOpt(_)
+        | Evidence::MisalignedStack(_)
+        | Evidence::CryptSectorSize(_)
+        | Evidence::SplitAmplification(_)
+        | Evidence::MergeBlocked(_)
+        | Evidence::IoErrors(_) => ("commands", None),
     };
     let mut said = Vec::new();
     if let Some(fix) = diagnosis.evidence.what_if() {
@@ -213,12 +227,15 @@ pub fn run_time_with_fix(run: &RunReport, estimate: &RunTimeWithFix) -> String {
     }
     if estimate.pays_little {
         words.push_str(&format!(
-            ". This run paid little for {}: the fix would take its {} commands to ~{}. It costs most {}",
+            ". This run paid little for {}: the fix would take its {} commands to ~{}",
             estimate.code,
             units::thousands(estimate.commands_now),
             units::thousands(estimate.commands_after_fix),
-            crate::explain::who_pays(&estimate.code),
         ));
+        let pays = Code::named(&estimate.code).map(crate::explain::who_pays);
+        if let Some(WhoPays::Workloads(who)) = pays {
+            words.push_str(&format!(". It costs most {who}"));
+        }
     }
     words
 }

@@ -4,51 +4,51 @@
 use std::cmp::Ordering;
 use std::fmt;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
-/// Stable diagnosis codes (part of the JSON schema).
-///
-/// Ordered by their strings, as they sorted when they were strings, so a
-/// report's diagnoses come out in the same order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Code {
-    SubpageBlockSize,
-    MisalignedStart,
-    MisalignedIoOpt,
-    MisalignedStack,
-    CryptSectorSize,
-    SplitAmplification,
-    MergeBlocked,
-    RequeuedCommands,
-    IoErrors,
+/// One row per code: its variant and its string. The enum, [`Code::ALL`]
+/// and [`Code::as_str`] come from these rows, so none can miss a code.
+macro_rules! codes {
+    ($($code:ident => $name:literal,)*) => {
+        /// Stable diagnosis codes (part of the JSON schema).
+        ///
+        /// Ordered by their strings, as they sorted when they were strings, so a
+        /// report's diagnoses come out in the same order.
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum Code {
+            $($code,)*
+        }
+
+        impl Code {
+            /// Every code, in the rows' order.
+            pub const ALL: [Code; [$($name,)*].len()] = [$(Code::$code,)*];
+
+            /// The code as the JSON, the text report and the metrics name it.
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Code::$code => $name,)*
+                }
+            }
+        }
+    };
+}
+
+codes! {
+    SubpageBlockSize => "subpage_block_size",
+    MisalignedStart => "misaligned_start",
+    MisalignedIoOpt => "misaligned_io_opt",
+    MisalignedStack => "misaligned_stack",
+    CryptSectorSize => "crypt_sector_size",
+    SplitAmplification => "split_amplification",
+    MergeBlocked => "merge_blocked",
+    RequeuedCommands => "requeued_commands",
+    IoErrors => "io_errors",
 }
 
 impl Code {
-    pub const ALL: [Code; 9] = [
-        Code::SubpageBlockSize,
-        Code::MisalignedStart,
-        Code::MisalignedIoOpt,
-        Code::MisalignedStack,
-        Code::CryptSectorSize,
-        Code::SplitAmplification,
-        Code::MergeBlocked,
-        Code::RequeuedCommands,
-        Code::IoErrors,
-    ];
-
-    /// The code as the JSON, the text report and the metrics name it.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Code::SubpageBlockSize => "subpage_block_size",
-            Code::MisalignedStart => "misaligned_start",
-            Code::MisalignedIoOpt => "misaligned_io_opt",
-            Code::MisalignedStack => "misaligned_stack",
-            Code::CryptSectorSize => "crypt_sector_size",
-            Code::SplitAmplification => "split_amplification",
-            Code::MergeBlocked => "merge_blocked",
-            Code::RequeuedCommands => "requeued_commands",
-            Code::IoErrors => "io_errors",
-        }
+    /// The code `name` spells (as [`Code::as_str`] does), if any.
+    pub fn named(name: &str) -> Option<Code> {
+        Code::ALL.into_iter().find(|code| code.as_str() == name)
     }
 }
 
@@ -61,6 +61,14 @@ impl fmt::Display for Code {
 impl Serialize for Code {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         serializer.serialize_str(self.as_str())
+    }
+}
+
+impl<'de> Deserialize<'de> for Code {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Code::named(&text)
+            .ok_or_else(|| serde::de::Error::custom(format!("`{text}` is no diagnosis code")))
     }
 }
 
@@ -106,5 +114,17 @@ mod tests {
         by_string.sort_by_key(|code| code.as_str());
         assert_eq!(sorted, by_string);
         assert_eq!(Code::MergeBlocked.to_string(), "merge_blocked");
+    }
+
+    #[test]
+    fn codes_read_back_from_their_strings_and_nothing_else() {
+        for code in Code::ALL {
+            let json = serde_json::to_string(&code).unwrap();
+            assert_eq!(serde_json::from_str::<Code>(&json).unwrap(), code);
+        }
+        let error = serde_json::from_str::<Code>("\"split_amplifcation\"").unwrap_err();
+        assert!(error
+            .to_string()
+            .contains("`split_amplifcation` is no diagnosis code"));
     }
 }

@@ -55,7 +55,14 @@ impl Evidence {
     pub fn block_size(&self) -> Option<u32> {
         match self {
             Evidence::SubpageBlockSize(evidence) => Some(evidence.block_size),
-            _ => None,
+            Evidence::MisalignedStart(_)
+            | Evidence::MisalignedIoOpt(_)
+            | Evidence::MisalignedStack(_)
+            | Evidence::CryptSectorSize(_)
+            | Evidence::SplitAmplification(_)
+            | Evidence::MergeBlocked(_)
+            | Evidence::RequeuedCommands(_)
+            | Evidence::IoErrors(_) => None,
         }
     }
 
@@ -64,7 +71,13 @@ impl Evidence {
         match self {
             Evidence::SplitAmplification(evidence) => Some(evidence.cause.key()),
             Evidence::RequeuedCommands(evidence) => evidence.cause.map(RequeueCause::key),
-            _ => None,
+            Evidence::SubpageBlockSize(_)
+            | Evidence::MisalignedStart(_)
+            | Evidence::MisalignedIoOpt(_)
+            | Evidence::MisalignedStack(_)
+            | Evidence::CryptSectorSize(_)
+            | Evidence::MergeBlocked(_)
+            | Evidence::IoErrors(_) => None,
         }
     }
 
@@ -82,7 +95,9 @@ impl Evidence {
         }
     }
 
-    /// The numbers the traffic added to a static finding, if it has room for them.
+    /// The numbers the traffic added to a static finding, if it has room
+    /// for them: the codes the audit raises from geometry alone. The live
+    /// codes' evidence is the traffic itself.
     pub fn live_mut(&mut self) -> Option<&mut LiveEvidence> {
         match self {
             Evidence::SubpageBlockSize(evidence) => Some(&mut evidence.live),
@@ -90,7 +105,25 @@ impl Evidence {
             Evidence::MisalignedIoOpt(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedStack(evidence) => Some(&mut evidence.live),
             Evidence::CryptSectorSize(evidence) => Some(&mut evidence.live),
-            _ => None,
+            Evidence::SplitAmplification(_)
+            | Evidence::MergeBlocked(_)
+            | Evidence::RequeuedCommands(_)
+            | Evidence::IoErrors(_) => None,
+        }
+    }
+
+    /// The commands the what-if counts, whose service model times them.
+    pub fn what_if_scope(&self) -> WhatIfScope {
+        match self {
+            // The fix changes the block size buffered writes use.
+            Evidence::SubpageBlockSize(_) => WhatIfScope::Op(Op::Write),
+            Evidence::RequeuedCommands(evidence) => WhatIfScope::Op(evidence.op),
+            Evidence::MisalignedStart(_)
+            | Evidence::MisalignedIoOpt(_)
+            | Evidence::MisalignedStack(_)
+            | Evidence::SplitAmplification(_)
+            | Evidence::MergeBlocked(_) => WhatIfScope::AllData,
+            Evidence::CryptSectorSize(_) | Evidence::IoErrors(_) => WhatIfScope::NoWhatIf,
         }
     }
 
@@ -156,6 +189,19 @@ impl Evidence {
             _ => Map::new(),
         }
     }
+}
+
+/// Which commands a diagnosis's what-if counts (see [`Evidence::what_if_scope`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WhatIfScope {
+    /// One operation's commands.
+    Op(Op),
+    /// Every data operation's together, timed by the service model of the
+    /// operation with the most user I/Os.
+    AllData,
+    /// None: the code's cost is not commands a fix removes (dm-crypt's is
+    /// CPU, failed commands need a repair), so it carries no what-if.
+    NoWhatIf,
 }
 
 /// Where a partition sits on its disk, sectors.

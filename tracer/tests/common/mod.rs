@@ -944,14 +944,20 @@ pub fn split_prone_disk(name: &str) -> LoopDisk {
     disk
 }
 
-/// The blk tracer's actions and the report's `events` keys that count them.
-pub const BLK_ACTION_KEYS: [(&str, &[&str]); 8] = [
-    ("A", &["remap"]),
-    ("Q", &["queue"]),
-    ("X", &["split"]),
-    ("M", &["backmerge", "rq_merge"]),
-    ("F", &["frontmerge"]),
-    ("D", &["issue"]),
-    ("R", &["requeue"]),
-    ("C", &["complete", "bio_complete"]),
-];
+/// The blk tracer's actions and the report's `events` keys that count them:
+/// each probe table row (`with_block_probes!`, whose letters the importers
+/// read too) under its blk action letter, letters in the table's order.
+pub fn blk_action_keys() -> Vec<(&'static str, Vec<&'static str>)> {
+    let mut actions: Vec<(&'static str, Vec<&'static str>)> = Vec::new();
+    for kind in tracer_common::EventKind::ALL {
+        let letter = kind.blk_action();
+        if letter.is_empty() {
+            continue;
+        }
+        match actions.iter_mut().find(|(seen, _)| *seen == letter) {
+            Some((_, keys)) => keys.push(kind.json_key()),
+            None => actions.push((letter, vec![kind.json_key()])),
+        }
+    }
+    actions
+}

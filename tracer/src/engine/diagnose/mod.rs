@@ -12,12 +12,14 @@
 //! showed, and adds those only traffic can support. A code the audit raised
 //! for a device is not raised again from its traffic.
 //!
-//! A new code touches: its `Code` variant and `Code::ALL` (`model/code.rs`),
-//! its evidence struct and `Evidence` variant (`model/evidence.rs`), one file
-//! here and its line in [`CHECKS`], one file and one arm in `crate::explain`,
-//! its line in the README's "What it finds", `docs/diagnoses.md`, its
-//! evidence keys in `docs/json-schema.md`, and events in `tests/docs.rs`'s
-//! synthetic recording that raise it.
+//! A new code touches: its row in `model/code.rs`, its evidence struct and
+//! `Evidence` variant (`model/evidence.rs`; the compiler then asks for its
+//! arm in each of `Evidence`'s accessors), one file here and its line in
+//! [`CHECKS`], one file in `crate::explain` (its words and who pays) and its
+//! arms in `words` and `who_pays`, the arms of `frontend/words.rs`'s
+//! per-code matches, its line in the README's "What it finds",
+//! `docs/diagnoses.md`, its evidence keys in `docs/json-schema.md`, and
+//! events in `tests/docs.rs`'s synthetic recording that raise it.
 
 mod crypt_sector_size;
 mod io_errors;
@@ -76,8 +78,8 @@ use super::table::FastMap;
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
-    ratio, Code, DirtyBuffers, Evidence, Finding, LiveEvidence, ObservedTraffic, Op,
-    PartitionPlace, TimeUnavailable, WhatIf,
+    ratio, Code, DirtyBuffers, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
+    TimeUnavailable, WhatIf, WhatIfScope,
 };
 
 /// One diagnosis code: its static side, its live side, or both, and its
@@ -256,10 +258,10 @@ pub(super) fn diagnose_with(
 /// The what-ifs' device times: their commands, now and after the fix,
 /// replayed through the disk's service model of the op they counted.
 fn add_times(finding: &mut Finding, traffic: &DeviceTraffic<'_>) {
-    let (op, stats) = match &finding.evidence {
-        Evidence::SubpageBlockSize(_) => (Op::Write, traffic.op(Op::Write)),
-        Evidence::RequeuedCommands(evidence) => (evidence.op, traffic.op(evidence.op)),
-        _ => (traffic.main_op, Some(&traffic.total)),
+    let (op, stats) = match finding.evidence.what_if_scope() {
+        WhatIfScope::Op(op) => (op, traffic.op(op)),
+        WhatIfScope::AllData => (traffic.main_op, Some(&traffic.total)),
+        WhatIfScope::NoWhatIf => return,
     };
     let Some(stats) = stats else {
         return;
