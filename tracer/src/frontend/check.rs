@@ -520,6 +520,33 @@ mod tests {
         assert_eq!(human_size(100), "100 B");
     }
 
+    /// The seed's fixture disk, its first finding's device given every
+    /// character a label value escapes.
+    fn pinned_prometheus(now: SystemTime) -> String {
+        let sysfs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/seed-layout1");
+        let mut report = check_in(&sysfs, &[], &crate::geometry::ioctl::NoIoctls).unwrap();
+        report.diagnoses[0].device = "a\"b\\c\nd".to_string();
+        render_prometheus(&report, now)
+    }
+
+    #[test]
+    fn the_textfile_is_pinned_byte_for_byte() {
+        let text =
+            pinned_prometheus(UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_250));
+        assert_eq!(
+            text,
+            PINNED_PROMETHEUS.replace("{version}", env!("CARGO_PKG_VERSION"))
+        );
+        let whole = pinned_prometheus(UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000));
+        assert!(
+            whole.ends_with("\niosplit_audit_timestamp_seconds 1800000000\n"),
+            "{whole}"
+        );
+    }
+
+    /// The seed's audit as `check --prometheus` wrote it before it shared serve's writer (#46).
+    const PINNED_PROMETHEUS: &str = include_str!("../../tests/fixtures/prometheus/check-seed.prom");
+
     #[test]
     fn block_size_column_marks_predictions() {
         assert_eq!(block_size_text(Some(1024), 10, 512), "1024");

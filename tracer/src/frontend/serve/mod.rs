@@ -1410,6 +1410,116 @@ mod tests {
         );
     }
 
+    /// The exposition without the `process_*` families (they read /proc now).
+    fn without_process(text: &str) -> String {
+        text.lines()
+            .filter(|line| {
+                !line.starts_with("process_")
+                    && !line.starts_with("# HELP process_")
+                    && !line.starts_with("# TYPE process_")
+            })
+            .map(|line| format!("{line}\n"))
+            .collect()
+    }
+
+    #[test]
+    fn every_family_is_pinned_byte_for_byte() {
+        let mut served = Served {
+            owners: owners::OwnerSeries::new(vec![crate::model::OwnerView::Process]),
+            audit: vec![crate::frontend::test_reports::requeued_diagnosis("loop0p1")],
+            ..Served::default()
+        };
+        for (commands, lost) in [(4, 1), (10, 3)] {
+            let mut scrape = snapshot("loop0", commands, &[(512, 1), (4096, commands - 1)]);
+            let device = &mut scrape.devices[0];
+            let write = device.measures.ops.get_mut(&Op::Write).unwrap();
+            write.issue_to_complete_us = distribution(&[(16, 1), (1000, commands - 1)]);
+            write.errors = [("EIO".to_string(), commands / 4)].into();
+            device.partitions.push(crate::model::PartitionReport {
+                name: "loop0p1".to_string(),
+                dev: "259:0".to_string(),
+                geometry: Default::default(),
+                geometry_known: true,
+                measures: device.measures.clone(),
+                gone: false,
+            });
+            scrape.correlation.in_flight = commands / 2;
+            scrape.correlation.completion_lost = lost;
+            scrape.events[EventKind::ALL[0]] = commands * 3;
+            let mut timed = crate::frontend::test_reports::requeued_diagnosis("loop0");
+            timed.evidence.set_what_if(crate::model::WhatIf {
+                commands_now: 593,
+                commands_after_fix: 527,
+                time_now_ms: Some(1500.0),
+                time_after_fix_ms: Some(0.1),
+                ..crate::model::WhatIf::default()
+            });
+            scrape.diagnoses = vec![timed];
+            let mut owner = crate::model::OwnerEntry::new(
+                crate::model::OwnerKnown::Known,
+                "loop0".into(),
+                crate::model::OwnerMeasures {
+                    user_ios: commands,
+                    commands,
+                    bytes: commands * 512,
+                    ..Default::default()
+                },
+            );
+            owner.pid = Some(7);
+            owner.comm = Some("d\"d\\x".into());
+            scrape.attribution = Some(crate::model::Attribution {
+                processes: vec![owner],
+                ..Default::default()
+            });
+            served.absorb(&scrape);
+        }
+        served.not_tracing = Some("no \"probes\"\nhere".to_string());
+        let shown = without_process(&text(&served, &["loop0", "loop0p1"]));
+        assert_eq!(
+            shown,
+            PINNED_FRAME.replace("{version}", env!("CARGO_PKG_VERSION")),
+            "{shown}"
+        );
+    }
+
+    /// Every family `serve` writes, as it wrote them before the split of serve (#46).
+    const PINNED_FRAME: &str =
+        include_str!("../../../tests/fixtures/prometheus/serve-frame.openmetrics");
+
+    #[test]
+    fn the_footprint_families_are_pinned_byte_for_byte() {
+        let stats = process::ProcessStats {
+            resident_bytes: 41 << 20,
+            cpu_seconds: 2.5,
+            start_time_seconds: 1_800_000_000.0,
+            open_fds: 9,
+        };
+        let mut registry = Registry::default();
+        registry.register_collector(Box::new(Frame {
+            families: stats.families(),
+        }));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        assert_eq!(
+            text,
+            "\
+# HELP process_resident_memory_bytes Resident memory of the exporter.
+# TYPE process_resident_memory_bytes gauge
+process_resident_memory_bytes 42991616.0
+# HELP process_cpu_seconds User and system CPU time of the exporter (all its threads).
+# TYPE process_cpu_seconds counter
+process_cpu_seconds_total 2.5
+# HELP process_start_time_seconds When the exporter started, in seconds since the Unix epoch.
+# TYPE process_start_time_seconds gauge
+process_start_time_seconds 1800000000.0
+# HELP process_open_fds File descriptors the exporter holds open.
+# TYPE process_open_fds gauge
+process_open_fds 9.0
+# EOF
+"
+        );
+    }
+
     #[test]
     fn the_exporters_own_footprint_is_served() {
         let text = text(&Served::default(), &[]);
