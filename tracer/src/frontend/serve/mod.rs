@@ -1,7 +1,6 @@
 //! `iosplit-trace serve`: the engine's measures and diagnoses as Prometheus
-//! metrics on `/metrics` (OpenMetrics text, `prometheus-client`'s encoder,
-//! or the classic text format made from it, as the scraper asks:
-//! [`exposition`]), and `/healthz`.
+//! metrics on `/metrics` (OpenMetrics text, or the classic text format made
+//! from it, as the scraper asks: [`super::prometheus`]), and `/healthz`.
 //!
 //! Scrapes ask the engine once per round (one `Capture::query`): those that
 //! come in while a collect runs share the next one and its encoding, so any
@@ -14,7 +13,6 @@
 //! geometry is re-read: new devices are picked up, vanished ones stop being
 //! served (their totals are kept in case they come back).
 
-mod exposition;
 mod owners;
 mod process;
 mod web;
@@ -29,10 +27,6 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
-use prometheus_client::metrics::MetricType;
-use prometheus_client::registry::Registry;
 use tokio::signal::unix::SignalKind;
 use tracer_common::EventKind;
 
@@ -45,6 +39,7 @@ use crate::model::{
     CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Measures,
 };
 
+use super::prometheus::{exposition, Family, Kind, Labels, Value};
 use super::{output, selection, session};
 
 pub use crate::cli::DEFAULT_LISTEN;
@@ -435,18 +430,11 @@ impl Exporter {
             .inner
             .lock()
             .map_err(|_| Error::failure("the exporter's state is poisoned"))?;
-        let frame = inner.served.frame(&inner.present);
+        let families = inner.served.frame(&inner.present);
         drop(inner);
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(frame));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry)
-            .map_err(|err| Error::caused("cannot encode the metrics", err))?;
-        Ok(text)
+        Ok(super::prometheus::openmetrics(&families))
     }
 }
-
-type Labels = Vec<(&'static str, String)>;
 
 /// A counter served cumulatively from an engine value that may restart at 0.
 #[derive(Clone, Copy, Debug, Default)]
@@ -732,7 +720,7 @@ impl Served {
     }
 
     /// What to encode now: every series of a device still present, and the rest.
-    fn frame(&self, present: &BTreeSet<String>) -> Frame {
+    fn frame(&self, present: &BTreeSet<String>) -> Vec<Family> {
         let live = |labels: &Labels| {
             labels
                 .iter()
@@ -749,18 +737,18 @@ impl Served {
                 .collect()
         };
         for (name, help, _) in OP_COUNTERS {
-            families.push(Family::new(name, help, MetricType::Counter, counters(name)));
+            families.push(Family::new(name, help, Kind::Counter, counters(name)));
         }
         families.push(Family::new(
             SPLITS.0,
             SPLITS.1,
-            MetricType::Counter,
+            Kind::Counter,
             counters(SPLITS.0),
         ));
         families.push(Family::new(
             ERRORS.0,
             ERRORS.1,
-            MetricType::Counter,
+            Kind::Counter,
             counters(ERRORS.0),
         ));
         for (histograms, bits, scale) in [
@@ -784,7 +772,7 @@ impl Served {
                         )
                     })
                     .collect();
-                families.push(Family::new(name, help, MetricType::Histogram, samples));
+                families.push(Family::new(name, help, Kind::Histogram, samples));
             }
         }
         for (index, (name, help, _)) in owners::OWNER_COUNTERS.iter().enumerate() {
@@ -796,31 +784,31 @@ impl Served {
                 .map(|(labels, value)| (labels, Value::Counter(value)))
                 .collect();
             if !self.owners.is_empty() {
-                families.push(Family::new(name, help, MetricType::Counter, samples));
+                families.push(Family::new(name, help, Kind::Counter, samples));
             }
         }
         families.push(Family::new(
             EVENTS.0,
             EVENTS.1,
-            MetricType::Counter,
+            Kind::Counter,
             counters(EVENTS.0),
         ));
         families.push(Family::new(
             INCOMPLETE.0,
             INCOMPLETE.1,
-            MetricType::Counter,
+            Kind::Counter,
             counters(INCOMPLETE.0),
         ));
         families.push(Family::new(
             CHAINS_DROPPED.0,
             CHAINS_DROPPED.1,
-            MetricType::Counter,
+            Kind::Counter,
             counters(CHAINS_DROPPED.0),
         ));
         families.push(Family::new(
             IN_FLIGHT.0,
             IN_FLIGHT.1,
-            MetricType::Gauge,
+            Kind::Gauge,
             vec![(Labels::new(), Value::Gauge(self.in_flight as f64))],
         ));
         for (name, help) in [DROPPED, MISSED, READ_FAILED] {
@@ -828,7 +816,7 @@ impl Served {
             families.push(Family::new(
                 name,
                 help,
-                MetricType::Counter,
+                Kind::Counter,
                 vec![(Labels::new(), Value::Counter(served))],
             ));
         }
@@ -840,7 +828,7 @@ impl Served {
         families.push(Family::new(
             "iosplit_diagnosis",
             "1 for every live diagnosis (codes and severities in docs/diagnoses.md).",
-            MetricType::Gauge,
+            Kind::Gauge,
             diagnoses
                 .iter()
                 .map(|d| {
@@ -859,7 +847,7 @@ impl Served {
         families.push(Family::new(
             "iosplit_diagnosis_commands",
             "Commands of the observed workload now, and replayed under the diagnosis's fix (where known).",
-            MetricType::Gauge,
+            Kind::Gauge,
             diagnoses
                 .iter()
                 .filter_map(|d| d.evidence.what_if().map(|w| (d, w)))
@@ -882,7 +870,7 @@ impl Served {
         families.push(Family::new(
             "iosplit_diagnosis_seconds",
             "Device time of the observed workload now, and replayed under the diagnosis's fix, from the device's service model (where it applies).",
-            MetricType::Gauge,
+            Kind::Gauge,
             diagnoses
                 .iter()
                 .filter_map(|d| d.evidence.what_if().map(|w| (d, w)))
@@ -908,7 +896,7 @@ impl Served {
         families.push(Family::new(
             "iosplit_device",
             "Disks and partitions served now.",
-            MetricType::Info,
+            Kind::Info,
             self.devices
                 .iter()
                 .filter(|(name, _)| present.contains(*name))
@@ -930,7 +918,7 @@ impl Served {
         families.push(Family::new(
             "iosplit_finding",
             "1 for every finding of the static geometry audit (as iosplit-trace check finds it; codes in docs/diagnoses.md).",
-            MetricType::Gauge,
+            Kind::Gauge,
             self.audit
                 .iter()
                 .map(|finding| {
@@ -950,92 +938,19 @@ impl Served {
         families.push(Family::new(
             "iosplit_tracing",
             "1 while the probes trace; 0 when they could not load, with the reason (the audit is still served).",
-            MetricType::Gauge,
+            Kind::Gauge,
             vec![tracing],
         ));
         families.push(Family::new(
             "iosplit_build",
             "The iosplit-trace build serving these metrics.",
-            MetricType::Info,
+            Kind::Info,
             vec![(
                 vec![("version", env!("CARGO_PKG_VERSION").to_string())],
                 Value::Info,
             )],
         ));
-        Frame { families }
-    }
-}
-
-#[derive(Debug)]
-enum Value {
-    Counter(u64),
-    /// A counter of seconds (CPU time).
-    Seconds(f64),
-    Gauge(f64),
-    Histogram {
-        sum: f64,
-        count: u64,
-        buckets: Vec<(f64, u64)>,
-    },
-    Info,
-}
-
-#[derive(Debug)]
-struct Family {
-    name: &'static str,
-    help: &'static str,
-    kind: MetricType,
-    samples: Vec<(Labels, Value)>,
-}
-
-impl Family {
-    fn new(
-        name: &'static str,
-        help: &'static str,
-        kind: MetricType,
-        samples: Vec<(Labels, Value)>,
-    ) -> Family {
-        Family {
-            name,
-            help,
-            kind,
-            samples,
-        }
-    }
-}
-
-/// One scrape's metrics, handed to `prometheus-client`'s encoder.
-#[derive(Debug)]
-struct Frame {
-    families: Vec<Family>,
-}
-
-impl Collector for Frame {
-    fn encode(&self, mut encoder: DescriptorEncoder) -> std::result::Result<(), std::fmt::Error> {
-        for family in &self.families {
-            let mut metric =
-                encoder.encode_descriptor(family.name, family.help, None, family.kind)?;
-            for (labels, value) in &family.samples {
-                match value {
-                    Value::Info => metric.encode_info(labels)?,
-                    Value::Counter(count) => metric
-                        .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, u64, u64>(count, None)?,
-                    Value::Seconds(seconds) => metric
-                        .encode_family(labels)?
-                        .encode_counter::<NoLabelSet, f64, u64>(seconds, None)?,
-                    Value::Gauge(gauge) => metric.encode_family(labels)?.encode_gauge(gauge)?,
-                    Value::Histogram {
-                        sum,
-                        count,
-                        buckets,
-                    } => metric
-                        .encode_family(labels)?
-                        .encode_histogram::<NoLabelSet>(*sum, *count, buckets, None)?,
-                }
-            }
-        }
-        Ok(())
+        families
     }
 }
 
@@ -1195,11 +1110,7 @@ mod tests {
 
     fn text(served: &Served, present: &[&str]) -> String {
         let present = present.iter().map(|s| s.to_string()).collect();
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(served.frame(&present)));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
-        text
+        super::super::prometheus::openmetrics(&served.frame(&present))
     }
 
     fn sample(text: &str, prefix: &str) -> Option<f64> {
@@ -1494,12 +1405,7 @@ mod tests {
             start_time_seconds: 1_800_000_000.0,
             open_fds: 9,
         };
-        let mut registry = Registry::default();
-        registry.register_collector(Box::new(Frame {
-            families: stats.families(),
-        }));
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let text = super::super::prometheus::openmetrics(&stats.families());
         assert_eq!(
             text,
             "\
