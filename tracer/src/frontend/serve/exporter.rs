@@ -8,21 +8,18 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use crate::capture::Capture;
 use crate::engine::Engine;
 use crate::error::{one_line, Error, Result};
 use crate::frontend::prometheus;
+use crate::frontend::session::GeometryWatch;
 use crate::geometry::resolve::ResolvedDevice;
-use crate::geometry::{disks, DiskGeometry};
+use crate::geometry::DiskGeometry;
 use crate::model::{Diagnosis, OwnerView};
 
 use super::tables;
 use super::totals::{Served, Snapshot};
-
-/// Geometry is also re-read this often, for queue settings changed in place.
-const GEOMETRY_REFRESH: Duration = Duration::from_secs(10);
 
 pub const WORKER_STOPPED: &str = "the exporter's worker thread stopped unexpectedly";
 
@@ -44,20 +41,20 @@ struct Answer {
 struct Inner {
     /// The probes, or why they could not load (the audit is served alone).
     capture: std::result::Result<Capture<Engine>, String>,
-    disks_selected: Vec<String>,
-    listing: Vec<String>,
-    geometry_read: Instant,
+    /// The selected disks, or every disk, as they come and go.
+    watch: GeometryWatch,
     /// Disks and partitions served now.
     present: BTreeSet<String>,
     served: Served,
 }
 
 impl Exporter {
-    /// Serves `capture` (or why there is none) over the selected disks,
-    /// `geometry` being what the engine was given; owners by `views`.
+    /// Serves `capture` (or why there is none) over the disks `watch`
+    /// watches, `geometry` being what the engine was given; owners by
+    /// `views`.
     pub fn new(
         capture: std::result::Result<Capture<Engine>, String>,
-        disks_selected: Vec<String>,
+        watch: GeometryWatch,
         geometry: &[DiskGeometry],
         views: Vec<OwnerView>,
     ) -> Exporter {
@@ -66,9 +63,7 @@ impl Exporter {
         Exporter {
             inner: Mutex::new(Inner {
                 capture,
-                disks_selected,
-                listing: block_listing(),
-                geometry_read: Instant::now(),
+                watch,
                 present: present_names(geometry),
                 served,
             }),
@@ -149,25 +144,16 @@ impl Exporter {
     /// the current measures, and on `reset` the engine's reset right after.
     fn collect(&self, reset: bool) -> Result<()> {
         let mut inner = self.lock()?;
-        let listing = block_listing();
-        let stale = inner.geometry_read.elapsed() >= GEOMETRY_REFRESH;
-        let geometry = if reset || stale || listing != inner.listing {
-            match current_disks(&inner.disks_selected) {
-                Ok(disks) => {
-                    inner.present = present_names(&disks);
-                    inner.served.set_audit(audit_of(&disks));
-                    inner.listing = listing;
-                    inner.geometry_read = Instant::now();
-                    Some(disks)
-                }
-                Err(err) if reset => return Err(err),
-                // A device vanished mid-read (hot-unplug): serve what is
-                // known, and read again at the next scrape.
-                Err(_) => None,
-            }
-        } else {
-            None
+        // Every collect looks, however soon after the last: a scrape must
+        // not serve a disk that is already gone.
+        let geometry = match reset {
+            true => Some(inner.watch.reread()?),
+            false => inner.watch.changed(true),
         };
+        if let Some(disks) = &geometry {
+            inner.present = present_names(disks);
+            inner.served.set_audit(audit_of(disks));
+        }
         let by_owner = !inner.served.owners().is_empty();
         let capture = match &inner.capture {
             Ok(capture) => capture,
@@ -214,15 +200,6 @@ fn audit_of(disks: &[DiskGeometry]) -> Vec<Diagnosis> {
     crate::explain::diagnoses(disks.iter().flat_map(crate::engine::audit::audit_disk))
 }
 
-/// Every attached disk (size > 0), or the selected ones that still exist.
-pub fn current_disks(selected: &[String]) -> Result<Vec<DiskGeometry>> {
-    let mut disks = disks::read_disks(None)?;
-    disks.retain(|disk| {
-        disk.size_sectors > 0 && (selected.is_empty() || selected.contains(&disk.name))
-    });
-    Ok(disks)
-}
-
 fn present_names(disks: &[DiskGeometry]) -> BTreeSet<String> {
     disks
         .iter()
@@ -232,21 +209,6 @@ fn present_names(disks: &[DiskGeometry]) -> BTreeSet<String> {
         .collect()
 }
 
-/// The names under /sys/class/block: cheap to list, and it changes whenever
-/// a disk or partition comes or goes.
-fn block_listing() -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir("/sys/class/block")
-        .map(|entries| {
-            entries
-                .filter_map(|entry| entry.ok())
-                .map(|entry| entry.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default();
-    names.sort();
-    names
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -254,14 +216,12 @@ mod tests {
 
     /// An exporter without probes: its collects read only sysfs.
     fn audit_only_exporter() -> Arc<Exporter> {
-        let exporter = Exporter::new(
+        Arc::new(Exporter::new(
             Err("no probes in this test".to_string()),
-            Vec::new(),
+            GeometryWatch::new(&[], &[]),
             &[],
             Vec::new(),
-        );
-        exporter.lock().unwrap().listing = Vec::new();
-        Arc::new(exporter)
+        ))
     }
 
     #[test]

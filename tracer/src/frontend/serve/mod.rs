@@ -65,7 +65,6 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
             args.listen
         ));
     }
-    let disks_selected: Vec<String> = devices.iter().map(|d| d.disk_name.clone()).collect();
     // Bind first: a busy or forbidden address fails before the probes load.
     let listener = std::net::TcpListener::bind(args.listen)
         .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
@@ -73,7 +72,10 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     let listening = listener
         .local_addr()
         .map_err(|err| Error::caused("cannot read the listening address", err))?;
-    let geometry = exporter::current_disks(&disks_selected)?;
+    let mut geometry = session::read_geometry(&devices)?;
+    // A selected disk without media (a detached loop device) is not served
+    // until it has some, as the watch sees it.
+    geometry.retain(|disk| disk.size_sectors > 0);
     let config = selection::capture_config(&devices, args.read.reads_owners(!args.by.is_empty()));
     // Without probes (no CAP_BPF, a locked-down kernel) the geometry audit
     // is still worth serving: say why once, and keep serving.
@@ -89,7 +91,7 @@ pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitC
     };
     let exporter = Arc::new(Exporter::new(
         capture,
-        disks_selected,
+        session::GeometryWatch::new(&devices, &geometry),
         &geometry,
         args.by.iter().map(|by| by.view()).collect(),
     ));
