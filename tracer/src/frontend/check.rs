@@ -18,10 +18,11 @@ use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::stack::Stack;
-use crate::geometry::{disks, predicted_block_size, DiskGeometry};
+use crate::geometry::{disks, predicted_block_size, DiskGeometry, PartitionGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 use super::output::{Document, Format, Output};
+use super::prometheus::{self, Family, Kind, Labels, Value};
 use super::units::{self, BytesForm};
 
 /// Schema name of the `check --json` document.
@@ -103,34 +104,6 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Prometheus label values: backslash, double quote and newline escaped.
-fn label_value(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
-
-/// One sample: its labels and value.
-type Sample = (Vec<(&'static str, String)>, f64);
-
-/// One metric family of the text exposition format: HELP, TYPE, samples.
-fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[Sample]) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-    for (labels, value) in samples {
-        out.push_str(name);
-        if !labels.is_empty() {
-            let pairs: Vec<String> = labels
-                .iter()
-                .map(|(key, value)| format!("{key}=\"{}\"", label_value(value)))
-                .collect();
-            let _ = write!(out, "{{{}}}", pairs.join(","));
-        }
-        let _ = writeln!(out, " {value}");
-    }
-}
-
 /// The static audit in the Prometheus text exposition format (version
 /// 0.0.4), as node_exporter's textfile collector reads it: one
 /// `iosplit_finding` series per finding, each partition's start, size, block
@@ -140,55 +113,70 @@ fn family(out: &mut String, name: &str, kind: &str, help: &str, samples: &[Sampl
 /// name, so a machine that also runs `serve` does not count them twice with
 /// its live `iosplit_diagnosis`.
 pub fn render_prometheus(report: &CheckReport, now: SystemTime) -> String {
-    let mut out = String::new();
-    let findings: Vec<_> = report
-        .diagnoses
-        .iter()
-        .map(|d| {
-            let severity = d.severity.as_str().to_string();
-            (
-                vec![
+    let seconds = now
+        .duration_since(UNIX_EPOCH)
+        .map(|elapsed| elapsed.as_secs_f64())
+        .unwrap_or_default();
+    let mut families = vec![findings_family(&report.diagnoses)];
+    families.extend(device_families(&report.devices));
+    families.push(Family::new(
+        "iosplit_build",
+        "The iosplit-trace build that ran the audit.",
+        Kind::Info,
+        vec![(
+            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
+            Value::Info,
+        )],
+    ));
+    families.push(Family::new(
+        "iosplit_audit_timestamp_seconds",
+        "When the audit ran, in seconds since the Unix epoch.",
+        Kind::Gauge,
+        vec![(Labels::new(), Value::Decimal(seconds))],
+    ));
+    prometheus::classic_text(&families)
+}
+
+fn findings_family(diagnoses: &[Diagnosis]) -> Family {
+    Family::new(
+        "iosplit_finding",
+        "1 for every finding of the static geometry audit (iosplit-trace check; codes in docs/diagnoses.md).",
+        Kind::Gauge,
+        diagnoses
+            .iter()
+            .map(|d| {
+                let labels = vec![
                     ("code", d.code.to_string()),
                     ("device", d.device.clone()),
-                    ("severity", severity),
-                ],
-                1.0,
-            )
-        })
-        .collect();
-    family(
-        &mut out,
-        "iosplit_finding",
-        "gauge",
-        "1 for every finding of the static geometry audit (iosplit-trace check; codes in docs/diagnoses.md).",
-        &findings,
-    );
-    let mut devices = Vec::new();
-    let mut per_partition: [Vec<Sample>; 5] = Default::default();
-    for device in &report.devices {
-        let disk = &device.geometry;
-        devices.push((
-            vec![
-                ("device", disk.name.clone()),
-                ("disk", disk.name.clone()),
-                ("dev", dev_text(disk.dev)),
-            ],
-            1.0,
-        ));
-        for part in &disk.partitions {
-            devices.push((
-                vec![
-                    ("device", part.name.clone()),
-                    ("disk", disk.name.clone()),
-                    ("dev", dev_text(part.dev)),
-                ],
-                1.0,
-            ));
-            let labels = vec![("device", part.name.clone()), ("disk", disk.name.clone())];
-            let placement = Placement::of(disk, part.start);
-            let aligned = placement.start_offset_bytes == 0
-                && placement.io_opt_offset_bytes == 0
-                && placement.chunk_offset_sectors == 0;
+                    ("severity", d.severity.as_str().to_string()),
+                ];
+                (labels, Value::Decimal(1.0))
+            })
+            .collect(),
+    )
+}
+
+/// Per-partition gauges: name, help, and the value with any label it adds.
+type PartitionGauge = (
+    &'static str,
+    &'static str,
+    fn(&DiskGeometry, &PartitionGeometry) -> (Option<(&'static str, String)>, f64),
+);
+const PARTITION_GAUGES: [PartitionGauge; 5] = [
+    (
+        "iosplit_partition_start_sectors",
+        "First sector of the partition on its disk, in 512-byte sectors.",
+        |_, part| (None, part.start as f64),
+    ),
+    (
+        "iosplit_partition_size_sectors",
+        "Length of the partition, in 512-byte sectors.",
+        |_, part| (None, part.size as f64),
+    ),
+    (
+        "iosplit_partition_block_size_bytes",
+        "The partition's block size: read with BLKBSZGET (source=\"BLKBSZGET\") or, without access to the device, the one the kernel gives its size (source=\"predicted\").",
+        |disk, part| {
             let (block_size, source) = match part.block_size {
                 Some(bytes) => (bytes, "BLKBSZGET"),
                 None => (
@@ -196,80 +184,63 @@ pub fn render_prometheus(report: &CheckReport, now: SystemTime) -> String {
                     "predicted",
                 ),
             };
-            let mut with_source = labels.clone();
-            with_source.push(("source", source.to_string()));
-            per_partition[0].push((labels.clone(), part.start as f64));
-            per_partition[1].push((labels.clone(), part.size as f64));
-            per_partition[2].push((with_source, f64::from(block_size)));
-            per_partition[3].push((labels.clone(), if aligned { 1.0 } else { 0.0 }));
-            per_partition[4].push((labels, placement.start_offset_bytes as f64));
+            (Some(("source", source.to_string())), f64::from(block_size))
+        },
+    ),
+    (
+        "iosplit_partition_aligned",
+        "1 when the partition starts on the physical block, minimum I/O, optimal I/O and chunk boundaries; 0 otherwise.",
+        |disk, part| {
+            let placement = Placement::of(disk, part.start);
+            let aligned = placement.start_offset_bytes == 0
+                && placement.io_opt_offset_bytes == 0
+                && placement.chunk_offset_sectors == 0;
+            (None, if aligned { 1.0 } else { 0.0 })
+        },
+    ),
+    (
+        "iosplit_partition_start_offset_bytes",
+        "Bytes the partition starts past the last physical block (or minimum I/O) boundary: 0 when aligned to it.",
+        |disk, part| (None, Placement::of(disk, part.start).start_offset_bytes as f64),
+    ),
+];
+
+/// `iosplit_device_info` for every disk and partition, then the partition
+/// gauges.
+fn device_families(devices: &[DeviceReport]) -> Vec<Family> {
+    let mut info = Vec::new();
+    for disk in devices.iter().map(|device| &device.geometry) {
+        info.push((disk.name.clone(), disk.name.clone(), dev_text(disk.dev)));
+        for part in &disk.partitions {
+            info.push((part.name.clone(), disk.name.clone(), dev_text(part.dev)));
         }
     }
-    family(
-        &mut out,
-        "iosplit_device_info",
-        "gauge",
+    let mut families = vec![Family::new(
+        "iosplit_device",
         "Disks and partitions the audit read.",
-        &devices,
-    );
-    let [start, size, block_size, aligned, offset] = per_partition;
-    family(
-        &mut out,
-        "iosplit_partition_start_sectors",
-        "gauge",
-        "First sector of the partition on its disk, in 512-byte sectors.",
-        &start,
-    );
-    family(
-        &mut out,
-        "iosplit_partition_size_sectors",
-        "gauge",
-        "Length of the partition, in 512-byte sectors.",
-        &size,
-    );
-    family(
-        &mut out,
-        "iosplit_partition_block_size_bytes",
-        "gauge",
-        "The partition's block size: read with BLKBSZGET (source=\"BLKBSZGET\") or, without access to the device, the one the kernel gives its size (source=\"predicted\").",
-        &block_size,
-    );
-    family(
-        &mut out,
-        "iosplit_partition_aligned",
-        "gauge",
-        "1 when the partition starts on the physical block, minimum I/O, optimal I/O and chunk boundaries; 0 otherwise.",
-        &aligned,
-    );
-    family(
-        &mut out,
-        "iosplit_partition_start_offset_bytes",
-        "gauge",
-        "Bytes the partition starts past the last physical block (or minimum I/O) boundary: 0 when aligned to it.",
-        &offset,
-    );
-    family(
-        &mut out,
-        "iosplit_build_info",
-        "gauge",
-        "The iosplit-trace build that ran the audit.",
-        &[(
-            vec![("version", env!("CARGO_PKG_VERSION").to_string())],
-            1.0,
-        )],
-    );
-    let seconds = now
-        .duration_since(UNIX_EPOCH)
-        .map(|elapsed| elapsed.as_secs_f64())
-        .unwrap_or_default();
-    family(
-        &mut out,
-        "iosplit_audit_timestamp_seconds",
-        "gauge",
-        "When the audit ran, in seconds since the Unix epoch.",
-        &[(Vec::new(), seconds)],
-    );
-    out
+        Kind::Info,
+        info.into_iter()
+            .map(|(device, disk, dev)| {
+                let labels = vec![("device", device), ("disk", disk), ("dev", dev)];
+                (labels, Value::Info)
+            })
+            .collect(),
+    )];
+    for (name, help, gauge) in PARTITION_GAUGES {
+        let samples = devices
+            .iter()
+            .map(|device| &device.geometry)
+            .flat_map(|disk| disk.partitions.iter().map(move |part| (disk, part)))
+            .map(|(disk, part)| {
+                let (extra, value) = gauge(disk, part);
+                let mut labels = vec![("device", part.name.clone()), ("disk", disk.name.clone())];
+                labels.extend(extra);
+                (labels, Value::Decimal(value))
+            })
+            .collect();
+        families.push(Family::new(name, help, Kind::Gauge, samples));
+    }
+    families
 }
 
 /// Audits the named devices (a partition stands for its disk), or every disk
@@ -509,6 +480,33 @@ mod tests {
         assert_eq!(human_size(u64::from(u32::MAX)), "4.0 GiB");
         assert_eq!(human_size(100), "100 B");
     }
+
+    /// The seed's fixture disk, its first finding's device given every
+    /// character a label value escapes.
+    fn pinned_prometheus(now: SystemTime) -> String {
+        let sysfs = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/sysfs/seed-layout1");
+        let mut report = check_in(&sysfs, &[], &crate::geometry::ioctl::NoIoctls).unwrap();
+        report.diagnoses[0].device = "a\"b\\c\nd".to_string();
+        render_prometheus(&report, now)
+    }
+
+    #[test]
+    fn the_textfile_is_pinned_byte_for_byte() {
+        let text =
+            pinned_prometheus(UNIX_EPOCH + std::time::Duration::from_millis(1_800_000_000_250));
+        assert_eq!(
+            text,
+            PINNED_PROMETHEUS.replace("{version}", env!("CARGO_PKG_VERSION"))
+        );
+        let whole = pinned_prometheus(UNIX_EPOCH + std::time::Duration::from_secs(1_800_000_000));
+        assert!(
+            whole.ends_with("\niosplit_audit_timestamp_seconds 1800000000\n"),
+            "{whole}"
+        );
+    }
+
+    /// The seed's audit as `check --prometheus` wrote it before it shared serve's writer (#46).
+    const PINNED_PROMETHEUS: &str = include_str!("../../tests/fixtures/prometheus/check-seed.prom");
 
     #[test]
     fn block_size_column_marks_predictions() {

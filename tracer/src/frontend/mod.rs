@@ -12,6 +12,7 @@ pub mod html;
 pub mod live;
 pub mod output;
 pub mod perfetto;
+pub mod prometheus;
 pub mod record;
 pub mod report;
 pub mod run;

@@ -61,10 +61,14 @@ impl GeometryWatch {
     }
 
     /// The present disks (with media) in scope; a missing one is left out.
-    fn read(&self, probe: &dyn DeviceProbe) -> Vec<DiskGeometry> {
+    /// Every disk could not be read when one went while it was read.
+    fn read(
+        &self,
+        probe: &dyn DeviceProbe,
+    ) -> std::result::Result<Vec<DiskGeometry>, GeometryError> {
         let sysfs_root = Path::new("/sys");
         let mut disks = match &self.disk_names {
-            None => disks::read_disks_in(sysfs_root, None, probe).unwrap_or_default(),
+            None => disks::read_disks_in(sysfs_root, None, probe)?,
             // One by one: a named disk that vanished must not hide the others.
             Some(names) => names
                 .iter()
@@ -76,7 +80,7 @@ impl GeometryWatch {
         };
         // A detached loop device or an empty drive has no media: it is gone.
         disks.retain(|disk| disk.size_sectors > 0);
-        disks
+        Ok(disks)
     }
 
     /// Fresh geometry of the present disks when something changed since the
@@ -86,12 +90,24 @@ impl GeometryWatch {
             return None;
         }
         self.due = Instant::now() + GEOMETRY_REFRESH;
-        let seen = self.read(&DevNodeProbe::tables_only());
+        // A read that failed is no news, not "no disks": the next look
+        // reads again.
+        let seen = self.read(&DevNodeProbe::tables_only()).ok()?;
         if seen == self.last {
             return None;
         }
+        let disks = self.read(&DevNodeProbe::default()).ok()?;
         self.last = seen;
-        Some(self.read(&DevNodeProbe::default()))
+        Some(disks)
+    }
+
+    /// Fresh geometry of the present disks, changed or not: block sizes
+    /// too, which the cheap look leaves out (`serve`'s SIGHUP).
+    pub fn reread(&mut self) -> std::result::Result<Vec<DiskGeometry>, GeometryError> {
+        self.due = Instant::now() + GEOMETRY_REFRESH;
+        let disks = self.read(&DevNodeProbe::default())?;
+        self.last = as_watched(&disks);
+        Ok(disks)
     }
 }
 
@@ -260,6 +276,30 @@ mod tests {
         let mut watch = GeometryWatch::new(&[device], &known);
         assert_eq!(watch.changed(true), Some(Vec::new()));
         assert_eq!(watch.changed(true), None, "a change is told once");
+    }
+
+    #[test]
+    fn a_reread_answers_changed_or_not_and_is_the_next_looks_baseline() {
+        let name = "iosplit-test-no-such-disk";
+        let known = vec![DiskGeometry {
+            name: name.to_string(),
+            size_sectors: 2048,
+            ..Default::default()
+        }];
+        let dev = DevId {
+            major: 7,
+            minor: 999,
+        };
+        let device = ResolvedDevice {
+            name: name.to_string(),
+            dev,
+            disk_name: name.to_string(),
+            disk_dev: dev,
+        };
+        let mut watch = GeometryWatch::new(&[device], &known);
+        assert_eq!(watch.reread().unwrap(), Vec::new());
+        assert_eq!(watch.reread().unwrap(), Vec::new(), "told again");
+        assert_eq!(watch.changed(true), None, "the reread was the news");
     }
 
     #[test]

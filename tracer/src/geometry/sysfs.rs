@@ -239,20 +239,6 @@ pub fn partition_start(name: &str) -> Option<u64> {
     partition_start_in(Path::new("/sys"), name)
 }
 
-/// The disk a device number belongs to, and the partition if it is one.
-pub fn locate(
-    disks: &[DiskGeometry],
-    dev: DevId,
-) -> Option<(&DiskGeometry, Option<&PartitionGeometry>)> {
-    disks.iter().find_map(|disk| {
-        if disk.dev == Some(dev) {
-            Some((disk, None))
-        } else {
-            disk.partition(dev).map(|part| (disk, Some(part)))
-        }
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -682,16 +668,6 @@ mod tests {
         assert_eq!(partition_start_in(&tree.0, "loop3p1"), Some(8));
         assert_eq!(partition_start_in(&tree.0, "loop3"), None);
         assert_eq!(partition_start_in(&tree.0, "nosuch"), None);
-
-        let disks = read_disks_in(&tree.0, None, &NoIoctls).unwrap();
-        let (disk, part) = locate(&disks, DevId::from_kernel((259 << 20) | 7)).unwrap();
-        assert_eq!(
-            (disk.name.as_str(), part.map(|p| p.name.as_str())),
-            ("loop3", Some("loop3p1"))
-        );
-        let (disk, part) = locate(&disks, DevId::new(7, 3)).unwrap();
-        assert_eq!((disk.name.as_str(), part), ("loop3", None));
-        assert!(locate(&disks, DevId::new(8, 0)).is_none());
     }
 
     /// A virtio disk's `device` directory, on the virtio bus.

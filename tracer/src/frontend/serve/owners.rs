@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use crate::engine::attribution::TOP_OWNERS;
 use crate::model::{Attribution, OwnerEntry, OwnerKnown, OwnerMeasures, OwnerView, Workload};
 
-use super::{Labels, Total};
+use super::totals::Total;
+use crate::frontend::prometheus::Labels;
 
 /// Series each view serves per scrape at most (besides `other`).
 pub const SERVED_OWNERS: usize = 2 * TOP_OWNERS;

@@ -1,8 +1,7 @@
 //! The exporter's own footprint, under the names every Prometheus client
 //! library uses (`process_*`), so a fleet can watch what leaving it on costs.
 
-use super::{Family, Value};
-use prometheus_client::metrics::MetricType;
+use crate::frontend::prometheus::{Family, Kind, Value};
 
 /// What /proc says about this process now.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -44,25 +43,25 @@ impl ProcessStats {
             Family::new(
                 "process_resident_memory_bytes",
                 "Resident memory of the exporter.",
-                MetricType::Gauge,
+                Kind::Gauge,
                 vec![(Vec::new(), Value::Gauge(self.resident_bytes as f64))],
             ),
             Family::new(
                 "process_cpu_seconds",
                 "User and system CPU time of the exporter (all its threads).",
-                MetricType::Counter,
+                Kind::Counter,
                 vec![(Vec::new(), Value::Seconds(self.cpu_seconds))],
             ),
             Family::new(
                 "process_start_time_seconds",
                 "When the exporter started, in seconds since the Unix epoch.",
-                MetricType::Gauge,
+                Kind::Gauge,
                 vec![(Vec::new(), Value::Gauge(self.start_time_seconds))],
             ),
             Family::new(
                 "process_open_fds",
                 "File descriptors the exporter holds open.",
-                MetricType::Gauge,
+                Kind::Gauge,
                 vec![(Vec::new(), Value::Gauge(self.open_fds as f64))],
             ),
         ]
