@@ -294,7 +294,7 @@ impl Devices {
         }
     }
 
-    /// Installs the disks present now (as [`Engine::set_disks`] does) and marks
+    /// Installs the disks present now (as [`Devices::set_disks`] does) and marks
     /// every disk and partition with known geometry that is not among them as
     /// gone; one that comes back (same device number) is present again. The
     /// measures of a gone device are kept.

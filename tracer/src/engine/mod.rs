@@ -32,7 +32,7 @@
 //! - `correlate/`: the correlator, one handler per kernel event, and the
 //!   in-flight chains it owns (`correlate/chain.rs`: user I/Os, fragments,
 //!   commands, remaps, requests, and their bookkeeping). It hands what it
-//!   concludes to the accounting as typed [`outcome::Outcome`]s.
+//!   concludes to the accounting as typed `outcome::Outcome`s.
 //! - `accounting`: what each outcome counts for; the only owner of what
 //!   was measured (devices' counters, histograms, service samples, the
 //!   what-if's streams, attribution, dirty buffers).

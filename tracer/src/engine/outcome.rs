@@ -6,7 +6,7 @@
 //! command once and ends a command at its last completion, as the report does.
 //!
 //! The accounting is the first reader of every outcome
-//! ([`super::accounting`]): devices' counters and histograms, attribution
+//! (`super::accounting`): devices' counters and histograms, attribution
 //! and the what-if's streams grow from what is emitted here and from nothing
 //! else, so a view that reads the outcomes sees what the report counted.
 //! Outcomes are kept for views only when asked for

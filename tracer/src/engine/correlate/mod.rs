@@ -795,7 +795,7 @@ impl Correlator {
     /// Request-based dm (multipath) cloned its issued request at
     /// `from_sector` and will issue the clone on `event.dev`: that issue
     /// carries the upper command's user I/Os. (An importer's `A` line of a
-    /// request reaches here through [`Engine::on_remap`].)
+    /// request reaches here through [`Correlator::on_remap`].)
     fn on_rq_remap(&mut self, event: &BlockEvent, from_dev: u32, from_sector: u64) {
         let length = u64::from(event.nr_sector);
         if length == 0 {

@@ -5,7 +5,7 @@
 //! Contract:
 //! - In, in kernel order: the traced tree's opens and syscalls
 //!   ([`RunMatcher::open_event`], [`RunMatcher::process_event`]) and the
-//!   block events ([`RunMatcher::block_event`]). After the command, once
+//!   block events ([`RunMatcher::outcome`], the correlation's outcomes). After the command, once
 //!   its I/O has settled, the extent map of each file it wrote
 //!   ([`RunMatcher::written_files`], [`RunMatcher::set_file_map`]), which
 //!   the frontend reads (FIEMAP).
