@@ -53,8 +53,8 @@ pub use crate::cli::DEFAULT_LISTEN;
 pub fn run(devices_selected: &DeviceSelection, args: &ServeArgs) -> Result<ExitCode> {
     // glibc raises its mmap threshold each time a large block is freed, so
     // later large buffers (scrapes, burst-sized queues) land on the heap and
-    // fragment it: RSS crept 40 -> 62 MiB over a 10-minute soak. Pinned,
-    // they are mapped and unmapped whole.
+    // fragment it (docs/benchmarks.md, "Changes"). Pinned, they are mapped
+    // and unmapped whole.
     // SAFETY: mallopt only sets an allocator parameter, before any thread starts.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 128 << 10) };
     let devices = selection::resolve_selection(devices_selected)?;

@@ -133,17 +133,17 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
             results.report("report.json"),
             results.report("report-classic.json"),
         ) {
-            (Ok(trace), Ok(raw), Ok(classic)) => {
+            (Ok(trace), Ok(btf), Ok(classic)) => {
                 let requeues = oracle::parse_blk_trace(&trace).total("R");
-                let (raw, classic) = (
-                    raw.events.count(EventKind::Requeue),
+                let (btf, classic) = (
+                    btf.events.count(EventKind::Requeue),
                     classic.events.count(EventKind::Requeue),
                 );
                 Check::new(
                     what,
                     expected,
-                    format!("blk R {requeues}, btf {raw}, classic {classic}"),
-                    requeues > 0 && raw == requeues && classic == requeues,
+                    format!("blk R {requeues}, btf {btf}, classic {classic}"),
+                    requeues > 0 && btf == requeues && classic == requeues,
                 )
             }
             (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
