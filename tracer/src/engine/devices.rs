@@ -3,7 +3,6 @@
 //! device is (name, geometry, limits, present or gone, what the trace
 //! showed of it); what was measured on it is the accounting's.
 
-use super::correlate::ChainMarks;
 use super::split::SplitLimits;
 use super::table::FastMap;
 use super::target::NO_PART;
@@ -42,8 +41,6 @@ pub(crate) struct DeviceState {
     pub(super) seen_issue: bool,
     /// A `block_bio_queue` of its own was traced (not only remaps from it).
     pub(super) seen_queue: bool,
-    /// The correlator's own marks on this device.
-    pub(super) chain: ChainMarks,
 }
 
 impl DeviceState {
@@ -61,7 +58,6 @@ impl DeviceState {
             gone: false,
             seen_issue: false,
             seen_queue: false,
-            chain: ChainMarks::default(),
         }
     }
 

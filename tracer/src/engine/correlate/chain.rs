@@ -46,6 +46,8 @@ pub(super) struct Chains {
     carried: Vec<Carried>,
     /// The next command's number.
     pub(super) next_command: u64,
+    /// By the registry's disk index.
+    marks: Vec<ChainMarks>,
 }
 
 /// A user I/O a command carries: its first command waits `first_wait`.
@@ -75,6 +77,7 @@ impl Chains {
             rq_remaps: FastMap::default(),
             carried: Vec::new(),
             next_command: 1,
+            marks: Vec::new(),
         }
     }
 }
@@ -228,9 +231,9 @@ impl Default for Remap {
     }
 }
 
-/// The correlator's marks on one device, kept in the registry's entry.
+/// The correlator's marks on one disk.
 #[derive(Clone, Copy, Debug)]
-pub(in crate::engine) struct ChainMarks {
+pub(super) struct ChainMarks {
     /// Requeued commands without a range (flushes, passthrough), per op:
     /// the next such issue is their re-issue, not a new command.
     pub(super) requeued_empty: [u32; OP_COUNT],
@@ -772,6 +775,19 @@ impl Chains {
             self.commands.allocated(),
             self.remaps.allocated(),
         ]
+    }
+
+    /// The correlator's marks on `disk`.
+    pub(super) fn marks(&self, disk: u32) -> ChainMarks {
+        self.marks.get(disk as usize).copied().unwrap_or_default()
+    }
+
+    pub(super) fn marks_mut(&mut self, disk: u32) -> &mut ChainMarks {
+        let disk = disk as usize;
+        if disk >= self.marks.len() {
+            self.marks.resize_with(disk + 1, ChainMarks::default);
+        }
+        &mut self.marks[disk]
     }
 
     /// User I/Os in flight.

@@ -20,7 +20,6 @@ use crate::engine::table::{KeyHasher, SlotRef, NIL};
 use crate::engine::target::{op_of, Target, NO_PART};
 use crate::engine::EngineLimits;
 use crate::model::CorrelationStats;
-pub(super) use chain::ChainMarks;
 use chain::{Chains, DropReason, Fragment, FragmentState, Remap, UserIo};
 
 /// Request remaps kept waiting for their clone's issue, at most.
@@ -242,7 +241,7 @@ impl Correlator {
     fn remap_stripe_io(&mut self, event: &BlockEvent, from_dev: u32, devices: &mut Devices) {
         let parent = devices
             .slot(from_dev)
-            .map(|slot| devices.get_mut(slot.disk).chain.last_fragment)
+            .map(|slot| self.chains.marks(slot.disk).last_fragment)
             .and_then(|fragment| self.chains.fragments.resolve(fragment))
             .and_then(|index| self.chains.fragments.get(index))
             .map_or(SlotRef::NONE, |fragment| fragment.io);
@@ -428,9 +427,9 @@ impl Correlator {
             out.emit(queued(None, stream));
             return;
         };
-        let device = devices.get_mut(disk);
-        if device.bio_based() {
-            device.chain.last_fragment = self.chains.fragments.slot_ref(fragment_index);
+        if devices.get(disk).bio_based() {
+            self.chains.marks_mut(disk).last_fragment =
+                self.chains.fragments.slot_ref(fragment_index);
         }
         out.emit(queued(Some(IoId::of(io_ref)), stream));
     }
@@ -458,8 +457,8 @@ impl Correlator {
             return None;
         }
         let slot = devices.slot(event.dev)?;
-        let device = devices.get(slot.disk);
-        let index = self.chains.fragments.resolve(device.chain.last_fragment)?;
+        let last_fragment = self.chains.marks(slot.disk).last_fragment;
+        let index = self.chains.fragments.resolve(last_fragment)?;
         let fragment = self.chains.fragments.get(index)?;
         let inside = fragment.start < new_sector && new_sector < fragment.end;
         (fragment.state == FragmentState::Pending && inside).then_some((index, fragment.start))
@@ -489,10 +488,10 @@ impl Correlator {
         let Some(slot) = devices.slot(dev) else {
             return false;
         };
-        let device = devices.get_mut(slot.disk);
-        let precut = device.chain.precut_at == Some(at);
+        let marks = self.chains.marks_mut(slot.disk);
+        let precut = marks.precut_at == Some(at);
         if precut {
-            device.chain.precut_at = None;
+            marks.precut_at = None;
         }
         precut
     }
@@ -509,11 +508,11 @@ impl Correlator {
         out: &mut Sink,
     ) -> Option<u32> {
         let slot = devices.slot(from_dev)?;
-        let device = devices.get(slot.disk);
-        if !device.bio_based() {
+        if !devices.get(slot.disk).bio_based() {
             return None;
         }
-        let index = self.chains.fragments.resolve(device.chain.last_fragment)?;
+        let last_fragment = self.chains.marks(slot.disk).last_fragment;
+        let index = self.chains.fragments.resolve(last_fragment)?;
         let fragment = self.chains.fragments.get(index)?;
         let at = from_sector.checked_add(u64::from(event.nr_sector))?;
         if fragment.state != FragmentState::Pending
@@ -530,7 +529,7 @@ impl Correlator {
             ..*event
         };
         self.cut_fragment(&trim, Some((index, from_sector)), at, room, devices, out);
-        devices.get_mut(slot.disk).chain.precut_at = Some(at);
+        self.chains.marks_mut(slot.disk).precut_at = Some(at);
         Some(index)
     }
 
@@ -603,9 +602,9 @@ impl Correlator {
         };
         let inserted = remainder_index.is_some();
         if let (Some(index), Some(slot)) = (remainder_index, devices.slot(event.dev)) {
-            let device = devices.get_mut(slot.disk);
-            if device.bio_based() {
-                device.chain.last_fragment = self.chains.fragments.slot_ref(index);
+            if devices.get(slot.disk).bio_based() {
+                self.chains.marks_mut(slot.disk).last_fragment =
+                    self.chains.fragments.slot_ref(index);
             }
         }
         if let Some(io) = io_index.and_then(|index| self.chains.user_ios.get_mut(index)) {
@@ -718,7 +717,7 @@ impl Correlator {
             }
         }
 
-        if self.reissue(event, disk, identity, devices, out) {
+        if self.reissue(event, disk, identity, out) {
             return;
         }
         let mut target = None;
@@ -851,7 +850,7 @@ impl Correlator {
         let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
             let target = self.fallback_target(event, devices);
-            devices.get_mut(target.disk).chain.requeued_empty[op_index(target.op)] += 1;
+            self.chains.marks_mut(target.disk).requeued_empty[op_index(target.op)] += 1;
             self.emit_requeue(None, target, out);
             return;
         }
@@ -894,18 +893,11 @@ impl Correlator {
 
     /// An issue of a requeued command: no new command; issue→complete now
     /// runs from here, and the time spent requeued is its own measure.
-    fn reissue(
-        &mut self,
-        event: &BlockEvent,
-        disk: u32,
-        identity: u64,
-        devices: &mut Devices,
-        out: &mut Sink,
-    ) -> bool {
+    fn reissue(&mut self, event: &BlockEvent, disk: u32, identity: u64, out: &mut Sink) -> bool {
         let (dev, start, op) = (event.dev, event.sector, op_of(event));
         let end = start.saturating_add(u64::from(event.nr_sector));
         if start == end {
-            let waiting = &mut devices.get_mut(disk).chain.requeued_empty[op_index(op)];
+            let waiting = &mut self.chains.marks_mut(disk).requeued_empty[op_index(op)];
             if *waiting == 0 {
                 return false;
             }

@@ -18,7 +18,7 @@ use crate::geometry::resolve::ResolvedDevice;
 use crate::geometry::DiskGeometry;
 use crate::model::{Diagnosis, OwnerView};
 
-use super::tables;
+use super::frame;
 use super::totals::{Served, Snapshot};
 
 pub const WORKER_STOPPED: &str = "the exporter's worker thread stopped unexpectedly";
@@ -189,7 +189,7 @@ impl Exporter {
 
     fn encode(&self) -> Result<String> {
         let inner = self.lock()?;
-        let families = tables::frame(&inner.served, &inner.present);
+        let families = frame::frame(&inner.served, &inner.present);
         drop(inner);
         Ok(prometheus::openmetrics(&families))
     }

@@ -20,12 +20,14 @@
 //!   query per round; the devices present now;
 //! - [`totals`]: what is served, cumulative across engine resets and
 //!   devices coming and going;
-//! - [`tables`]: which families are written, with their names, help texts,
-//!   types and labels;
+//! - [`tables`]: the metric tables, each family's name, help text and
+//!   source in the measures, and [`tables::Total`], a counter that only grows;
+//! - [`frame`]: what a scrape writes, in order, from [`totals`] and the tables;
 //! - [`owners`]: the `--by` series, top owners plus `other`;
 //! - [`process`]: the exporter's own footprint (`process_*`).
 
 mod exporter;
+mod frame;
 mod http;
 mod owners;
 mod process;

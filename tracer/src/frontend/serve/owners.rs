@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use crate::engine::attribution::TOP_OWNERS;
 use crate::model::{Attribution, OwnerEntry, OwnerKnown, OwnerMeasures, OwnerView, Workload};
 
-use super::totals::Total;
+use super::tables::Total;
 use crate::frontend::prometheus::Labels;
 
 /// Series each view serves per scrape at most (besides `other`).

@@ -1,5 +1,5 @@
+use super::frame::frame;
 use super::process;
-use super::tables::frame;
 use super::totals::{Served, Snapshot};
 use crate::capture::KernelCounters;
 use crate::frontend::prometheus;

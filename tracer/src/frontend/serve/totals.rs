@@ -16,26 +16,9 @@ use crate::model::{
 
 use super::owners::OwnerSeries;
 use super::tables::{
-    CHAINS_DROPPED, DROPPED, ERRORS, EVENTS, INCOMPLETE, LATENCY_HISTOGRAMS, MISSED, OP_COUNTERS,
-    READ_FAILED, SIZE_HISTOGRAMS, SPLITS,
+    Total, CHAINS_DROPPED, DROPPED, ERRORS, EVENTS, INCOMPLETE, LATENCY_HISTOGRAMS, MISSED,
+    OP_COUNTERS, READ_FAILED, SIZE_HISTOGRAMS, SPLITS,
 };
-
-/// A counter served cumulatively from an engine value that may restart at 0.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Total {
-    /// The engine's value at the last scrape.
-    pub seen: u64,
-    pub served: u64,
-}
-
-impl Total {
-    pub fn observe(&mut self, now: u64) {
-        // A value below the last one means the source restarted from zero.
-        let grown = now.checked_sub(self.seen).unwrap_or(now);
-        self.served = self.served.saturating_add(grown);
-        self.seen = now;
-    }
-}
 
 /// A histogram served cumulatively from the engine's power-of-two buckets.
 #[derive(Clone, Debug, Default)]
