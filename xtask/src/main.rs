@@ -4,6 +4,7 @@
 //! each purpose's tools), so each one works on a fresh machine.
 
 mod bench;
+mod deb;
 mod dist;
 mod image;
 mod setup;
@@ -45,7 +46,11 @@ enum Task {
     /// Boot other kernels and disk geometries in qemu and run the scenarios.
     VmTest(vm::VmArgs),
     /// Build the release tarball and the Debian package: static binary, man page, completions, systemd units, examples.
-    Dist,
+    Dist {
+        /// Then install the .deb here, run `check`, verify its units, and purge it (root; `test` does too).
+        #[arg(long)]
+        smoke_test: bool,
+    },
     /// Build the OCI image (static binary on an empty base) offline, as target/dist/*-oci.tar.
     Image {
         /// Then run it under podman as the DaemonSet does and check it counts a loop disk's writes.
@@ -89,7 +94,18 @@ fn main() -> ExitCode {
         Task::VmTest(args) => {
             setup::setup("cargo xtask vm-test", setup::VM_TEST).and_then(|()| vm::vm_test(&args))
         }
-        Task::Dist => setup::setup("cargo xtask dist", setup::DIST).and_then(|()| dist::dist()),
+        Task::Dist { smoke_test } => {
+            let mut purposes = setup::DIST.to_vec();
+            if smoke_test {
+                purposes.push(setup::Purpose::DebSmoke);
+            }
+            setup::setup("cargo xtask dist", &purposes)
+                .and_then(|()| dist::dist())
+                .and_then(|package| match smoke_test {
+                    true => deb::smoke_test(&package),
+                    false => Ok(()),
+                })
+        }
         Task::Image { smoke_test } => {
             let mut purposes = setup::IMAGE.to_vec();
             if smoke_test {
