@@ -656,6 +656,23 @@ mod tests {
     }
 
     #[test]
+    fn the_usage_doc_names_every_package() {
+        let usage =
+            std::fs::read_to_string(workspace_root().join("docs/usage.md")).unwrap_or_default();
+        let section = usage
+            .split("## Building and installing")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap_or_default();
+        for name in debian_names(EVERYTHING) {
+            assert!(
+                section.contains(&format!("`{name}`")),
+                "docs/usage.md's Building and installing does not name `{name}`"
+            );
+        }
+    }
+
+    #[test]
     fn a_dry_run_that_removes_is_read() {
         let text = "\
 Reading package lists...
