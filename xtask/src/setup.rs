@@ -211,7 +211,14 @@ impl Purpose {
             Purpose::Lints => &[Tool::Lints],
             Purpose::Fuzz => &[Tool::Nightly, Tool::CargoFuzz],
             Purpose::HostTests => &[Tool::KubernetesValidate],
-            _ => &[],
+            Purpose::Static
+            | Purpose::Units
+            | Purpose::Deb
+            | Purpose::Image
+            | Purpose::ImageSmoke
+            | Purpose::DebSmoke
+            | Purpose::Bench
+            | Purpose::VmMatrix => &[],
         }
     }
 }
