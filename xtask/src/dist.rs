@@ -11,22 +11,42 @@
 //!   rules and their promtool tests, the Grafana dashboard, the README with
 //!   its docs/ and the licenses.
 //!
+//! Beside it, `iosplit-trace_VERSION_amd64.deb` holds the same files laid
+//! out for /usr (deb.rs).
+//!
 //! `cargo xtask install [--prefix DIR]` copies the same tree under DIR
 //! (default /usr/local), with the unit's ExecStart pointed at DIR/bin.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::deb;
 use crate::util::{output, run, workspace_root, Result};
 use crate::vm;
 
 const NAME: &str = "iosplit-trace";
 /// Where the units' ExecStart expects the binary (the tarball unpacked under /usr/local).
-const UNIT_BINARY: &str = "/usr/local/bin/iosplit-trace";
+pub const UNIT_BINARY: &str = "/usr/local/bin/iosplit-trace";
 /// The services in dist/ that start the binary: `serve`, and the textfile audit.
 const SERVICES: [&str; 2] = ["iosplit-trace.service", "iosplit-trace-audit.service"];
+/// Every unit shipped: the services and the audit's timer.
+pub const UNITS: [&str; 3] = [
+    "iosplit-trace.service",
+    "iosplit-trace-audit.service",
+    "iosplit-trace-audit.timer",
+];
+/// The example configuration, shipped under share/doc/iosplit-trace/.
+pub const EXAMPLES: &[&str] = &[
+    "dist/prometheus.yml",
+    "dist/prometheus/iosplit-trace.rules.yml",
+    "dist/prometheus/iosplit-trace.rules.test.yml",
+    "dist/grafana-dashboard.json",
+];
+/// Shipped beside them, with the README's docs/ so its links resolve.
+pub const DOCS: &[&str] = &["README.md", "LICENSE-APACHE", "LICENSE-MIT"];
 
-pub fn dist() -> Result<()> {
+/// Writes the tarball and the Debian package; returns the package's path.
+pub fn dist() -> Result<PathBuf> {
     let (out, stem) = stage()?;
     let tarball = out.join(format!("{stem}.tar.gz"));
     run(Command::new("tar")
@@ -38,7 +58,15 @@ pub fn dist() -> Result<()> {
         .arg(&out)
         .arg(&stem))?;
     eprintln!("xtask: wrote {}", tarball.display());
-    Ok(())
+    let package = deb::build(&out.join(&stem), &out)?;
+    eprintln!("xtask: wrote {}", package.display());
+    Ok(package)
+}
+
+/// Builds the staged tree and only the Debian package from it.
+pub fn deb() -> Result<PathBuf> {
+    let (out, stem) = stage()?;
+    deb::build(&out.join(stem), &out)
 }
 
 pub fn install(prefix: &Path) -> Result<()> {
@@ -113,15 +141,7 @@ fn stage() -> Result<(PathBuf, String)> {
         &stage.join("lib/systemd/system/iosplit-trace-audit.timer"),
     )?;
     let doc = stage.join("share/doc/iosplit-trace");
-    for file in [
-        "dist/prometheus.yml",
-        "dist/prometheus/iosplit-trace.rules.yml",
-        "dist/prometheus/iosplit-trace.rules.test.yml",
-        "dist/grafana-dashboard.json",
-        "README.md",
-        "LICENSE-APACHE",
-        "LICENSE-MIT",
-    ] {
+    for file in EXAMPLES.iter().chain(DOCS) {
         let source = root.join(file);
         let name = source.file_name().ok_or("a doc file has no name")?;
         copy(&source, &doc.join(name))?;
@@ -180,14 +200,14 @@ fn parent_made(path: &Path) -> Result<PathBuf> {
     Ok(dir.to_path_buf())
 }
 
-fn copy(from: &Path, to: &Path) -> Result<()> {
+pub fn copy(from: &Path, to: &Path) -> Result<()> {
     parent_made(to)?;
     std::fs::copy(from, to)
         .map(|_| ())
         .map_err(|err| format!("copy {} to {}: {err}", from.display(), to.display()))
 }
 
-fn write(path: &Path, text: &str) -> Result<()> {
+pub fn write(path: &Path, text: &str) -> Result<()> {
     parent_made(path)?;
     std::fs::write(path, text).map_err(|err| format!("{}: {err}", path.display()))
 }

@@ -34,11 +34,15 @@ pub fn test(extra: &[String]) -> Result<()> {
     fuzz(&root)?;
     // The image as fleets run it: built offline, then under podman with the
     // DaemonSet's capabilities and mounts (root only, as the probes are).
+    // The Debian package as users install it: dpkg -i here, check, verify
+    // the units, then remove and purge it, leaving nothing behind (root only).
     if is_root() {
         crate::image::image()?;
         crate::image::smoke_test()?;
+        crate::deb::smoke_test(&crate::dist::deb()?)?;
     } else {
         eprintln!("xtask: not root: the container image was not run under podman");
+        eprintln!("xtask: not root: the Debian package was not installed and removed");
     }
     Ok(())
 }
