@@ -144,15 +144,41 @@ impl DeviceMeasures {
         self.parts.get(part)
     }
 
+    /// A user I/O just queued: whether it continues the stream of the last
+    /// one on its disk and op, starting where that one ended, on the same
+    /// partition and origin, while that one is in flight.
+    fn stream_step(&mut self, target: Target, io: Option<IoId>, start: u64, sectors: u64) -> bool {
+        let last = &mut self.last_queued[op_index(target.op)];
+        let continues = last.end == start
+            && last.part == target.part
+            && last.tracked == target.tracked
+            && last.io.is_some();
+        *last = LastQueued {
+            end: start.saturating_add(sectors),
+            part: target.part,
+            tracked: target.tracked,
+            io,
+        };
+        continues
+    }
+
+    #[inline]
     fn stats_mut(&mut self, part: u32) -> &mut DeviceStats {
         if part == NO_PART {
             return &mut self.whole;
         }
         let part = part as usize;
         if part >= self.parts.len() {
-            self.parts.resize_with(part + 1, DeviceStats::default);
+            self.grow_parts(part);
         }
         &mut self.parts[part]
+    }
+
+    /// A partition's first traffic: off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn grow_parts(&mut self, part: usize) {
+        self.parts.resize_with(part + 1, DeviceStats::default);
     }
 
     fn clear(&mut self) {
@@ -211,6 +237,7 @@ impl<'a> Sink<'a> {
     }
 
     /// The owners a bio queued by `owner` (as `tgid`) on `place` counts to.
+    #[inline]
     pub(super) fn owners_of(&mut self, owner: &Owner, tgid: u32, place: Place) -> OwnerSlots {
         self.accounting.attribution.owners_of(owner, tgid, place)
     }
@@ -240,11 +267,19 @@ impl Accounting {
         self.device_mut(disk).limits = limits;
     }
 
+    #[inline]
     fn device_mut(&mut self, disk: usize) -> &mut DeviceMeasures {
         if disk >= self.devices.len() {
-            self.devices.resize_with(disk + 1, DeviceMeasures::default);
+            self.grow_devices(disk);
         }
         &mut self.devices[disk]
+    }
+
+    /// A disk's first traffic or limits: off the hot path.
+    #[cold]
+    #[inline(never)]
+    fn grow_devices(&mut self, disk: usize) {
+        self.devices.resize_with(disk + 1, DeviceMeasures::default);
     }
 
     fn stats_mut(&mut self, target: Target) -> &mut OpStats {
@@ -446,8 +481,12 @@ impl Accounting {
                 stats.bytes += bytes;
             });
         }
-        let continues = segments.map(|_| self.stream_step(account.target, io, start, sectors));
-        let stats = self.stats_mut(account.target);
+        let target = account.target;
+        let device = self.device_mut(target.disk as usize);
+        let continues = segments.map(|_| device.stream_step(target, io, start, sectors));
+        let stats = device
+            .stats_mut(target.part)
+            .get_mut(target.tracked, target.op);
         stats.user_ios += 1;
         stats.fragments += 1;
         stats.bytes += bytes;
@@ -455,24 +494,6 @@ impl Accounting {
         if let (Some(continues), Some(segments)) = (continues, segments) {
             stats.streams.record(continues, sectors, segments);
         }
-    }
-
-    /// A user I/O just queued: whether it continues the stream of the last
-    /// one on its disk and op, starting where that one ended, on the same
-    /// partition and origin, while that one is in flight.
-    fn stream_step(&mut self, target: Target, io: Option<IoId>, start: u64, sectors: u64) -> bool {
-        let last = &mut self.device_mut(target.disk as usize).last_queued[op_index(target.op)];
-        let continues = last.end == start
-            && last.part == target.part
-            && last.tracked == target.tracked
-            && last.io.is_some();
-        *last = LastQueued {
-            end: start.saturating_add(sectors),
-            part: target.part,
-            tracked: target.tracked,
-            io,
-        };
-        continues
     }
 
     /// A user I/O finished: a stream it was last of can no longer be continued.

@@ -87,6 +87,7 @@ impl Correlator {
     }
 
     /// One kernel event of a chain, in kernel order.
+    #[inline(always)]
     pub(super) fn ingest(
         &mut self,
         event: &BlockEvent,
