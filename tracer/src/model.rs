@@ -115,7 +115,9 @@ pub struct CorrelationStats {
     /// Chains dropped because they stayed in flight too long.
     pub aged_out: u64,
     /// Chains dropped because their command's request was issued again with
-    /// no completion seen between (no probe ran for it): BTF tracepoints only.
+    /// no completion seen between (no probe ran for it; BTF tracepoints), or
+    /// because it was still in flight at the end of an imported trace far
+    /// longer than its device's own completions ever took.
     pub completion_lost: u64,
     /// Chains dropped that were in flight when the ring was full: an event
     /// of theirs may be among the dropped ones (`events.dropped`).
@@ -138,6 +140,16 @@ pub struct CorrelationStats {
     /// was writing.
     #[serde(default)]
     pub stripe_remaps: u64,
+    /// Issues of exactly a live command's range, same op, with no
+    /// completion, requeue or new bio there between: re-dispatches whose
+    /// requeue the trace lacks, counted as requeues of that command, not as
+    /// new commands. Left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub requeues_inferred: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// Operation class of an I/O, from the first letters of `rwbs`.

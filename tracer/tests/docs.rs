@@ -53,6 +53,10 @@ const NOT_PRODUCED: &[(&str, &str)] = &[
     ("qos", "read from live cgroup paths"),
     ("container_id", "read from live cgroup paths"),
     ("unit", "read from live cgroup paths"),
+    (
+        "requeues_inferred",
+        "left out when 0; a trace lacking a requeue (engine/tests/fidelity.rs)",
+    ),
 ];
 
 fn repo_root() -> PathBuf {

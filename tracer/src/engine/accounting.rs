@@ -401,11 +401,14 @@ impl Accounting {
                 ..
             } => {
                 let target = account.target;
-                self.device_mut(target.disk as usize).service[op_index(target.op)].complete(
-                    last_issue_ns,
-                    ts_ns,
-                    sectors,
-                );
+                // A flush moves no bytes: the service model fits data commands.
+                if sectors > 0 {
+                    self.device_mut(target.disk as usize).service[op_index(target.op)].complete(
+                        last_issue_ns,
+                        ts_ns,
+                        sectors,
+                    );
+                }
                 self.stats_mut(target)
                     .issue_to_complete_us
                     .saturating_record(latency_us);

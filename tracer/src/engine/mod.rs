@@ -240,6 +240,16 @@ impl Engine {
             .ingest(event, action, &mut self.devices, &mut sink);
     }
 
+    /// The end of an imported trace at `now_ns`: commands still in flight
+    /// far longer than their device's own completions took (100 times its
+    /// 99th percentile, at least 1 s) lost their completions, and their
+    /// chains end incomplete instead of staying in flight.
+    pub fn settle_at_end(&mut self, now_ns: u64) {
+        let kept = self.keep_outcomes.then_some(&mut self.outcomes);
+        let mut sink = Sink::new(&mut self.accounting, kept);
+        self.correlator.settle_at_end(now_ns, &mut sink);
+    }
+
     /// The kernel dropped events (a ring was full). Any chain or command in
     /// flight may have lost one, so none of them feeds the histograms: each
     /// chain is counted incomplete when it ends.

@@ -4,6 +4,8 @@
 //! complete, drop and expire them, hold remaps, name requests. What the
 //! chains conclude goes to a [`Sink`] as outcomes; nothing here counts.
 
+use std::collections::VecDeque;
+
 use crate::engine::accounting::Sink;
 use crate::engine::attribution::OwnerSlots;
 pub(super) use crate::engine::outcome::DropReason;
@@ -48,6 +50,24 @@ pub(super) struct Chains {
     pub(super) next_command: u64,
     /// By the registry's disk index.
     marks: Vec<ChainMarks>,
+    /// Commands without a range (flushes) in flight, per device and op, in
+    /// issue order: a completion without a range ends the oldest.
+    pub(super) empty_commands: FastMap<(u32, u8), VecDeque<EmptyCommand>>,
+}
+
+/// Empty commands kept waiting per device and op, at most: past this, the
+/// trace lacks their completions.
+const MAX_EMPTY_COMMANDS: usize = 1 << 10;
+
+/// A command without a range (a flush) waiting for its completion.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct EmptyCommand {
+    pub(super) serial: u64,
+    pub(super) issue_ns: u64,
+    pub(super) target: Target,
+    pub(super) epoch: u32,
+    /// In flight when events were lost.
+    pub(super) lost: bool,
 }
 
 /// A user I/O a command carries: its first command waits `first_wait`.
@@ -78,6 +98,7 @@ impl Chains {
             carried: Vec::new(),
             next_command: 1,
             marks: Vec::new(),
+            empty_commands: FastMap::default(),
         }
     }
 }
@@ -163,6 +184,8 @@ impl Default for Fragment {
 pub(super) struct Command {
     /// Its number in issue order, kept across requeues.
     pub(super) serial: u64,
+    /// The device it was issued on (kernel dev_t).
+    pub(super) dev: u32,
     pub(super) start: u64,
     pub(super) end: u64,
     /// The last issue.
@@ -190,6 +213,7 @@ impl Default for Command {
     fn default() -> Self {
         Command {
             serial: 0,
+            dev: 0,
             start: 0,
             end: 0,
             issue_ns: 0,
@@ -244,6 +268,10 @@ pub(super) struct ChainMarks {
     /// Where a clone's remap cut the last fragment before its trim was
     /// traced: the split that follows is that cut, already made.
     pub(super) precut_at: Option<u64>,
+    /// Its whole commands' issue→complete times seen, by power of two of
+    /// nanoseconds: what a command still in flight at the end is measured
+    /// against.
+    pub(super) completions: [u32; 64],
 }
 
 impl Default for ChainMarks {
@@ -252,7 +280,34 @@ impl Default for ChainMarks {
             requeued_empty: [0; OP_COUNT],
             last_fragment: SlotRef::NONE,
             precut_at: None,
+            completions: [0; 64],
         }
+    }
+}
+
+impl ChainMarks {
+    /// A whole command took `latency_ns` from its last issue.
+    pub(super) fn saw_completion(&mut self, latency_ns: u64) {
+        let bucket = 63 - (latency_ns | 1).leading_zeros() as usize;
+        self.completions[bucket] = self.completions[bucket].saturating_add(1);
+    }
+
+    /// The 99th percentile of the completions seen (the upper end of its
+    /// power of two), if any were.
+    pub(super) fn completion_p99_ns(&self) -> Option<u64> {
+        let total: u64 = self.completions.iter().map(|&n| u64::from(n)).sum();
+        if total == 0 {
+            return None;
+        }
+        let rank = total - total / 100;
+        let mut seen = 0;
+        for (bucket, &count) in self.completions.iter().enumerate() {
+            seen += u64::from(count);
+            if seen >= rank {
+                return Some(1u64.checked_shl(bucket as u32 + 1).unwrap_or(u64::MAX));
+            }
+        }
+        None
     }
 }
 
@@ -666,6 +721,65 @@ impl Chains {
         for command in self.commands.values_mut() {
             command.lost = true;
         }
+        for waiting in self.empty_commands.values_mut() {
+            for command in waiting.iter_mut() {
+                command.lost = true;
+            }
+        }
+    }
+
+    /// A command without a range issued on `dev`, waiting for its completion.
+    pub(super) fn push_empty_command(&mut self, dev: u32, op: u8, command: EmptyCommand) {
+        let waiting = self.empty_commands.entry((dev, op)).or_default();
+        if waiting.len() >= MAX_EMPTY_COMMANDS {
+            waiting.pop_front();
+        }
+        waiting.push_back(command);
+    }
+
+    /// The oldest command without a range in flight on `dev`, first in first
+    /// out: such commands have no sector to be told apart by.
+    pub(super) fn pop_empty_command(&mut self, dev: u32, op: u8) -> Option<EmptyCommand> {
+        self.empty_commands.get_mut(&(dev, op))?.pop_front()
+    }
+
+    /// The end of a trace at `now_ns`: a command still in flight much longer
+    /// than its device ever took (the bound [`Chains::lost_after_ns`] sets)
+    /// lost its completion, so its chains end incomplete instead of staying
+    /// in flight. Returns how many commands it gave up.
+    pub(super) fn settle_at_end(&mut self, now_ns: u64, out: &mut Sink) -> u64 {
+        let now_ns = self.now_ns.max(now_ns);
+        let mut overdue = Vec::new();
+        for command in self.commands.values_mut() {
+            if command.requeued_ns.is_some() {
+                continue;
+            }
+            let Some(bound) = self
+                .marks
+                .get(command.target.disk as usize)
+                .and_then(|marks| marks.completion_p99_ns().map(Chains::lost_after_ns))
+            else {
+                continue;
+            };
+            if now_ns.saturating_sub(command.issue_ns) > bound {
+                overdue.push((command.dev, command.start, command.serial));
+            }
+        }
+        let mut settled = 0;
+        for (dev, start, serial) in overdue {
+            if let Some(index) = self.commands.find(&(dev, start), |c| c.serial == serial) {
+                self.expire_command(index, DropReason::CompletionLost, out);
+                settled += 1;
+            }
+        }
+        settled
+    }
+
+    /// How long a command may stay in flight on a device whose completions'
+    /// 99th percentile is `p99_ns` before its completion is taken as lost:
+    /// a hundred times that, and never less than a second.
+    pub(super) fn lost_after_ns(p99_ns: u64) -> u64 {
+        p99_ns.saturating_mul(100).max(1_000_000_000)
     }
 
     /// Lazy age-out, from the newest event timestamp seen.
@@ -726,6 +840,7 @@ impl Chains {
         }
         let command = Command {
             serial,
+            dev,
             start,
             end,
             issue_ns: self.now_ns,

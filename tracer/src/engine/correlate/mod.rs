@@ -19,8 +19,8 @@ use crate::engine::stats::op_index;
 use crate::engine::table::{KeyHasher, SlotRef, NIL};
 use crate::engine::target::{op_of, Target, NO_PART};
 use crate::engine::EngineLimits;
-use crate::model::CorrelationStats;
-use chain::{Chains, DropReason, Fragment, FragmentState, Remap, UserIo};
+use crate::model::{CorrelationStats, Op};
+use chain::{Chains, DropReason, EmptyCommand, Fragment, FragmentState, Remap, UserIo};
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
@@ -62,6 +62,14 @@ impl Correlator {
     /// The kernel dropped events: every chain in flight may have lost one.
     pub(super) fn events_lost(&mut self) {
         self.chains.events_lost();
+    }
+
+    /// The end of a trace at `now_ns` (an import's last event): commands
+    /// still in flight far longer than their device's own completions took
+    /// lost their completions; their chains end incomplete. Returns how many
+    /// commands were given up.
+    pub(super) fn settle_at_end(&mut self, now_ns: u64, out: &mut Sink) -> u64 {
+        self.chains.settle_at_end(now_ns, out)
     }
 
     /// With nothing in flight, the tables give back what a burst grew
@@ -706,6 +714,13 @@ impl Correlator {
         // was not requeued never reported that command's completion. (Not a
         // flush: blk-flush's flush request borrows another request's tag.)
         let identity = if sectors > 0 { request } else { 0 };
+        if let Some(index) = self
+            .redispatched(event, start, end)
+            .filter(|_| devices.get(disk).seen_queue)
+        {
+            self.redispatch(index, event.dev, identity, out);
+            return;
+        }
         if let Some(stale) = self.chains.command_of_request(event.dev, identity) {
             if self
                 .chains
@@ -725,7 +740,9 @@ impl Correlator {
         let mut ends = None;
         let mut command_index = None;
         if sectors > 0 {
-            // A command issued again with the same range whose requeue we did not see.
+            // Issued again with the same range on a device whose queues the
+            // trace lacks: each issue may carry a bio we never saw, so it
+            // counts again, and the first command still takes the completion.
             let reissued = self
                 .chains
                 .commands
@@ -790,6 +807,68 @@ impl Correlator {
         }
         self.chains
             .issue_command(serial, event.dev, target, owners, start, sectors, ends, out);
+        if sectors == 0 && target.op == Op::Flush {
+            let waiting = EmptyCommand {
+                serial,
+                issue_ns: self.chains.now_ns,
+                target,
+                epoch: self.chains.epoch,
+                lost: false,
+            };
+            self.chains
+                .push_empty_command(event.dev, op_index(Op::Flush) as u8, waiting);
+        }
+    }
+
+    /// The live command an issue of `[start, end)` dispatches again, if it
+    /// is one: a command of the same op with exactly that range, neither
+    /// completed nor requeued, and no bio queued there that the issue could
+    /// carry instead. blk-mq dispatches a request again only after the driver
+    /// gave it back (block_rq_requeue), so such an issue is a re-dispatch
+    /// whose requeue the trace lacks (a mask without R, a lost event), not a
+    /// new command: the kernel issues a request once per dispatch. Only on
+    /// a device whose queues the trace has: without them, an issue may
+    /// carry a bio never seen.
+    fn redispatched(&self, event: &BlockEvent, start: u64, end: u64) -> Option<u32> {
+        if start == end {
+            return None;
+        }
+        let op = op_of(event);
+        let index = self.chains.commands.find(&(event.dev, start), |command| {
+            command.end == end && command.requeued_ns.is_none() && command.target.op == op
+        })?;
+        let queued_there = self
+            .chains
+            .fragments
+            .find(&(event.dev, start), |fragment| {
+                fragment.state == FragmentState::Pending
+            })
+            .is_some();
+        (!queued_there).then_some(index)
+    }
+
+    /// Command `index` dispatched again with no requeue traced: counted as a
+    /// requeue the correlation inferred, and timed from this issue.
+    fn redispatch(&mut self, index: u32, dev: u32, identity: u64, out: &mut Sink) {
+        self.chains.name_request(dev, identity, index);
+        let Some(command) = self.chains.commands.get_mut(index) else {
+            return;
+        };
+        command.issue_ns = self.chains.now_ns;
+        let (target, serial) = (command.target, command.serial);
+        self.chains.correlation.requeues_inferred += 1;
+        self.emit_requeue(Some(CommandId(serial)), target, out);
+        out.emit(Outcome::Reissued {
+            command: CommandId(serial),
+            ts_ns: self.chains.now_ns,
+            // When the driver gave it back is not in the trace.
+            waited_ns: 0,
+            account: Account {
+                target,
+                owners: OwnerSlots::NONE,
+            },
+            measured: false,
+        });
     }
 
     /// Request-based dm (multipath) cloned its issued request at
@@ -942,7 +1021,7 @@ impl Correlator {
     ) {
         let done = u64::from(event.nr_sector);
         if done == 0 {
-            // Flush completions: counted, not correlated.
+            self.complete_empty(event, error, out);
             return;
         }
         let key = (event.dev, event.sector);
@@ -962,7 +1041,15 @@ impl Correlator {
                     .find(&key, |command| command.end - command.start >= done)
             })
             .or_else(|| self.chains.commands.find(&key, |_| true));
+        let done_end = event.sector.saturating_add(done);
         let Some(index) = found else {
+            let covered = self.commands_covered(event.dev, event.sector, done_end);
+            if !covered.is_empty() {
+                for (index, end) in covered {
+                    self.complete_command(index, event.dev, event.sector, end, error, out);
+                }
+                return;
+            }
             self.chains.correlation.unmatched_events += 1;
             if error != 0 {
                 // Issued before the trace (or its issue was lost): the
@@ -973,7 +1060,53 @@ impl Correlator {
             }
             return;
         };
-        let done_end = event.sector.saturating_add(done);
+        self.complete_command(index, event.dev, event.sector, done_end, error, out);
+    }
+
+    /// The live commands on `dev` lying wholly inside `[start, end)`, with
+    /// their ends, in sector order: a completion that names no command's
+    /// start but covers these completes them. A request's completion reports
+    /// the sectors it covers; some kernels print a discard's from sector 0
+    /// with the range grown by each piece (`C DS 0 + 8`, `0 + 12`, …), and an
+    /// excerpt may leave out the issue of a failed request's first sectors.
+    fn commands_covered(&mut self, dev: u32, start: u64, end: u64) -> Vec<(u32, u64)> {
+        let mut inside: Vec<(u64, u64, u64)> = self
+            .chains
+            .commands
+            .values_mut()
+            .filter(|c| {
+                c.dev == dev
+                    && c.start >= start
+                    && c.end <= end
+                    && c.start < c.end
+                    && c.requeued_ns.is_none()
+            })
+            .map(|c| (c.start, c.end, c.serial))
+            .collect();
+        inside.sort_unstable();
+        inside
+            .into_iter()
+            .filter_map(|(start, end, serial)| {
+                self.chains
+                    .commands
+                    .find(&(dev, start), |c| c.serial == serial)
+                    .map(|index| (index, end))
+            })
+            .collect()
+    }
+
+    /// A completion from `from` up to `done_end` of command `index` on
+    /// `dev`, failed with `error` unless 0 (the failure covers what the
+    /// completion reported).
+    fn complete_command(
+        &mut self,
+        index: u32,
+        dev: u32,
+        from: u64,
+        done_end: u64,
+        error: i32,
+        out: &mut Sink,
+    ) {
         let Some(command) = self.chains.commands.get(index).copied() else {
             return;
         };
@@ -983,7 +1116,7 @@ impl Correlator {
                 command.failed = true;
             }
             let end = done_end.max(command.end);
-            self.count_failure(command.target, error, event.sector, end, out);
+            self.count_failure(command.target, error, from, end, out);
         }
         let mut head = command.head;
         while head != NIL {
@@ -1004,7 +1137,13 @@ impl Correlator {
         }
         let whole = done_end >= command.end;
         let measured = whole && command.epoch == self.chains.epoch && !command.lost;
-        let latency_us = self.chains.now_ns.saturating_sub(command.issue_ns) / 1000;
+        let latency_ns = self.chains.now_ns.saturating_sub(command.issue_ns);
+        let latency_us = latency_ns / 1000;
+        if whole && !command.lost {
+            self.chains
+                .marks_mut(command.target.disk)
+                .saw_completion(latency_ns);
+        }
         out.emit(Outcome::Completed {
             command: CommandId(command.serial),
             ts_ns: self.chains.now_ns,
@@ -1039,10 +1178,43 @@ impl Correlator {
                     command.tail = NIL;
                 }
             }
-            self.chains
-                .commands
-                .set_key(index, Some((event.dev, done_end)));
+            self.chains.commands.set_key(index, Some((dev, done_end)));
         }
+    }
+
+    /// A completion without a range: the oldest flush in flight on its
+    /// device ends (flushes have no sector to be told apart by, and the
+    /// request's identity is borrowed), timed from its issue.
+    fn complete_empty(&mut self, event: &BlockEvent, error: i32, out: &mut Sink) {
+        if op_of(event) != Op::Flush {
+            // Other commands without a range: counted, not correlated.
+            return;
+        }
+        let Some(command) = self
+            .chains
+            .pop_empty_command(event.dev, op_index(Op::Flush) as u8)
+        else {
+            return;
+        };
+        if error != 0 {
+            self.count_failure(command.target, error, event.sector, event.sector, out);
+        }
+        let measured = command.epoch == self.chains.epoch && !command.lost;
+        let latency_us = self.chains.now_ns.saturating_sub(command.issue_ns) / 1000;
+        out.emit(Outcome::Completed {
+            command: CommandId(command.serial),
+            ts_ns: self.chains.now_ns,
+            done_to: event.sector,
+            whole: true,
+            last_issue_ns: command.issue_ns,
+            latency_us: measured.then_some(latency_us),
+            error,
+            account: Account {
+                target: command.target,
+                owners: OwnerSlots::NONE,
+            },
+            sectors: 0,
+        });
     }
 
     fn on_bio_complete(

@@ -6,6 +6,7 @@ mod accounting;
 mod chains;
 mod devices;
 mod diagnoses;
+mod fidelity;
 mod owners;
 mod requests;
 mod requeue;
