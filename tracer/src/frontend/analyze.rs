@@ -287,6 +287,8 @@ pub fn import_text(
         engine.ingest(event);
         views.see(&mut engine);
     }
+    engine.settle_at_end(span.last);
+    views.see(&mut engine);
     notes.extend(imported.notes);
     let report = session::report(
         &engine,
