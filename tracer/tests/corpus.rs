@@ -136,14 +136,16 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1), ("split", 6), ("issue", 2), ("complete", 3)],
         duration_us: None,
-        unmatched: None,
+        // C WS 24576 + 765, whose request the excerpt leaves out.
+        unmatched: Some(1),
         ops: &[Op {
             dev: "251:0",
             op: "write",
             user_ios: Some(1),
             commands: Some(2),
             failed_eio: Some(1),
-            i2c: Some((253.924, 253.924)),
+            // The failed C WS 0 + 765 covers D WS 510 + 255: 1.965 µs.
+            i2c: Some((1.965, 253.924)),
             ..OP
         }],
         notes: &["1 completions failed (errno 1 × -5)", "5 G, 5 I"],
@@ -203,7 +205,7 @@ const CASES: &[Case] = &[
         from: "blkparse",
         events: &[("queue", 1), ("split", 19), ("issue", 20), ("complete", 20)],
         duration_us: Some(549.881),
-        unmatched: None,
+        unmatched: Some(0),
         ops: &[Op {
             dev: "252:0",
             op: "discard",
@@ -211,6 +213,9 @@ const CASES: &[Case] = &[
             commands: Some(20),
             split_user_ios: Some(1),
             split_cause: Some(("max_discard", 19)),
+            // Each growing-range C completes the next piece.
+            q2c: Some((549.881, 549.881)),
+            i2c: Some((14.828, 41.698)),
             ..OP
         }],
         notes: &["20 G, 20 I", "19 splits print no split point"],
@@ -383,6 +388,23 @@ const CASES: &[Case] = &[
             ..OP
         }],
         notes: &[],
+    },
+    Case {
+        file: "susi-sata-sync-flush.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 1), ("issue", 1), ("complete", 2)],
+        duration_us: Some(69.466),
+        unmatched: Some(0),
+        ops: &[Op {
+            dev: "8:0",
+            op: "flush",
+            user_ios: Some(1),
+            commands: Some(1),
+            // D FN → C FN 0: the flush is timed as a command.
+            i2c: Some((64.618, 64.618)),
+            ..OP
+        }],
+        notes: &["1 G"],
     },
 ];
 
