@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{WhoPays, Words};
+use super::{dev_node, kernel_name, sys_file, with_numbered_note, WhoPays, Words};
 use crate::model::{Finding, IoErrorsEvidence};
 
 /// Who pays: whoever waited on the failed commands; the fix is a repair,
@@ -94,8 +94,13 @@ pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
                 finding.device,
                 if evidence.failed_commands == 1 { "was" } else { "were" },
             ),
-            fix: format!(
-                "nothing to repair; to see what {disk} offers: grep . /sys/block/{disk}/queue/write_zeroes_max_bytes /sys/block/{disk}/queue/discard_max_bytes"
+            fix: with_numbered_note(
+                format!(
+                    "nothing to repair; to see what {disk} offers: grep . {} {}",
+                    sys_file(disk, "queue/write_zeroes_max_bytes"),
+                    sys_file(disk, "queue/discard_max_bytes"),
+                ),
+                [disk.as_str()],
             ),
         };
     }
@@ -104,14 +109,18 @@ pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
         commands(evidence.failed_commands),
         finding.device,
     );
+    let (name, node) = (kernel_name(disk), dev_node(disk));
     let fix = [
-        format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i {disk}"),
-        format!("check the media: smartctl -a /dev/{disk} (reallocated, pending and uncorrectable sectors; NVMe: nvme smart-log /dev/{disk})"),
+        format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i '{name}'"),
+        format!("check the media: smartctl -a {node} (reallocated, pending and uncorrectable sectors; NVMe: nvme smart-log {node})"),
         "check the path: cables, the HBA or controller, multipath -ll, the host side of a virtual disk".to_string(),
-        format!("for a loop device, its backing file's file system (losetup -l /dev/{disk}, then df on it); for dm, the target (dmsetup status, dmsetup table); for a thin pool, its data and metadata use (lvs)"),
+        format!("for a loop device, its backing file's file system (losetup -l {node}, then df on it); for dm, the target (dmsetup status, dmsetup table); for a thin pool, its data and metadata use (lvs)"),
     ]
     .join("\n");
-    Words { explanation, fix }
+    Words {
+        explanation,
+        fix: with_numbered_note(fix, [disk.as_str()]),
+    }
 }
 
 #[cfg(test)]
