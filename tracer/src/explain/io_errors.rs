@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use super::{WhoPays, Words};
-use crate::model::{Finding, IoErrorsEvidence};
+use super::{dev_node, kernel_name, sys_file, with_numbered_note, WhoPays, Words};
+use crate::model::{Finding, IoErrorsEvidence, Op};
 
 /// Who pays: whoever waited on the failed commands; the fix is a repair,
 /// so no command is removed.
@@ -44,6 +44,54 @@ fn hint(status: &str) -> Option<&'static str> {
         "EIO" => "EIO: the driver's generic I/O error; the kernel log names the cause",
         _ => return None,
     })
+}
+
+/// Statuses that name the device or its path as the one that failed.
+const DEVICE_STATUSES: [&str; 6] = [
+    "ETIMEDOUT",
+    "ENODATA",
+    "ENOLINK",
+    "EREMOTEIO",
+    "ENODEV",
+    "EILSEQ",
+];
+
+/// A status names the device or its path: a medium error, a timeout, a
+/// lost link, a device gone.
+fn named_device(evidence: &IoErrorsEvidence) -> bool {
+    evidence
+        .errors
+        .keys()
+        .any(|status| DEVICE_STATUSES.contains(&status.as_str()))
+}
+
+/// Writes failed with the generic EIO, and no status names the device: a
+/// zoned device refusing writes off its write pointer would look so.
+fn zone_order_possible(evidence: &IoErrorsEvidence) -> bool {
+    !named_device(evidence)
+        && evidence
+            .failed_ops
+            .get(&Op::Write)
+            .is_some_and(|write| write.errors.contains_key("EIO"))
+}
+
+/// What the statuses say of the cause, and no more: a status that names
+/// the device or its path is said as such; a generic one (EIO) only says
+/// the command failed below the block layer, so the causes it can stand
+/// for are listed, among them, for failed writes, a zoned device's
+/// refusal of a write off its zone's write pointer, which is the host's
+/// doing (writes to one zone dispatched out of order), not the device's.
+fn cause(evidence: &IoErrorsEvidence) -> String {
+    if named_device(evidence) {
+        return "The device, or what is behind it, reported the failure, and its status names the device or its path: this is a device or path problem (failing media, the transport or its cabling, a full backing store, a dm target that returns errors), not a geometry one, and no partition or queue setting changes it.".to_string();
+    }
+    let zoned = match zone_order_possible(evidence) {
+        true => ", or, on a zoned device (SMR disk, ZNS namespace, zoned null_blk), a write that did not start at its zone's write pointer, which it refuses with the same EIO: writes to one zone dispatched out of order by the host (its scheduler or submitter), not a fault of the device",
+        false => "",
+    };
+    format!(
+        "The driver, or what is behind it, reported the failure; the status does not say why, and the trace shows only that the command failed. It can be failing media, the transport or its cabling, a full backing store or a dm target that returns errors{zoned}. It is not a geometry problem."
+    )
 }
 
 pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
@@ -94,24 +142,42 @@ pub(super) fn words(finding: &Finding, evidence: &IoErrorsEvidence) -> Words {
                 finding.device,
                 if evidence.failed_commands == 1 { "was" } else { "were" },
             ),
-            fix: format!(
-                "nothing to repair; to see what {disk} offers: grep . /sys/block/{disk}/queue/write_zeroes_max_bytes /sys/block/{disk}/queue/discard_max_bytes"
+            fix: with_numbered_note(
+                format!(
+                    "nothing to repair; to see what {disk} offers: grep . {} {}",
+                    sys_file(disk, "queue/write_zeroes_max_bytes"),
+                    sys_file(disk, "queue/discard_max_bytes"),
+                ),
+                [disk.as_str()],
             ),
         };
     }
+    let cause = cause(evidence);
     let explanation = format!(
-        "{} on {} completed with an error: {ops}.{user_ios} The device, or what is behind it, reported the failure: this is a device or path problem (failing media, the transport or its cabling, a full backing store, a dm target that returns errors), not a geometry one, and no partition or queue setting changes it.{hints}",
+        "{} on {} completed with an error: {ops}.{user_ios} {cause}{hints}",
         commands(evidence.failed_commands),
         finding.device,
     );
+    let (name, node) = (kernel_name(disk), dev_node(disk));
     let fix = [
-        format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i {disk}"),
-        format!("check the media: smartctl -a /dev/{disk} (reallocated, pending and uncorrectable sectors; NVMe: nvme smart-log /dev/{disk})"),
+        format!("read the kernel's own error lines (status, sector, driver): dmesg | grep -i '{name}'"),
+        format!("check the media: smartctl -a {node} (reallocated, pending and uncorrectable sectors; NVMe: nvme smart-log {node})"),
         "check the path: cables, the HBA or controller, multipath -ll, the host side of a virtual disk".to_string(),
-        format!("for a loop device, its backing file's file system (losetup -l /dev/{disk}, then df on it); for dm, the target (dmsetup status, dmsetup table); for a thin pool, its data and metadata use (lvs)"),
+        format!("for a loop device, its backing file's file system (losetup -l {node}, then df on it); for dm, the target (dmsetup status, dmsetup table); for a thin pool, its data and metadata use (lvs)"),
     ]
     .join("\n");
-    Words { explanation, fix }
+    let fix = match zone_order_possible(evidence) {
+        true => format!(
+            "{fix}\nif {disk} is zoned (cat {}: host-managed or host-aware), look at the order of the writes to the failed zone: a write issued before the lower sectors of its zone were written is the host's (before Linux 6.10 a zoned device needs the mq-deadline scheduler, whose zone write locking keeps a zone's writes in order: cat {})",
+            sys_file(disk, "queue/zoned"),
+            sys_file(disk, "queue/scheduler"),
+        ),
+        false => fix,
+    };
+    Words {
+        explanation,
+        fix: with_numbered_note(fix, [disk.as_str()]),
+    }
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! `merge_blocked`: neighbours that could have merged, and the reason they
 //! did not.
 
-use super::{WhoPays, Words};
+use super::{known, sys_file, with_numbered_note, WhoPays, Words};
 use crate::model::{ratio, Finding, MergeBlockedEvidence, MergeFix};
 
 /// The workloads this code costs most, as `run` names them when the
@@ -19,7 +19,7 @@ pub(super) fn words(finding: &Finding, evidence: &MergeBlockedEvidence) -> Words
                 "Merging is switched off (nomerges = {}).",
                 evidence.nomerges
             ),
-            format!("echo 0 > /sys/block/{disk}/queue/nomerges"),
+            format!("echo 0 > {}", sys_file(disk, "queue/nomerges")),
         ),
         MergeFix::PageAlignedBios => (
             format!(
@@ -31,7 +31,8 @@ pub(super) fn words(finding: &Finding, evidence: &MergeBlockedEvidence) -> Words
         MergeFix::UseMqDeadline => (
             "No limit forbids these merges, but with no I/O scheduler (none) blk-mq merges a bio only into a request still in the submitting task's plug or in its CPU's software queue, so neighbouring bios submitted from different tasks or CPUs, or after the previous request went to the driver, stay separate.".to_string(),
             format!(
-                "echo mq-deadline > /sys/block/{disk}/queue/scheduler (it merges across CPUs), or submit the sequential stream from one task in larger writes"
+                "echo mq-deadline > {} (it merges across CPUs), or submit the sequential stream from one task in larger writes",
+                sys_file(disk, "queue/scheduler"),
             ),
         ),
         MergeFix::CheckFlags => (
@@ -41,17 +42,35 @@ pub(super) fn words(finding: &Finding, evidence: &MergeBlockedEvidence) -> Words
             ),
             "check whether neighbouring writes differ in flags (O_DSYNC, RWF_* flags, ioprio) or come from different cgroups".to_string(),
         ),
+        MergeFix::ReadQueueSettings => (
+            "The queue's settings are not in the trace and no geometry was read, so which of them forbade the merges is not known: merging switched off (nomerges), a virt boundary that refuses bios ending inside a page, or no I/O scheduler (none), with which blk-mq merges only within one task's plug or one CPU's queue; with a scheduler, bios whose flags or cgroups differ.".to_string(),
+            format!(
+                "read the queue's settings: grep . {} {} {}; then: nomerges not 0: echo 0 > {}; scheduler [none]: echo mq-deadline > {} (it merges across CPUs); a virt_boundary_mask not 0: write page-aligned bios whose lengths are multiples of 4 KiB; none of these: check whether neighbouring writes differ in flags (O_DSYNC, RWF_* flags, ioprio) or cgroups",
+                sys_file(disk, "queue/nomerges"),
+                sys_file(disk, "queue/scheduler"),
+                sys_file(disk, "queue/virt_boundary_mask"),
+                sys_file(disk, "queue/nomerges"),
+                sys_file(disk, "queue/scheduler"),
+            ),
+        ),
+    };
+    let limits = match (known(evidence.max_sectors_kb), known(evidence.max_segments)) {
+        (Some(max_kb), Some(segments)) => format!(
+            " although the merged command would fit max_sectors_kb ({max_kb} KiB) and max_segments ({segments})"
+        ),
+        _ => "; whether the merged command would have fit the queue's max_sectors_kb and max_segments is not known, as neither the trace nor a geometry gives them".to_string(),
     };
     let explanation = format!(
-        "{adjacent} of {} {} commands on {} ({:.1}%) started exactly where the previous one ended and their bios were queued before it was issued, yet they were not merged although the merged command would fit max_sectors_kb ({} KiB) and max_segments ({}); the median command is {} bytes, with {:.1} bios per command. Merging them would have saved up to {adjacent} commands. {reason}",
+        "{adjacent} of {} {} commands on {} ({:.1}%) started exactly where the previous one ended and their bios were queued before it was issued, yet they were not merged{limits}; the median command is {} bytes, with {:.1} bios per command. Merging them would have saved up to {adjacent} commands. {reason}",
         evidence.commands,
         evidence.op.as_str(),
         finding.device,
         share * 100.0,
-        evidence.max_sectors_kb,
-        evidence.max_segments,
         evidence.command_size_p50,
         ratio(evidence.bios, evidence.commands),
     );
-    Words { explanation, fix }
+    Words {
+        explanation,
+        fix: with_numbered_note(fix, [disk.as_str()]),
+    }
 }

@@ -1,7 +1,7 @@
 //! `misaligned_stack`: where a stacked device's data lands, level by level,
 //! and the tool that sets the offset that moved it off the grid.
 
-use super::{exact_size, WhoPays, Words};
+use super::{dev_node, exact_size, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Finding, MisalignedStackEvidence, StackFix};
 
@@ -72,23 +72,28 @@ fn fix(top: &str, evidence: &MisalignedStackEvidence) -> String {
             disk,
             proposed_start,
         } => format!(
-            "{backup} Recreate {partition} on /dev/{disk} with its start on the grid: sector \
+            "{backup} Recreate {partition} on {node} with its start on the grid: sector \
              {proposed_start} at the least, or a multiple of 2048 (1 MiB) as fdisk and parted \
-             choose (`sfdisk -N` or `parted /dev/{disk} unit s`), then rebuild the stack on it."
+             choose (`sfdisk -N` or `parted {node} unit s`), then rebuild the stack on it.",
+            node = dev_node(disk),
         ),
-        StackFix::LvmDataAlignment { pv, alignment_kib } => format!(
-            "{backup} The LV's extents start off the grid on the physical volume {pv}. Move \
-             the LV off it (`pvmove /dev/{pv}` onto an aligned PV) or recreate the PV with an \
-             aligned data area: `pvcreate --dataalignment {alignment_kib}k /dev/{pv}`, then \
+        StackFix::LvmDataAlignment { pv, alignment_kib } => {
+            let pv = dev_node(pv);
+            format!(
+                "{backup} The LV's extents start off the grid on the physical volume {pv}. Move \
+             the LV off it (`pvmove {pv}` onto an aligned PV) or recreate the PV with an \
+             aligned data area: `pvcreate --dataalignment {alignment_kib}k {pv}`, then \
              `vgcreate`/`vgextend` and `lvcreate` again (check with `pvs -o +pe_start`)."
-        ),
+            )
+        }
         StackFix::CryptPayload {
             device,
             proposed_offset,
         } => format!(
-            "{backup} Reformat /dev/{device} with an aligned payload: `cryptsetup luksFormat \
-             --align-payload=2048 /dev/{device}` (LUKS1) or `--offset 32768` (LUKS2), or for \
-             plain mode `--offset {proposed_offset}`; then reopen it and restore."
+            "{backup} Reformat {node} with an aligned payload: `cryptsetup luksFormat \
+             --align-payload=2048 {node}` (LUKS1) or `--offset 32768` (LUKS2), or for \
+             plain mode `--offset {proposed_offset}`; then reopen it and restore.",
+            node = dev_node(device),
         ),
         StackFix::MdDataOffset {
             member,

@@ -88,6 +88,67 @@ pub fn diagnoses(findings: impl IntoIterator<Item = Finding>) -> Vec<Diagnosis> 
     findings.into_iter().map(diagnosis).collect()
 }
 
+/// The "major:minor" a device is called by when the trace knew it only by
+/// its number (an imported trace without `--geometry`): no kernel name has
+/// a colon, so no path under /dev or /sys/block is built from it.
+pub(crate) fn numbered(name: &str) -> Option<&str> {
+    let (major, minor) = name.split_once(':')?;
+    let digits = |part: &str| !part.is_empty() && part.bytes().all(|byte| byte.is_ascii_digit());
+    (digits(major) && digits(minor)).then_some(name)
+}
+
+/// A file of `disk`'s sysfs directory (`queue/nr_requests`,
+/// `device/features`): under /sys/block by name, or under /sys/dev/block
+/// by number, which names the same directory for any major:minor.
+pub(crate) fn sys_file(disk: &str, file: &str) -> String {
+    match numbered(disk) {
+        Some(number) => format!("/sys/dev/block/{number}/{file}"),
+        None => format!("/sys/block/{disk}/{file}"),
+    }
+}
+
+/// The kernel name of `name` as a fix may print it: itself, or for a
+/// numbered device a placeholder that [`numbered_note`] says how to fill.
+pub(crate) fn kernel_name(name: &str) -> String {
+    match numbered(name) {
+        Some(number) => format!("<name of {number}>"),
+        None => name.to_string(),
+    }
+}
+
+/// `name`'s device node: `/dev/NAME`, never `/dev/MAJ:MIN`.
+pub(crate) fn dev_node(name: &str) -> String {
+    format!("/dev/{}", kernel_name(name))
+}
+
+/// For a fix about a numbered device: where its name and its queue are, on
+/// the machine the trace was taken on (the numbers are that machine's).
+pub(crate) fn numbered_note(name: &str) -> Option<String> {
+    numbered(name).map(|number| {
+        format!(
+            "{number} is the device's major:minor on the machine the trace was taken on; there, its kernel name (<name of {number}>) is DEVNAME in /sys/dev/block/{number}/uevent, and if it is a partition, its disk's queue is /sys/dev/block/{number}/../queue"
+        )
+    })
+}
+
+/// `fix` with the numbered-device note of `names` (the first that has one)
+/// on a line of its own.
+pub(crate) fn with_numbered_note<'a>(
+    fix: String,
+    names: impl IntoIterator<Item = &'a str>,
+) -> String {
+    match names.into_iter().find_map(numbered_note) {
+        Some(note) => format!("{fix}\n{note}"),
+        None => fix,
+    }
+}
+
+/// A geometry value as the words say it: 0 is one the trace or the
+/// geometry did not give (no queue has a zero-sized cap, depth or block).
+pub(crate) fn known<T: Copy + Default + PartialEq>(value: T) -> Option<T> {
+    (value != T::default()).then_some(value)
+}
+
 /// "1 MiB", "192 KiB", "3584 B": exact, in the largest unit that divides.
 pub fn exact_size(bytes: u64) -> String {
     const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];

@@ -2,7 +2,7 @@
 //! fixes `misaligned_start`, `misaligned_io_opt` and `subpage_block_size`
 //! alike, so they print the same `sfdisk` and `parted` lines.
 
-use super::exact_size;
+use super::{dev_node, exact_size};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{Finding, PartitionPlace, ProposedPlace};
 
@@ -21,7 +21,7 @@ pub(super) fn fix(
             "{name} is too small to hold an aligned, whole-page partition; remove it or grow it."
         );
     };
-    let disk_node = format!("/dev/{}", finding.disk);
+    let disk_node = dev_node(&finding.disk);
     let number = proposal.partition_number;
     let last = proposal.proposed_start + proposal.proposed_size - 1;
     let sfdisk = format!(
@@ -44,8 +44,9 @@ pub(super) fn fix(
              the start rounded up to {step_text} and the size rounded down to a multiple of 8 \
              sectors, ending inside the old partition:\n  {sfdisk}\nor with parted:\n  \
              parted {disk_node} unit s rm {number} mkpart primary {start}s {last}s\nthen \
-             recreate the filesystem on /dev/{name}.",
+             recreate the filesystem on {node}.",
             start = proposal.proposed_start,
+            node = dev_node(name),
         )
     } else {
         let cut = place.partition_size - proposal.proposed_size;

@@ -1,7 +1,7 @@
 //! `requeued_commands`: how often the driver sent commands back, why where
 //! it can be known, and the fix.
 
-use super::{WhoPays, Words};
+use super::{known, sys_file, with_numbered_note, WhoPays, Words};
 use crate::blk::{PAGE_BYTES, VIRTIO_HEADER_DESCRIPTORS};
 use crate::model::{ratio, Finding, RequeueFix, RequeuedCommandsEvidence};
 
@@ -38,29 +38,52 @@ pub(super) fn words(finding: &Finding, evidence: &RequeuedCommandsEvidence) -> W
                     max_segments + VIRTIO_HEADER_DESCRIPTORS,
                 ),
                 format!(
-                    "on the host, offer indirect descriptors (VIRTIO_RING_F_INDIRECT_DESC): qemu -device virtio-blk-pci,...,indirect_desc=on (qemu's default: drop indirect_desc=off), then check in the guest that character 29 (bit 28) of /sys/block/{disk}/device/features is 1; in the guest alone, submit direct I/O of at most {} KiB ({io_pages} pages), so that two commands fit the ring at once",
+                    "on the host, offer indirect descriptors (VIRTIO_RING_F_INDIRECT_DESC): qemu -device virtio-blk-pci,...,indirect_desc=on (qemu's default: drop indirect_desc=off), then check in the guest that character 29 (bit 28) of {} is 1; in the guest alone, submit direct I/O of at most {} KiB ({io_pages} pages), so that two commands fit the ring at once",
+                    sys_file(disk, "device/features"),
                     io_pages * PAGE_BYTES / 1024,
                 ),
             )
         }
-        RequeueFix::LowerNrRequests { nr_requests } => (
-            format!(
-                " The driver reported itself busy: its queue or the device's was full (nr_requests {}, {} tags per hardware queue{}).",
-                evidence.nr_requests,
-                evidence.hw_queue_tags,
-                match evidence.virtio_indirect_desc {
-                    Some(true) => ", virtio with indirect descriptors",
-                    Some(false) => ", virtio without indirect descriptors",
-                    None => "",
-                },
-            ),
-            format!(
-                "lower the queue depth the block layer uses so it stops overfilling the driver: echo {nr_requests} > /sys/block/{disk}/queue/nr_requests"
-            ),
-        ),
+        RequeueFix::LowerNrRequests { nr_requests } => {
+            let depth = match known(evidence.nr_requests) {
+                Some(depth) => format!("nr_requests {depth}"),
+                None => "nr_requests unknown".to_string(),
+            };
+            let tags = match known(evidence.hw_queue_tags) {
+                Some(tags) => format!("{tags} tags per hardware queue"),
+                None => "tags per hardware queue unknown".to_string(),
+            };
+            let unread = match (known(evidence.nr_requests), known(evidence.hw_queue_tags)) {
+                (Some(_), Some(_)) => "",
+                _ => {
+                    ": the trace does not give the queue's depth or tags, and no geometry was read"
+                }
+            };
+            let nr_requests_file = sys_file(disk, "queue/nr_requests");
+            let fix = match nr_requests {
+                0 => format!(
+                    "lower the queue depth the block layer uses so it stops overfilling the driver; its current depth and tags are not known here, so read them first (cat {nr_requests_file} {}), then write a smaller depth, e.g. half the tags per hardware queue: echo <depth> > {nr_requests_file}",
+                    sys_file(disk, "mq/0/nr_tags"),
+                ),
+                depth => format!(
+                    "lower the queue depth the block layer uses so it stops overfilling the driver: echo {depth} > {nr_requests_file}"
+                ),
+            };
+            (
+                format!(
+                    " The driver reported itself busy: its queue or the device's was full ({depth}, {tags}{}){unread}.",
+                    match evidence.virtio_indirect_desc {
+                        Some(true) => ", virtio with indirect descriptors",
+                        Some(false) => ", virtio without indirect descriptors",
+                        None => "",
+                    },
+                ),
+                fix,
+            )
+        }
     };
     Words {
         explanation: format!("{what}{why}"),
-        fix,
+        fix: with_numbered_note(fix, [disk.as_str()]),
     }
 }

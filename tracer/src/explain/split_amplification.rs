@@ -1,7 +1,7 @@
 //! `split_amplification`: how many I/Os were split and by what, the limit
 //! behind the cause, what the pieces cost, and the fix.
 
-use super::{exact_size, WhoPays, Words};
+use super::{exact_size, kernel_name, known, sys_file, with_numbered_note, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
 use crate::model::{ratio, Finding, SplitAmplificationEvidence, SplitCost, SplitFix};
 
@@ -16,6 +16,7 @@ pub(super) fn words(finding: &Finding, evidence: &SplitAmplificationEvidence) ->
     let amplification = ratio(evidence.commands, evidence.user_ios);
     let cause_count = evidence.causes.get(&evidence.cause).copied().unwrap_or(0);
     let (detail, fix) = detail_and_fix(finding, evidence);
+    let fix = with_numbered_note(fix, [finding.disk.as_str(), finding.device.as_str()]);
     let cost = match evidence.cost {
         SplitCost::AbsorbedByMerges => format!(
             " Net of merges the device received {amplification:.2} commands per user I/O, no more than without the splits, so they cost nothing here."
@@ -63,19 +64,32 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
     let pbs_sectors = pbs / SECTOR_BYTES;
     let max_kb = evidence.max_sectors_kb;
     let hw_kb = evidence.max_hw_sectors_kb;
-    let max_sectors_detail =
-        || format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.");
+    let max_sectors_detail = || match known(max_kb) {
+        Some(max_kb) => {
+            format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.")
+        }
+        None => "Each piece is the queue's size cap, max_sectors_kb (its value is not known here)."
+            .to_string(),
+    };
+    let max_sectors_file = sys_file(disk, "queue/max_sectors_kb");
     match evidence.fix {
         SplitFix::RaiseMaxSectorsKb { to_kb } => (
             max_sectors_detail(),
             format!(
-                "raise /sys/block/{disk}/queue/max_sectors_kb to {to_kb} (max_hw_sectors_kb is {hw_kb})"
+                "raise {max_sectors_file} to {to_kb} (max_hw_sectors_kb is {hw_kb})"
             ),
         ),
         SplitFix::AtHardwareLimit => (
             max_sectors_detail(),
             format!(
                 "none needed at the queue: {disk} is at its hardware limit (max_hw_sectors_kb {hw_kb}); submit I/O of at most {max_kb} KiB if the split matters"
+            ),
+        ),
+        SplitFix::HardwareLimitUnknown => (
+            max_sectors_detail(),
+            format!(
+                "the hardware limit, max_hw_sectors_kb, is not known here, so whether the cap can be raised is not either: read both (grep . {max_sectors_file} {}); if max_hw_sectors_kb is larger, raise the cap toward it: echo <kb> > {max_sectors_file}",
+                sys_file(disk, "queue/max_hw_sectors_kb"),
             ),
         ),
         SplitFix::MovePartitionStart { start: aligned } => {
@@ -111,8 +125,12 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
         ),
         SplitFix::FewerSegments => (
             format!(
-                "The pieces are far below max_sectors_kb ({} KiB): the bios carried more memory segments than max_segments ({}) allows.",
-                evidence.max_sectors_kb, evidence.max_segments
+                "The pieces are far below {}: the bios carried more memory segments than max_segments ({}) allows.",
+                match known(evidence.max_sectors_kb) {
+                    Some(max_kb) => format!("max_sectors_kb ({max_kb} KiB)"),
+                    None => "the queue's size cap".to_string(),
+                },
+                evidence.max_segments
             ),
             format!(
                 "use fewer, larger, physically contiguous buffers (page-aligned or huge pages) or I/O of at most {} pages; max_segments {} is a driver limit of {disk}",
@@ -139,16 +157,21 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 evidence.virt_boundary_mask.saturating_add(1)
             ),
         ),
-        SplitFix::AlignDiscards => (
-            format!(
-                "Discards are split on absolute discard_granularity ({} bytes) boundaries.",
-                evidence.discard_granularity
+        SplitFix::AlignDiscards => match known(evidence.discard_granularity) {
+            Some(granularity) => (
+                format!(
+                    "Discards are split on absolute discard_granularity ({granularity} bytes) boundaries."
+                ),
+                format!("align {name}'s start and discard ranges to {granularity} bytes"),
             ),
-            format!(
-                "align {name}'s start and discard ranges to {} bytes",
-                evidence.discard_granularity
+            None => (
+                "Discards are split on absolute discard_granularity boundaries (its value is not known here).".to_string(),
+                format!(
+                    "read the granularity (cat {}) and align {name}'s start and discard ranges to it",
+                    sys_file(disk, "queue/discard_granularity")
+                ),
             ),
-        ),
+        },
         SplitFix::SetDiscardMaxBytes { to_bytes } => {
             let grid = pbs.max(4096);
             let off_grid = match evidence.discard_max_bytes % grid {
@@ -165,8 +188,9 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                     evidence.discard_max_bytes, evidence.discard_max_hw_bytes
                 ),
                 format!(
-                    "set /sys/block/{disk}/queue/discard_max_bytes to {to_bytes} (a multiple of {} within discard_max_hw_bytes)",
-                    exact_size(grid)
+                    "set {} to {to_bytes} (a multiple of {} within discard_max_hw_bytes)",
+                    sys_file(disk, "queue/discard_max_bytes"),
+                    exact_size(grid),
                 ),
             )
         }
@@ -209,7 +233,8 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                     "No queue limit explains the split points, and {disk} is bio-based (device-mapper or md): it splits I/O at its own boundaries, where a target ends or a stripe chunk does.{boundary}"
                 ),
                 format!(
-                    "align the I/O on {name} to {disk}'s chunk or target boundaries (`dmsetup table {disk}`, or `mdadm --detail` for md)"
+                    "align the I/O on {name} to {disk}'s chunk or target boundaries (`dmsetup table {}`, or `mdadm --detail` for md)",
+                    kernel_name(disk),
                 ),
             )
         }

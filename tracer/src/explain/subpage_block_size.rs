@@ -1,7 +1,7 @@
 //! `subpage_block_size`: why sub-page blocks cost, from the partition's size
 //! (the audit) or from what the traffic showed.
 
-use super::{exact_size, partition, WhoPays, Words};
+use super::{dev_node, exact_size, partition, with_numbered_note, WhoPays, Words};
 use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::model::{Finding, MergeLimits, SubpageBlockSizeEvidence, SubpageFix, SubpageSeen};
 
@@ -135,20 +135,22 @@ fn seen(finding: &Finding, evidence: &SubpageBlockSizeEvidence, what: String) ->
 
 fn fix(finding: &Finding, evidence: &SubpageBlockSizeEvidence) -> String {
     let name = &finding.device;
-    match &evidence.fix {
+    let node = dev_node(name);
+    let fix = match &evidence.fix {
         SubpageFix::Partition(proposed) => partition::fix(
             finding,
             &evidence.partition.unwrap_or_default(),
             proposed.as_ref(),
         ),
         SubpageFix::Resize { to, .. } => format!(
-            "resize {name} to {to} sectors (a multiple of 4 KiB) so the kernel picks a 4096-byte block size; until then write with O_DIRECT or set it with `blockdev --setbsz 4096 /dev/{name}`"
+            "resize {name} to {to} sectors (a multiple of 4 KiB) so the kernel picks a 4096-byte block size; until then write with O_DIRECT or set it with `blockdev --setbsz 4096 {node}`"
         ),
         SubpageFix::PageSizedBlocks => format!(
-            "give {name} a size that is a multiple of 4 KiB, or set a 4096-byte block size (`blockdev --setbsz 4096 /dev/{name}`) or write with O_DIRECT"
+            "give {name} a size that is a multiple of 4 KiB, or set a 4096-byte block size (`blockdev --setbsz 4096 {node}`) or write with O_DIRECT"
         ),
         SubpageFix::FilesystemBlocks => format!(
             "nothing in {name}'s geometry; if its I/O pattern matters, make the filesystem with 4096-byte blocks (e.g. mkfs.ext4 -b 4096)"
         ),
-    }
+    };
+    with_numbered_note(fix, [name.as_str()])
 }

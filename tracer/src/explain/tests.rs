@@ -749,3 +749,285 @@ fn a_misaligned_dm_table_is_worded_with_its_path_mkfs_number_and_reload() {
         .fix
         .contains("pvcreate --dataalignment 1024k /dev/vda1"));
 }
+
+/// Every path a text names: `/dev/…` and `/sys/…` words.
+fn paths(text: &str) -> Vec<&str> {
+    text.split(|c: char| c.is_whitespace() || matches!(c, '`' | '(' | ')' | ',' | ';' | '\''))
+        .filter(|word| word.starts_with("/dev/") || word.starts_with("/sys/"))
+        .collect()
+}
+
+/// "8:16": a device number where a name should be.
+fn is_number(part: &str) -> bool {
+    super::numbered(part).is_some()
+}
+
+/// A fix's paths exist in the kernel's naming scheme: no `/dev/MAJ:MIN`
+/// and no `/sys/block/MAJ:MIN` (neither exists); by number only
+/// `/sys/dev/block/MAJ:MIN/…`, which names the device's sysfs directory.
+fn assert_real_paths(diagnosis: &Diagnosis) {
+    for text in [&diagnosis.fix, &diagnosis.explanation] {
+        for path in paths(text) {
+            let parts: Vec<&str> = path.trim_end_matches('.').split('/').collect();
+            match parts.as_slice() {
+                ["", "dev", name, ..] => assert!(!is_number(name), "{path} in {text}"),
+                ["", "sys", "block", name, ..] => assert!(!is_number(name), "{path} in {text}"),
+                ["", "sys", "dev", "block", number, rest @ ..] => {
+                    assert!(is_number(number), "{path} in {text}");
+                    assert!(
+                        matches!(
+                            rest.first(),
+                            Some(&("queue" | "device" | "mq" | "uevent" | ".."))
+                        ),
+                        "{path} in {text}"
+                    );
+                }
+                _ => panic!("unexpected path {path} in {text}"),
+            }
+        }
+    }
+}
+
+/// No geometry (an imported trace): loop0 is "7:0", and every finding on
+/// it names paths that exist and builds no number on a value never read.
+fn unknown_loop0() -> Engine {
+    Engine::new(Vec::new(), EngineLimits::default())
+}
+
+#[test]
+fn requeues_on_unknown_geometry_say_the_depth_is_unknown_and_propose_none() {
+    let mut engine = unknown_loop0();
+    requeued_tails(&mut engine, 32, 50);
+    let found = worded(&engine);
+    let requeued = find(&found, Code::RequeuedCommands);
+    assert_eq!(requeued.device, "7:0");
+    let Evidence::RequeuedCommands(evidence) = &requeued.evidence else {
+        panic!("not requeued_commands");
+    };
+    assert_eq!(evidence.fix, RequeueFix::LowerNrRequests { nr_requests: 0 });
+    let (text, fix) = (&requeued.explanation, &requeued.fix);
+    assert!(
+        text.contains("nr_requests unknown") && text.contains("tags per hardware queue unknown"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("nr_requests 0") && !text.contains(" 0 tags"),
+        "{text}"
+    );
+    // The shape of the command, with a placeholder, never `echo 4`.
+    assert!(
+        fix.contains("echo <depth> > /sys/dev/block/7:0/queue/nr_requests"),
+        "{fix}"
+    );
+    assert!(
+        !fix.split_whitespace()
+            .collect::<Vec<_>>()
+            .windows(3)
+            .any(|w| w[0] == "echo" && w[1].parse::<u64>().is_ok() && w[2] == ">"),
+        "{fix}"
+    );
+    assert!(
+        fix.contains("DEVNAME in /sys/dev/block/7:0/uevent"),
+        "{fix}"
+    );
+    assert_real_paths(requeued);
+}
+
+#[test]
+fn requeues_on_known_geometry_still_propose_half_the_tags() {
+    let mut engine = Engine::new(
+        vec![DiskGeometry {
+            nr_requests: 256,
+            hw_queue_tags: 128,
+            ..loop0()
+        }],
+        EngineLimits::default(),
+    );
+    requeued_tails(&mut engine, 32, 50);
+    let found = worded(&engine);
+    let requeued = find(&found, Code::RequeuedCommands);
+    assert!(
+        requeued
+            .fix
+            .contains("echo 64 > /sys/block/loop0/queue/nr_requests"),
+        "{}",
+        requeued.fix
+    );
+    assert!(
+        requeued
+            .explanation
+            .contains("nr_requests 256, 128 tags per hardware queue)."),
+        "{}",
+        requeued.explanation
+    );
+    assert!(!requeued.fix.contains("DEVNAME"), "{}", requeued.fix);
+    assert_real_paths(requeued);
+}
+
+#[test]
+fn merges_on_unknown_geometry_claim_no_setting_and_no_limit() {
+    let mut engine = unknown_loop0();
+    unmerged_small_writes(&mut engine, 32);
+    let found = worded(&engine);
+    let merge = find(&found, Code::MergeBlocked);
+    let Evidence::MergeBlocked(evidence) = &merge.evidence else {
+        panic!("not merge_blocked");
+    };
+    assert_eq!(evidence.fix, crate::model::MergeFix::ReadQueueSettings);
+    let text = &merge.explanation;
+    // Not "with no I/O scheduler (none)" as a fact, nor a fit to 0 KiB.
+    assert!(!text.contains("max_sectors_kb (0 KiB)"), "{text}");
+    assert!(!text.contains("but with no I/O scheduler"), "{text}");
+    assert!(text.contains("is not known"), "{text}");
+    assert!(
+        merge.fix.contains(
+            "grep . /sys/dev/block/7:0/queue/nomerges /sys/dev/block/7:0/queue/scheduler"
+        ),
+        "{}",
+        merge.fix
+    );
+    assert_real_paths(merge);
+}
+
+#[test]
+fn max_sectors_splits_with_the_hardware_limit_unread_propose_no_raise() {
+    let mut engine = Engine::new(
+        vec![DiskGeometry {
+            max_hw_sectors_kb: 0,
+            ..loop0()
+        }],
+        EngineLimits::default(),
+    );
+    max_sectors_splits(&mut engine, 32);
+    let found = worded(&engine);
+    let split = find(&found, Code::SplitAmplification);
+    let Evidence::SplitAmplification(evidence) = &split.evidence else {
+        panic!("not split_amplification");
+    };
+    assert_eq!(evidence.cause, SplitCause::MaxSectors);
+    assert_eq!(evidence.fix, SplitFix::HardwareLimitUnknown);
+    assert!(!split.fix.contains("max_hw_sectors_kb 0"), "{}", split.fix);
+    assert!(
+        !split.fix.contains("at its hardware limit"),
+        "{}",
+        split.fix
+    );
+    assert!(
+        split
+            .fix
+            .contains("echo <kb> > /sys/block/loop0/queue/max_sectors_kb"),
+        "{}",
+        split.fix
+    );
+    assert_real_paths(split);
+}
+
+#[test]
+fn failed_commands_of_a_numbered_device_name_no_node_by_number() {
+    let mut engine = unknown_loop0();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 2048, 8),
+            issue(MS, LOOP0, 2048, 8),
+            BlockEvent {
+                error: -5,
+                ..complete(2 * MS, LOOP0, 2048, 8)
+            },
+        ],
+    );
+    let found = worded(&engine);
+    let failed = find(&found, Code::IoErrors);
+    assert!(!failed.fix.contains("/dev/7:0"), "{}", failed.fix);
+    assert!(
+        failed.fix.contains("smartctl -a /dev/<name of 7:0>"),
+        "{}",
+        failed.fix
+    );
+    assert_real_paths(failed);
+}
+
+/// The kernel's statuses: EIO is blk_status_to_errno's generic answer
+/// (BLK_STS_IOERR, and any status it does not map), which a zoned device
+/// also gives a write off its zone's write pointer (null_blk's and the
+/// SCSI/NVMe zoned checks); ETIMEDOUT, ENODATA, ENOLINK name the device or
+/// the path.
+#[test]
+fn a_generic_write_error_is_not_claimed_as_the_devices() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 30720, 8),
+            issue(MS, LOOP0, 30720, 8),
+            BlockEvent {
+                error: -5,
+                ..complete(2 * MS, LOOP0, 30720, 8)
+            },
+        ],
+    );
+    let found = worded(&engine);
+    let failed = find(&found, Code::IoErrors);
+    let text = &failed.explanation;
+    assert!(!text.contains("this is a device or path problem"), "{text}");
+    assert!(text.contains("failing media, the transport"), "{text}");
+    assert!(text.contains("zone's write pointer"), "{text}");
+    assert!(
+        failed.fix.contains("/sys/block/loop0/queue/zoned"),
+        "{}",
+        failed.fix
+    );
+    // A medium error names the device: said as such, and no zone line.
+    let mut engine = crate::engine::tests::engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 30720, 8),
+            issue(MS, LOOP0, 30720, 8),
+            BlockEvent {
+                error: -61,
+                ..complete(2 * MS, LOOP0, 30720, 8)
+            },
+        ],
+    );
+    let found = worded(&engine);
+    let failed = find(&found, Code::IoErrors);
+    assert!(
+        failed
+            .explanation
+            .contains("this is a device or path problem"),
+        "{}",
+        failed.explanation
+    );
+    assert!(
+        !failed.explanation.contains("zone"),
+        "{}",
+        failed.explanation
+    );
+    assert!(!failed.fix.contains("zoned"), "{}", failed.fix);
+}
+
+#[test]
+fn numbered_names_are_only_major_colon_minor() {
+    for name in ["8:16", "251:0", "259:12"] {
+        assert!(is_number(name), "{name}");
+        assert_eq!(
+            super::sys_file(name, "queue/x"),
+            format!("/sys/dev/block/{name}/queue/x")
+        );
+        assert_eq!(super::dev_node(name), format!("/dev/<name of {name}>"));
+    }
+    for name in [
+        "sda",
+        "nvme0n1",
+        "dm-0",
+        "cciss!c0d0",
+        "8:",
+        ":1",
+        "8:1a",
+        "sda:1",
+    ] {
+        assert!(!is_number(name), "{name}");
+        assert_eq!(super::dev_node(name), format!("/dev/{name}"));
+    }
+}

@@ -73,6 +73,10 @@ pub enum SplitFix {
     /// `max_sectors` at `max_hw_sectors_kb`: nothing to raise; submit I/O of
     /// at most `max_sectors_kb` if the split matters.
     AtHardwareLimit,
+    /// `max_sectors` with `max_hw_sectors_kb` unknown (a geometry that did
+    /// not give it): whether the cap can be raised is not known; read the
+    /// hardware limit, and raise toward it if it is higher.
+    HardwareLimitUnknown,
     /// `physical_block` on a partition: recreate it starting at `start`
     /// (1 MiB aligned).
     MovePartitionStart { start: u64 },
@@ -145,6 +149,10 @@ pub enum MergeFix {
     /// Nothing forbids the merges: look for neighbours whose flags or
     /// cgroups differ.
     CheckFlags,
+    /// The queue's settings are unknown (no geometry, as in an imported
+    /// trace): read `nomerges`, the virt boundary and the scheduler, then
+    /// apply the fix of the one that forbids the merges.
+    ReadQueueSettings,
 }
 
 /// `requeued_commands`' fix.
@@ -157,7 +165,10 @@ pub enum RequeueFix {
         ring_descriptors: u64,
         io_pages: u64,
     },
-    /// The driver's queue overfilled: lower `nr_requests` to this.
+    /// The driver's queue overfilled: lower `nr_requests` to this, half
+    /// the hardware queue's tags; 0 when the tags are unknown (no geometry,
+    /// as in an imported trace), so no depth is proposed: the fix then says
+    /// to read the real values first.
     LowerNrRequests { nr_requests: u32 },
 }
 

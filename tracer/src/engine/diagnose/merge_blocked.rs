@@ -49,7 +49,11 @@ impl Check for MergeBlocked {
         };
         // The first reason that applies: a setting, a limit, no scheduler,
         // or what the tracepoints cannot show.
-        let (fix, severity) = if geometry.nomerges != 0 {
+        // Unknown geometry reads as zeros and no scheduler: none of them
+        // can be a reason then, only a thing to read.
+        let (fix, severity) = if !traffic.device.known {
+            (MergeFix::ReadQueueSettings, Severity::Warning)
+        } else if geometry.nomerges != 0 {
             (MergeFix::AllowMerging, scale)
         } else if geometry.virt_boundary_mask != 0 {
             (MergeFix::PageAlignedBios, scale)

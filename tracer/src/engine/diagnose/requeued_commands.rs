@@ -67,9 +67,14 @@ impl Check for RequeuedCommands {
                 io_pages: tags.saturating_sub(VIRTIO_HEADER_DESCRIPTORS).max(1),
             }
         } else {
-            // A shallower queue, so the block layer stops overfilling the driver.
+            // A shallower queue, so the block layer stops overfilling the
+            // driver: half its tags, when they are known; none from a 0 that
+            // only says they were never read.
             RequeueFix::LowerNrRequests {
-                nr_requests: (geometry.hw_queue_tags / 2).max(4),
+                nr_requests: match geometry.hw_queue_tags {
+                    0 => 0,
+                    tags => (tags / 2).max(4),
+                },
             }
         };
         let evidence = RequeuedCommandsEvidence {

@@ -185,6 +185,8 @@ fn split_fix(traffic: &DeviceTraffic<'_>, total: &OpStats, cause: SplitCause) ->
                 ),
             }
         }
+        // A 0 is a limit never read, not one the queue is at.
+        SplitCause::MaxSectors if geometry.max_hw_sectors_kb == 0 => SplitFix::HardwareLimitUnknown,
         SplitCause::MaxSectors => SplitFix::AtHardwareLimit,
         SplitCause::PhysicalBlock => {
             match traffic.partition.filter(|partition| partition.size != 0) {
@@ -245,6 +247,7 @@ fn a_setting_fixes(fix: SplitFix) -> bool {
     !matches!(
         fix,
         SplitFix::AtHardwareLimit
+            | SplitFix::HardwareLimitUnknown
             | SplitFix::SmallerIo { .. }
             | SplitFix::CheckStackedDevices
             | SplitFix::AlignToOwnBoundaries { .. }
