@@ -599,7 +599,7 @@ fn more_lines(out: &mut Out, inner: &str, m: &OpMeasures, failures: Option<Strin
             &causes,
         );
     }
-    for line in size_histogram(&m.user_io_size, &m.command_size, &inner, out.width()) {
+    for line in size_histogram(&m.user_io_size, &m.command_size, inner, out.width()) {
         out.line(&line);
     }
 }
@@ -866,6 +866,54 @@ mod tests {
         assert!(text.contains("no I/O seen on the traced devices"));
         assert!(text.contains("0 dropped"));
         assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn only_a_live_trace_is_told_how_to_trace() {
+        let live = render_report(&empty_report(), 80);
+        assert!(live.contains("check --device"), "{live}");
+        let imported = render_imported_report(&empty_report(), 80);
+        assert!(!imported.contains("--device"), "{imported}");
+        assert!(!imported.contains("while tracing"), "{imported}");
+        assert!(!imported.contains("no I/O seen"), "{imported}");
+        assert_fits(&imported, 80);
+    }
+
+    #[test]
+    fn any_count_is_something_seen() {
+        use tracer_common::EventKind;
+        // Completions alone: no measure, but events.
+        let mut completions = empty_report();
+        completions.events[EventKind::Complete] = 6;
+        completions.correlation.unmatched_events = 6;
+        let text = squeezed(&render_report(&completions, 80));
+        assert!(!text.contains("no I/O seen"), "{text}");
+        assert!(
+            text.contains(
+                "the trace holds 6 command completions; 6 of them matched no earlier event"
+            ),
+            "{text}"
+        );
+        // Commands, requeues or failures without a user I/O: shown, no ratio.
+        for set in [
+            |m: &mut OpMeasures| m.commands = 3,
+            |m: &mut OpMeasures| m.requeues = 2,
+            |m: &mut OpMeasures| m.failed_commands = 1,
+        ] {
+            let mut report = seed_report();
+            report.diagnoses.clear();
+            report.devices.truncate(1);
+            let device = &mut report.devices[0];
+            device.partitions.clear();
+            let mut measures = OpMeasures::default();
+            set(&mut measures);
+            device.measures.ops = [(Op::Write, measures)].into();
+            let text = render_report(&report, 80);
+            assert!(!text.contains("no I/O seen"), "{text}");
+            assert!(text.contains("write: "), "{text}");
+            assert!(text.contains("no user I/Os seen"), "{text}");
+            assert!(!text.contains("per user I/O"), "{text}");
+        }
     }
 
     #[test]
