@@ -63,6 +63,14 @@ impl Views {
         }
     }
 
+    /// Feeds `event`, just ingested by `engine`, then the outcomes it reached.
+    fn see_after(&mut self, event: &tracer_common::BlockEvent, engine: &mut Engine) {
+        if let Some(collector) = &mut self.html {
+            collector.see_event(event);
+        }
+        self.see(engine);
+    }
+
     /// Feeds the outcomes `engine` reached since the last call.
     fn see(&mut self, engine: &mut Engine) {
         for outcome in engine.drain_outcomes() {
@@ -139,7 +147,10 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         out.print(report, format)?;
     }
     session::show_views(&mut analysis.report, &args.by);
-    out.print(&analysis.report, format)?;
+    match args.from {
+        Some(_) => out.print(&Imported(&analysis.report), format)?,
+        None => out.print(&analysis.report, format)?,
+    }
     for note in &analysis.notes {
         output::status(format_args!("note: {note}"));
     }
@@ -148,6 +159,18 @@ pub fn run(args: &AnalyzeArgs) -> Result<ExitCode> {
         true => ExitCode::from(EXIT_FAILURE),
         false => ExitCode::SUCCESS,
     })
+}
+
+/// A report of another tool's trace: the same document, whose text gives
+/// no advice about tracing (the trace was not ours to take).
+#[derive(serde::Serialize)]
+#[serde(transparent)]
+struct Imported<'a>(&'a Report);
+
+impl output::Document for Imported<'_> {
+    fn render_text(&self, width: u16) -> String {
+        super::text::render_imported_report(self.0, width)
+    }
 }
 
 /// `report --html`: the page `analyze RECORDING --html OUT` writes.
@@ -190,7 +213,7 @@ pub fn replay<R: Read>(
             Item::Block(event) => {
                 span.see(event.ts_ns);
                 engine.ingest(&event);
-                views.see(&mut engine);
+                views.see_after(&event, &mut engine);
             }
             Item::DirtyTotals(totals) => engine.dirty_buffer_totals(&totals),
             Item::EventsLost => engine.events_lost(),
@@ -285,7 +308,7 @@ pub fn import_text(
     for event in &imported.events {
         span.see(event.ts_ns);
         engine.ingest(event);
-        views.see(&mut engine);
+        views.see_after(event, &mut engine);
     }
     engine.settle_at_end(span.last);
     views.see(&mut engine);

@@ -247,12 +247,26 @@ impl Matcher {
             };
             // Zero-length slices still take their instant.
             track_lanes[lane] = slice.end_ns.max(slice.start_ns.saturating_add(1));
-            tid_of[i] = slice.track * 1000 + lane + 1;
+            tid_of[i] = lane;
+        }
+        // Each track's lanes get the next thread ids, after every lane of
+        // the tracks before it: no two tracks share a thread, whatever the
+        // number of lanes (in-flight user I/Os or commands) each needs.
+        let first_tid: Vec<usize> = lanes
+            .iter()
+            .scan(1, |next, track_lanes| {
+                let first = *next;
+                *next += track_lanes.len();
+                Some(first)
+            })
+            .collect();
+        for (i, slice) in self.slices.iter().enumerate() {
+            tid_of[i] += first_tid[slice.track];
         }
         for (track, track_lanes) in lanes.iter().enumerate() {
             let (dev, name) = &self.tracks[track];
             for lane in 0..track_lanes.len() {
-                events.push(json!({"ph": "M", "name": "thread_name", "pid": pid_of(*dev), "tid": track * 1000 + lane + 1, "args": {"name": format!("{name} #{lane}")}}));
+                events.push(json!({"ph": "M", "name": "thread_name", "pid": pid_of(*dev), "tid": first_tid[track] + lane, "args": {"name": format!("{name} #{lane}")}}));
             }
         }
         let us = |ns: u64| ns as f64 / 1000.0;
@@ -459,6 +473,83 @@ mod tests {
             .collect();
         assert_eq!(instants, ["requeued"]);
         assert_eq!(of_phase(&trace, "s").len(), 1);
+    }
+
+    /// A plugged writeback, by blk-mq's rules: `requests` × `bios` 4 KiB
+    /// writes queued back to back, every bio after a request's first
+    /// back-merged into it, then each request issued whole and completed.
+    /// Every user I/O stays in flight until its request completes.
+    fn plugged_writeback(requests: u64, bios: u64) -> Vec<BlockEvent> {
+        let mut events = Vec::new();
+        let mut t = 0;
+        for r in 0..requests {
+            for b in 0..bios {
+                let sector = (r * bios + b) * 8;
+                events.push(event(EventKind::Queue, t, sector, 8));
+                if b > 0 {
+                    events.push(event(EventKind::Backmerge, t + 1, sector, 8));
+                }
+                t += 10;
+            }
+        }
+        let sectors = u32::try_from(bios * 8).unwrap();
+        for r in 0..requests {
+            events.push(event(EventKind::Issue, t, r * bios * 8, sectors));
+            t += 10;
+        }
+        for r in 0..requests {
+            events.push(event(EventKind::Complete, t, r * bios * 8, sectors));
+            t += 10;
+        }
+        events
+    }
+
+    #[test]
+    fn lanes_of_each_kind_have_their_own_threads_past_a_thousand() {
+        // 2,048 user I/Os in flight at once (over 1,000 lanes), 64 commands.
+        let trace = matched(&plugged_writeback(64, 32));
+        let mut thread_names: HashMap<u64, String> = HashMap::new();
+        for meta in of_phase(&trace, "M") {
+            if meta["name"] == "thread_name" {
+                let tid = meta["tid"].as_u64().unwrap();
+                let name = meta["args"]["name"].as_str().unwrap().to_string();
+                assert!(
+                    thread_names.insert(tid, name.clone()).is_none(),
+                    "thread {tid} named twice (second: {name})"
+                );
+            }
+        }
+        let slices = of_phase(&trace, "X");
+        let of_kind = |kind: &str| -> Vec<u64> {
+            slices
+                .iter()
+                .filter(|s| s["name"] == kind)
+                .map(|s| s["tid"].as_u64().unwrap())
+                .collect()
+        };
+        let (user_ios, commands) = (of_kind("user I/O"), of_kind("command"));
+        assert_eq!(user_ios.len(), 2048);
+        assert_eq!(commands.len(), 64);
+        let lanes = |tids: &[u64]| tids.iter().collect::<std::collections::HashSet<_>>().len();
+        assert!(
+            lanes(&user_ios) > 1000,
+            "{} user I/O lanes",
+            lanes(&user_ios)
+        );
+        for (tids, track) in [(&user_ios, "disk user I/Os #"), (&commands, "commands #")] {
+            for tid in tids {
+                let name = &thread_names[tid];
+                assert!(name.starts_with(track), "a slice of {track} on {name}");
+            }
+        }
+        assert!(user_ios.iter().all(|tid| !commands.contains(tid)));
+        // Every flow ends on a command's thread and starts on a user I/O's.
+        for (phase, track) in [("s", "disk user I/Os #"), ("f", "commands #")] {
+            for flow in of_phase(&trace, phase) {
+                let name = &thread_names[&flow["tid"].as_u64().unwrap()];
+                assert!(name.starts_with(track), "{flow} on {name}");
+            }
+        }
     }
 
     #[test]

@@ -44,10 +44,20 @@ pub fn page(report: &Report, series: &Series, geometry: &[DiskGeometry], source:
         STYLE,
         escape(source),
         report.duration_s,
-        report.events[tracer_common::EventKind::Queue],
-        // Commands as the engine counted them: a re-issue after a requeue is not one.
+        // User I/Os as submitted: one remapped down a stack is its top's.
+        series.user_ios,
+        // Commands as the engine counted them (a re-issue after a requeue
+        // is not one), on the disks: a stacked device's bio handed down is
+        // carried again by the disk below.
         series.commands,
     );
+    if series.stacked_commands > 0 {
+        let _ = write!(
+            html,
+            "<p class=\"meta\">Not counted above: bios stacked devices (dm, md) handed down to the devices below, which carried them again: {}; each device's own counts are under Measures per device</p>",
+            units::thousands(series.stacked_commands)
+        );
+    }
     diagnoses(&mut html, report);
     section(&mut html, "User I/O and command sizes", &sizes_svg(report));
     section(

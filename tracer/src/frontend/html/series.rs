@@ -3,6 +3,10 @@
 //! report counts: a requeued command once, its latency from its last issue
 //! to its last completion. Pure: outcomes in, grids out.
 
+use std::collections::BTreeSet;
+
+use tracer_common::{BlockAction, BlockEvent};
+
 use crate::engine::outcome::Outcome;
 
 /// Columns of every time plot.
@@ -19,6 +23,9 @@ struct Point {
     dev: u32,
     sector: u64,
     sectors: u64,
+    /// A user I/O remapped from an upper device's, or a command of a stacked
+    /// device: counted where it came from or where it went, not here.
+    again: bool,
 }
 
 /// Collects the points while the recording is replayed.
@@ -26,11 +33,27 @@ struct Point {
 pub struct Collector {
     user_ios: Vec<Point>,
     commands: Vec<Point>,
+    /// Devices that remapped I/O to a device below (dm, md, a partition):
+    /// their commands are bios handed down, which the disks below carry
+    /// again, so the totals leave them out.
+    stacked: BTreeSet<u32>,
     /// (last issue time, issue→complete microseconds) of each measured command.
     latencies: Vec<(u64, u64)>,
 }
 
 impl Collector {
+    /// A kernel event as the engine reads it: a remap says its source
+    /// device is stacked on the one it names.
+    pub fn see_event(&mut self, event: &BlockEvent) {
+        if let Some(BlockAction::Remap { from_dev, .. } | BlockAction::RqRemap { from_dev, .. }) =
+            event.action()
+        {
+            if from_dev != event.dev {
+                self.stacked.insert(from_dev);
+            }
+        }
+    }
+
     pub(crate) fn see(&mut self, outcome: &Outcome) {
         match *outcome {
             Outcome::Queued {
@@ -38,12 +61,14 @@ impl Collector {
                 sector,
                 sectors,
                 ts_ns,
+                inherited,
                 ..
             } => self.user_ios.push(Point {
                 ts_ns,
                 dev,
                 sector,
                 sectors: u64::from(sectors),
+                again: inherited,
             }),
             Outcome::Issued {
                 dev,
@@ -56,6 +81,8 @@ impl Collector {
                 dev,
                 sector,
                 sectors,
+                // Known at the end, when every remap has been seen.
+                again: false,
             }),
             Outcome::Completed {
                 last_issue_ns,
@@ -77,16 +104,24 @@ impl Collector {
         let bin = |ts: u64| (((ts.saturating_sub(start_ns)) / bin_ns) as usize).min(TIME_BINS - 1);
 
         let mut user_ios_per_bin = vec![0u64; TIME_BINS];
-        for point in &self.user_ios {
+        let mut user_ios = 0;
+        for point in self.user_ios.iter().filter(|point| !point.again) {
+            user_ios += 1;
             user_ios_per_bin[bin(point.ts_ns)] += 1;
         }
         let mut commands_per_bin = vec![0u64; TIME_BINS];
         let mut offsets: Vec<OffsetGrid> = Vec::new();
         let mut misaligned_4k = 0;
+        let mut commands = 0;
         for point in &self.commands {
-            commands_per_bin[bin(point.ts_ns)] += 1;
-            if point.sector % 8 != 0 || point.sectors % 8 != 0 {
-                misaligned_4k += 1;
+            // Each device's offsets are its own; the totals count a command
+            // once, on the device at the bottom that carried it.
+            if !self.stacked.contains(&point.dev) {
+                commands += 1;
+                commands_per_bin[bin(point.ts_ns)] += 1;
+                if point.sector % 8 != 0 || point.sectors % 8 != 0 {
+                    misaligned_4k += 1;
+                }
             }
             let grid = match offsets.iter_mut().position(|g| g.dev == point.dev) {
                 Some(at) => &mut offsets[at],
@@ -123,7 +158,9 @@ impl Collector {
             commands_per_bin,
             latency,
             offsets,
-            commands: self.commands.len() as u64,
+            user_ios,
+            commands,
+            stacked_commands: self.commands.len() as u64 - commands,
             misaligned_4k_commands: misaligned_4k,
         }
     }
@@ -155,7 +192,13 @@ pub struct Series {
     /// Per time bin, commands per log2-microsecond row (by issue time).
     pub latency: Vec<[u64; LATENCY_ROWS]>,
     pub offsets: Vec<OffsetGrid>,
+    /// User I/Os as submitted: those remapped from a stacked device's are
+    /// that device's, counted once.
+    pub user_ios: u64,
+    /// Commands on the devices at the bottom of their stacks (the disks).
     pub commands: u64,
+    /// Bios stacked devices handed down (their commands), not in `commands`.
+    pub stacked_commands: u64,
     /// Commands whose start or length is not a multiple of 4 KiB.
     pub misaligned_4k_commands: u64,
 }

@@ -23,7 +23,7 @@ mod run;
 
 pub use histogram::size_histogram;
 pub use layout::{stdout_width, DEFAULT_WIDTH};
-pub use report::{render_diagnosis, render_report};
+pub use report::{render_diagnosis, render_imported_report, render_report};
 pub use run::render_run_summary;
 
 #[cfg(test)]

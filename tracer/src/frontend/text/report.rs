@@ -15,6 +15,26 @@ use super::run::run_summary;
 /// block [`render_run_summary`](super::render_run_summary) renders alone)
 /// follows the header, so callers print this one string and nothing else.
 pub fn render_report(report: &Report, width: u16) -> String {
+    render(report, width, Origin::Traced)
+}
+
+/// The report of a trace another tool captured (`analyze --from`): no
+/// advice about tracing, which was not ours to do.
+pub fn render_imported_report(report: &Report, width: u16) -> String {
+    render(report, width, Origin::Imported)
+}
+
+/// Where the report's events came from: what the reader can do about an
+/// empty one depends on it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// Traced by this tool (live, or a recording of a live run).
+    Traced,
+    /// Imported from another tool's text.
+    Imported,
+}
+
+fn render(report: &Report, width: u16, origin: Origin) -> String {
     let mut out = Out::new(width);
     header(&mut out, report);
     if let Some(run) = &report.run {
@@ -23,12 +43,34 @@ pub fn render_report(report: &Report, width: u16) -> String {
     }
     if no_io_seen(report) {
         out.blank();
-        out.line(&format!(
-            "no I/O seen on the traced devices in {}.",
-            units::seconds(report.duration_s)
-        ));
-        out.line("  (write to a traced device while tracing, or check --device)");
+        match origin {
+            Origin::Traced => {
+                out.line(&format!(
+                    "no I/O seen on the traced devices in {}.",
+                    units::seconds(report.duration_s)
+                ));
+                out.line("  (write to a traced device while tracing, or check --device)");
+            }
+            // Its skipped lines (notify, passthrough without a sector
+            // range) may still be I/O: say what was not found, not "none".
+            Origin::Imported => out.wrapped(
+                "",
+                "  ",
+                &format!(
+                    "nothing measured in {}: the imported trace holds no queue, issue, \
+                     completion or requeue of a sector range (the lines it does hold are \
+                     named on stderr).",
+                    units::seconds(report.duration_s)
+                ),
+            ),
+        }
         return out.finish();
+    }
+    if nothing_measured(report) {
+        // Events, but none that made a user I/O or a command (completions
+        // of commands issued before the trace, a filtered trace).
+        out.blank();
+        out.wrapped("", "  ", &events_without_measures(report));
     }
     if !report.diagnoses.is_empty() {
         out.blank();
@@ -150,12 +192,81 @@ fn header(out: &mut Out, report: &Report) {
     }
 }
 
+/// Nothing at all: no measure counted anything and no block event was
+/// received. Any count (commands without user I/Os, completions alone,
+/// requeues, failures, flushes) is something seen, and is shown.
 fn no_io_seen(report: &Report) -> bool {
-    let empty = |measures: &Measures| measures.ops.values().all(|op| op.user_ios == 0);
+    nothing_measured(report) && block_events(report).is_empty()
+}
+
+/// No device or partition counted a user I/O, a command, a requeue or a failure.
+fn nothing_measured(report: &Report) -> bool {
+    let empty = |measures: &Measures| measures.ops.values().all(|op| !counted(op));
     report.diagnoses.is_empty()
         && report.devices.iter().all(|device| {
             empty(&device.measures) && device.partitions.iter().all(|p| empty(&p.measures))
         })
+}
+
+/// An op's measures counted something.
+fn counted(op: &OpMeasures) -> bool {
+    op.user_ios > 0
+        || op.commands > 0
+        || op.disk_commands > 0
+        || op.requeues > 0
+        || op.failed_commands > 0
+        || op.failed_user_ios > 0
+}
+
+/// The block events received, by kind, in words (dirty buffers are page
+/// cache, not block I/O).
+fn block_events(report: &Report) -> Vec<String> {
+    use tracer_common::EventKind;
+    EventKind::ALL
+        .iter()
+        .filter(|kind| **kind != EventKind::DirtyBuffer)
+        .filter(|kind| report.events[**kind] > 0)
+        .map(|kind| {
+            let what = match kind {
+                EventKind::Queue => "user I/Os queued",
+                EventKind::Issue => "command issues",
+                EventKind::Complete => "command completions",
+                EventKind::BioComplete => "bio completions",
+                EventKind::Requeue => "requeues",
+                EventKind::Split => "splits",
+                EventKind::Remap | EventKind::RqRemap => "remaps",
+                EventKind::Backmerge | EventKind::Frontmerge | EventKind::RqMerge => "merges",
+                EventKind::DirtyBuffer => "dirty buffers",
+            };
+            (what, report.events[*kind])
+        })
+        .fold(Vec::<(&str, u64)>::new(), |mut kinds, (what, count)| {
+            match kinds.iter_mut().find(|(known, _)| *known == what) {
+                Some((_, total)) => *total += count,
+                None => kinds.push((what, count)),
+            }
+            kinds
+        })
+        .into_iter()
+        .map(|(what, count)| format!("{} {what}", units::thousands(count)))
+        .collect()
+}
+
+/// What a trace of events that measured nothing held.
+fn events_without_measures(report: &Report) -> String {
+    let mut text = format!(
+        "no user I/O or command was measured in {}, but the trace holds {}",
+        units::seconds(report.duration_s),
+        block_events(report).join(", ")
+    );
+    match report.correlation.unmatched_events {
+        0 => text.push('.'),
+        n => text.push_str(&format!(
+            "; {} of them matched no earlier event (their queue or issue is not in the trace).",
+            units::thousands(n)
+        )),
+    }
+    text
 }
 
 fn diagnoses(out: &mut Out, report: &Report, diagnoses: &[Diagnosis]) {
@@ -318,11 +429,7 @@ fn partition_summary(geometry: &PartitionGeometry, known: bool) -> String {
 }
 
 fn measures(out: &mut Out, indent: &str, measures: &Measures) {
-    let seen: Vec<_> = measures
-        .ops
-        .iter()
-        .filter(|(_, op)| op.user_ios > 0 || op.commands > 0 || op.failed_commands > 0)
-        .collect();
+    let seen: Vec<_> = measures.ops.iter().filter(|(_, op)| counted(op)).collect();
     if seen.is_empty() {
         out.line(&format!("{indent}no I/O seen"));
         return;
@@ -336,6 +443,11 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
     let inner = format!("{indent}  ");
     let failures = words::failures(op, m);
     let op = op.as_str();
+    if m.user_ios == 0 {
+        // Commands (or failures, requeues) whose user I/Os the trace does
+        // not hold: what was seen, without ratios to nothing.
+        return commands_only_block(out, indent, op, m, failures);
+    }
     out.line(&format!(
         "{indent}{op}: {} user I/Os (avg {}) -> {} commands (avg {})",
         units::thousands(m.user_ios),
@@ -374,6 +486,47 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
         units::percent(m.misaligned_pbs_share()),
         units::percent(m.misaligned_4k_share()),
     ));
+    latency_table(out, &inner, m);
+    more_lines(out, &inner, m, failures);
+}
+
+/// An op with commands but no user I/O (a trace without its queue events,
+/// or completions of commands issued before it began).
+fn commands_only_block(
+    out: &mut Out,
+    indent: &str,
+    op: &str,
+    m: &OpMeasures,
+    failures: Option<String>,
+) {
+    let inner = format!("{indent}  ");
+    let commands = match m.commands {
+        0 => "no commands".to_string(),
+        n => format!(
+            "{} commands (avg {})",
+            units::thousands(n),
+            units::bytes(m.command_size.mean)
+        ),
+    };
+    out.line(&format!("{indent}{op}: {commands}"));
+    out.wrapped(
+        &inner,
+        &inner,
+        "no user I/Os seen (the trace holds no queue events for them): \
+         no amplification, split or merge share can be given",
+    );
+    if m.commands > 0 {
+        out.line(&format!(
+            "{inner}misaligned commands: {} to the physical block, {} to 4 KiB",
+            units::percent(m.misaligned_pbs_share()),
+            units::percent(m.misaligned_4k_share()),
+        ));
+    }
+    latency_table(out, &inner, m);
+    more_lines(out, &inner, m, failures);
+}
+
+fn latency_table(out: &mut Out, inner: &str, m: &OpMeasures) {
     if m.queue_to_complete_us.count > 0 || m.issue_to_complete_us.count > 0 {
         out.line(&format!(
             "{inner}{:<16}{:>10}{:>10}{:>10}{:>10}",
@@ -409,6 +562,10 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
             None => {}
         }
     }
+}
+
+/// Requeues, failures, split causes and the size histogram, where there were some.
+fn more_lines(out: &mut Out, inner: &str, m: &OpMeasures, failures: Option<String>) {
     if let Some(requeues) = words::requeues(m) {
         out.wrapped(
             &format!("{inner}requeues: "),
@@ -442,7 +599,7 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
             &causes,
         );
     }
-    for line in size_histogram(&m.user_io_size, &m.command_size, &inner, out.width()) {
+    for line in size_histogram(&m.user_io_size, &m.command_size, inner, out.width()) {
         out.line(&line);
     }
 }
@@ -709,6 +866,54 @@ mod tests {
         assert!(text.contains("no I/O seen on the traced devices"));
         assert!(text.contains("0 dropped"));
         assert_fits(&text, 80);
+    }
+
+    #[test]
+    fn only_a_live_trace_is_told_how_to_trace() {
+        let live = render_report(&empty_report(), 80);
+        assert!(live.contains("check --device"), "{live}");
+        let imported = render_imported_report(&empty_report(), 80);
+        assert!(!imported.contains("--device"), "{imported}");
+        assert!(!imported.contains("while tracing"), "{imported}");
+        assert!(!imported.contains("no I/O seen"), "{imported}");
+        assert_fits(&imported, 80);
+    }
+
+    #[test]
+    fn any_count_is_something_seen() {
+        use tracer_common::EventKind;
+        // Completions alone: no measure, but events.
+        let mut completions = empty_report();
+        completions.events[EventKind::Complete] = 6;
+        completions.correlation.unmatched_events = 6;
+        let text = squeezed(&render_report(&completions, 80));
+        assert!(!text.contains("no I/O seen"), "{text}");
+        assert!(
+            text.contains(
+                "the trace holds 6 command completions; 6 of them matched no earlier event"
+            ),
+            "{text}"
+        );
+        // Commands, requeues or failures without a user I/O: shown, no ratio.
+        for set in [
+            |m: &mut OpMeasures| m.commands = 3,
+            |m: &mut OpMeasures| m.requeues = 2,
+            |m: &mut OpMeasures| m.failed_commands = 1,
+        ] {
+            let mut report = seed_report();
+            report.diagnoses.clear();
+            report.devices.truncate(1);
+            let device = &mut report.devices[0];
+            device.partitions.clear();
+            let mut measures = OpMeasures::default();
+            set(&mut measures);
+            device.measures.ops = [(Op::Write, measures)].into();
+            let text = render_report(&report, 80);
+            assert!(!text.contains("no I/O seen"), "{text}");
+            assert!(text.contains("write: "), "{text}");
+            assert!(text.contains("no user I/Os seen"), "{text}");
+            assert!(!text.contains("per user I/O"), "{text}");
+        }
     }
 
     #[test]
