@@ -213,3 +213,29 @@ fn track_ios_output_and_elisions_are_read_and_counted() {
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     assert_eq!(report["events"]["complete"], 38);
 }
+
+/// blkparse as of September 2005 (blkparse.c before "Add support for
+/// tracing multiple devices", 2005-09-12) printed no device column: the
+/// header was `"%c %3d %15ld %5Lu.%09Lu %5u %c %3s"` (a backwards-time mark,
+/// CPU, sequence, time, pid, action, rwbs). Not read (it names no device);
+/// refused in one line rather than reported as a trace without I/O.
+#[test]
+fn the_2005_format_without_a_device_column_is_refused() {
+    let text: String = marod_events()
+        .iter()
+        .map(|w| {
+            let (secs, nanos) = w[3].split_once('.').expect("time");
+            format!(
+                "  {:>3} {:>15} {secs:>5}.{nanos} {:>5} {} {:>3} {}\n",
+                w[1],
+                w[2],
+                w[4],
+                &w[5][..1],
+                w[6],
+                w[7..].join(" ")
+            )
+        })
+        .collect();
+    let out = analyze_text("blkparse-2005.txt", &text);
+    assert_refused(&out, "no blkparse event lines found");
+}
