@@ -406,6 +406,58 @@ const CASES: &[Case] = &[
         }],
         notes: &["1 G"],
     },
+    Case {
+        file: "kulkarni-blktrace-ext-prio-all.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 4), ("issue", 4), ("complete", 4)],
+        duration_us: Some(949_330.943),
+        unmatched: Some(0),
+        ops: &[Op {
+            dev: "252:0",
+            op: "write",
+            user_ios: Some(4),
+            commands: Some(4),
+            q2c: Some((106.972, 123.823)),
+            i2c: Some((33.239, 38.990)),
+            ..OP
+        }],
+        notes: &[
+            "read 20 event lines of 20",
+            "20 event lines carry an I/O priority column",
+        ],
+    },
+    Case {
+        file: "kulkarni-blktrace-ext-prio-masked.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 3), ("issue", 4), ("complete", 4)],
+        duration_us: Some(10_604_586.205),
+        unmatched: None,
+        ops: &[Op {
+            dev: "252:0",
+            op: "write",
+            user_ios: Some(3),
+            commands: Some(4),
+            q2c: Some((73.088, 151.984)),
+            i2c: Some((22.971, 42.951)),
+            ..OP
+        }],
+        notes: &[
+            "read 19 event lines of 19",
+            "14 event lines carry an I/O priority column",
+        ],
+    },
+    Case {
+        file: "gurney-nvme-track-ios-t.blkparse.txt",
+        from: "blkparse",
+        events: &[("complete", 38)],
+        duration_us: Some(1_523_999.581),
+        unmatched: None,
+        ops: &[],
+        notes: &[
+            "read 38 event lines of 42; also 2 elision lines",
+            "no D lines",
+        ],
+    },
 ];
 
 fn corpus(file: &str) -> PathBuf {

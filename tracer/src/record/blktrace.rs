@@ -35,6 +35,11 @@ mod category {
 /// `__BLK_TA_CGROUP`: the payload starts with the 8-byte cgroup id.
 const CGROUP: u32 = 1 << 8;
 
+/// `__BLK_TN_*`: the notify records' kinds.
+const NOTIFY_PROCESS: u32 = 0;
+const NOTIFY_TIMESTAMP: u32 = 1;
+const NOTIFY_MESSAGE: u32 = 2;
+
 /// The files `--from blktrace FILE` reads: FILE's siblings when it is one
 /// per-CPU file (`sda.blktrace.0`), `FILE.blktrace.N` when it is their
 /// prefix, and every `*.blktrace.N` when it is a directory. Sorted by CPU.
@@ -285,8 +290,14 @@ fn rwbs_of(record: &Record) -> [u8; RWBS_BYTES] {
 
 fn event_of(record: &Record, pdu: &[u8], request_based: Option<&[u32]>) -> Parsed {
     if record.action & (category::NOTIFY << 16) != 0 {
-        // Process names, the wall-clock stamp and messages (`m N …`).
-        return Parsed::Skipped("notify");
+        // `enum blktrace_notify`: a pid's command name, the wall-clock time
+        // the trace started, or a message (`m N …`); none is an I/O.
+        return Parsed::Skipped(match (record.action & 0xffff) & !CGROUP {
+            NOTIFY_PROCESS => "process name",
+            NOTIFY_TIMESTAMP => "timestamp",
+            NOTIFY_MESSAGE => "notify",
+            _ => "other notify",
+        });
     }
     // The cgroup id, when there is one, comes before the payload proper.
     let pdu = match record.action & CGROUP != 0 {
@@ -458,6 +469,52 @@ mod tests {
             assert_eq!(import.skipped_kinds.get("notify"), Some(&1));
             assert_eq!(import.partition_starts[0].start, 2048);
         }
+    }
+
+    /// What `blktrace` writes before any I/O (blktrace.c, kernel/trace/
+    /// blktrace.c `trace_note_tsk` and `trace_note_time`), built by the
+    /// on-disk format of include/uapi/linux/blktrace_api.h: a process-name
+    /// record (pdu: the command), a timestamp record (pdu: seconds and
+    /// nanoseconds) and a message, each named for what it is.
+    #[test]
+    fn notify_records_are_named_by_kind() {
+        let notify = category::NOTIFY << 16;
+        let trace = [
+            record(
+                false,
+                0,
+                notify | NOTIFY_PROCESS,
+                0,
+                0,
+                0,
+                b"fio\0\0\0\0\0\0\0\0\0\0\0\0\0",
+            ),
+            record(false, 0, notify | NOTIFY_TIMESTAMP, 0, 0, 0, &[0u8; 8]),
+            record(
+                false,
+                1,
+                notify | NOTIFY_MESSAGE | CGROUP,
+                0,
+                0,
+                0,
+                b"\0\0\0\0\0\0\0\x01bfq",
+            ),
+            record(false, 2, QUEUE_W, 8, 512, 0, &[]),
+        ]
+        .concat();
+        let import = import(&[("sda.blktrace.0".into(), trace)], &[]).unwrap();
+        assert_eq!(import.events.len(), 1);
+        assert_eq!(import.skipped_kinds.get("process name"), Some(&1));
+        assert_eq!(import.skipped_kinds.get("timestamp"), Some(&1));
+        assert_eq!(import.skipped_kinds.get("notify"), Some(&1));
+        assert_eq!(import.unparsed, 0);
+        let note = import.notes.iter().find(|n| n.contains("skipped")).unwrap();
+        assert!(
+            note.contains("1 process name (pid → command)")
+                && note.contains("1 timestamp (trace start, wall clock)")
+                && note.contains("1 notify (m N)"),
+            "{note}"
+        );
     }
 
     #[test]

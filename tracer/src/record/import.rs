@@ -57,13 +57,63 @@ pub struct Import {
     /// passthrough commands …); what they were is in `skipped_kinds`.
     pub skipped: u64,
     /// `skipped` by kind: the action ("G", "UT" …), "notify" (`m N` message
-    /// lines) or "passthrough" (commands with a byte count and no sectors).
+    /// lines), "passthrough" (commands with a byte count and no sectors), and
+    /// in binary traces "process name" and "timestamp" records.
     pub skipped_kinds: BTreeMap<String, u64>,
     /// Completions that failed (a non-zero errno).
     pub failed: u64,
     /// Partition starts read off the remap lines (`A (8,0) <- (8,2) 2048`).
     pub partition_starts: Vec<PartitionStart>,
+    /// What every line of a text trace was (all zero for binary traces).
+    pub lines: LineCounts,
+    /// blkparse's own `Total (dev):` blocks, set beside what the import read.
+    pub summaries: Vec<SummaryCheck>,
     pub notes: Vec<String>,
+}
+
+/// Every line of a text trace is one of these, so none is lost unsaid.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LineCounts {
+    pub total: u64,
+    /// Read as events (including the kinds the engine skips).
+    pub events: u64,
+    pub blank: u64,
+    /// ftrace's `#` header, blkparse's `Input file … added`.
+    pub header: u64,
+    /// blkparse's summary blocks (`CPU0 (8,16):`, `Total (sda):`) …
+    pub summary_blocks: u64,
+    /// … their lines, with `Throughput`, `Events (…)` and `Skips:`.
+    pub summary_lines: u64,
+    /// `...` where whoever published the trace left lines out.
+    pub elided: u64,
+    /// Event lines with an I/O priority column (`Q WZS BEST 4 0 + 8`).
+    pub priority: u64,
+    /// Lines that look like events and do not parse.
+    pub unreadable: u64,
+    /// Lines that are neither events nor any of the above.
+    pub other: u64,
+}
+
+/// One device's counts by blkparse's own reckoning (its `Total` block) and
+/// by the import's: reads and writes queued, dispatched, requeued,
+/// completed and merged, and the event lines (`Events (dev): N entries`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SummaryCheck {
+    pub device: String,
+    pub blkparse: ActionCounts,
+    pub import: ActionCounts,
+}
+
+/// Counts as blkparse's summary keeps them: `[read, write]`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ActionCounts {
+    pub queued: [u64; 2],
+    pub dispatched: [u64; 2],
+    pub requeued: [u64; 2],
+    pub completed: [u64; 2],
+    pub merged: [u64; 2],
+    /// `None` where the summary printed no `Events` line.
+    pub entries: Option<u64>,
 }
 
 /// A partition's first sector on its disk, from a remap line.
@@ -79,6 +129,14 @@ pub struct PartitionStart {
 pub enum ImportError {
     #[error("no {format} event lines found (is this {format} output?)")]
     NoEvents { format: &'static str },
+    #[error("{unreadable} of {looked} lines are not {format} output this reads (line {line_no}: `{line}`): a patched or custom-format (`blkparse -f`) trace? Only the default format is read, with or without -t")]
+    Unreadable {
+        format: &'static str,
+        unreadable: u64,
+        looked: u64,
+        line_no: usize,
+        line: String,
+    },
     #[error("{0}")]
     Binary(String),
 }
@@ -118,23 +176,54 @@ pub fn import(
     let mut statuses = Statuses::default();
     let mut wrapped = 0u64;
     let mut bounced = Vec::new();
-    for line in text.lines() {
+    let mut lines = LineCounts::default();
+    let mut summary = SummaryReader::default();
+    let mut counted: BTreeMap<String, ActionCounts> = BTreeMap::new();
+    // The first line of each kind nobody reads, to quote in the refusal.
+    let mut first_unreadable: Option<(usize, &str)> = None;
+    let mut first_other: Option<(usize, &str)> = None;
+    for (index, raw) in text.lines().enumerate() {
+        lines.total += 1;
         // A Ctrl-C echoed by the terminal glues "^C" to the next line.
-        let line = line.strip_prefix("^C").unwrap_or(line);
+        let line = raw.strip_prefix("^C").unwrap_or(raw);
         let parsed = match format {
             TextFormat::Blkparse => blkparse_fields(line),
             TextFormat::FtraceBlk => ftrace_fields(line),
             TextFormat::Blktrace => None,
         };
+        let mut unreadable = |lines: &mut LineCounts| {
+            lines.unreadable += 1;
+            first_unreadable.get_or_insert((index + 1, line));
+        };
         let Some(mut fields) = parsed else {
+            match non_event(format, line, &mut summary) {
+                NonEvent::Blank => lines.blank += 1,
+                NonEvent::Header => lines.header += 1,
+                NonEvent::Elision => lines.elided += 1,
+                NonEvent::SummaryHeader => {
+                    lines.summary_blocks += 1;
+                    lines.summary_lines += 1;
+                }
+                NonEvent::Summary => lines.summary_lines += 1,
+                NonEvent::Unknown if looks_like_event(format, line) => unreadable(&mut lines),
+                NonEvent::Unknown => {
+                    lines.other += 1;
+                    first_other.get_or_insert((index + 1, line));
+                }
+            }
             continue;
         };
+        summary.block = None;
+        if fields.priority {
+            lines.priority += 1;
+        }
         if format == TextFormat::Blkparse && fields.ts_ns > BLKPARSE_WRAP_NS - WRAP_WINDOW_NS {
             if fields.ts_ns < BLKPARSE_WRAP_NS {
                 fields.ts_ns -= BLKPARSE_WRAP_NS;
                 wrapped += 1;
             } else {
                 builder.unparsed += 1;
+                unreadable(&mut lines);
                 continue;
             }
         }
@@ -144,8 +233,40 @@ pub fn import(
         match event_of(&fields, request_based.as_deref(), &mut statuses) {
             Parsed::Event(event) => stamped.push((fields.ts_ns, event)),
             Parsed::Skipped(kind) => builder.skip(kind),
-            Parsed::Bad => builder.unparsed += 1,
+            Parsed::Bad => {
+                builder.unparsed += 1;
+                unreadable(&mut lines);
+                continue;
+            }
         }
+        lines.events += 1;
+        count_as_blkparse(counted.entry(fields.dev.to_owned()).or_default(), &fields);
+    }
+    // Lines nobody reads: a few are a damaged or annotated trace, more are
+    // another format, which is refused rather than half read.
+    let looked = lines.events + lines.unreadable;
+    // (A text with no event at all, where a line or two only starts like
+    // one, is no trace: refused below as such.)
+    let mostly_trace = lines.events > 0 || lines.unreadable > tolerated(looked + lines.other);
+    let refused = if lines.unreadable > tolerated(looked) && mostly_trace {
+        first_unreadable.map(|at| (lines.unreadable, looked, at))
+    } else if format == TextFormat::Blkparse
+        && lines.events > 0
+        && lines.other > tolerated(looked + lines.other)
+    {
+        // (An ftrace buffer holds other tracers' events as a rule.)
+        first_other.map(|at| (lines.other, looked + lines.other, at))
+    } else {
+        None
+    };
+    if let Some((unreadable, looked, (line_no, line))) = refused {
+        return Err(ImportError::Unreadable {
+            format: format.name(),
+            unreadable,
+            looked,
+            line_no,
+            line: line.trim().chars().take(100).collect(),
+        });
     }
     // Shift a trace with unwrapped negatives so it starts at 0.
     let shift = stamped.iter().map(|(ts, _)| *ts).min().unwrap_or(0).min(0);
@@ -157,6 +278,7 @@ pub fn import(
         })
         .collect();
     let mut import = builder.finish(events, format)?;
+    import.summaries = summary.checks(&counted);
     let bio_completions = bounced_bio_completions(&mut import.events, &bounced);
     if bio_completions > 0 {
         import.notes.push(format!(
@@ -183,7 +305,336 @@ pub fn import(
             .notes
             .push("ftrace timestamps have microsecond resolution: latencies are rounded".into());
     }
+    import.notes.push(lines_note(&lines, first_other));
+    if lines.priority > 0 {
+        import.notes.push(format!(
+            "{} event lines carry an I/O priority column after rwbs (`Q WZS BEST 4 0 + 8`, as blktrace-tools' priority extension prints): read past it",
+            lines.priority
+        ));
+    }
+    for check in &import.summaries {
+        import.notes.push(check.note());
+    }
+    import.lines = lines;
     Ok(import)
+}
+
+/// Unreadable lines a trace may hold and still be read: one in fifty (a
+/// mail's wrapped line, a cut last line), never more.
+fn tolerated(looked: u64) -> u64 {
+    looked / 50
+}
+
+/// "read 57 event lines; also 2 summary blocks (22 lines), 2 elision lines
+/// (`...`), 3 blank": where every line went.
+fn lines_note(lines: &LineCounts, first_other: Option<(usize, &str)>) -> String {
+    let mut also = Vec::new();
+    if lines.summary_blocks > 0 || lines.summary_lines > 0 {
+        also.push(format!(
+            "{} summary block{} ({} lines, blkparse's own counts)",
+            lines.summary_blocks,
+            if lines.summary_blocks == 1 { "" } else { "s" },
+            lines.summary_lines
+        ));
+    }
+    if lines.elided > 0 {
+        also.push(format!(
+            "{} elision line{} (`...`: lines the publisher left out)",
+            lines.elided,
+            if lines.elided == 1 { "" } else { "s" }
+        ));
+    }
+    if lines.header > 0 {
+        also.push(format!("{} header", lines.header));
+    }
+    if lines.blank > 0 {
+        also.push(format!("{} blank", lines.blank));
+    }
+    if lines.unreadable > 0 {
+        also.push(format!(
+            "{} event lines that do not parse, left out",
+            lines.unreadable
+        ));
+    }
+    if let Some((line_no, line)) = first_other {
+        also.push(format!(
+            "{} other line{} (first, line {line_no}: `{}`)",
+            lines.other,
+            if lines.other == 1 { "" } else { "s" },
+            line.trim().chars().take(60).collect::<String>()
+        ));
+    }
+    let mut note = format!("read {} event lines of {}", lines.events, lines.total);
+    if !also.is_empty() {
+        note.push_str("; also ");
+        note.push_str(&also.join(", "));
+    }
+    note
+}
+
+/// A line that is no event line, by what it is.
+enum NonEvent {
+    Blank,
+    Header,
+    Elision,
+    SummaryHeader,
+    Summary,
+    Unknown,
+}
+
+/// blkparse's summary lines, by their labels (`dump_io_stats` and the end
+/// of the run).
+const SUMMARY_LABELS: &[&str] = &[
+    "Reads Queued:",
+    "Read Dispatches:",
+    "Reads Requeued:",
+    "Reads Completed:",
+    "Read Merges:",
+    "Read depth:",
+    "PC Reads Queued:",
+    "PC Read Disp.:",
+    "PC Reads Req.:",
+    "PC Reads Compl.:",
+    "IO unplugs:",
+    "Allocation wait:",
+    "Dispatch wait:",
+    "Completion wait:",
+    "Throughput (R/W):",
+    "Events (",
+    "Skips:",
+];
+
+/// Reads blkparse's summary blocks as they go by.
+#[derive(Default)]
+struct SummaryReader {
+    /// The block being read: `(true, dev)` for `Total (dev):`, `(false,
+    /// dev)` for `CPU3 (dev):`.
+    block: Option<(bool, String)>,
+    /// By device: the `Total` block's counts.
+    totals: BTreeMap<String, ActionCounts>,
+    /// By device: the per-CPU blocks' counts and how many there were (with
+    /// one CPU blkparse prints no `Total`: that CPU's block is it).
+    cpus: BTreeMap<String, (u32, ActionCounts)>,
+    /// By device: `Events (dev): N entries`.
+    entries: BTreeMap<String, u64>,
+}
+
+impl SummaryReader {
+    fn open(&mut self, total: bool, dev: &str) {
+        self.block = Some((total, dev.to_owned()));
+        if !total {
+            self.cpus.entry(dev.to_owned()).or_default().0 += 1;
+        }
+    }
+
+    /// Takes the numbers of a summary line.
+    fn read(&mut self, line: &str) {
+        if let Some(rest) = line.trim().strip_prefix("Events (") {
+            // "Events (259,0): 30 entries": after the blocks, named.
+            if let Some((dev, count)) = rest.split_once("): ") {
+                if let Some(n) = count.strip_suffix(" entries").and_then(number) {
+                    self.entries.insert(dev.to_owned(), n);
+                }
+            }
+            return;
+        }
+        let counts = match &self.block {
+            Some((true, dev)) => self.totals.entry(dev.clone()).or_default(),
+            Some((false, dev)) => &mut self.cpus.entry(dev.clone()).or_default().1,
+            None => return,
+        };
+        let ActionCounts {
+            queued: [qr, qw],
+            dispatched: [dr, dw],
+            requeued: [rr, rw],
+            completed: [cr, cw],
+            merged: [mr, mw],
+            ..
+        } = counts;
+        for (label, slot) in [
+            ("Reads Queued:", qr),
+            ("Writes Queued:", qw),
+            ("Read Dispatches:", dr),
+            ("Write Dispatches:", dw),
+            ("Reads Requeued:", rr),
+            ("Writes Requeued:", rw),
+            ("Reads Completed:", cr),
+            ("Writes Completed:", cw),
+            ("Read Merges:", mr),
+            ("Write Merges:", mw),
+        ] {
+            if let Some((_, after)) = line.split_once(label) {
+                if let Some(n) = number(after) {
+                    // Per-CPU blocks add up when a device has several.
+                    *slot += n;
+                }
+            }
+        }
+    }
+
+    /// blkparse's totals set beside what the import counted: a device's
+    /// `Total` block, or its one CPU's block when it ran on one, with its
+    /// `Events` count. A block named by disk name (`Total (sda):`) is
+    /// matched when the trace holds one device only.
+    fn checks(&self, counted: &BTreeMap<String, ActionCounts>) -> Vec<SummaryCheck> {
+        let mut devices: Vec<&String> = self.totals.keys().collect();
+        devices.extend(self.cpus.keys().filter(|d| !self.totals.contains_key(*d)));
+        devices
+            .into_iter()
+            .filter_map(|device| {
+                let mut blkparse = match (self.totals.get(device), self.cpus.get(device)) {
+                    (Some(total), _) => *total,
+                    (None, Some((1, cpu))) => *cpu,
+                    // Several CPUs and no Total: an excerpt; no check.
+                    _ => return None,
+                };
+                blkparse.entries = self.entries.get(device).copied();
+                let import = match counted.get(device) {
+                    Some(counts) => *counts,
+                    None if counted.len() == 1 => *counted.values().next()?,
+                    None => ActionCounts::default(),
+                };
+                Some(SummaryCheck {
+                    device: device.clone(),
+                    blkparse,
+                    import: ActionCounts {
+                        entries: blkparse.entries.and(import.entries),
+                        ..import
+                    },
+                })
+            })
+            .collect()
+    }
+}
+
+/// "1,234,  " → 1234: blkparse prints its counts with thousands separators.
+fn number(text: &str) -> Option<u64> {
+    let text = text.trim_start();
+    let bytes = text.as_bytes();
+    let mut digits = String::new();
+    for (i, b) in bytes.iter().enumerate() {
+        match b {
+            b'0'..=b'9' => digits.push(*b as char),
+            b',' if bytes.get(i + 1).is_some_and(u8::is_ascii_digit) => {}
+            _ => break,
+        }
+    }
+    digits.parse().ok()
+}
+
+impl SummaryCheck {
+    /// Whether blkparse's reckoning and the import's agree.
+    pub fn agrees(&self) -> bool {
+        self.blkparse == self.import
+    }
+
+    fn note(&self) -> String {
+        let text = |c: &ActionCounts| {
+            let mut parts = Vec::new();
+            for (name, [r, w]) in [
+                ("Q", c.queued),
+                ("D", c.dispatched),
+                ("R", c.requeued),
+                ("C", c.completed),
+                ("M", c.merged),
+            ] {
+                parts.push(format!("{name} {r}r/{w}w"));
+            }
+            if let Some(n) = c.entries {
+                parts.push(format!("{n} events"));
+            }
+            parts.join(", ")
+        };
+        if self.agrees() {
+            format!(
+                "blkparse's own summary for {} agrees with the import: {}",
+                self.device,
+                text(&self.import)
+            )
+        } else {
+            format!(
+                "blkparse's own summary for {} differs from the import (lines missing from this text, or an excerpt?): blkparse {}; import {}",
+                self.device,
+                text(&self.blkparse),
+                text(&self.import)
+            )
+        }
+    }
+}
+
+/// What blkparse's summary counts for an event line (`dump_trace_fs`): Q,
+/// D, R, C and both merges, by the write bit; passthrough commands apart.
+fn count_as_blkparse(counts: &mut ActionCounts, fields: &Fields<'_>) {
+    *counts.entries.get_or_insert(0) += 1;
+    if is_passthrough(fields.action, fields.rest) {
+        return;
+    }
+    // fill_rwbs: an optional F (flush), then D (discard, a write), W, R or N.
+    let letters = fields.rwbs.strip_prefix('F').filter(|l| !l.is_empty());
+    let first = letters.unwrap_or(fields.rwbs).bytes().next();
+    let w = usize::from(matches!(first, Some(b'W' | b'D')));
+    let slot = match fields.action {
+        "Q" => &mut counts.queued,
+        "D" => &mut counts.dispatched,
+        "R" => &mut counts.requeued,
+        "C" => &mut counts.completed,
+        "M" | "F" => &mut counts.merged,
+        _ => return,
+    };
+    slot[w] += 1;
+}
+
+/// What a line that is no event line is.
+fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> NonEvent {
+    let trimmed = line.trim();
+    if trimmed.is_empty() {
+        summary.block = None;
+        return NonEvent::Blank;
+    }
+    if trimmed.chars().all(|c| c == '.' || c == '…') {
+        return NonEvent::Elision;
+    }
+    match format {
+        TextFormat::FtraceBlk if trimmed.starts_with('#') => return NonEvent::Header,
+        TextFormat::Blkparse => {}
+        _ => return NonEvent::Unknown,
+    }
+    if trimmed.starts_with("Input file ") && trimmed.ends_with(" added") {
+        return NonEvent::Header;
+    }
+    // "CPU0 (8,16):", "Total (sda):"
+    if let Some(name) = trimmed
+        .strip_suffix("):")
+        .and_then(|head| head.split_once(" ("))
+    {
+        let (who, dev) = name;
+        let cpu = who
+            .strip_prefix("CPU")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if who == "Total" || cpu {
+            summary.open(who == "Total", dev);
+            return NonEvent::SummaryHeader;
+        }
+    }
+    if summary.block.is_some() || SUMMARY_LABELS.iter().any(|l| trimmed.starts_with(l)) {
+        summary.read(trimmed);
+        return NonEvent::Summary;
+    }
+    NonEvent::Unknown
+}
+
+/// Whether a line nobody read looks like an event line: blkparse's begin
+/// with the device (`8,16`).
+fn looks_like_event(format: TextFormat, line: &str) -> bool {
+    format == TextFormat::Blkparse
+        && line.split_whitespace().next().is_some_and(|word| {
+            word.split_once(',').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && !b.is_empty()
+                    && a.bytes().all(|c| c.is_ascii_digit())
+                    && b.bytes().all(|c| c.is_ascii_digit())
+            })
+        })
 }
 
 /// Which disks complete requests (`None`: unknown, all `C` are requests).
@@ -348,6 +799,8 @@ impl Builder {
             skipped_kinds: self.skipped_kinds,
             failed: failed.len() as u64,
             partition_starts,
+            lines: LineCounts::default(),
+            summaries: Vec::new(),
             notes,
         })
     }
@@ -359,6 +812,8 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
         .iter()
         .map(|(kind, n)| match kind.as_str() {
             "notify" => format!("{n} notify (m N)"),
+            "process name" => format!("{n} process name (pid → command)"),
+            "timestamp" => format!("{n} timestamp (trace start, wall clock)"),
             "passthrough" => format!("{n} passthrough (no sector range)"),
             _ => format!("{n} {kind}"),
         })
@@ -499,6 +954,8 @@ struct Fields<'a> {
     rwbs: &'a str,
     /// What follows rwbs: "2048 + 8 [dd]", "2048 / 2056 [dd]", "2048 + 8 <- (7,1) 0".
     rest: &'a str,
+    /// An I/O priority column stood between rwbs and `rest`.
+    priority: bool,
 }
 
 /// A cgroup column: "1,0" (ino,gen in hex) or a cgroup path.
@@ -526,14 +983,36 @@ fn blkparse_fields(line: &str) -> Option<Fields<'_>> {
         action = words.next()?;
     }
     let rwbs = words.next()?;
+    let (rest, priority) = after_priority(words.0);
     Some(Fields {
         dev,
         ts_ns: i64::try_from(ts_ns).ok()?,
         pid,
         action,
         rwbs,
-        rest: words.0.trim(),
+        rest,
+        priority,
     })
+}
+
+/// The I/O priority column a patched blkparse prints after rwbs
+/// (blktrace-tools' priority extension, RFC 2019: `Q WZS BEST 4 0 + 8`):
+/// the class (NONE REAL BEST IDLE) and its level, or `ERRR` alone. What
+/// follows it, and whether it was there.
+fn after_priority(rest: &str) -> (&str, bool) {
+    let mut words = Words(rest);
+    match words.next() {
+        Some("NONE" | "REAL" | "BEST" | "IDLE") => {
+            let level = words.next();
+            let after = words.0;
+            match level.is_some_and(|l| l.len() == 1 && l.bytes().all(|b| b.is_ascii_digit())) {
+                true => (after.trim(), true),
+                false => (rest.trim(), false),
+            }
+        }
+        Some("ERRR") => (words.0.trim(), true),
+        _ => (rest.trim(), false),
+    }
 }
 
 /// `      dd-1234    [001] d..1.   123.456789: 7,0    Q  WS 2048 + 8 [dd]`,
@@ -564,8 +1043,10 @@ fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
         action,
         rwbs,
         rest: words.0.trim(),
+        priority: false,
     })
 }
+
 /// Whitespace-separated words, keeping the unread rest.
 struct Words<'a>(&'a str);
 
@@ -719,7 +1200,7 @@ fn range_of(
         // "C FN 0 [0]": an empty bio's completion prints its sector only;
         // "C W 8 (    1234) [0]" with blkparse -t.
         (status, _) if completes && (status.starts_with('[') || status.starts_with('(')) => {
-            event.error = status_after(status, &mut words, statuses);
+            event.error = status_after(status, &mut words, statuses)?;
         }
         ("+", _) => {
             event.nr_sector = words.next()?.parse().ok()?;
@@ -732,7 +1213,7 @@ fn range_of(
                 event.aux_sector = words.next()?.parse().ok()?;
             } else if completes {
                 if let Some(word) = words.next() {
-                    event.error = status_after(word, &mut words, statuses);
+                    event.error = status_after(word, &mut words, statuses)?;
                 }
             }
         }
@@ -742,29 +1223,27 @@ fn range_of(
 }
 
 /// The `[N]` at or after `word` (blkparse -t puts "(   1234)" before it), as
-/// a negative errno; 0 when unreadable or no errno.
-fn status_after(word: &str, words: &mut Words<'_>, statuses: &mut Statuses) -> i32 {
+/// a negative errno (0 when no errno). `None` when the brackets hold no
+/// number: a command name where the status belongs is a custom format.
+fn status_after(word: &str, words: &mut Words<'_>, statuses: &mut Statuses) -> Option<i32> {
     let mut word = Some(word);
     while let Some(w) = word {
         if w.starts_with('[') {
-            let Some(value) = w
+            let value = w
                 .strip_prefix('[')
                 .and_then(|code| code.strip_suffix(']'))
-                .and_then(|code| code.parse::<i64>().ok())
-            else {
-                return 0;
-            };
-            return match errno_of(value) {
+                .and_then(|code| code.parse::<i64>().ok())?;
+            return Some(match errno_of(value) {
                 Some(errno) => errno,
                 None => {
                     statuses.not_errno += 1;
                     0
                 }
-            };
+            });
         }
         word = words.next();
     }
-    0
+    Some(0)
 }
 
 #[cfg(test)]
@@ -863,5 +1342,81 @@ mod tests {
         assert_eq!(seconds_to_ns("1.-5"), None);
         assert_eq!(dev_of("(7,1)"), Some((7 << 20) | 1));
         assert_eq!(dev_of("99999,1"), None);
+    }
+    #[test]
+    fn every_line_is_accounted_for_and_summaries_are_read() {
+        let text = "  8,16   1        1     0.000000000  4242  Q   W 2048 + 8 [dd]\n\
+            ...\n\
+            \x20 8,16   1        2     0.000100000     0  C   W 2048 + 8 [0]\n\
+            CPU1 (8,16):\n\
+            \x20Reads Queued:           0,        0KiB\t Writes Queued:       1,234,    4,936KiB\n\
+            \x20Writes Completed:       1\n\
+            \n\
+            Throughput (R/W): 0KiB/s / 20KiB/s\n\
+            Events (8,16): 2 entries\n\
+            Skips: 0 forward (0 -   0.0%)\n";
+        let import = import(text, TextFormat::Blkparse, &[]).unwrap();
+        let lines = &import.lines;
+        assert_eq!(
+            (lines.total, lines.events, lines.elided, lines.blank),
+            (10, 2, 1, 1)
+        );
+        assert_eq!((lines.summary_blocks, lines.summary_lines), (1, 6));
+        assert_eq!((lines.other, lines.unreadable), (0, 0));
+        let [check] = import.summaries.as_slice() else {
+            panic!("{:?}", import.summaries)
+        };
+        // blkparse says 1,234 writes queued, the text holds one: said.
+        assert_eq!(check.blkparse.queued, [0, 1234]);
+        assert_eq!(check.import.queued, [0, 1]);
+        assert_eq!(
+            (check.blkparse.entries, check.import.entries),
+            (Some(2), Some(2))
+        );
+        assert!(!check.agrees());
+        assert!(import
+            .notes
+            .iter()
+            .any(|n| n.contains("differs") && n.contains("Q 0r/1234w") && n.contains("Q 0r/1w")));
+        assert!(import
+            .notes
+            .iter()
+            .any(|n| n.starts_with("read 2 event lines of 10; also 1 summary block")));
+    }
+
+    #[test]
+    fn a_priority_column_is_read_past() {
+        let line = "252,0    7        1     0.000000000 11683  Q WZS BEST 4 0 + 8 [blkdiscard]";
+        let fields = blkparse_fields(line).unwrap();
+        assert_eq!(
+            (fields.rwbs, fields.rest, fields.priority),
+            ("WZS", "0 + 8 [blkdiscard]", true)
+        );
+        // A command named like a class is no priority column.
+        let plain = blkparse_fields("8,0 1 1 0.1 42 Q W 8 + 8 [NONE]").unwrap();
+        assert!(!plain.priority);
+    }
+
+    /// A format blkparse prints with `-f` that this does not read: the
+    /// default header, then `%10S + %10U (%4e) [%C]` (a command where the
+    /// status belongs). Refused, not half read.
+    #[test]
+    fn a_custom_format_is_refused_not_half_read() {
+        let text = "259,1    1        1     0.000000000 82519  Q  WS     399368 +          0 (   0) [fio]\n\
+            259,1    1        5     0.000011785  1393  D  WS     399368 +          0 (   0) [kworker/1:1H]\n\
+            259,1   15        1     0.000051309     0  C  WS     399368 +          0 (   0) [swapper/15]\n";
+        let err = import(text, TextFormat::Blkparse, &[]).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ImportError::Unreadable {
+                    unreadable: 1,
+                    looked: 3,
+                    line_no: 3,
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }
