@@ -23,7 +23,8 @@
 //!   counted when `block_bio_complete` completes it, or when a `block_bio_remap`
 //!   sends it down to a lower device, where the chain continues.
 //!
-//! Zero-length I/O (flushes) is counted, not correlated. Missing events leave
+//! Flushes are matched first in first out per device; other zero-length
+//! I/O is counted, not correlated. Missing events leave
 //! fragments or commands behind; they age out (or are evicted when the table
 //! is full) and their user I/Os are counted as incomplete.
 //!
