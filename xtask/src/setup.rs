@@ -6,7 +6,9 @@
 //! Debian packages go in with `apt-get install --no-remove`, after a dry run
 //! that would show apt removing or downgrading a package the user has: then
 //! nothing is installed and one line says which package, why, and the
-//! command to do it by hand. Without apt (another distribution) nothing is
+//! command to do it by hand. Only with [`ALLOW_REMOVALS_ENV`] set (CI's
+//! machines are disposable: `.ci/run` sets it) does it let apt replace them,
+//! saying which first. Without apt (another distribution) nothing is
 //! installed: a task whose tools are missing names them, with their Debian
 //! and Fedora packages.
 
@@ -357,6 +359,14 @@ fn install_packages(task: &str, wanted: &[Package]) -> Result<()> {
     // A dry run first: apt may want to remove or downgrade what the user has
     // to make room, and then nothing is installed.
     let plan = simulate(&missing)?;
+    let allowed = removals_allowed(std::env::var(ALLOW_REMOVALS_ENV).ok().as_deref());
+    if !plan.is_harmless() && allowed {
+        eprintln!("xtask: {ALLOW_REMOVALS_ENV} is set: {}", plan.harm());
+        return run(Command::new("apt-get")
+            .args(["install", "-y", "-q", "--no-install-recommends"])
+            .args(&missing)
+            .env("DEBIAN_FRONTEND", "noninteractive"));
+    }
     if !plan.is_harmless() {
         let culprits: Vec<(String, AptPlan)> = missing
             .iter()
@@ -402,6 +412,27 @@ impl AptPlan {
     fn is_harmless(&self) -> bool {
         self.removed.is_empty() && self.downgraded.is_empty()
     }
+
+    /// What apt would do to the packages the machine has, as words.
+    pub fn harm(&self) -> String {
+        let mut harm = Vec::new();
+        if !self.removed.is_empty() {
+            harm.push(format!("apt removes {}", self.removed.join(", ")));
+        }
+        if !self.downgraded.is_empty() {
+            harm.push(format!("apt downgrades {}", self.downgraded.join(", ")));
+        }
+        harm.join(" and ")
+    }
+}
+
+/// Set to 1 to let apt remove or downgrade packages to install the tasks'
+/// tools: for disposable machines (CI), never a default.
+pub const ALLOW_REMOVALS_ENV: &str = "XTASK_ALLOW_APT_REMOVALS";
+
+/// Whether the variable's value consents to removals: `1` or `true` only.
+pub fn removals_allowed(value: Option<&str>) -> bool {
+    matches!(value, Some("1" | "true"))
 }
 
 fn simulate(packages: &[&str]) -> Result<AptPlan> {
@@ -471,7 +502,7 @@ pub fn refusal(culprits: &[(String, AptPlan)], missing: &[&str]) -> String {
         })
         .collect();
     format!(
-        "{}; xtask never removes or downgrades your packages, so it installed nothing; to decide for yourself: {}",
+        "{}; xtask never removes or downgrades your packages, so it installed nothing; to decide for yourself: {} (or, on a disposable machine, set {ALLOW_REMOVALS_ENV}=1)",
         reasons.join("; "),
         by_hand(missing)
     )
@@ -735,7 +766,26 @@ Conf fio (3.33-3 Debian:12 [amd64])
         assert!(!line.contains('\n'));
         assert!(line.starts_with("installing qemu-system-x86 would make apt remove qemu-utils"));
         assert!(line.contains("installed nothing"));
-        assert!(line.ends_with("sudo apt-get install --no-install-recommends qemu-system-x86 fio"));
+        assert!(line.contains("sudo apt-get install --no-install-recommends qemu-system-x86 fio"));
+        assert!(line.ends_with("set XTASK_ALLOW_APT_REMOVALS=1)"));
+    }
+
+    #[test]
+    fn removals_need_an_explicit_yes() {
+        assert!(!removals_allowed(None));
+        assert!(!removals_allowed(Some("")));
+        assert!(!removals_allowed(Some("0")));
+        assert!(!removals_allowed(Some("yes please")));
+        assert!(removals_allowed(Some("1")));
+        assert!(removals_allowed(Some("true")));
+        let plan = AptPlan {
+            removed: vec!["qemu-utils".into()],
+            downgraded: vec!["libfoo1".into()],
+        };
+        assert_eq!(
+            plan.harm(),
+            "apt removes qemu-utils and apt downgrades libfoo1"
+        );
     }
 
     #[test]
