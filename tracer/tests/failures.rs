@@ -244,7 +244,7 @@ fn a_loop_over_a_full_tmpfs_fails_writes_and_both_flavors_count_them() {
         );
         let explanation = diagnosis["explanation"].as_str().unwrap();
         assert!(
-            explanation.contains(&disk.name) && explanation.contains("not a geometry one"),
+            explanation.contains(&disk.name) && explanation.contains("not a geometry"),
             "{explanation}"
         );
         assert!(diagnosis["fix"].as_str().unwrap().contains("losetup -l"));
