@@ -324,6 +324,10 @@ pub fn ratio(num: u64, den: u64) -> f64 {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, serde::Deserialize)]
 pub struct Measures {
     pub ops: BTreeMap<Op, OpMeasures>,
+    /// Command completions whose queue and issue the trace lacks (issued
+    /// before it began, or a trace of completions only): counted, not timed.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub unpaired_completions: u64,
 }
 
 impl Measures {

@@ -153,8 +153,24 @@ fn completions_only_traces_say_what_they_hold() {
         let report = json("blkparse", &path);
         let completions = report["events"]["complete"].as_u64().unwrap();
         assert_eq!(completions as usize, lines, "{source}: {report}");
+        // Each device the completions name is in the report, holding them.
+        let held: u64 = report["devices"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|device| {
+                device["measures"]["unpaired_completions"]
+                    .as_u64()
+                    .unwrap_or(0)
+            })
+            .sum();
+        assert_eq!(held, completions, "{source}: {report}");
         let (text, _) = analyze("blkparse", &path, &[]);
         assert!(!text.contains("no I/O seen"), "{source}:\n{text}");
+        assert!(
+            text.contains("completions whose queue and issue are not in the trace"),
+            "{source}:\n{text}"
+        );
         let flat = text.split_whitespace().collect::<Vec<_>>().join(" ");
         assert!(
             flat.contains(&format!(
@@ -294,4 +310,29 @@ fn the_page_header_counts_a_stacked_io_once() {
             "{source}: {html}"
         );
     }
+}
+
+/// martins3-stuck-disk-no-issue: Q G P U I and nothing after. The G and I
+/// lines show a request-based disk whose request waits in the scheduler:
+/// said so, not "bio-based, or not traced" (a capture gap).
+#[test]
+fn a_request_never_dispatched_is_said_waiting_not_a_capture_gap() {
+    let path = corpus("martins3-stuck-disk-no-issue.blkparse.txt");
+    let report = json("blkparse", &path);
+    let disk = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|device| device["dev"] == "8:144")
+        .unwrap_or_else(|| panic!("no 8:144 in {report}"));
+    assert_eq!(disk["geometry"]["request_based"], true, "{disk}");
+    let (text, notes) = analyze("blkparse", &path, &[]);
+    assert!(!text.contains("bio-based, or not traced"), "{text}");
+    assert!(text.contains("request-based (requests seen)"), "{text}");
+    assert!(
+        notes.contains(
+            "1 requests on 8:144 were inserted into the I/O scheduler (I) and never dispatched"
+        ),
+        "{notes}"
+    );
 }

@@ -39,6 +39,13 @@ pub(crate) struct DeviceState {
     /// Missing from sysfs (or without media) at the last refresh.
     pub gone: bool,
     pub(super) seen_issue: bool,
+    /// An imported trace showed its requests (G or I) though it may
+    /// dispatch none.
+    pub(super) seen_request: bool,
+    /// Completions that matched no command of its (see [`Measures`]).
+    ///
+    /// [`Measures`]: crate::model::Measures
+    pub(super) unpaired_completions: u64,
     /// A `block_bio_queue` of its own was traced (not only remaps from it).
     pub(super) seen_queue: bool,
 }
@@ -57,6 +64,8 @@ impl DeviceState {
             parts: Vec::new(),
             gone: false,
             seen_issue: false,
+            seen_request: false,
+            unpaired_completions: 0,
             seen_queue: false,
         }
     }
@@ -70,9 +79,9 @@ impl DeviceState {
         })
     }
 
-    /// Bio-based: declared so, and no request was ever issued on it.
+    /// Bio-based: declared so, and no request was ever seen on it.
     pub(super) fn bio_based(&self) -> bool {
-        !(self.geometry.request_based || self.seen_issue)
+        !(self.geometry.request_based || self.seen_issue || self.seen_request)
     }
 
     pub(super) fn partition_at(&self, sector: u64) -> u32 {

@@ -178,6 +178,13 @@ impl Engine {
         self.accounting.attribution.keep(on);
     }
 
+    /// An imported trace shows requests on `dev` (G or I lines): it is
+    /// request-based even if it dispatched nothing.
+    pub fn saw_requests(&mut self, dev: u32) {
+        let disk = self.devices.ensure_disk(dev);
+        self.devices.get_mut(disk).seen_request = true;
+    }
+
     /// Keeps every [`Outcome`] from now on, for [`Engine::drain_outcomes`]
     /// (views that draw chains). Off by default: the live path keeps none.
     pub fn keep_outcomes(&mut self) {

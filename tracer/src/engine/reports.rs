@@ -73,7 +73,10 @@ pub(super) fn devices(devices: &Devices, accounting: &Accounting) -> Vec<DeviceR
                     .map_or_else(String::new, |dev| DevId::from_kernel(dev).to_string()),
                 geometry: reported_geometry(device),
                 geometry_known: device.known,
-                measures: stats::measures(&disk_total),
+                measures: Measures {
+                    unpaired_completions: device.unpaired_completions,
+                    ..stats::measures(&disk_total)
+                },
                 partitions,
                 gone: device.gone,
                 service: Op::ALL

@@ -345,7 +345,10 @@ pub fn measures(per_op: &[Option<OpStats>; OP_COUNT]) -> Measures {
                 .map(|stats| (op, stats.to_model()))
         })
         .collect();
-    Measures { ops }
+    Measures {
+        ops,
+        ..Measures::default()
+    }
 }
 
 /// Summary of a histogram, values multiplied by `scale` (sectors → bytes).

@@ -303,6 +303,9 @@ pub fn import_text(
     let mut engine = Engine::new(geometry, Default::default());
     // blkparse and ftrace text name no owners.
     engine.attribute_owners(false);
+    for dev in &imported.request_devices {
+        engine.saw_requests(*dev);
+    }
     views.attach(&mut engine);
     let mut span = TimeSpan::default();
     for event in &imported.events {

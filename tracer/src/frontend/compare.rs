@@ -509,6 +509,7 @@ mod tests {
                     (Op::Write, op(16, commands, 16 << 20)),
                     (Op::Read, op(3, 3, 12288)),
                 ]),
+                ..Default::default()
             },
             partitions: Vec::new(),
             gone: false,

@@ -80,6 +80,7 @@ pub fn writes(user_sizes: &[(u64, u64)], command_sizes: &[(u64, u64)]) -> OpMeas
 fn measures(write: OpMeasures) -> Measures {
     Measures {
         ops: BTreeMap::from([(Op::Write, write)]),
+        ..Default::default()
     }
 }
 

@@ -755,6 +755,7 @@ mod tests {
                 (Op::Read, writes(&[(4096, 10)], &[(4096, 10)])),
                 (Op::Write, requeued_writes()),
             ]),
+            ..Default::default()
         };
         assert_eq!(what_if_op(&requeued, Some(&measures)), Some(Op::Write));
         let said = what_ifs(&requeued, Some(&measures));

@@ -164,6 +164,13 @@ pub fn import(
                 ));
                 break;
             };
+            let action = (record.action & 0xffff) & !CGROUP;
+            if record.action & (category::NOTIFY << 16) == 0
+                && matches!(action, TA_GETRQ | TA_INSERT)
+            {
+                let range = (record.device, record.sector, record.bytes >> 9);
+                builder.saw_request(Some(record.device), action == TA_INSERT, Some(range));
+            }
             match event_of(&record, pdu, request_based.as_deref()) {
                 Parsed::Event(event) => events.push(event),
                 Parsed::Skipped(kind) => builder.skip(kind),
@@ -353,15 +360,19 @@ fn event_of(record: &Record, pdu: &[u8], request_based: Option<&[u32]>) -> Parse
     Parsed::Event(event)
 }
 
+/// `__BLK_TA_GETRQ`, `__BLK_TA_INSERT`: only request-based devices trace them.
+const TA_GETRQ: u32 = 4;
+const TA_INSERT: u32 = 12;
+
 /// Why a record of a `__BLK_TA_*` action the engine has no use for is skipped.
 fn skipped_ta(action: u32) -> Parsed {
     Parsed::Skipped(match action {
-        4 => "G",
+        TA_GETRQ => "G",
         5 => "S",
         9 => "P",
         10 => "U",
         11 => "UT",
-        12 => "I",
+        TA_INSERT => "I",
         14 => "B",
         16 => "abort",
         17 => "driver data",

@@ -68,6 +68,9 @@ pub struct Import {
     pub lines: LineCounts,
     /// blkparse's own `Total (dev):` blocks, set beside what the import read.
     pub summaries: Vec<SummaryCheck>,
+    /// Devices whose G or I lines show requests: request-based, whether or
+    /// not a command was dispatched.
+    pub request_devices: Vec<u32>,
     pub notes: Vec<String>,
 }
 
@@ -228,7 +231,11 @@ pub fn import(
             }
         }
         if fields.action == "B" {
-            bounced.extend(bounce_range(&fields));
+            bounced.extend(line_range(&fields));
+        }
+        if matches!(fields.action, "G" | "I") {
+            let range = line_range(&fields);
+            builder.saw_request(dev_of(fields.dev), fields.action == "I", range);
         }
         match event_of(&fields, request_based.as_deref(), &mut statuses) {
             Parsed::Event(event) => stamped.push((fields.ts_ns, event)),
@@ -313,7 +320,15 @@ pub fn import(
         ));
     }
     for check in &import.summaries {
-        import.notes.push(check.note());
+        import.notes.push(check.note(lines.elided));
+    }
+    if lines.elided > 0 {
+        // The D of a request still waiting may be among the lines left out.
+        for note in import.notes.iter_mut() {
+            if note.contains("never dispatched") {
+                note.push_str(" (or their D is among the lines the publisher left out)");
+            }
+        }
     }
     import.lines = lines;
     Ok(import)
@@ -528,7 +543,8 @@ impl SummaryCheck {
         self.blkparse == self.import
     }
 
-    fn note(&self) -> String {
+    /// `elided`: the text's `...` lines, which explain a difference.
+    fn note(&self, elided: u64) -> String {
         let text = |c: &ActionCounts| {
             let mut parts = Vec::new();
             for (name, [r, w]) in [
@@ -552,8 +568,12 @@ impl SummaryCheck {
                 text(&self.import)
             )
         } else {
+            let why = match elided {
+                0 => "lines missing from this text, or an excerpt?".to_owned(),
+                n => format!("an excerpt: the publisher left lines out at {n} places"),
+            };
             format!(
-                "blkparse's own summary for {} differs from the import (lines missing from this text, or an excerpt?): blkparse {}; import {}",
+                "blkparse's own summary for {} differs from the import ({why}): blkparse {}; import {}",
                 self.device,
                 text(&self.blkparse),
                 text(&self.import)
@@ -591,7 +611,7 @@ fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> Non
         summary.block = None;
         return NonEvent::Blank;
     }
-    if trimmed.chars().all(|c| c == '.' || c == '…') {
+    if is_elision(trimmed) {
         return NonEvent::Elision;
     }
     match format {
@@ -621,6 +641,24 @@ fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> Non
         return NonEvent::Summary;
     }
     NonEvent::Unknown
+}
+
+/// Where a publisher left lines out: `...`, `…`, `[...]`, `<snip>`, or a
+/// whole-line remark in brackets (`(alot of the same)`).
+fn is_elision(trimmed: &str) -> bool {
+    let inner = trimmed
+        .strip_prefix(['[', '(', '<'])
+        .and_then(|rest| rest.strip_suffix([']', ')', '>']))
+        .unwrap_or(trimmed)
+        .trim();
+    let dots = |text: &str| !text.is_empty() && text.chars().all(|c| c == '.' || c == '…');
+    let bracketed = inner.len() < trimmed.len();
+    dots(inner)
+        || matches!(
+            inner.to_ascii_lowercase().as_str(),
+            "snip" | "snipped" | "cut"
+        )
+        || (bracketed && !inner.starts_with(|c: char| c.is_ascii_digit()))
 }
 
 /// Whether a line nobody read looks like an event line: blkparse's begin
@@ -654,9 +692,42 @@ pub(crate) struct Builder {
     pub(crate) unparsed: u64,
     pub(crate) skipped: u64,
     pub(crate) skipped_kinds: BTreeMap<String, u64>,
+    /// Devices with G or I lines: only request-based devices print them.
+    request_devices: std::collections::BTreeSet<u32>,
+    /// Requests inserted into the scheduler (I), by range.
+    inserted: BTreeMap<(u32, u64, u32), u64>,
 }
 
 impl Builder {
+    /// A G or I line: the device is request-based; an I's request waits in
+    /// the scheduler until a D of its range dispatches it.
+    pub(crate) fn saw_request(
+        &mut self,
+        dev: Option<u32>,
+        inserted: bool,
+        range: Option<(u32, u64, u32)>,
+    ) {
+        self.request_devices.extend(dev);
+        if let (true, Some(range)) = (inserted, range) {
+            *self.inserted.entry(range).or_default() += 1;
+        }
+    }
+
+    /// Per device, the requests inserted (I) that no D of their range dispatched.
+    fn undispatched(&self, events: &[BlockEvent]) -> BTreeMap<u32, u64> {
+        let mut waiting = self.inserted.clone();
+        for event in events.iter().filter(|e| e.kind == EventKind::Issue as u8) {
+            if let Some(n) = waiting.get_mut(&(event.dev, event.sector, event.nr_sector)) {
+                *n = n.saturating_sub(1);
+            }
+        }
+        let mut by_dev = BTreeMap::new();
+        for ((dev, _, _), n) in waiting.into_iter().filter(|(_, n)| *n > 0) {
+            *by_dev.entry(dev).or_default() += n;
+        }
+        by_dev
+    }
+
     pub(crate) fn skip(&mut self, kind: &str) {
         self.skipped += 1;
         *self.skipped_kinds.entry(kind.to_owned()).or_default() += 1;
@@ -668,6 +739,14 @@ impl Builder {
         mut events: Vec<BlockEvent>,
         format: TextFormat,
     ) -> Result<Import, ImportError> {
+        let request_devices: Vec<u32> = self.request_devices.iter().copied().collect();
+        let mut waiting_notes = Vec::new();
+        for (dev, n) in self.undispatched(&events) {
+            waiting_notes.push(format!(
+                "{n} requests on {} were inserted into the I/O scheduler (I) and never dispatched (no D of their range): they were still waiting when the trace ended, held by the scheduler or by a device that took no more commands, not lost by the capture",
+                DevId::from_kernel(dev)
+            ));
+        }
         if events.is_empty() && self.skipped == 0 {
             return Err(ImportError::NoEvents {
                 format: format.name(),
@@ -687,10 +766,12 @@ impl Builder {
                     self.unparsed
                 ));
             }
+            notes.extend(waiting_notes);
             return Ok(Import {
                 unparsed: self.unparsed,
                 skipped: self.skipped,
                 skipped_kinds: self.skipped_kinds,
+                request_devices,
                 notes,
                 ..Default::default()
             });
@@ -779,6 +860,7 @@ impl Builder {
                 "{format} prints request merges like bio back merges (M): {merges} merges counted as back merges"
             ));
         }
+        notes.extend(waiting_notes);
         if self.skipped > 0 {
             notes.push(format!(
                 "{} lines the engine has no use for were skipped: {}",
@@ -801,6 +883,7 @@ impl Builder {
             partition_starts,
             lines: LineCounts::default(),
             summaries: Vec::new(),
+            request_devices,
             notes,
         })
     }
@@ -821,8 +904,8 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
     list.join(", ")
 }
 
-/// A bounce line's bio: (dev, sector, sectors).
-fn bounce_range(fields: &Fields<'_>) -> Option<(u32, u64, u32)> {
+/// A line's range: (dev, sector, sectors).
+fn line_range(fields: &Fields<'_>) -> Option<(u32, u64, u32)> {
     let mut words = Words(fields.rest);
     let sector = words.next()?.parse().ok()?;
     if words.next()? != "+" {
@@ -1418,5 +1501,28 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn elisions_are_told_from_events_and_remarks_in_any_bracket() {
+        for line in [
+            "...",
+            "…",
+            "[...]",
+            "(…)",
+            "<snip>",
+            "[snip]",
+            "(alot of the same)",
+        ] {
+            assert!(is_elision(line), "{line}");
+        }
+        for line in [
+            "8,0 3 1 0.1 1 Q W 0 + 8 [dd]",
+            "[12.5] kernel: x",
+            "(8,1) 6304",
+            "plain words",
+        ] {
+            assert!(!is_elision(line), "{line}");
+        }
     }
 }

@@ -14,7 +14,7 @@ use crate::engine::stats::OP_COUNT;
 use crate::engine::table::{FastMap, SlotRef, Table, NIL};
 use crate::engine::target::Target;
 use crate::engine::EngineLimits;
-use crate::model::CorrelationStats;
+use crate::model::{CorrelationStats, Op};
 
 /// The correlation's in-flight state: the chains followed from user I/O
 /// to command, and what links them (remaps, requests, clones), with the
@@ -152,6 +152,8 @@ pub(super) struct Fragment {
     pub(super) io: SlotRef,
     pub(super) start: u64,
     pub(super) end: u64,
+    /// The bio's operation: an issue gathers its own op's fragments first.
+    pub(super) op: Op,
     pub(super) state: FragmentState,
     /// The front piece of a split cut at a size or segment limit: its request
     /// can take nothing more, so it is never a missed merge.
@@ -170,6 +172,7 @@ impl Default for Fragment {
             io: SlotRef::NONE,
             start: 0,
             end: 0,
+            op: Op::Other,
             state: FragmentState::Pending,
             full: false,
             untraced_end: false,
@@ -371,6 +374,22 @@ impl Chains {
         }
     }
 
+    /// The pending fragment at `(dev, at)` that ends by `end`: one of the
+    /// command's own op first, so a stale bio of another op at the same
+    /// sector (its issue lost with a CPU's file) does not lend the command
+    /// its op; then any op, as the 2009 `blk` plugin printed different
+    /// letters on a request's Q and D.
+    fn pending_fragment(&self, dev: u32, at: u64, end: u64, op: Op) -> Option<u32> {
+        let fits = |fragment: &Fragment| {
+            fragment.state == FragmentState::Pending
+                && fragment.end > fragment.start
+                && fragment.end <= end
+        };
+        self.fragments
+            .find(&(dev, at), |fragment| fits(fragment) && fragment.op == op)
+            .or_else(|| self.fragments.find(&(dev, at), fits))
+    }
+
     /// Links the pending fragments that tile `[start, end)` on `dev` into the
     /// command, and notes the user I/Os it newly carries for
     /// [`Chains::settle_carried`]. Returns the first fragment's target and
@@ -382,17 +401,14 @@ impl Chains {
         start: u64,
         end: u64,
         serial: u64,
+        op: Op,
     ) -> (Option<Target>, Option<CommandEnds>) {
         let mut target = None;
         let mut ends: Option<CommandEnds> = None;
         let mut cursor = start;
         let mut tail = NIL;
         while cursor < end {
-            let Some(index) = self.fragments.find(&(dev, cursor), |fragment| {
-                fragment.state == FragmentState::Pending
-                    && fragment.end > fragment.start
-                    && fragment.end <= end
-            }) else {
+            let Some(index) = self.pending_fragment(dev, cursor, end, op) else {
                 // A bio we never saw (dropped, or queued before tracing began).
                 self.correlation.unmatched_events += 1;
                 break;

@@ -20,7 +20,7 @@ use crate::engine::table::{KeyHasher, SlotRef, NIL};
 use crate::engine::target::{op_of, Target, NO_PART};
 use crate::engine::EngineLimits;
 use crate::model::{CorrelationStats, Op};
-use chain::{Chains, DropReason, EmptyCommand, Fragment, FragmentState, Remap, UserIo};
+use chain::{Chains, Command, DropReason, EmptyCommand, Fragment, FragmentState, Remap, UserIo};
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
@@ -420,6 +420,7 @@ impl Correlator {
             io: io_ref,
             start: event.sector,
             end: event.sector.saturating_add(sectors),
+            op: target.op,
             state: FragmentState::Pending,
             full: false,
             untraced_end: false,
@@ -791,9 +792,14 @@ impl Correlator {
                 }
                 (Some(index), None) => {
                     self.chains.name_request(event.dev, identity, index);
-                    (target, ends) = self
-                        .chains
-                        .gather_fragments(index, event.dev, start, end, serial);
+                    (target, ends) = self.chains.gather_fragments(
+                        index,
+                        event.dev,
+                        start,
+                        end,
+                        serial,
+                        op_of(event),
+                    );
                     self.chains.settle_carried(serial, out);
                 }
                 (None, _) => self.chains.correlation.unmatched_events += 1,
@@ -841,7 +847,7 @@ impl Correlator {
             .chains
             .fragments
             .find(&(event.dev, start), |fragment| {
-                fragment.state == FragmentState::Pending
+                fragment.state == FragmentState::Pending && fragment.op == op
             })
             .is_some();
         (!queued_there).then_some(index)
@@ -934,7 +940,7 @@ impl Correlator {
             self.emit_requeue(None, target, out);
             return;
         }
-        let found = self.chains.commands.find(&(event.dev, start), |command| {
+        let found = self.command_at(event.dev, start, op_of(event), |command| {
             command.end == end && command.requeued_ns.is_none()
         });
         if let Some(command) = found.and_then(|index| self.chains.commands.get_mut(index)) {
@@ -958,6 +964,24 @@ impl Correlator {
             target,
             out,
         );
+    }
+
+    /// The command at `(dev, start)` that `accept` takes, one of `op` first:
+    /// a requeue or re-issue belongs to its own op's command when a command
+    /// of another op (its completion lost) holds the same range.
+    fn command_at(
+        &self,
+        dev: u32,
+        start: u64,
+        op: Op,
+        accept: impl Fn(&Command) -> bool,
+    ) -> Option<u32> {
+        self.chains
+            .commands
+            .find(&(dev, start), |command| {
+                accept(command) && command.target.op == op
+            })
+            .or_else(|| self.chains.commands.find(&(dev, start), &accept))
     }
 
     fn emit_requeue(&mut self, command: Option<CommandId>, target: Target, out: &mut Sink) {
@@ -984,7 +1008,7 @@ impl Correlator {
             *waiting -= 1;
             return true;
         }
-        let found = self.chains.commands.find(&(dev, start), |command| {
+        let found = self.command_at(dev, start, op, |command| {
             command.end == end && command.requeued_ns.is_some()
         });
         let Some(index) = found else {
@@ -1025,7 +1049,8 @@ impl Correlator {
             return;
         }
         let key = (event.dev, event.sector);
-        // The request's own command when it is known; else by sector, first in first out.
+        // The request's own command when it is known; else by sector, its
+        // own op's first, first in first out.
         let found = self
             .chains
             .command_of_request(event.dev, request)
@@ -1036,11 +1061,11 @@ impl Correlator {
                     .is_some_and(|c| c.start == event.sector)
             })
             .or_else(|| {
-                self.chains
-                    .commands
-                    .find(&key, |command| command.end - command.start >= done)
+                self.command_at(key.0, key.1, op_of(event), |command| {
+                    command.end - command.start >= done
+                })
             })
-            .or_else(|| self.chains.commands.find(&key, |_| true));
+            .or_else(|| self.command_at(key.0, key.1, op_of(event), |_| true));
         let done_end = event.sector.saturating_add(done);
         let Some(index) = found else {
             let covered = self.commands_covered(event.dev, event.sector, done_end);
@@ -1051,6 +1076,9 @@ impl Correlator {
                 return;
             }
             self.chains.correlation.unmatched_events += 1;
+            // Its device still shows it, counted though nothing times it.
+            let disk = devices.ensure_disk(event.dev);
+            devices.get_mut(disk).unpaired_completions += 1;
             if error != 0 {
                 // Issued before the trace (or its issue was lost): the
                 // device still reported the failure.

@@ -18,6 +18,11 @@ fn flush(mut event: BlockEvent, letters: &str) -> BlockEvent {
     event
 }
 
+fn read(mut event: BlockEvent) -> BlockEvent {
+    event.rwbs = rwbs("R");
+    event
+}
+
 fn failed(mut event: BlockEvent, error: i32) -> BlockEvent {
     event.error = error;
     event
@@ -83,6 +88,61 @@ fn an_issue_carrying_a_new_bio_of_the_same_range_is_a_new_command() {
     assert_eq!((writes.commands, writes.requeues), (2, 0));
     assert_eq!(writes.queue_to_complete_us.count, 2);
     assert_eq!(engine.correlation().requeues_inferred, 1);
+}
+
+/// A request carries bios of its own op only (blk-merge.c's
+/// `blk_rq_merge_ok` refuses another op), so a write issued where a read
+/// bio still waits (its own issue and completion lost with a CPU's file)
+/// carries the write queued there, and its requeues are the write's:
+/// 0 read and 2 write requeues, not the read's op lent to the write.
+#[test]
+fn an_issue_takes_its_own_ops_bio_not_a_stale_one_of_another_op() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            read(queue(MS, LOOP0, 0, 8)),
+            queue(2 * MS, LOOP0, 0, 8),
+            issue(3 * MS, LOOP0, 0, 8),
+            requeue(4 * MS, LOOP0, 0, 8),
+            issue(5 * MS, LOOP0, 0, 8),
+            requeue(6 * MS, LOOP0, 0, 8),
+            issue(7 * MS, LOOP0, 0, 8),
+            complete(8 * MS, LOOP0, 0, 8),
+        ],
+    );
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.commands, writes.requeues), (1, 2));
+    assert_eq!(writes.queue_to_complete_us.count, 1);
+    let reads = disk_op(&engine, "loop0", Op::Read);
+    assert_eq!((reads.commands, reads.requeues), (0, 0));
+    assert_eq!(reads.queue_to_complete_us.count, 0);
+}
+
+/// The same class one step later: a read command whose completion was lost
+/// still holds the range when a write command of that range is requeued.
+/// The requeue and the re-issue are the write's (block_rq_requeue traces
+/// the request given back, whose op it keeps).
+#[test]
+fn a_requeue_goes_to_its_own_ops_command_at_a_shared_range() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            read(queue(MS, LOOP0, 0, 8)),
+            read(issue(2 * MS, LOOP0, 0, 8)),
+            queue(3 * MS, LOOP0, 0, 8),
+            issue(4 * MS, LOOP0, 0, 8),
+            requeue(5 * MS, LOOP0, 0, 8),
+            issue(6 * MS, LOOP0, 0, 8),
+            complete(7 * MS, LOOP0, 0, 8),
+        ],
+    );
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.commands, writes.requeues), (1, 1));
+    assert_eq!(writes.queue_to_complete_us.count, 1);
+    let reads = disk_op(&engine, "loop0", Op::Read);
+    assert_eq!((reads.commands, reads.requeues), (1, 0));
 }
 
 /// blk-flush.c issues an empty preflush as its own flush request (rwbs

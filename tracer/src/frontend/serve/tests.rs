@@ -41,6 +41,7 @@ fn snapshot(device: &str, commands: u64, sizes: &[(u64, u64)]) -> Snapshot {
             },
         )]
         .into(),
+        ..Default::default()
     };
     Snapshot {
         devices: vec![DeviceReport {

@@ -363,7 +363,7 @@ fn disk_summary(geometry: &DiskGeometry, known: bool) -> String {
     if !known {
         // Only what the trace showed; zeros would read as a real geometry.
         let kind = match geometry.request_based {
-            true => "request-based (commands seen)",
+            true => "request-based (requests seen)",
             false => "no request commands seen (bio-based, or not traced)",
         };
         return format!("disk, geometry unknown, {kind}");
@@ -431,7 +431,12 @@ fn partition_summary(geometry: &PartitionGeometry, known: bool) -> String {
 fn measures(out: &mut Out, indent: &str, measures: &Measures) {
     let seen: Vec<_> = measures.ops.iter().filter(|(_, op)| counted(op)).collect();
     if seen.is_empty() {
-        out.line(&format!("{indent}no I/O seen"));
+        match measures.unpaired_completions {
+            0 => out.line(&format!("{indent}no I/O seen")),
+            n => out.line(&format!(
+                "{indent}{n} command completions whose queue and issue are not in the trace (counted, not timed)"
+            )),
+        }
         return;
     }
     for (op, op_measures) in seen {
