@@ -230,6 +230,14 @@ impl<K: Copy + Eq + Hash, T: Default> Table<K, T> {
     }
 
     /// Every live entry, in slot order.
+    pub fn values(&self) -> impl Iterator<Item = &T> {
+        self.slots
+            .iter()
+            .filter(|slot| slot.live)
+            .map(|slot| &slot.value)
+    }
+
+    /// Every live entry, in slot order.
     pub fn values_mut(&mut self) -> impl Iterator<Item = &mut T> {
         self.slots
             .iter_mut()

@@ -185,12 +185,15 @@ pub fn import(
     // The first line of each kind nobody reads, to quote in the refusal.
     let mut first_unreadable: Option<(usize, &str)> = None;
     let mut first_other: Option<(usize, &str)> = None;
+    let mut prefix = LinePrefix::default();
     for (index, raw) in text.lines().enumerate() {
         lines.total += 1;
         // A Ctrl-C echoed by the terminal glues "^C" to the next line.
         let line = raw.strip_prefix("^C").unwrap_or(raw);
         let parsed = match format {
-            TextFormat::Blkparse => blkparse_fields(line),
+            TextFormat::Blkparse => {
+                blkparse_fields(line).or_else(|| prefix.read_past(line, blkparse_fields))
+            }
             TextFormat::FtraceBlk => ftrace_fields(line),
             TextFormat::Blktrace => None,
         };
@@ -257,10 +260,9 @@ pub fn import(
     let mostly_trace = lines.events > 0 || lines.unreadable > tolerated(looked + lines.other);
     let refused = if lines.unreadable > tolerated(looked) && mostly_trace {
         first_unreadable.map(|at| (lines.unreadable, looked, at))
-    } else if format == TextFormat::Blkparse
-        && lines.events > 0
-        && lines.other > tolerated(looked + lines.other)
-    {
+    } else if format == TextFormat::Blkparse && lines.events > 0 && lines.other > lines.events {
+        // Lines shaped like no event are a publisher's words between
+        // events, unless they are most of the text: another format.
         // (An ftrace buffer holds other tracers' events as a rule.)
         first_other.map(|at| (lines.other, looked + lines.other, at))
     } else {
@@ -313,6 +315,9 @@ pub fn import(
             .push("ftrace timestamps have microsecond resolution: latencies are rounded".into());
     }
     import.notes.push(lines_note(&lines, first_other));
+    if let Some(note) = prefix.note() {
+        import.notes.push(note);
+    }
     if lines.priority > 0 {
         import.notes.push(format!(
             "{} event lines carry an I/O priority column after rwbs (`Q WZS BEST 4 0 + 8`, as blktrace-tools' priority extension prints): read past it",
@@ -332,6 +337,63 @@ pub fn import(
     }
     import.lines = lines;
     Ok(import)
+}
+
+/// Words a tool put before every line (`ts`, a log collector: `Jan 10
+/// 22:42:56   8,0 3 7 …`), found on the first line that reads only
+/// without them, then read past on every line.
+#[derive(Default)]
+struct LinePrefix {
+    words: Option<usize>,
+    example: String,
+    lines: u64,
+}
+
+impl LinePrefix {
+    /// The longest prefix looked for: a date and a time, a host, a tag.
+    const MAX_WORDS: usize = 5;
+
+    fn read_past<'a>(
+        &mut self,
+        line: &'a str,
+        fields: impl Fn(&'a str) -> Option<Fields<'a>>,
+    ) -> Option<Fields<'a>> {
+        let after = |n: usize| {
+            let mut words = Words(line);
+            for _ in 0..n {
+                words.next()?;
+            }
+            Some(words.0)
+        };
+        let words = match self.words {
+            Some(n) => n,
+            None => {
+                let n = (1..=Self::MAX_WORDS).find(|&n| after(n).and_then(&fields).is_some())?;
+                let prefix = &line[..line.len() - after(n)?.len()];
+                if prefix.contains(',') {
+                    // A device number in it: a damaged line, not a prefix.
+                    return None;
+                }
+                self.example = prefix.trim().to_owned();
+                self.words = Some(n);
+                n
+            }
+        };
+        let read = fields(after(words)?)?;
+        self.lines += 1;
+        Some(read)
+    }
+
+    fn note(&self) -> Option<String> {
+        (self.lines > 0).then(|| {
+            format!(
+                "{} lines carry {} words before the trace's own fields (`{}`, as `ts` or a log collector adds): read past them",
+                self.lines,
+                self.words.unwrap_or(0),
+                self.example
+            )
+        })
+    }
 }
 
 /// Unreadable lines a trace may hold and still be read: one in fifty (a
@@ -613,6 +675,10 @@ fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> Non
     }
     if is_elision(trimmed) {
         return NonEvent::Elision;
+    }
+    if trimmed.len() >= 3 && trimmed.chars().all(|c| matches!(c, '-' | '=' | '*' | '~')) {
+        // A rule drawn between captures.
+        return NonEvent::Header;
     }
     match format {
         TextFormat::FtraceBlk if trimmed.starts_with('#') => return NonEvent::Header,
@@ -1094,6 +1160,17 @@ fn after_priority(rest: &str) -> (&str, bool) {
             }
         }
         Some("ERRR") => (words.0.trim(), true),
+        // The RFC's later form prints the class's letter alone
+        // (`Q ZAS N 262144 + 8`): where a sector or `[` follows, no rwbs
+        // letter can stand there.
+        Some("N" | "R" | "B" | "I")
+            if words
+                .0
+                .trim_start()
+                .starts_with(|c: char| c.is_ascii_digit() || c == '[') =>
+        {
+            (words.0.trim(), true)
+        }
         _ => (rest.trim(), false),
     }
 }
@@ -1109,6 +1186,13 @@ fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
     let (task, after_task) = head.rsplit_once('[')?;
     let (_, pid) = task.trim().rsplit_once('-')?;
     let ts_ns = seconds_to_ns(after_task.split_whitespace().last()?)?;
+    let pid = pid.parse().ok()?;
+    let ts_ns = i64::try_from(ts_ns).ok()?;
+    if let Some((name, args)) = event.split_once(": ") {
+        if let Some(tracepoint) = name.trim().strip_prefix("block_") {
+            return tracepoint_fields(tracepoint, args, ts_ns, pid);
+        }
+    }
     let mut words = Words(event);
     let dev = words.next()?;
     if !dev.contains(',') {
@@ -1121,11 +1205,78 @@ fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
     let rwbs = words.next()?;
     Some(Fields {
         dev,
-        ts_ns: i64::try_from(ts_ns).ok()?,
-        pid: pid.parse().ok()?,
+        ts_ns,
+        pid,
         action,
         rwbs,
         rest: words.0.trim(),
+        priority: false,
+    })
+}
+
+/// A block tracepoint's own line in the ftrace buffer (`echo 1 >
+/// events/block/enable`, or trace_pipe): `block_rq_issue: 259,0 WFSU
+/// 16384 () 768 + 32 none,0,0 [xfs_io]`, read as the `blk` tracer's action
+/// letter. Request events print bytes and a command `(…)` before the
+/// sector (bytes only on issue and insert), and since 6.10 an ioprio after
+/// the range, which the status scan steps over.
+fn tracepoint_fields<'a>(
+    tracepoint: &str,
+    args: &'a str,
+    ts_ns: i64,
+    pid: u32,
+) -> Option<Fields<'a>> {
+    let (action, request) = match tracepoint {
+        "bio_queue" => ("Q", false),
+        "getrq" => ("G", false),
+        "rq_insert" => ("I", true),
+        "rq_issue" => ("D", true),
+        "rq_complete" => ("C", true),
+        "rq_requeue" => ("R", true),
+        "split" => ("X", false),
+        "bio_remap" | "rq_remap" => ("A", false),
+        "bio_backmerge" => ("M", false),
+        "bio_frontmerge" => ("F", false),
+        "bio_complete" => ("C", false),
+        "bio_bounce" => ("B", false),
+        "plug" => ("P", false),
+        "unplug" => ("U", false),
+        // block_rq_error, block_rq_merge, block_io_start/done, the buffer
+        // events …: what the `blk` tracer has no letter for.
+        _ => ("TP", false),
+    };
+    let skipped = |action| Fields {
+        dev: "0,0",
+        ts_ns,
+        pid,
+        action,
+        rwbs: "N",
+        rest: "",
+        priority: false,
+    };
+    if matches!(action, "P" | "U" | "TP") {
+        return Some(skipped(action));
+    }
+    let mut words = Words(args);
+    let dev = words.next()?;
+    if !dev.contains(',') {
+        return None;
+    }
+    let rwbs = words.next()?;
+    let mut rest = words.0.trim_start();
+    if request {
+        // "16384 () 768 + 32": the bytes (issue, insert), then the command.
+        let open = rest.find('(')?;
+        let close = open + rest[open..].find(')')?;
+        rest = rest[close + 1..].trim_start();
+    }
+    Some(Fields {
+        dev,
+        ts_ns,
+        pid,
+        action,
+        rwbs,
+        rest: rest.trim(),
         priority: false,
     })
 }
@@ -1191,6 +1342,7 @@ fn skipped_action(action: &str) -> Option<&'static str> {
         "B" => "B",
         "S" => "S",
         "T" => "T",
+        "TP" => "other block tracepoint",
         "m" => "notify",
         _ if action.len() <= 2 && action.bytes().all(|b| b.is_ascii_alphabetic()) => "other",
         _ => return None,

@@ -1067,6 +1067,16 @@ impl Correlator {
             })
             .or_else(|| self.command_at(key.0, key.1, op_of(event), |_| true));
         let done_end = event.sector.saturating_add(done);
+        let found = found.or_else(|| self.zone_append_landed(event));
+        if let Some(command) = found
+            .filter(|_| event.rwbs.starts_with(b"ZA"))
+            .and_then(|index| self.chains.commands.get(index))
+        {
+            // Completed where the device wrote it: the command is whole.
+            let (index, start, end) = (found.unwrap_or(NIL), command.start, command.end);
+            self.complete_command(index, event.dev, start, end, error, out);
+            return;
+        }
         let Some(index) = found else {
             let covered = self.commands_covered(event.dev, event.sector, done_end);
             if !covered.is_empty() {
@@ -1089,6 +1099,33 @@ impl Correlator {
             return;
         };
         self.complete_command(index, event.dev, event.sector, done_end, error, out);
+    }
+
+    /// A zone append's completion names the sector the device wrote it at
+    /// (blk-zoned.c sets it on completion), not the zone start it was
+    /// issued to: it completes the oldest live zone append of its device
+    /// and length issued at or below that sector.
+    fn zone_append_landed(&self, event: &BlockEvent) -> Option<u32> {
+        if !event.rwbs.starts_with(b"ZA") {
+            return None;
+        }
+        let length = u64::from(event.nr_sector);
+        let oldest = self
+            .chains
+            .commands
+            .values()
+            .filter(|c| {
+                c.dev == event.dev
+                    && c.end - c.start == length
+                    && c.start <= event.sector
+                    && c.requeued_ns.is_none()
+                    && c.target.op == op_of(event)
+            })
+            .map(|c| (c.serial, c.start))
+            .min()?;
+        self.chains
+            .commands
+            .find(&(event.dev, oldest.1), |c| c.serial == oldest.0)
     }
 
     /// The live commands on `dev` lying wholly inside `[start, end)`, with
