@@ -283,13 +283,20 @@ const CASES: &[Case] = &[
             ("complete", 1),
         ],
         duration_us: Some(1710.024),
-        unmatched: None,
-        ops: &[Op {
-            dev: "259:0",
-            op: "read",
-            i2c: Some((1705.484, 1705.484)),
-            ..OP
-        }],
+        // The request's first bios (7358464 on) are before the excerpt.
+        unmatched: Some(1),
+        ops: &[
+            // The two bios merged behind them are carried by its one command.
+            Op {
+                dev: "259:0",
+                op: "read",
+                user_ios: Some(2),
+                commands: Some(1),
+                q2c: Some((1708.548, 1709.905)),
+                i2c: Some((1705.484, 1705.484)),
+                ..OP
+            },
+        ],
         notes: &["1 I, 1 UT"],
     },
     Case {

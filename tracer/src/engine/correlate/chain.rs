@@ -374,6 +374,32 @@ impl Chains {
         }
     }
 
+    /// Past a gap in a command's range, where its next traced bio starts:
+    /// a scan, as gaps come only from lost or pre-trace bios, and bounded.
+    fn next_pending_start(&self, dev: u32, after: u64, end: u64) -> Option<u64> {
+        const MOST_SCANNED: usize = 1 << 16;
+        if self.fragments.len() > MOST_SCANNED {
+            return None;
+        }
+        self.fragments
+            .values()
+            .filter(|f| {
+                f.state == FragmentState::Pending
+                    && f.start > after
+                    && f.start < end
+                    && f.end <= end
+                    && f.end > f.start
+            })
+            // On `dev`: the fragment is the one keyed there.
+            .filter(|f| {
+                self.fragments
+                    .find(&(dev, f.start), |g| std::ptr::eq(g, *f))
+                    .is_some()
+            })
+            .map(|f| f.start)
+            .min()
+    }
+
     /// The pending fragment at `(dev, at)` that ends by `end`: one of the
     /// command's own op first, so a stale bio of another op at the same
     /// sector (its issue lost with a CPU's file) does not lend the command
@@ -409,9 +435,16 @@ impl Chains {
         let mut tail = NIL;
         while cursor < end {
             let Some(index) = self.pending_fragment(dev, cursor, end, op) else {
-                // A bio we never saw (dropped, or queued before tracing began).
+                // A bio we never saw (dropped, or queued before tracing
+                // began); bios merged behind it are still carried.
                 self.correlation.unmatched_events += 1;
-                break;
+                match self.next_pending_start(dev, cursor, end) {
+                    Some(next) => {
+                        cursor = next;
+                        continue;
+                    }
+                    None => break,
+                }
             };
             self.fragments.set_key(index, None);
             self.fragments.set_aged(index, false);

@@ -145,6 +145,29 @@ fn a_requeue_goes_to_its_own_ops_command_at_a_shared_range() {
     assert_eq!((reads.commands, reads.requeues), (1, 0));
 }
 
+/// A request's first bios may be queued before the trace began (or lost);
+/// blk-merge.c back-merges later bios behind them, and the issue carries
+/// those too: a gap at the front of a command's range does not cut off
+/// the traced bios after it.
+#[test]
+fn a_command_carries_its_traced_bios_after_a_gap() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            queue(MS, LOOP0, 496, 8),
+            queue(MS + 1000, LOOP0, 504, 8),
+            issue(2 * MS, LOOP0, 0, 512),
+            complete(3 * MS, LOOP0, 0, 512),
+        ],
+    );
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.user_ios, writes.commands), (2, 1));
+    assert_eq!(writes.queue_to_complete_us.count, 2);
+    assert_eq!(engine.correlation().in_flight, 0);
+    assert_eq!(engine.correlation().unmatched_events, 1);
+}
+
 /// blk-flush.c issues an empty preflush as its own flush request (rwbs
 /// `F…`, no sectors) and completes it through the driver like any request:
 /// block_rq_issue then block_rq_complete, both empty. Flushes have no
