@@ -208,6 +208,10 @@ pub struct OpMeasures {
     pub fragments: u64,
     /// Device commands (block_rq_issue; bios after splitting on bio-based devices).
     pub commands: u64,
+    /// Of `commands`, those that carried no bio the trace holds (queued
+    /// before it began, or lost): left out of `amplification`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub commands_without_user_io: u64,
     /// Stacked devices (dm, md): commands on the disks below that carried
     /// its user I/Os, counted once per command; 0 on a disk.
     #[serde(default)]
@@ -268,6 +272,7 @@ impl OpMeasures {
         self.user_ios += other.user_ios;
         self.fragments += other.fragments;
         self.commands += other.commands;
+        self.commands_without_user_io += other.commands_without_user_io;
         self.disk_commands += other.disk_commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
@@ -284,7 +289,7 @@ impl OpMeasures {
         for (cause, count) in &other.split_causes {
             *self.split_causes.entry(*cause).or_insert(0) += count;
         }
-        self.amplification = ratio(self.commands, self.user_ios);
+        self.amplification = ratio(self.commands - self.commands_without_user_io, self.user_ios);
     }
 
     /// Share of commands not aligned to the physical block size, 0..=1.

@@ -542,6 +542,9 @@ impl Accounting {
             .stats_mut(target.part)
             .get_mut(target.tracked, target.op);
         stats.commands += 1;
+        if ends.is_none() && sectors > 0 {
+            stats.commands_without_user_io += 1;
+        }
         stats.command_sectors.record(sectors);
         if sectors > 0 {
             if !start.is_multiple_of(pbs) || !sectors.is_multiple_of(pbs) {

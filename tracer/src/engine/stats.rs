@@ -101,6 +101,8 @@ pub struct OpStats {
     pub user_ios: u64,
     pub fragments: u64,
     pub commands: u64,
+    /// Commands that carried no traced bio (see [`OpMeasures`]).
+    pub commands_without_user_io: u64,
     /// Stacked devices: commands on the disks below that carried this
     /// device's user I/Os (0 on a disk, whose commands are its own).
     pub disk_commands: u64,
@@ -151,6 +153,7 @@ impl Default for OpStats {
             user_ios: 0,
             fragments: 0,
             commands: 0,
+            commands_without_user_io: 0,
             disk_commands: 0,
             bytes: 0,
             splits: 0,
@@ -186,6 +189,7 @@ impl OpStats {
         self.user_ios += other.user_ios;
         self.fragments += other.fragments;
         self.commands += other.commands;
+        self.commands_without_user_io += other.commands_without_user_io;
         self.disk_commands += other.disk_commands;
         self.bytes += other.bytes;
         self.splits += other.splits;
@@ -242,12 +246,16 @@ impl OpStats {
             user_ios: self.user_ios,
             fragments: self.fragments,
             commands: self.commands,
+            commands_without_user_io: self.commands_without_user_io,
             disk_commands: self.disk_commands,
             bytes: self.bytes,
             splits: self.splits,
             split_user_ios: self.split_user_ios,
             merges: self.merges,
-            amplification: crate::model::ratio(self.commands, self.user_ios),
+            amplification: crate::model::ratio(
+                self.commands - self.commands_without_user_io,
+                self.user_ios,
+            ),
             misaligned_pbs_commands: self.misaligned_pbs,
             misaligned_4k_commands: self.misaligned_4k,
             split_causes,

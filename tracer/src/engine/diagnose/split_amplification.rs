@@ -34,7 +34,10 @@ impl Check for SplitAmplification {
         let share = ratio(total.split_user_ios, total.user_ios);
         let cause = total.dominant_cause()?;
         let geometry = &traffic.device.geometry;
-        let amplification = ratio(total.commands, total.user_ios);
+        let amplification = ratio(
+            total.commands - total.commands_without_user_io,
+            total.user_ios,
+        );
         let command_size_mean = total.bytes.checked_div(total.commands).unwrap_or(0);
         // A stacked device's pieces may merge again on the disks below: what
         // they cost is what the disks received.

@@ -168,6 +168,32 @@ fn a_command_carries_its_traced_bios_after_a_gap() {
     assert_eq!(engine.correlation().unmatched_events, 1);
 }
 
+/// A command whose bios were queued before the trace (gg7's first D) is
+/// counted, but it is no command any traced user I/O became: the
+/// amplification is 1 command per user I/O, not 2.
+#[test]
+fn a_command_of_untraced_bios_is_not_amplification() {
+    let mut engine = engine();
+    feed(
+        &mut engine,
+        &[
+            issue(MS, LOOP0, 3064, 8),
+            complete(2 * MS, LOOP0, 3064, 8),
+            queue(3 * MS, LOOP0, 3064, 8),
+            issue(4 * MS, LOOP0, 3064, 8),
+            complete(5 * MS, LOOP0, 3064, 8),
+        ],
+    );
+    let writes = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((writes.user_ios, writes.commands), (1, 2));
+    assert_eq!(writes.commands_without_user_io, 1);
+    assert!(
+        (writes.amplification - 1.0).abs() < 1e-9,
+        "{}",
+        writes.amplification
+    );
+}
+
 /// blk-flush.c issues an empty preflush as its own flush request (rwbs
 /// `F…`, no sectors) and completes it through the driver like any request:
 /// block_rq_issue then block_rq_complete, both empty. Flushes have no

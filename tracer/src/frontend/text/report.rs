@@ -465,6 +465,12 @@ fn op_block(out: &mut Out, indent: &str, op: Op, m: &OpMeasures) {
         units::ratio(m.amplification),
         units::bytes(m.bytes as f64)
     ));
+    if m.commands_without_user_io > 0 {
+        out.line(&format!(
+            "{inner}{} of the commands carried no bio this trace holds (queued before it began, or lost): not counted in the amplification",
+            units::thousands(m.commands_without_user_io)
+        ));
+    }
     if m.disk_commands > 0 {
         out.line(&format!(
             "{inner}on the disks below: {} commands ({} per user I/O)",
