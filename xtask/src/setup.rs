@@ -171,6 +171,9 @@ const DMSETUP: Package = package("dmsetup", "device-mapper", &["dmsetup"]); // t
 const MDADM: Package = package("mdadm", "mdadm", &["mdadm"]); // the stacks scenario
 const LVM2: Package = package("lvm2", "lvm2", &["lvm"]); // the stacks scenario: LVM's own tools
 const GCC: Package = package("gcc", "gcc", &["gcc"]); // builds the static guest-io helper
+/// blktrace captures in the blk-oracle guest; blkparse and btt read its
+/// binaries there and in tests/corpus_btt.rs, an oracle independent of ours.
+const BLKTRACE: Package = package("blktrace", "blktrace", &["blktrace", "blkparse", "btt"]);
 
 impl Purpose {
     /// The Debian packages this purpose needs.
@@ -182,7 +185,7 @@ impl Purpose {
             Purpose::Deb => &[DPKG],
             Purpose::HostTests => &[
                 SFDISK, E2FSPROGS, XFSPROGS, POSTGRESQL, UTIL_LINUX, FIO, TMUX, BPFTOOL,
-                PROMETHEUS, CURL, SYSTEMD, SETCAP, OPENSSL, HTPASSWD, CHROMIUM,
+                PROMETHEUS, CURL, SYSTEMD, SETCAP, OPENSSL, HTPASSWD, CHROMIUM, BLKTRACE,
             ],
             Purpose::Image => &[BUILDAH],
             Purpose::ImageSmoke => &[PODMAN, RUNC, CURL, UTIL_LINUX],
@@ -202,6 +205,7 @@ impl Purpose {
                 E2FSPROGS,
                 SFDISK,
                 UTIL_LINUX,
+                BLKTRACE,
             ],
         }
     }

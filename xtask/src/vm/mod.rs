@@ -6,6 +6,7 @@
 //! a script from `xtask/vm/scenarios/` with a static iosplit-trace inside, and
 //! judges the JSON it wrote. Everything is cached under `target/vm/`.
 
+mod btt;
 mod check;
 mod initramfs;
 mod kernel;
@@ -16,6 +17,7 @@ mod scenarios;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use clap::Args;
@@ -40,6 +42,15 @@ pub struct VmArgs {
     /// Do not re-run a scenario whose checks failed.
     #[arg(long)]
     pub no_retry: bool,
+}
+
+/// The iosplit-trace binary the guests run, for evaluators that also run it
+/// on the host (blk-oracle's `analyze --from blktrace`).
+static TRACER: OnceLock<PathBuf> = OnceLock::new();
+
+/// The binary the guests run (set before any scenario is evaluated).
+pub(crate) fn tracer() -> Option<&'static Path> {
+    TRACER.get().map(PathBuf::as_path)
 }
 
 /// The results of one scenario.
@@ -92,6 +103,7 @@ pub fn vm_test(args: &VmArgs) -> Result<()> {
         None => build_static_tracer(&cache)?,
     };
     require_static(&tracer)?;
+    let _ = TRACER.set(tracer.clone());
     let guest_io = build_guest_io(&cache)?;
     let mut guests = Vec::new();
     for line in kernel::LINES

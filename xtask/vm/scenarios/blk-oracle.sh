@@ -48,3 +48,51 @@ REPORT_PID=$CLASSIC_PID
 REPORT_OUT=$CLASSIC_OUT
 stop_report
 blk_trace_stop /results/blk.trace "$disk" "$requeue"
+
+# Then Debian's blktrace (1.2.0), for the host to read with blkparse and btt
+# (#47). It cannot share a disk with the ftrace blk tracer (one trace per
+# queue), so it comes after it, in two captures under one live report:
+# `clean`, bios that are never split (512-byte buffered bios, the odd-sized
+# partition's block size, merged and written back by sync, then read back),
+# the only kind btt 2.09 follows from Q to C; then the disks' own files: a
+# 256 KiB cap splits each 1 MiB O_DIRECT write at the misaligned start into
+# five, a fsync flushes, a split direct read, and the small ring requeues.
+mount -t debugfs debugfs /sys/kernel/debug
+echo 256 > /sys/block/$disk/queue/max_sectors_kb
+iosplit-trace check --json > /results/bt.check.json 2> /results/bt.check.json.stderr
+echo "btdisks=$disk $requeue" >> /results/names
+start_report /results/report-bt.json -d "$disk" -d "$requeue"
+# bt_start FILE ARGS...: blktrace ARGS in the background, once FILE (its
+# first per-CPU file) exists; bt_stop: SIGINT and wait.
+bt_start() {
+    first=$1
+    shift
+    blktrace "$@" -D /results >> /results/blktrace.out 2>&1 &
+    BT_PID=$!
+    tries=50
+    while [ ! -e "$first" ] && [ "$tries" -gt 0 ]; do
+        usleep 100000
+        tries=$(( tries - 1 ))
+    done
+    sleep 1
+}
+bt_stop() {
+    sleep 1
+    kill -INT "$BT_PID"
+    wait "$BT_PID"
+    echo "$?" >> /results/blktrace.rc
+}
+bt_start /results/clean.blktrace.0 -d "/dev/$disk" -o clean
+dd if=/dev/zero of="/dev/$part" bs=4096 count=16 seek=10240 conv=notrunc
+sync
+echo 3 > /proc/sys/vm/drop_caches
+dd if="/dev/$part" of=/dev/null bs=4096 count=16 skip=10240
+bt_stop
+bt_start "/results/$requeue.blktrace.0" -d "/dev/$disk" -d "/dev/$requeue"
+guest-io write "/dev/$part" 33554432 1048576 4
+dd if=/dev/zero of="/dev/$part" bs=4096 count=16 seek=12288 conv=notrunc,fsync
+dd if="/dev/$part" of=/dev/null bs=1048576 count=1 skip=32 iflag=direct
+guest-io writev "/dev/$requeue" 0 4096 256 4
+sync
+bt_stop
+stop_report

@@ -10,6 +10,7 @@ use super::{
     device_number, expect_all_probes, expect_geometry, Scenario, INDIRECT_DESC_BIT, MIB,
     REQUEUE_DISK, REQUEUE_RING, SEED_512E, SEED_LAYOUTS,
 };
+use crate::vm::btt;
 use crate::vm::check::{expect_oracle_agreement, Check, Results};
 use crate::vm::kernel::Line;
 use crate::vm::oracle;
@@ -38,7 +39,7 @@ pub fn scenario() -> Scenario {
         ],
         timeout: Duration::from_secs(300),
         evaluate,
-        extra_tools: &[],
+        extra_tools: &["blktrace"],
         fixed_disks: Vec::new(),
     }
 }
@@ -171,6 +172,115 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
                     format!("never seen: {}", absent.join(" "))
                 },
                 absent.is_empty(),
+            )
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
+    checks.extend(blktrace_checks(results, line));
+    checks
+}
+
+/// The blktrace captures (#47): each device's binary files read by
+/// Debian's blkparse and btt and by `analyze --from blktrace` on the host,
+/// judged by the rules in `vm/btt.rs`; and the live report of the same
+/// window against blkparse's lines of all three.
+fn blktrace_checks(results: &Results, line: &Line) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let what = "blktrace captured every event";
+    let expected = "3 device captures, each `dropped 0`, exit 0";
+    checks.push(
+        match (results.text("blktrace.out"), results.text("blktrace.rc")) {
+            (Ok(out), Ok(rc)) => {
+                let totals: Vec<&str> = out
+                    .lines()
+                    .filter(|l| l.trim_start().starts_with("Total:"))
+                    .collect();
+                let clean = totals.len() == 3
+                    && totals.iter().all(|l| l.contains("(dropped 0)"))
+                    && rc.lines().all(|l| l.trim() == "0");
+                Check::new(
+                    what,
+                    expected,
+                    format!(
+                        "{} totals, rc {}",
+                        totals.len(),
+                        rc.split_whitespace().collect::<Vec<_>>().join(",")
+                    ),
+                    clean,
+                )
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    let Some(tracer) = crate::vm::tracer() else {
+        checks.push(Check::missing(
+            "blktrace readings",
+            "the tracer binary",
+            "unset".into(),
+        ));
+        return checks;
+    };
+    let disks = match results.value("names", "btdisks") {
+        Ok(disks) => disks,
+        Err(why) => {
+            checks.push(Check::missing("blktrace readings", "names: btdisks", why));
+            return checks;
+        }
+    };
+    // `clean` holds only bios btt follows; the disks' own captures do not.
+    let mut units = vec![("clean".to_string(), true)];
+    units.extend(
+        disks
+            .split_whitespace()
+            .map(|disk| (disk.to_string(), false)),
+    );
+    let geometry = results.dir.join("bt.check.json");
+    let scratch = std::env::temp_dir().join(format!("xtask-btt-{}", std::process::id()));
+    let mut lines = oracle::BlkCounts::default();
+    for (prefix, follows_all) in &units {
+        let label = format!("{} blktrace {prefix}", line.name);
+        let read = btt::isolate(results.dir, prefix, &scratch.join(prefix))
+            .and_then(|dir| btt::read(&dir, prefix, tracer, Some(&geometry)));
+        match read {
+            Ok(readings) => {
+                let device = lines.per_device.entry((0, 0)).or_default();
+                for (action, count) in btt::actions(&readings.blkparse) {
+                    *device.entry(action).or_default() += count;
+                }
+                checks.extend(
+                    btt::judge(&label, &readings, *follows_all)
+                        .into_iter()
+                        .map(|j| Check::new(j.what, j.expected, j.found, j.pass)),
+                );
+            }
+            Err(why) => checks.push(Check::missing(label, "blkparse, btt, analyze", why)),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    // The live report ran over both captures and nothing else: its events are
+    // blkparse's lines of all three, short only by what it declares missed.
+    let what = "live report vs blkparse lines (both captures)";
+    let expected = "A Q X M F D R C equal (but for declared misses)";
+    checks.push(match results.report("report-bt.json") {
+        Ok(report) => {
+            let rows = oracle::compare(&report.events, &lines);
+            let pass = oracle::agrees_allowing_declared_misses(&rows, report.events.missed)
+                && rows.iter().map(|row| row.oracle).sum::<u64>() > 0;
+            Check::new(
+                what,
+                expected,
+                rows.iter()
+                    .map(|row| {
+                        let letter = row.label.split(' ').next().unwrap_or("?");
+                        if row.report == row.oracle {
+                            format!("{letter}{}", row.oracle)
+                        } else {
+                            format!("{letter} {} vs {}", row.report, row.oracle)
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                pass,
             )
         }
         Err(why) => Check::missing(what, expected, why),
