@@ -407,8 +407,10 @@ const CASES: &[Case] = &[
             op: "flush",
             user_ios: Some(1),
             commands: Some(1),
-            // D FN → C FN 0: the flush is timed as a command.
+            // D FN → C FN 0: the flush is timed as a command, and the empty
+            // preflush bio from its Q (Q FWS → C FN 0).
             i2c: Some((64.618, 64.618)),
+            q2c: Some((68.945, 68.945)),
             ..OP
         }],
         notes: &["1 G"],
@@ -538,7 +540,10 @@ const CASES: &[Case] = &[
         ops: &[Op {
             dev: "259:0",
             op: "flush",
+            user_ios: Some(23),
             commands: Some(23),
+            // Each Q FWFS to the next C FN of the disk, first in first out.
+            q2c: Some((128.003, 23632.621)),
             ..OP
         }],
         notes: &["summary for nvme0n1 agrees with the import: Q 0r/248w, D 23r/119w"],

@@ -460,7 +460,29 @@ impl Accounting {
                     stats.queue_to_complete_us.saturating_record(latency_us);
                 });
             }
-            Outcome::Reissued { .. }
+            Outcome::FlushFinished {
+                ts_ns,
+                queue_ns,
+                failed,
+                account,
+                measured: true,
+            } => {
+                let stats = self.stats_mut(account.target);
+                if failed {
+                    stats.failed_user_ios += 1;
+                    return;
+                }
+                let latency_us = ts_ns.saturating_sub(queue_ns) / 1000;
+                stats.fragments_per_io.record(1);
+                stats.commands_per_io.record(1);
+                stats.queue_to_complete_us.saturating_record(latency_us);
+                self.attribution.each(account.owners, |stats| {
+                    stats.commands_per_io.saturating_record(1);
+                    stats.queue_to_complete_us.saturating_record(latency_us);
+                });
+            }
+            Outcome::FlushFinished { .. }
+            | Outcome::Reissued { .. }
             | Outcome::Completed { .. }
             | Outcome::Carries { .. }
             | Outcome::CommandDropped { .. }

@@ -196,6 +196,15 @@ pub(crate) enum Outcome {
     },
     /// A fragment of the user I/O was given up (counted once per user I/O).
     Dropped { io: IoId, reason: DropReason },
+    /// An empty preflush bio (no sectors, so no chain) ended with the flush
+    /// command that served it: queued at `queue_ns`, done at `ts_ns`.
+    FlushFinished {
+        ts_ns: u64,
+        queue_ns: u64,
+        failed: bool,
+        account: Account,
+        measured: bool,
+    },
 }
 
 /// The outcomes a fresh engine reaches on `events`, for the views' tests.

@@ -205,6 +205,7 @@ impl Matcher {
             | Outcome::Waited { .. }
             | Outcome::ReachedDisk { .. }
             | Outcome::Requeued { command: None, .. }
+            | Outcome::FlushFinished { .. }
             | Outcome::Failed { .. } => {}
         }
     }

@@ -53,6 +53,17 @@ pub(super) struct Chains {
     /// Commands without a range (flushes) in flight, per device and op, in
     /// issue order: a completion without a range ends the oldest.
     pub(super) empty_commands: FastMap<(u32, u8), VecDeque<EmptyCommand>>,
+    /// Empty preflush bios queued per device, oldest first: each ends with
+    /// the next flush command that completes there.
+    queued_flushes: FastMap<u32, VecDeque<QueuedFlush>>,
+}
+
+/// An empty preflush bio waiting for the flush that serves it.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct QueuedFlush {
+    pub(super) queue_ns: u64,
+    pub(super) account: Account,
+    pub(super) epoch: u32,
 }
 
 /// Empty commands kept waiting per device and op, at most: past this, the
@@ -99,6 +110,7 @@ impl Chains {
             next_command: 1,
             marks: Vec::new(),
             empty_commands: FastMap::default(),
+            queued_flushes: FastMap::default(),
         }
     }
 }
@@ -784,6 +796,26 @@ impl Chains {
             waiting.pop_front();
         }
         waiting.push_back(command);
+    }
+
+    /// An empty preflush bio queued on `dev` (bounded: a device that issues
+    /// no flush of its own, as device-mapper, keeps only the newest).
+    pub(super) fn push_queued_flush(&mut self, dev: u32, flush: QueuedFlush) {
+        let waiting = self.queued_flushes.entry(dev).or_default();
+        if waiting.len() >= MAX_EMPTY_COMMANDS {
+            waiting.pop_front();
+        }
+        waiting.push_back(flush);
+    }
+
+    /// The oldest empty preflush bio on `dev` queued by `issue_ns`: the one
+    /// the flush command issued then served.
+    pub(super) fn pop_queued_flush(&mut self, dev: u32, issue_ns: u64) -> Option<QueuedFlush> {
+        let waiting = self.queued_flushes.get_mut(&dev)?;
+        if waiting.front()?.queue_ns > issue_ns {
+            return None;
+        }
+        waiting.pop_front()
     }
 
     /// The oldest command without a range in flight on `dev`, first in first

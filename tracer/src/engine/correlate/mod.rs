@@ -20,7 +20,9 @@ use crate::engine::table::{KeyHasher, SlotRef, NIL};
 use crate::engine::target::{op_of, Target, NO_PART};
 use crate::engine::EngineLimits;
 use crate::model::{CorrelationStats, Op};
-use chain::{Chains, Command, DropReason, EmptyCommand, Fragment, FragmentState, Remap, UserIo};
+use chain::{
+    Chains, Command, DropReason, EmptyCommand, Fragment, FragmentState, QueuedFlush, Remap, UserIo,
+};
 
 /// Request remaps kept waiting for their clone's issue, at most.
 const MAX_RQ_REMAPS: usize = 1 << 12;
@@ -379,6 +381,14 @@ impl Correlator {
             segments,
         };
         if sectors == 0 {
+            if target.op == Op::Flush {
+                let flush = QueuedFlush {
+                    queue_ns: self.chains.now_ns,
+                    account: Account { target, owners },
+                    epoch: self.chains.epoch,
+                };
+                self.chains.push_queued_flush(event.dev, flush);
+            }
             out.emit(queued(None, None));
             return;
         }
@@ -1265,6 +1275,15 @@ impl Correlator {
             self.count_failure(command.target, error, event.sector, event.sector, out);
         }
         let measured = command.epoch == self.chains.epoch && !command.lost;
+        if let Some(flush) = self.chains.pop_queued_flush(event.dev, command.issue_ns) {
+            out.emit(Outcome::FlushFinished {
+                ts_ns: self.chains.now_ns,
+                queue_ns: flush.queue_ns,
+                failed: error != 0,
+                account: flush.account,
+                measured: measured && flush.epoch == self.chains.epoch,
+            });
+        }
         let latency_us = self.chains.now_ns.saturating_sub(command.issue_ns) / 1000;
         out.emit(Outcome::Completed {
             command: CommandId(command.serial),

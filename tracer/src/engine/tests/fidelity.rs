@@ -221,6 +221,9 @@ fn a_flush_is_timed_from_issue_to_completion() {
     assert_eq!(flushes.issue_to_complete_us.max, 100);
     let writes = disk_op(&engine, "loop0", Op::Write);
     assert_eq!((writes.commands, writes.issue_to_complete_us.count), (1, 1));
+    // The empty preflush bio too, from its queue to the flush that served it.
+    assert_eq!(flushes.queue_to_complete_us.count, 1);
+    assert_eq!(flushes.queue_to_complete_us.max, 79);
     assert_clean(&engine);
     // The views see the flush end, as the report counts it.
     let ended = of_events(&events)
