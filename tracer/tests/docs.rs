@@ -989,6 +989,13 @@ fn documents() -> Vec<(String, Value)> {
         "ftrace-blk".into(),
         analyze(&["--from", "ftrace-blk", &ftrace]),
     ));
+    // Completions only, whose issues the trace lacks (a published grep).
+    let completions =
+        path(root.join("tracer/tests/corpus/yangoliver-sampleblk-completions-grep.blkparse.txt"));
+    documents.push((
+        "completions only".into(),
+        analyze(&["--from", "blkparse", &completions]),
+    ));
 
     // Every diagnosis code, with live evidence and what_if.
     let every = scratch.0.join("every-code.iotrace");

@@ -248,7 +248,8 @@ impl Engine {
             .ingest(event, action, &mut self.devices, &mut sink);
     }
 
-    /// The end of an imported trace at `now_ns`: commands still in flight
+    /// The end of a trace (imported, replayed or live) at `now_ns`, or at
+    /// the newest event if that is later: commands still in flight
     /// far longer than their device's own completions took (100 times its
     /// 99th percentile, at least 1 s) lost their completions, and their
     /// chains end incomplete instead of staying in flight.

@@ -252,6 +252,9 @@ pub fn replay<R: Read>(
             cut.complete_bytes
         ));
     }
+    // As the live run ended: at the newest event.
+    engine.settle_at_end(span.last);
+    views.see(&mut engine);
     let (counters, elapsed) = match recording.trailer {
         Some(trailer) => counters_of(&trailer),
         None => {

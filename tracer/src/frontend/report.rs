@@ -119,6 +119,8 @@ pub fn run(selection: &DeviceSelection, args: &ReportArgs) -> Result<ExitCode> {
     // The last (or only) report covers everything up to the probes' detach.
     let elapsed = interval_start.elapsed();
     let mut report = capture.finish(move |engine, counters| {
+        // As an import and a replay end: at the newest event.
+        engine.settle_at_end(0);
         let mut report = session::report(engine, counters, elapsed, unsupported, owners_read);
         name_owners(engine, &mut report);
         engine.finish_recording(super::record::trailer(counters, elapsed));

@@ -411,6 +411,7 @@ pub fn run(selection: &DeviceSelection, args: &RunArgs) -> Result<ExitCode> {
         for (target, map) in file_maps {
             sink.matcher.set_file_map(target, map);
         }
+        sink.engine.settle_at_end(0);
         let mut report = session::report(&sink.engine, counters, elapsed, unsupported, owners_read);
         let mut run = run_report(&mut *sink, &command, exit_status, uring_probes);
         // Less the pauses at its opens: the time the command itself took.

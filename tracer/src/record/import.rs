@@ -186,6 +186,9 @@ pub fn import(
     let mut first_unreadable: Option<(usize, &str)> = None;
     let mut first_other: Option<(usize, &str)> = None;
     let mut prefix = LinePrefix::default();
+    // Other lines that are no publisher's words: another format's data.
+    let mut other_data = 0u64;
+    let mut first_other_data: Option<(usize, &str)> = None;
     for (index, raw) in text.lines().enumerate() {
         lines.total += 1;
         // A Ctrl-C echoed by the terminal glues "^C" to the next line.
@@ -215,6 +218,10 @@ pub fn import(
                 NonEvent::Unknown => {
                     lines.other += 1;
                     first_other.get_or_insert((index + 1, line));
+                    if !is_prose(line) {
+                        other_data += 1;
+                        first_other_data.get_or_insert((index + 1, line));
+                    }
                 }
             }
             continue;
@@ -260,11 +267,22 @@ pub fn import(
     let mostly_trace = lines.events > 0 || lines.unreadable > tolerated(looked + lines.other);
     let refused = if lines.unreadable > tolerated(looked) && mostly_trace {
         first_unreadable.map(|at| (lines.unreadable, looked, at))
-    } else if format == TextFormat::Blkparse && lines.events > 0 && lines.other > lines.events {
-        // Lines shaped like no event are a publisher's words between
-        // events, unless they are most of the text: another format.
-        // (An ftrace buffer holds other tracers' events as a rule.)
-        first_other.map(|at| (lines.other, looked + lines.other, at))
+    } else if format == TextFormat::Blkparse
+        && lines.events > 0
+        && (other_data > tolerated(looked + lines.other) || lines.other > lines.events)
+    {
+        // Words between events are a publisher's remarks; lines of data
+        // in no blkparse shape are a custom format (`-F "Q,%a %S %n"`)
+        // whose events would be lost. (An ftrace buffer holds other
+        // tracers' events as a rule.)
+        let first = first_other_data.or(first_other);
+        first.map(|at| {
+            (
+                other_data.max(lines.other - other_data),
+                looked + lines.other,
+                at,
+            )
+        })
     } else {
         None
     };
@@ -707,6 +725,25 @@ fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> Non
         return NonEvent::Summary;
     }
     NonEvent::Unknown
+}
+
+/// A publisher's words between events (`Split off chunk-sized (1024
+/// sectors) request:`): mostly words of letters, unlike a custom format's
+/// data (`Q 401408 8`).
+fn is_prose(line: &str) -> bool {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let core = |w: &&str| w.trim_matches(|c: char| !c.is_alphanumeric()).to_owned();
+    let wordy = words
+        .iter()
+        .map(core)
+        .filter(|w| w.len() >= 2 && w.chars().all(|c| c.is_alphabetic() || c == '-' || c == '_'))
+        .count();
+    let numbers = words
+        .iter()
+        .map(core)
+        .filter(|w| !w.is_empty() && w.bytes().all(|b| b.is_ascii_digit()))
+        .count();
+    (words.len() >= 3 && wordy * 2 >= words.len()) || (numbers == 0 && wordy > 0)
 }
 
 /// Where a publisher left lines out: `...`, `…`, `[...]`, `<snip>`, or a
@@ -1653,6 +1690,20 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_publishers_words_are_told_from_a_custom_formats_data() {
+        for line in [
+            "Split off chunk-sized (1024 sectors) request:",
+            "bio_list:",
+            "Using Priority mask 0x1",
+        ] {
+            assert!(is_prose(line), "{line}");
+        }
+        for line in ["Q 401408 8", "202,16   Q 1048576   W", "401408 8 0"] {
+            assert!(!is_prose(line), "{line}");
+        }
     }
 
     #[test]
