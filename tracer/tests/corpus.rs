@@ -521,7 +521,7 @@ const CASES: &[Case] = &[
             ..OP
         }],
         notes: &[
-            "13 lines carry 3 words before the trace's own fields (`Jan 10 22:42:56`",
+            "13 lines carry words before the trace's own fields (`Jan 10 22:42:56`",
             "partition 8:1 starts at sector 2048 of 8:0",
         ],
     },
@@ -572,6 +572,67 @@ const CASES: &[Case] = &[
             "or their D is among the lines the publisher left out",
             "differs from the import (an excerpt: the publisher left lines out at 3 places)",
         ],
+    },
+    // A preflush's own request ends in error after its flush (`C WS 0 + 0
+    // [-5]`): an empty completion, and still a failed command.
+    Case {
+        file: "yebin-sda-flush-eio-4.19.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("queue", 1), ("issue", 1), ("complete", 2)],
+        duration_us: None,
+        unmatched: Some(0),
+        ops: &[
+            Op {
+                dev: "8:0",
+                op: "write",
+                failed_eio: Some(1),
+                ..OP
+            },
+            Op {
+                dev: "8:0",
+                op: "flush",
+                user_ios: Some(1),
+                commands: Some(1),
+                ..OP
+            },
+        ],
+        notes: &["1 completions failed (errno 1 × -5)"],
+    },
+    // Failed passthrough commands (smartctl's, `C N [65531]`) on five disks.
+    Case {
+        file: "kylemanna-sdj-sdn-passthrough-eio-65531.blkparse.txt",
+        from: "blkparse",
+        events: &[],
+        duration_us: None,
+        unmatched: None,
+        ops: &[],
+        notes: &["10 failed passthrough", "9 passthrough"],
+    },
+    // A line number, with or without a `*`, before every blkparse line.
+    Case {
+        file: "msmith-bcache-sda-sdb-numbered-starred.blkparse.txt",
+        from: "blkparse",
+        events: &[("queue", 10), ("split", 1), ("issue", 7), ("complete", 11)],
+        duration_us: None,
+        unmatched: None,
+        ops: &[],
+        notes: &["47 lines carry words before the trace's own fields (`* 1`"],
+    },
+    // block_bio_complete lines on dm devices end their bios, not requests.
+    Case {
+        file: "tsai-dm-cache-passthrough-bio-queue-complete.ftrace.txt",
+        from: "ftrace-blk",
+        events: &[("queue", 7), ("complete", 1), ("bio_complete", 2)],
+        duration_us: None,
+        unmatched: Some(1),
+        ops: &[Op {
+            dev: "252:3",
+            op: "write",
+            user_ios: Some(1),
+            q2c: Some((14_667.0, 14_667.0)),
+            ..OP
+        }],
+        notes: &[],
     },
 ];
 

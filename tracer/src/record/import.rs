@@ -383,21 +383,22 @@ impl LinePrefix {
             }
             Some(words.0)
         };
-        let words = match self.words {
-            Some(n) => n,
-            None => {
-                let n = (1..=Self::MAX_WORDS).find(|&n| after(n).and_then(&fields).is_some())?;
-                let prefix = &line[..line.len() - after(n)?.len()];
-                if prefix.contains(',') {
-                    // A device number in it: a damaged line, not a prefix.
-                    return None;
-                }
-                self.example = prefix.trim().to_owned();
-                self.words = Some(n);
-                n
-            }
-        };
-        let read = fields(after(words)?)?;
+        // The count found first, then any (a line number with or
+        // without a marker: `* 1 249,0 …`, `  3   8,0 …`).
+        let n = self
+            .words
+            .filter(|&n| after(n).and_then(&fields).is_some())
+            .or_else(|| (1..=Self::MAX_WORDS).find(|&n| after(n).and_then(&fields).is_some()))?;
+        let prefix = &line[..line.len() - after(n)?.len()];
+        if prefix.contains(',') {
+            // A device number in it: a damaged line, not a prefix.
+            return None;
+        }
+        if self.words.is_none() {
+            self.example = prefix.trim().to_owned();
+            self.words = Some(n);
+        }
+        let read = fields(after(n)?)?;
         self.lines += 1;
         Some(read)
     }
@@ -405,9 +406,8 @@ impl LinePrefix {
     fn note(&self) -> Option<String> {
         (self.lines > 0).then(|| {
             format!(
-                "{} lines carry {} words before the trace's own fields (`{}`, as `ts` or a log collector adds): read past them",
+                "{} lines carry words before the trace's own fields (`{}`, as `ts`, a log collector or a line count adds): read past them",
                 self.lines,
-                self.words.unwrap_or(0),
                 self.example
             )
         })
@@ -694,7 +694,10 @@ fn non_event(format: TextFormat, line: &str, summary: &mut SummaryReader) -> Non
     if is_elision(trimmed) {
         return NonEvent::Elision;
     }
-    if trimmed.len() >= 3 && trimmed.chars().all(|c| matches!(c, '-' | '=' | '*' | '~')) {
+    let rule = |c: char| matches!(c, '-' | '=' | '*' | '~');
+    if trimmed.chars().filter(|c| rule(*c)).count() >= 3
+        && trimmed.chars().all(|c| rule(c) || c == ' ')
+    {
         // A rule drawn between captures.
         return NonEvent::Header;
     }
@@ -1001,6 +1004,9 @@ fn kinds_text(kinds: &BTreeMap<String, u64>) -> String {
             "process name" => format!("{n} process name (pid → command)"),
             "timestamp" => format!("{n} timestamp (trace start, wall clock)"),
             "passthrough" => format!("{n} passthrough (no sector range)"),
+            "failed passthrough" => format!(
+                "{n} failed passthrough (completions with an error status: the device failed commands a passthrough user such as smartctl sent)"
+            ),
             _ => format!("{n} {kind}"),
         })
         .collect();
@@ -1142,6 +1148,8 @@ struct Fields<'a> {
     rest: &'a str,
     /// An I/O priority column stood between rwbs and `rest`.
     priority: bool,
+    /// A bio's completion (`block_bio_complete`), not a request's.
+    bio_completion: bool,
 }
 
 /// A cgroup column: "1,0" (ino,gen in hex) or a cgroup path.
@@ -1178,6 +1186,7 @@ fn blkparse_fields(line: &str) -> Option<Fields<'_>> {
         rwbs,
         rest,
         priority,
+        bio_completion: false,
     })
 }
 
@@ -1248,6 +1257,7 @@ fn ftrace_fields(line: &str) -> Option<Fields<'_>> {
         rwbs,
         rest: words.0.trim(),
         priority: false,
+        bio_completion: false,
     })
 }
 
@@ -1278,9 +1288,13 @@ fn tracepoint_fields<'a>(
         "bio_bounce" => ("B", false),
         "plug" => ("P", false),
         "unplug" => ("U", false),
-        // block_rq_error, block_rq_merge, block_io_start/done, the buffer
-        // events …: what the `blk` tracer has no letter for.
-        _ => ("TP", false),
+        // What the `blk` tracer has no letter for, named.
+        "io_start" => ("block_io_start", false),
+        "io_done" => ("block_io_done", false),
+        "rq_merge" => ("block_rq_merge", false),
+        "rq_error" => ("block_rq_error", false),
+        "dirty_buffer" | "touch_buffer" => ("buffer event", false),
+        _ => ("other block tracepoint", false),
     };
     let skipped = |action| Fields {
         dev: "0,0",
@@ -1290,8 +1304,9 @@ fn tracepoint_fields<'a>(
         rwbs: "N",
         rest: "",
         priority: false,
+        bio_completion: false,
     };
-    if matches!(action, "P" | "U" | "TP") {
+    if !action.bytes().all(|b| b.is_ascii_uppercase()) || matches!(action, "P" | "U") {
         return Some(skipped(action));
     }
     let mut words = Words(args);
@@ -1315,6 +1330,7 @@ fn tracepoint_fields<'a>(
         rwbs,
         rest: rest.trim(),
         priority: false,
+        bio_completion: tracepoint == "bio_complete",
     })
 }
 
@@ -1379,7 +1395,12 @@ fn skipped_action(action: &str) -> Option<&'static str> {
         "B" => "B",
         "S" => "S",
         "T" => "T",
-        "TP" => "other block tracepoint",
+        "block_io_start" => "block_io_start",
+        "block_io_done" => "block_io_done",
+        "block_rq_merge" => "block_rq_merge",
+        "block_rq_error" => "block_rq_error",
+        "buffer event" => "buffer event",
+        "other block tracepoint" => "other block tracepoint",
         "m" => "notify",
         _ if action.len() <= 2 && action.bytes().all(|b| b.is_ascii_alphabetic()) => "other",
         _ => return None,
@@ -1413,7 +1434,10 @@ fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>, statuses: &mut S
     }
     // The letters are the probe table's (`with_block_probes!`).
     let kind = match EventKind::from_blk_action(fields.action) {
-        Some(EventKind::Complete) if request_based.is_some_and(|disks| !disks.contains(&dev)) => {
+        Some(EventKind::Complete)
+            if fields.bio_completion
+                || request_based.is_some_and(|disks| !disks.contains(&dev)) =>
+        {
             EventKind::BioComplete
         }
         Some(kind) => kind,
@@ -1433,7 +1457,15 @@ fn event_of(fields: &Fields<'_>, request_based: Option<&[u32]>, statuses: &mut S
             | EventKind::BioComplete
     ) && is_passthrough(fields.action, fields.rest)
     {
-        return Parsed::Skipped("passthrough");
+        let failed = matches!(kind, EventKind::Complete | EventKind::BioComplete)
+            && Words(fields.rest).any(|word| {
+                let status = word.trim_matches(|c| c == '[' || c == ']');
+                word.starts_with('[') && status.parse::<i64>().is_ok_and(|n| n != 0)
+            });
+        return Parsed::Skipped(match failed {
+            true => "failed passthrough",
+            false => "passthrough",
+        });
     }
     let mut event = BlockEvent::ZERO;
     event.kind = kind as u8;

@@ -1055,7 +1055,7 @@ impl Correlator {
     ) {
         let done = u64::from(event.nr_sector);
         if done == 0 {
-            self.complete_empty(event, error, out);
+            self.complete_empty(event, error, devices, out);
             return;
         }
         let key = (event.dev, event.sector);
@@ -1260,9 +1260,21 @@ impl Correlator {
     /// A completion without a range: the oldest flush in flight on its
     /// device ends (flushes have no sector to be told apart by, and the
     /// request's identity is borrowed), timed from its issue.
-    fn complete_empty(&mut self, event: &BlockEvent, error: i32, out: &mut Sink) {
+    fn complete_empty(
+        &mut self,
+        event: &BlockEvent,
+        error: i32,
+        devices: &mut Devices,
+        out: &mut Sink,
+    ) {
         if op_of(event) != Op::Flush {
-            // Other commands without a range: counted, not correlated.
+            // Other commands without a range: counted, not correlated. A
+            // failed one still failed (a preflush's own request ending in
+            // error after its flush: `C WS 0 + 0 [-5]`).
+            if error != 0 {
+                let target = self.fallback_target(event, devices);
+                self.count_failure(target, error, event.sector, event.sector, out);
+            }
             return;
         }
         let Some(command) = self
