@@ -39,14 +39,40 @@ pub fn read(
     std::fs::create_dir_all(&scratch)
         .map_err(|err| format!("cannot create {}: {err}", scratch.display()))?;
     let dump = scratch.join("dump.bin");
-    // Text on stdout and the binary dump btt reads, in one pass.
-    let blkparse = output(
-        Command::new("blkparse")
-            .arg("-D")
-            .arg(dir)
-            .args(["-i", prefix, "-d"])
-            .arg(&dump),
-    );
+    // Text on stdout and the binary dump btt reads, in one pass. One file
+    // is read from stdin: blkparse's file mode refuses a `.blktrace.0`
+    // whose records name another CPU (a capture renamed by whoever
+    // published it), and reads the same stream either way.
+    let files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| {
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .and_then(|name| name.strip_prefix(&format!("{prefix}.blktrace.")))
+                        .is_some_and(|cpu| cpu.parse::<u32>().is_ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut blkparse = Command::new("blkparse");
+    match files.as_slice() {
+        [one] => {
+            let input = std::fs::File::open(one)
+                .map_err(|err| format!("cannot open {}: {err}", one.display()))?;
+            blkparse.args(["-i", "-", "-d"]).arg(&dump).stdin(input);
+        }
+        _ => {
+            blkparse
+                .arg("-D")
+                .arg(dir)
+                .args(["-i", prefix, "-d"])
+                .arg(&dump);
+        }
+    }
+    let blkparse = output(&mut blkparse);
     let btt = blkparse.is_ok().then(|| {
         output(
             Command::new("btt")
