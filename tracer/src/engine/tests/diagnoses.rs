@@ -282,6 +282,10 @@ fn audit_findings_get_live_evidence() {
     assert_eq!(p2.evidence.to_map()["observed_user_ios"], 20);
     assert_eq!(p2.evidence.to_map()["observed_bio_size_p50"], 256 * 512);
     assert_eq!(p2.evidence.to_map()["extra_split_fragments"], 20);
+    // The words name the mechanism only with the splits this trace showed.
+    let said = crate::explain::words(p2).explanation;
+    assert!(said.contains("split I/Os here 20 times"), "{said}");
+
     assert_eq!(p2.evidence.to_map()["misaligned_command_share"], 1.0);
     assert_eq!(p2.evidence.to_map()["bios_per_command"], 0.5);
     assert_eq!(p2.evidence.to_map()["dirty_buffers"], 5);
@@ -291,6 +295,12 @@ fn audit_findings_get_live_evidence() {
         .iter()
         .find(|diagnosis| diagnosis.code == Code::MisalignedStart && diagnosis.device == "loop0p1")
         .unwrap();
+    // Without traffic, the rule is said as the kernel's, not as seen.
+    let said = crate::explain::words(p1).explanation;
+    assert!(
+        said.contains("Where an I/O exceeds max_sectors_kb"),
+        "{said}"
+    );
     let Evidence::MisalignedStart(p1) = &p1.evidence else {
         panic!("{p1:?}");
     };
