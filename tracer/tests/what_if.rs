@@ -518,6 +518,64 @@ fn nomerges_fix_takes_commands_where_predicted() {
     );
 }
 
+/// The seed's odd partition (512-byte blocks) on a disk with `nomerges=2`:
+/// 16,384 one-sector commands for 8 MiB. Two fixes apply; the cheaper one,
+/// merging switched back on (a sysfs write), must be offered first with its
+/// own what-if, beside the repartition, and hold when applied (#48).
+#[test]
+fn merging_switched_on_is_offered_before_the_repartition_and_holds() {
+    if !privileged("merging_switched_on_is_offered_before_the_repartition_and_holds") {
+        return;
+    }
+    let mut disk = LoopDisk::new(
+        "what-if-nomerges-odd",
+        128,
+        &[PartitionSpec {
+            start: 2048,
+            size: 200_001,
+        }],
+    );
+    disk.set_queue("nomerges", "2");
+    let part = disk.partition(1);
+    let name = format!("{}p1", disk.name);
+    let output = format!("of={part}");
+    let workload = [
+        "dd",
+        "if=/dev/zero",
+        output.as_str(),
+        "bs=32K",
+        "count=256",
+        "conv=fsync",
+        "status=none",
+    ];
+    let before = run_json(&workload);
+    let diagnoses = before["diagnoses"].as_array().unwrap();
+    let at = |code: &str| {
+        diagnoses
+            .iter()
+            .position(|d| d["code"] == code && d["device"] == name.as_str())
+            .unwrap_or_else(|| panic!("no {code} on {name}: {diagnoses:?}"))
+    };
+    let (merge, subpage) = (at("merge_blocked"), at("subpage_block_size"));
+    assert_eq!(diagnoses[merge]["severity"], diagnoses[subpage]["severity"]);
+    assert!(merge < subpage, "the sysfs fix is not first: {diagnoses:?}");
+    let fix = diagnoses[merge]["fix"].as_str().unwrap();
+    assert!(
+        fix.contains("echo 0 >") && fix.contains("nomerges"),
+        "{fix}"
+    );
+    let (now, predicted) = prediction(&diagnoses[merge]);
+    assert_eq!(now, write_commands(&before, &name));
+
+    disk.set_queue("nomerges", "0");
+    let after = run_json(&workload);
+    assert_within_tolerance(
+        write_commands(&after, &name),
+        predicted,
+        "merge_blocked (nomerges) beside subpage_block_size",
+    );
+}
+
 /// Direct writes to a device: per record, 1 MiB gathered from one page 256
 /// times (256 segments), then 4, 16 and 32 KiB from a page-aligned buffer,
 /// so the commands have several sizes for the service model to fit.

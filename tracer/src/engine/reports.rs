@@ -144,7 +144,9 @@ pub(super) fn origins(devices: &Devices, accounting: &Accounting) -> Vec<OriginM
 }
 
 /// The static audit of each known disk, enriched with live evidence, plus
-/// the diagnoses only traffic can support, most severe first.
+/// the diagnoses only traffic can support, most severe first; on one
+/// device at one severity, the cheapest fix first (a setting before a
+/// repartition before a recreated stack).
 pub(super) fn diagnoses(devices: &Devices, accounting: &Accounting) -> Vec<Finding> {
     let mut found = diagnose::diagnose(devices, accounting);
     found.sort_by(|left, right| {
@@ -152,6 +154,7 @@ pub(super) fn diagnoses(devices: &Devices, accounting: &Accounting) -> Vec<Findi
             .severity
             .cmp(&left.severity)
             .then_with(|| left.device.cmp(&right.device))
+            .then_with(|| left.evidence.fix_cost().cmp(&right.evidence.fix_cost()))
             .then_with(|| left.code.cmp(&right.code))
     });
     found

@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 
 use super::{
-    Code, MergeFix, Op, ProposedPlace, RequeueCause, RequeueFix, SplitCause, SplitFix, StackFix,
-    SubpageFix, WhatIf,
+    Code, FixCost, MergeFix, Op, ProposedPlace, RequeueCause, RequeueFix, SplitCause, SplitFix,
+    StackFix, SubpageFix, WhatIf,
 };
 
 /// The evidence of one diagnosis; the variant decides its code.
@@ -36,6 +36,38 @@ pub enum Evidence {
 }
 
 impl Evidence {
+    /// What its fix costs: a report lists the cheapest fix first.
+    pub fn fix_cost(&self) -> FixCost {
+        match self {
+            Evidence::SubpageBlockSize(evidence) => match evidence.fix {
+                SubpageFix::Partition(_) | SubpageFix::Resize { .. } => FixCost::Repartition,
+                SubpageFix::PageSizedBlocks | SubpageFix::FilesystemBlocks => FixCost::Program,
+            },
+            Evidence::MisalignedStart(_) | Evidence::MisalignedIoOpt(_) => FixCost::Repartition,
+            Evidence::MisalignedStack(evidence) => match evidence.fix {
+                StackFix::Partition { .. } => FixCost::Repartition,
+                _ => FixCost::RecreateStack,
+            },
+            Evidence::CryptSectorSize(_) => FixCost::RecreateStack,
+            Evidence::SplitAmplification(evidence) => match evidence.fix {
+                SplitFix::RaiseMaxSectorsKb { .. } => FixCost::Setting,
+                SplitFix::MovePartitionStart { .. } => FixCost::Repartition,
+                _ => FixCost::Program,
+            },
+            Evidence::MergeBlocked(evidence) => match evidence.fix {
+                MergeFix::AllowMerging | MergeFix::UseMqDeadline | MergeFix::ReadQueueSettings => {
+                    FixCost::Setting
+                }
+                MergeFix::PageAlignedBios | MergeFix::CheckFlags => FixCost::Program,
+            },
+            Evidence::RequeuedCommands(evidence) => match evidence.fix {
+                RequeueFix::LowerNrRequests { .. } => FixCost::Setting,
+                _ => FixCost::Program,
+            },
+            Evidence::IoErrors(_) => FixCost::Investigate,
+        }
+    }
+
     /// The diagnosis code this evidence supports.
     pub fn code(&self) -> Code {
         match self {

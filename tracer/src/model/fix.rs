@@ -258,3 +258,19 @@ mod tests {
         );
     }
 }
+
+/// What applying a fix costs, cheapest first: the order in which a report
+/// lists the fixes that apply to one device at one severity.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FixCost {
+    /// A queue setting, applied at once and undone as easily.
+    Setting,
+    /// A change in how the program writes, or a host setting.
+    Program,
+    /// The partition recreated or resized: data moved, a backup first.
+    Repartition,
+    /// The stack (LVM, md, dm-crypt) recreated.
+    RecreateStack,
+    /// Nothing to set: a device or path to look at.
+    Investigate,
+}

@@ -39,7 +39,9 @@ impl Check for MergeBlocked {
                 .unwrap_or_else(|| predicted_block_size(part.size, geometry.logical_block_size));
             u64::from(block_size) < PAGE_BYTES
         });
-        if subpage_partition && bio_p50 < PAGE_BYTES {
+        // Unless a setting forbids merges: that is a cause of its own, and
+        // its fix (a sysfs write) is cheaper than the partition's.
+        if subpage_partition && bio_p50 < PAGE_BYTES && geometry.nomerges == 0 {
             return None;
         }
         let scale = if share >= CRITICAL_SPLIT_SHARE {

@@ -436,3 +436,65 @@ fn a_few_requeues_raise_nothing() {
     let codes: Vec<_> = engine.diagnoses().iter().map(|d| d.code).collect();
     assert!(!codes.contains(&Code::RequeuedCommands), "{codes:?}");
 }
+
+/// A partition with 512-byte blocks on a disk with `nomerges` set: two
+/// causes, each with its fix. The setting's fix (a sysfs write) is found
+/// and listed before the repartition at the same severity, with its own
+/// what-if (issue #48: the seed's odd partition with nomerges=2 was told
+/// only to shrink the partition).
+#[test]
+fn a_setting_that_forbids_merges_is_found_beside_small_blocks_and_listed_first() {
+    let mut geometry = loop0();
+    geometry.nomerges = 2;
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    for index in 0..64u64 {
+        feed(
+            &mut engine,
+            &[
+                remap(MS, LOOP0, 10241 + index, 1, P2, index),
+                queue(MS, LOOP0, 10241 + index, 1),
+            ],
+        );
+    }
+    for index in 0..64u64 {
+        let at = 2 * MS + index * 1000;
+        feed(
+            &mut engine,
+            &[
+                issue(at, LOOP0, 10241 + index, 1),
+                complete(at + 500, LOOP0, 10241 + index, 1),
+            ],
+        );
+    }
+    let diagnoses = engine.diagnoses();
+    let on_p2: Vec<_> = diagnoses
+        .iter()
+        .filter(|d| d.device == "loop0p2")
+        .map(|d| (d.code, d.severity))
+        .collect();
+    let merge = diagnoses
+        .iter()
+        .position(|d| d.code == Code::MergeBlocked && d.device == "loop0p2")
+        .unwrap_or_else(|| panic!("no merge_blocked: {on_p2:?}"));
+    let Evidence::MergeBlocked(evidence) = &diagnoses[merge].evidence else {
+        panic!("{:?}", diagnoses[merge]);
+    };
+    assert_eq!(evidence.fix, MergeFix::AllowMerging);
+    assert!(evidence.what_if.is_some(), "{evidence:?}");
+    for code in [Code::SubpageBlockSize, Code::MisalignedStart] {
+        let at = diagnoses
+            .iter()
+            .position(|d| d.code == code && d.device == "loop0p2")
+            .unwrap_or_else(|| panic!("no {code:?}: {on_p2:?}"));
+        // Both critical here (every command was one 512-byte bio).
+        if code == Code::SubpageBlockSize {
+            assert_eq!(
+                diagnoses[at].severity, diagnoses[merge].severity,
+                "{on_p2:?}"
+            );
+        }
+        if diagnoses[at].severity == diagnoses[merge].severity {
+            assert!(merge < at, "the sysfs fix after {code:?}: {on_p2:?}");
+        }
+    }
+}
