@@ -60,7 +60,13 @@ pub fn errno_of_blk_status(status: u8) -> i32 {
 /// The name of a completion's (negative) errno, as users read it in dmesg.
 pub fn errno_name(error: i32) -> String {
     let name = match error.unsigned_abs() {
+        1 => "EPERM",
         5 => "EIO",
+        9 => "EBADF",
+        13 => "EACCES",
+        14 => "EFAULT",
+        27 => "EFBIG",
+        30 => "EROFS",
         11 => "EAGAIN",
         12 => "ENOMEM",
         16 => "EBUSY",

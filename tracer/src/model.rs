@@ -929,6 +929,10 @@ pub struct RunTarget {
     pub file: Option<RunFile>,
     /// Writes: write-family syscalls, plus iocbs submitted through io_submit.
     pub write_syscalls: u64,
+    /// Write calls the kernel refused, by errno name (`EOPNOTSUPP`): in no
+    /// other count here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_writes: BTreeMap<String, u64>,
     pub write_syscall_bytes: u64,
     pub write_syscall_size: Distribution,
     /// The part of the writes (and their bytes) submitted through io_submit

@@ -852,6 +852,7 @@ fn run_record() -> RunRecord {
         device: "loop9p2".into(),
         file: Some(file),
         write_syscalls: 20,
+        failed_writes: [("EOPNOTSUPP".to_string(), 2)].into(),
         write_syscall_bytes: 20 * 128 * 1024,
         write_syscall_size: Distribution::default(),
         aio_writes: 6,

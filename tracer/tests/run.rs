@@ -326,3 +326,49 @@ fn shell_redirections_pipes_and_reused_fd_numbers_are_followed() {
         report["run"]
     );
 }
+
+/// Untorn writes (`pwritev2(RWF_ATOMIC)`, 16 KiB, O_DIRECT) to a device
+/// without atomic support: the kernel refuses each call (EOPNOTSUPP)
+/// before any I/O. The run still lists the device as a target, with the
+/// refused calls by errno, equal to the program's own count (#48).
+#[test]
+fn writes_refused_at_the_call_are_a_target_with_their_errno() {
+    if !privileged("writes_refused_at_the_call_are_a_target_with_their_errno") {
+        return;
+    }
+    let disk = LoopDisk::new("run-refused", 16, &[]);
+    let counts = std::env::temp_dir().join(format!("iosplit-refused-{}", std::process::id()));
+    let program = r#"
+import json, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_DIRECT)
+buf = mmap.mmap(-1, 16384)
+errors = {}
+for i in range(64):
+    try:
+        os.pwritev(fd, [buf], i * 16384, 0x40)  # RWF_ATOMIC
+    except OSError as error:
+        errors[str(error.errno)] = errors.get(str(error.errno), 0) + 1
+open(sys.argv[2], "w").write(json.dumps(errors))
+"#;
+    let counts_path = counts.to_str().unwrap().to_string();
+    let report = run_json(&["python3", "-c", program, &disk.device(), &counts_path]);
+    let own: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&counts).unwrap()).unwrap();
+    let _ = std::fs::remove_file(&counts);
+    // The program's own count: every call refused, as this kernel does for
+    // a device that offers no atomic writes.
+    assert_eq!(own, serde_json::json!({"95": 64}), "the program saw {own}");
+    let target = report["run"]["targets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["device"] == disk.name.as_str())
+        .unwrap_or_else(|| panic!("no target {}: {}", disk.name, report["run"]["targets"]));
+    assert_eq!(target["write_syscalls"], 0, "{target}");
+    assert_eq!(target["failed_writes"]["EOPNOTSUPP"], 64, "{target}");
+    let summary = target["summary"].as_str().unwrap();
+    assert!(
+        summary.contains("64 writes") && summary.contains("all failed at the call"),
+        "{summary}"
+    );
+}

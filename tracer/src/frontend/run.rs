@@ -625,6 +625,7 @@ fn run_report(
         let bios = writes.as_ref().map_or(0, |m| m.user_ios);
         if calls.write_syscalls == 0
             && calls.mappings == 0
+            && calls.failed_writes.is_empty()
             && (bios == 0 || calls.target.file.is_some())
         {
             // Opened, never written: not a target.
@@ -696,15 +697,37 @@ fn run_report(
             ),
             None => String::new(),
         };
-        let summary = format!(
-            "{program} issued {} writes of {} to {to}{}{through_mappings}; they reached the block layer as {} bios of {}; {received} {} commands{failed}",
-            units::thousands(calls.write_syscalls),
-            units::bytes(write_size.p50 as f64),
-            write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),
-            units::thousands(bios),
-            units::bytes(bio_size.p50 as f64),
-            units::thousands(commands),
-        );
+        let failed_writes: std::collections::BTreeMap<String, u64> = calls
+            .failed_writes
+            .iter()
+            .map(|(errno, n)| (crate::blk::errno_name(*errno), *n))
+            .collect();
+        let refused: u64 = failed_writes.values().sum();
+        let refused_words = failed_writes
+            .iter()
+            .map(|(name, n)| format!("{} {name}", units::thousands(*n)))
+            .collect::<Vec<_>>()
+            .join(", ");
+        let summary = match calls.write_syscalls {
+            // Every write refused at the call: nothing reached the device.
+            0 if refused > 0 => format!(
+                "{program}'s {} writes to {to} all failed at the call ({refused_words}): no byte reached the block layer",
+                units::thousands(refused),
+            ),
+            _ => format!(
+                "{program} issued {} writes of {} to {to}{}{through_mappings}; they reached the block layer as {} bios of {}; {received} {} commands{failed}{}",
+                units::thousands(calls.write_syscalls),
+                units::bytes(write_size.p50 as f64),
+                write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),
+                units::thousands(bios),
+                units::bytes(bio_size.p50 as f64),
+                units::thousands(commands),
+                match refused {
+                    0 => String::new(),
+                    _ => format!("; {} more failed at the call ({refused_words})", units::thousands(refused)),
+                },
+            ),
+        };
         let file = calls
             .target
             .file
@@ -714,6 +737,7 @@ fn run_report(
             device: calls.target.device.clone(),
             file,
             write_syscalls: calls.write_syscalls,
+            failed_writes,
             write_syscall_bytes: calls.write_bytes,
             write_syscall_size: write_size,
             aio_writes: calls.aio_writes,

@@ -536,6 +536,7 @@ pub fn seed_run() -> RunReport {
             device: "loop0p2".to_string(),
             file: None,
             write_syscalls: 2048,
+            failed_writes: Default::default(),
             write_syscall_bytes: 2048 * 32768,
             write_syscall_size: distribution(&[(32768, 2048)]),
             aio_writes: 0,

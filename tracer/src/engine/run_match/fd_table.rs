@@ -34,8 +34,9 @@ pub(super) enum Syscall {
     /// Only the fd table changed (close, close_range, dup, exec, lseek), or
     /// the event's kind is not known.
     FdsOnly,
-    /// A write or a sync that failed, whatever its fd.
-    Failed,
+    /// A write or a sync that failed, whatever its fd; for a write to a
+    /// target, which one, and its errno (positive).
+    Failed { target: Option<usize>, errno: i32 },
     /// A write or a sync on an fd that is no target (a pipe, a tty, tmpfs).
     NotATarget,
     /// fsync or fdatasync of a target.
@@ -314,7 +315,10 @@ impl<R: FdResolver> FdTable<R> {
                         accepted,
                         not_followed: event.offset,
                     },
-                    Err(_) => Syscall::Failed,
+                    Err(_) => Syscall::Failed {
+                        target: None,
+                        errno: errno_of(event.result),
+                    },
                 };
             }
             ProcessEventKind::Lseek => {
@@ -332,7 +336,10 @@ impl<R: FdResolver> FdTable<R> {
             ProcessEventKind::Msync | ProcessEventKind::Munmap => {}
             ProcessEventKind::Mmap => {
                 if event.result < 0 {
-                    return Syscall::Failed;
+                    return Syscall::Failed {
+                        target: None,
+                        errno: errno_of(event.result),
+                    };
                 }
                 return match self.target_of(event.tgid, event.fd) {
                     Some(open) => Syscall::Mapped {
@@ -348,9 +355,6 @@ impl<R: FdResolver> FdTable<R> {
 
     /// A write or a sync (the kinds left once the fd table's own are taken).
     fn write_or_sync(&mut self, kind: ProcessEventKind, event: &ProcessEvent) -> Syscall {
-        if event.result < 0 {
-            return Syscall::Failed;
-        }
         let open = if kind.is_uring() && event.how & uring_how::FIXED_FILE != 0 {
             // `fd` is a slot of the ring's registered files.
             let Some(slot) = self
@@ -364,6 +368,15 @@ impl<R: FdResolver> FdTable<R> {
         } else {
             self.target_of(event.tgid, event.fd)
         };
+        if event.result < 0 {
+            // A refused write still names its target (a device that lost
+            // atomic writes answers EOPNOTSUPP before any I/O).
+            let target = open.filter(|_| kind.is_write()).map(|open| open.target);
+            return Syscall::Failed {
+                target,
+                errno: errno_of(event.result),
+            };
+        }
         let Some(open) = open else {
             return Syscall::NotATarget;
         };
@@ -407,6 +420,11 @@ impl<R: FdResolver> FdTable<R> {
             path,
         )
     }
+}
+
+/// A syscall's `-errno` result as a positive errno.
+fn errno_of(result: i64) -> i32 {
+    i32::try_from(result.saturating_neg()).unwrap_or(i32::MAX)
 }
 
 #[cfg(test)]

@@ -126,6 +126,8 @@ pub struct TargetCalls {
     pub partial_pages: u64,
     /// The pages written so far, up to [`MAX_TOUCHED_PAGES`].
     touched_pages: HashSet<u64>,
+    /// Write calls the kernel refused, by errno (positive).
+    pub failed_writes: std::collections::BTreeMap<i32, u64>,
 }
 
 /// Pages remembered per target for `partial_pages`; past that, pages not
@@ -195,6 +197,7 @@ impl TargetCalls {
             mapped_flushed_bytes: 0,
             partial_pages: 0,
             touched_pages: HashSet::new(),
+            failed_writes: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -398,7 +401,12 @@ impl<R: FdResolver> RunMatcher<R> {
             | Syscall::NotATarget
             | Syscall::FixedFileNotFollowed
             | Syscall::Mapped { .. } => {}
-            Syscall::Failed => self.failed_syscalls += 1,
+            Syscall::Failed { target, errno } => {
+                self.failed_syscalls += 1;
+                if let Some(calls) = target.and_then(|target| self.targets.get_mut(target)) {
+                    *calls.failed_writes.entry(errno).or_default() += 1;
+                }
+            }
             Syscall::Sync { target } => {
                 let calls = &mut self.targets[target];
                 calls.fsync_calls += 1;
@@ -494,6 +502,7 @@ impl<R: FdResolver> RunMatcher<R> {
             .iter()
             .enumerate()
             .filter(|(_, calls)| calls.write_syscalls > 0 || calls.mappings > 0)
+            // (A file only refused writes holds none of the command's bytes.)
             .filter_map(|(index, calls)| Some((index, calls.target.file.clone()?)))
             .collect()
     }
