@@ -727,6 +727,32 @@ pub struct WhatIf {
     /// Where the replayed bios' segment counts came from; `None` for a
     /// prediction that does not replay them.
     pub segments: Option<SegmentSource>,
+    /// With one command size (`time_unavailable: one_command_size`), the
+    /// device time after the fix the data allow, from the busy time now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_after_fix_bounds_ms: Option<TimeBounds>,
+}
+
+/// A time after a fix when the commands seen had one size, so a command's
+/// cost cannot be told from its bytes': the two ends the data allow.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, serde::Deserialize)]
+pub struct TimeBounds {
+    /// Each command costs the same, whatever its size (an IOPS-capped disk):
+    /// the time scales with the commands.
+    pub iops_bound: f64,
+    /// The time goes with the bytes (a bandwidth-capped disk): the fix,
+    /// which moves the same bytes, leaves it as it is.
+    pub bandwidth_bound: f64,
+}
+
+impl TimeBounds {
+    /// The bounds of `busy` (any unit) when `now` commands become `after`.
+    pub fn of(busy: f64, now: u64, after: u64) -> Option<TimeBounds> {
+        (now > 0 && busy > 0.0).then(|| TimeBounds {
+            iops_bound: busy * after as f64 / now as f64,
+            bandwidth_bound: busy,
+        })
+    }
 }
 
 /// Where a what-if's segments per bio came from.
@@ -773,6 +799,10 @@ pub struct RunTimeWithFix {
     pub run_after_fix_s: Option<f64>,
     /// `run_s / run_after_fix_s`.
     pub speedup: Option<f64>,
+    /// With one command size: the run's time with the fix at both ends the
+    /// data allow, only the device-busy part scaled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_after_fix_bounds_s: Option<TimeBounds>,
     /// Why there is no estimate; `None` when there is one.
     pub unavailable: Option<TimeUnavailable>,
     /// The what-if's commands, now and after the fix.

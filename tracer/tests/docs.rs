@@ -882,6 +882,10 @@ fn run_record() -> RunRecord {
         paused_opens: 1,
         paused_s: 0.0004,
         time_with_fix: Some(RunTimeWithFix {
+            run_after_fix_bounds_s: Some(iosplit_trace::model::TimeBounds {
+                iops_bound: 0.4,
+                bandwidth_bound: 13.6,
+            }),
             code: "split_amplification".into(),
             device: "loop9p2".into(),
             run_s: 31.4,

@@ -5,7 +5,8 @@
 //! scaled; the rest stays as it was.
 
 use crate::model::{
-    Code, RunTarget, RunTimeWithFix, ServiceBound, ServiceModel, TimeUnavailable, WhatIf,
+    Code, RunTarget, RunTimeWithFix, ServiceBound, ServiceModel, TimeBounds, TimeUnavailable,
+    WhatIf,
 };
 
 /// A fix one of the run's findings proposes, and what its what-if predicts.
@@ -62,6 +63,18 @@ pub fn time_with_fix(
                 .time_unavailable
                 .unwrap_or(TimeUnavailable::NoServiceTime),
         );
+        // One command size: both ends, where the device's time is the run's.
+        if let (Some(bounds), Some(busy_s)) =
+            (what_if.time_after_fix_bounds_ms, estimate.device_busy_s)
+        {
+            if busy_s >= IO_BOUND_SHARE * run_s && busy_s > 0.0 {
+                let scaled = |device_ms: f64| run_s - busy_s + (device_ms / 1000.0).min(busy_s);
+                estimate.run_after_fix_bounds_s = Some(TimeBounds {
+                    iops_bound: scaled(bounds.iops_bound),
+                    bandwidth_bound: scaled(bounds.bandwidth_bound),
+                });
+            }
+        }
         return Some(estimate);
     };
     let busy_s = (model.busy_ms / 1000.0).min(run_s);
@@ -125,6 +138,7 @@ mod tests {
 
     fn timed(now_ms: f64, after_ms: f64, busy_ms: f64) -> WhatIf {
         WhatIf {
+            time_after_fix_bounds_ms: None,
             commands_now: 128,
             commands_after_fix: 16,
             time_now_ms: Some(now_ms),

@@ -624,6 +624,7 @@ mod tests {
         };
         written.devices[0].service.insert(Op::Write, model);
         written.diagnoses[0].evidence.set_what_if(WhatIf {
+            time_after_fix_bounds_ms: None,
             commands_now: 129,
             commands_after_fix: 16,
             time_now_ms: Some(32.5),

@@ -174,13 +174,20 @@ pub fn what_if_sentence(
         (None, Some(after)) => {
             sentence.push_str(&format!("; device time after it ~{}", time(after)))
         }
-        (None, None) => {
-            sentence.push_str("; time not estimated");
-            if let Some(reason) = what_if.time_unavailable {
-                sentence.push_str(": ");
-                sentence.push_str(time_unavailable(reason));
+        (None, None) => match what_if.time_after_fix_bounds_ms {
+            Some(bounds) => sentence.push_str(&format!(
+                "; their device time ~{} if each command costs the same (an IOPS-capped disk), ~{} if it goes with the bytes: every command had one size, so the two cannot be told apart",
+                time(bounds.iops_bound),
+                time(bounds.bandwidth_bound),
+            )),
+            None => {
+                sentence.push_str("; time not estimated");
+                if let Some(reason) = what_if.time_unavailable {
+                    sentence.push_str(": ");
+                    sentence.push_str(time_unavailable(reason));
+                }
             }
-        }
+        },
     }
     match (&what_if.service_model, what_if.busy_ms) {
         (Some(model), _) => {
@@ -241,6 +248,15 @@ pub fn run_time_with_fix(run: &RunReport, estimate: &RunTimeWithFix) -> String {
 }
 
 fn time_with_fix_words(took: &str, estimate: &RunTimeWithFix) -> String {
+    if let (None, Some(bounds)) = (estimate.run_after_fix_s, estimate.run_after_fix_bounds_s) {
+        return format!(
+            "{took}; with the fix of {} on {} between ≈ {} if each command costs the same (an IOPS-capped disk) and ≈ {} if the time goes with the bytes: every command had one size, so which of the two the device is cannot be told from this run",
+            estimate.code,
+            estimate.device,
+            seconds_short(bounds.iops_bound),
+            seconds_short(bounds.bandwidth_bound),
+        );
+    }
     match (estimate.run_after_fix_s, estimate.unavailable) {
         (Some(after), None) => {
             let change = match estimate.speedup {
@@ -668,6 +684,7 @@ mod tests {
             ..RunReport::default()
         };
         let estimate = RunTimeWithFix {
+            run_after_fix_bounds_s: None,
             code: "split_amplification".into(),
             device: "loop0p1".into(),
             run_s: 31.4,
@@ -897,5 +914,42 @@ mod tests {
     fn owner_bytes_per_user_io_guard_zero() {
         assert_eq!(bytes_per_user_io(0, 0), 0.0);
         assert_eq!(bytes_per_user_io(65230 * 3, 3), 65230.0);
+    }
+
+    #[test]
+    fn one_command_size_gives_both_ends_the_data_allow() {
+        let bounds = crate::model::TimeBounds::of(13_600.0, 2048, 64).unwrap();
+        assert_eq!(
+            (bounds.iops_bound, bounds.bandwidth_bound),
+            (425.0, 13_600.0)
+        );
+        let what_if = WhatIf {
+            time_unavailable: Some(TimeUnavailable::OneCommandSize),
+            busy_ms: Some(13_600.0),
+            time_after_fix_bounds_ms: Some(bounds),
+            ..what_if(2048, 64)
+        };
+        let said = what_if_sentence(&what_if, Prediction::Fix, "writes", "commands");
+        assert!(
+            said.contains("~425 ms if each command costs the same")
+                && said.contains("~13.6 s if it goes with the bytes"),
+            "{said}"
+        );
+        let run = RunTimeWithFix {
+            code: "split_amplification".into(),
+            device: "vdb".into(),
+            run_s: 13.6,
+            unavailable: Some(TimeUnavailable::OneCommandSize),
+            run_after_fix_bounds_s: Some(crate::model::TimeBounds {
+                iops_bound: 0.425,
+                bandwidth_bound: 13.6,
+            }),
+            ..RunTimeWithFix::default()
+        };
+        let said = time_with_fix_words("dd took 13.6 s", &run);
+        assert!(
+            said.contains("between ≈ 0.42 s if each command costs the same"),
+            "{said}"
+        );
     }
 }

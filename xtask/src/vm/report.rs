@@ -532,6 +532,16 @@ pub struct TimeWithFix {
     pub commands_after_fix: u64,
     pub pays_little: bool,
     pub reads_after_fix: u64,
+    /// With one command size: the run's time with the fix at both ends.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_after_fix_bounds_s: Option<TimeBounds>,
+}
+
+/// `run_after_fix_bounds_s`: each command the same cost, or each byte.
+#[derive(Clone, Copy, Debug, Deserialize, Serialize)]
+pub struct TimeBounds {
+    pub iops_bound: f64,
+    pub bandwidth_bound: f64,
 }
 
 /// Who caused the I/O, per view.

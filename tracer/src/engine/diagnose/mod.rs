@@ -79,7 +79,7 @@ use crate::blk::{PAGE_BYTES, SECTOR_BYTES};
 use crate::geometry::{DiskGeometry, PartitionGeometry};
 use crate::model::{
     ratio, Code, DirtyBuffers, Finding, LiveEvidence, ObservedTraffic, Op, PartitionPlace,
-    TimeUnavailable, WhatIf, WhatIfScope,
+    TimeBounds, TimeUnavailable, WhatIf, WhatIfScope,
 };
 
 /// One diagnosis code: its static side, its live side, or both, and its
@@ -295,6 +295,17 @@ fn set_times(what_if: &mut WhatIf, fit: &Result<ServiceFit, TimeUnavailable>, by
             what_if.time_after_fix_ms = None;
             what_if.time_unavailable = Some(*reason);
             what_if.service_model = None;
+            what_if.time_after_fix_bounds_ms = match reason {
+                TimeUnavailable::OneCommandSize => what_if.busy_ms.and_then(|busy| {
+                    let bounds =
+                        TimeBounds::of(busy, what_if.commands_now, what_if.commands_after_fix)?;
+                    Some(TimeBounds {
+                        iops_bound: round3(bounds.iops_bound),
+                        bandwidth_bound: round3(bounds.bandwidth_bound),
+                    })
+                }),
+                _ => None,
+            };
         }
     }
 }
