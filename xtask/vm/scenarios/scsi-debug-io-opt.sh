@@ -9,6 +9,10 @@
 load_module crct10dif_generic
 load_module crc64_rocksoft_generic
 sd_ko=$(tail -n 1 /etc/modules/scsi_debug)
+# busybox modinfo reads modules.dep first; the initramfs has none (load_module
+# follows /etc/modules), and an empty one leaves it reading the path given.
+dep=/lib/modules/$(uname -r)/modules.dep
+[ -e "$dep" ] || : > "$dep"
 modinfo -F parm "$sd_ko" > /results/scsi_debug.parm 2> /results/scsi_debug.parm.stderr
 atomic=
 if grep -q '^atomic_wr:' /results/scsi_debug.parm; then

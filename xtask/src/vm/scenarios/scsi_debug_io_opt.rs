@@ -234,10 +234,14 @@ fn atomic_layout_checks(results: &Results, report: &crate::vm::check::Loaded<Aud
         }
     }
     checks.push(expect_diagnoses(
-        "check: start 206849 (off 4 KiB and the atomic grid)",
+        "check: start 206849 (off 4 KiB, io_opt and the atomic grid)",
         report,
         "sda3",
-        &[Code::AtomicWritesLost, Code::MisalignedStart],
+        &[
+            Code::AtomicWritesLost,
+            Code::MisalignedIoOpt,
+            Code::MisalignedStart,
+        ],
         None,
     ));
     let text = results.text("check.txt").unwrap_or_default();
