@@ -194,3 +194,58 @@ fn stack_words(finding: &Finding, evidence: &AtomicWritesLostEvidence) -> Words 
     };
     Words { explanation, fix }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::engine::audit::audit_disk;
+    use crate::engine::audit::tests::linear_dm;
+    use crate::explain::{diagnosis, who_pays, WhoPays};
+    use crate::geometry::AtomicLimits;
+    use crate::model::Code;
+
+    const MEMBER: AtomicLimits = AtomicLimits {
+        unit_min_bytes: 4096,
+        unit_max_bytes: 65536,
+        max_bytes: 65536,
+        boundary_bytes: 0,
+    };
+
+    fn words_of(offset: u64) -> (String, String) {
+        let mut dm = linear_dm(offset, "");
+        dm.atomic = Some(AtomicLimits::default());
+        for leg in &mut dm.stack.as_mut().unwrap().legs {
+            leg.bottom.atomic = Some(MEMBER);
+        }
+        let finding = audit_disk(&dm)
+            .into_iter()
+            .find(|finding| finding.code == Code::AtomicWritesLost)
+            .unwrap();
+        let said = diagnosis(finding);
+        (said.explanation, said.fix)
+    }
+
+    /// A dm level names its cause and the fix that cause takes; untorn
+    /// writes cost no commands, so nothing is priced.
+    #[test]
+    fn a_dm_level_is_named_with_its_cause_and_fix() {
+        assert_eq!(who_pays(Code::AtomicWritesLost), WhoPays::NoCommandCost);
+        let (explanation, fix) = words_of(3);
+        assert!(
+            explanation.contains("dm-0 is dm-linear over vda"),
+            "{explanation}"
+        );
+        assert!(explanation.contains("4 KiB to 64 KiB"), "{explanation}");
+        assert!(
+            explanation.contains("sector 2051 of vda, 3 sectors past"),
+            "{explanation}"
+        );
+        assert!(fix.contains("Back up dm-0 first"), "{fix}");
+        assert!(
+            fix.contains("`vmtest`'s table with the offset at 8 sectors"),
+            "{fix}"
+        );
+        let (explanation, fix) = words_of(8);
+        assert!(explanation.contains("passes none up"), "{explanation}");
+        assert!(fix.contains("No setting of dm-0 restores them"), "{fix}");
+    }
+}
