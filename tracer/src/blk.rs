@@ -30,6 +30,29 @@ pub fn predicted_block_size(size_sectors: u64, logical_block_size: u32) -> u32 {
     block_size
 }
 
+/// The grid, in sectors, a partition must start on to keep its disk's atomic
+/// writes: max(atomic write unit minimum, atomic write boundary), as
+/// `blk_atomic_write_start_sect_aligned()` takes it for
+/// `bdev_can_atomic_write()` (include/linux/blkdev.h, v6.18; the kernel reads
+/// the hardware unit minimum, which sysfs's `atomic_write_unit_min_bytes`
+/// equals whenever it is not 0). `None` when the disk offers no atomic writes.
+pub fn atomic_start_grid_sectors(unit_min_bytes: u32, boundary_bytes: u32) -> Option<u64> {
+    if unit_min_bytes == 0 {
+        return None;
+    }
+    let grid = u64::from(unit_min_bytes.max(boundary_bytes)) / SECTOR_BYTES;
+    Some(grid.max(1))
+}
+
+/// Whether a partition starting at `start` (sectors) offers the atomic writes
+/// of a disk with these limits: `bdev_can_atomic_write()` is false for a
+/// partition whose start is off [`atomic_start_grid_sectors`], and `statx`
+/// then reports no atomic unit (`bdev_statx`, block/bdev.c).
+pub fn partition_keeps_atomic(start: u64, unit_min_bytes: u32, boundary_bytes: u32) -> bool {
+    atomic_start_grid_sectors(unit_min_bytes, boundary_bytes)
+        .is_some_and(|grid| start.is_multiple_of(grid))
+}
+
 /// The errno the kernel reports for a `blk_status_t` (`blk_status_to_errno`,
 /// block/blk-core.c), negative; an unknown status is -EIO, as there. BTF
 /// tracepoints see the raw status, classic ones and blktrace the errno.
@@ -91,6 +114,29 @@ pub fn errno_name(error: i32) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// `bdev_can_atomic_write()`'s partition rule, from numbers.
+    #[test]
+    fn a_partition_keeps_atomics_only_on_the_unit_or_boundary_grid() {
+        use super::{atomic_start_grid_sectors, partition_keeps_atomic};
+        // scsi_debug atomic_wr_gran=8 on 512-byte sectors: unit 4 KiB, no boundary.
+        assert_eq!(atomic_start_grid_sectors(4096, 0), Some(8));
+        assert!(partition_keeps_atomic(2048, 4096, 0));
+        assert!(partition_keeps_atomic(2056, 4096, 0));
+        assert!(!partition_keeps_atomic(206_849, 4096, 0));
+        assert!(!partition_keeps_atomic(63, 4096, 0));
+        // A boundary larger than the unit is the grid: 64 KiB = 128 sectors.
+        assert_eq!(atomic_start_grid_sectors(4096, 65536), Some(128));
+        assert!(!partition_keeps_atomic(2056, 4096, 65536));
+        assert!(partition_keeps_atomic(2048, 4096, 65536));
+        // A boundary smaller than the unit does not refine it.
+        assert_eq!(atomic_start_grid_sectors(16384, 4096), Some(32));
+        // A 512-byte unit keeps any start.
+        assert!(partition_keeps_atomic(63, 512, 0));
+        // No unit: the disk offers none, so no partition has any to keep.
+        assert_eq!(atomic_start_grid_sectors(0, 65536), None);
+        assert!(!partition_keeps_atomic(2048, 0, 0));
+    }
+
     use super::*;
 
     #[test]

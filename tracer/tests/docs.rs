@@ -19,7 +19,7 @@ use std::process::Command;
 use iosplit_trace::frontend::check::check_in;
 use iosplit_trace::geometry::ioctl::NoIoctls;
 use iosplit_trace::geometry::stack::{CryptMaxIo, Stack, StackLeg, StackLevel};
-use iosplit_trace::geometry::{DevId, DiskGeometry, PartitionGeometry};
+use iosplit_trace::geometry::{AtomicLimits, DevId, DiskGeometry, PartitionGeometry};
 use iosplit_trace::model::{
     AttachEnd, Code, Distribution, FilesNotListed, IoSubmitReport, Measures, OwnerNames,
     RunAttached, RunFile, RunMapped, RunReport, RunTarget, RunTimeWithFix, UringReport,
@@ -405,9 +405,10 @@ fn owned(mut event: BlockEvent, tgid: u32, comm: &str, flags: u32) -> BlockEvent
     event
 }
 
-/// loop9: 4 KiB physical blocks, 128 KiB commands, `none` scheduler; p1
-/// aligned, p2 misaligned with an odd size, p3 odd-sized but held open with
-/// 4 KiB blocks.
+/// loop9: 4 KiB physical blocks, 128 KiB commands, `none` scheduler, atomic
+/// writes of 4 KiB to 64 KiB; p1 aligned, p2 misaligned with an odd size
+/// (so it loses the atomic writes), p3 odd-sized but held open with 4 KiB
+/// blocks.
 fn loop9() -> DiskGeometry {
     DiskGeometry {
         name: "loop9".into(),
@@ -425,6 +426,12 @@ fn loop9() -> DiskGeometry {
         nr_requests: 128,
         hw_queue_tags: 128,
         block_size: Some(4096),
+        atomic: Some(AtomicLimits {
+            unit_min_bytes: 4096,
+            unit_max_bytes: 65536,
+            max_bytes: 65536,
+            boundary_bytes: 0,
+        }),
         partitions: vec![
             PartitionGeometry {
                 name: "loop9p1".into(),
@@ -551,7 +558,8 @@ fn striped_dm() -> DiskGeometry {
 }
 
 /// A plain dm-crypt mapping 3 sectors into sdz1 (which starts at 2056):
-/// its data lands 1536 bytes past a physical block of sdz.
+/// its data lands 1536 bytes past a physical block of sdz, and off the
+/// 4 KiB atomic grid sdz's atomic writes need, so it offers none of them.
 fn offset_dm() -> DiskGeometry {
     let level = |device: &str, via: &str, start_sectors| StackLevel {
         device: device.into(),
@@ -560,12 +568,19 @@ fn offset_dm() -> DiskGeometry {
     };
     let mut bottom = raid();
     bottom.partitions.clear();
+    bottom.atomic = Some(AtomicLimits {
+        unit_min_bytes: 4096,
+        unit_max_bytes: 65536,
+        max_bytes: 65536,
+        boundary_bytes: 0,
+    });
     DiskGeometry {
         name: "dm-5".into(),
         dev: Some(OFFSET_DM),
         size_sectors: 8184,
         partitions: Vec::new(),
         request_based: false,
+        atomic: Some(AtomicLimits::default()),
         stack: Some(Stack {
             kind: "dm-crypt".into(),
             dm_name: "offset".into(),

@@ -16,8 +16,15 @@
  *                                           other, of NSEGS iovecs of SEG bytes,
  *                                           each in its own page (gaps for a
  *                                           virt boundary)
+ *   guest-io atomic DEV OFFSET SIZE COUNT  COUNT sequential pwritev2(RWF_ATOMIC)s of
+ *                                           SIZE bytes; prints atomic_written=N and,
+ *                                           on the first refusal, atomic_errno=NAME
+ *   guest-io statx  DEV                    statx(STATX_WRITE_ATOMIC) of DEV: prints
+ *                                           atomic_mask, atomic_unit_min, atomic_unit_max
  *
  * OFFSET and sizes are bytes. Exit status 0 only if every byte was written.
+ * The build host's headers may predate atomic writes (Linux 6.11), so their
+ * constants and statx's fields are spelled out from include/uapi/linux.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -33,6 +40,14 @@
 #include <unistd.h>
 
 #define PAGE 4096
+
+/* include/uapi/linux/fs.h and stat.h (6.11): untorn writes. */
+#define IO_RWF_ATOMIC 0x00000040
+#define IO_STATX_WRITE_ATOMIC 0x00010000U
+/* struct statx: stx_mask at 0x00, stx_atomic_write_unit_min/max at 0xa8/0xac. */
+#define STATX_BYTES 256
+#define STX_ATOMIC_UNIT_MIN 0xa8
+#define STX_ATOMIC_UNIT_MAX 0xac
 
 static unsigned long long number(const char *text)
 {
@@ -178,10 +193,66 @@ static int vectored(int fd, off_t offset, size_t segment, size_t segments, size_
 	return 0;
 }
 
+static const char *errno_name(int error)
+{
+	switch (error) {
+	case EOPNOTSUPP: return "EOPNOTSUPP";
+	case EINVAL: return "EINVAL";
+	case EIO: return "EIO";
+	case ENOSPC: return "ENOSPC";
+	default: return strerror(error);
+	}
+}
+
+/* COUNT sequential untorn writes; the first refusal ends them, named. */
+static int atomic_writes(int fd, off_t offset, size_t size, size_t count)
+{
+	size_t stride;
+	struct iovec vector = { .iov_base = pages(size, 1, &stride), .iov_len = size };
+	size_t written = 0;
+	int status = 0;
+	for (size_t i = 0; i < count; i++) {
+		ssize_t done = pwritev2(fd, &vector, 1, offset + (off_t)(i * size), IO_RWF_ATOMIC);
+		if (done != (ssize_t)size) {
+			int error = done < 0 ? errno : EIO;
+			printf("atomic_errno=%s\n", errno_name(error));
+			fprintf(stderr, "guest-io: pwritev2(RWF_ATOMIC) of %zu bytes at %lld: %s\n",
+				size, (long long)(offset + (off_t)(i * size)), strerror(error));
+			status = 1;
+			break;
+		}
+		written++;
+	}
+	printf("atomic_written=%zu\n", written);
+	return status;
+}
+
+/* statx(STATX_WRITE_ATOMIC) of PATH, as key=value lines. */
+static int atomic_statx(const char *path)
+{
+	unsigned char buffer[STATX_BYTES] __attribute__((aligned(8)));
+	memset(buffer, 0, sizeof buffer);
+	if (syscall(SYS_statx, AT_FDCWD, path, 0, IO_STATX_WRITE_ATOMIC, buffer) != 0) {
+		fprintf(stderr, "guest-io: statx %s: %s\n", path, strerror(errno));
+		return 1;
+	}
+	uint32_t mask, unit_min, unit_max;
+	memcpy(&mask, buffer, sizeof mask);
+	memcpy(&unit_min, buffer + STX_ATOMIC_UNIT_MIN, sizeof unit_min);
+	memcpy(&unit_max, buffer + STX_ATOMIC_UNIT_MAX, sizeof unit_max);
+	int reported = (mask & IO_STATX_WRITE_ATOMIC) != 0;
+	printf("atomic_mask=%d\natomic_unit_min=%u\natomic_unit_max=%u\n", reported,
+	       reported ? unit_min : 0, reported ? unit_max : 0);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "statx") == 0)
+		return atomic_statx(argv[2]);
 	if (argc != 6 && !(argc == 7 && strcmp(argv[1], "writev") == 0)) {
-		fprintf(stderr, "usage: guest-io write|hugewrite|aio|aiorev|writev DEV OFFSET SIZE COUNT [REPEAT]\n");
+		fprintf(stderr, "usage: guest-io write|hugewrite|aio|aiorev|writev|atomic DEV OFFSET SIZE COUNT [REPEAT]\n"
+				"       guest-io statx DEV\n");
 		return 2;
 	}
 	int fd = open(argv[2], O_WRONLY | O_DIRECT);
@@ -202,6 +273,8 @@ int main(int argc, char **argv)
 		status = batched(fd, offset, size, count, 0);
 	else if (strcmp(argv[1], "aiorev") == 0)
 		status = batched(fd, offset, size, count, 1);
+	else if (strcmp(argv[1], "atomic") == 0)
+		status = atomic_writes(fd, offset, size, count);
 	else if (strcmp(argv[1], "writev") == 0)
 		status = vectored(fd, offset, size, count, argc == 7 ? (size_t)number(argv[6]) : 1);
 	else {

@@ -9,6 +9,7 @@
 //! [`who_pays`] (the compiler asks for both). Pure: nothing here decides a
 //! number, it only says the ones the finding holds.
 
+mod atomic_writes_lost;
 mod crypt_sector_size;
 mod io_errors;
 mod merge_blocked;
@@ -43,6 +44,7 @@ pub fn words(finding: &Finding) -> Words {
         Evidence::MisalignedIoOpt(evidence) => misaligned_io_opt::words(finding, evidence),
         Evidence::MisalignedStack(evidence) => misaligned_stack::words(finding, evidence),
         Evidence::CryptSectorSize(evidence) => crypt_sector_size::words(finding, evidence),
+        Evidence::AtomicWritesLost(evidence) => atomic_writes_lost::words(finding, evidence),
         Evidence::SplitAmplification(evidence) => split_amplification::words(finding, evidence),
         Evidence::MergeBlocked(evidence) => merge_blocked::words(finding, evidence),
         Evidence::RequeuedCommands(evidence) => requeued_commands::words(finding, evidence),
@@ -70,6 +72,7 @@ pub fn who_pays(code: Code) -> WhoPays {
         Code::MisalignedIoOpt => misaligned_io_opt::WHO_PAYS,
         Code::MisalignedStack => misaligned_stack::WHO_PAYS,
         Code::CryptSectorSize => crypt_sector_size::WHO_PAYS,
+        Code::AtomicWritesLost => atomic_writes_lost::WHO_PAYS,
         Code::SplitAmplification => split_amplification::WHO_PAYS,
         Code::MergeBlocked => merge_blocked::WHO_PAYS,
         Code::RequeuedCommands => requeued_commands::WHO_PAYS,

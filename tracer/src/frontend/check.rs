@@ -10,6 +10,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
+use crate::blk::{atomic_start_grid_sectors, partition_keeps_atomic};
 use crate::cli::CheckArgs;
 use crate::engine::audit::{self, Placement};
 use crate::error::{Error, Result};
@@ -18,7 +19,7 @@ use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::stack::Stack;
-use crate::geometry::{disks, predicted_block_size, DiskGeometry, PartitionGeometry};
+use crate::geometry::{disks, predicted_block_size, AtomicLimits, DiskGeometry, PartitionGeometry};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 use super::output::{Document, Format, Output};
@@ -393,6 +394,7 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         "  block size {}",
         block_size_text(disk.block_size, disk.size_sectors, disk.logical_block_size)
     );
+    let _ = writeln!(out, "  atomic    {}", atomic_text(disk.atomic));
     if let Some(stack) = &disk.stack {
         render_stack(out, disk, stack);
     }
@@ -426,6 +428,63 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
             part.size % 8,
             block_size_text(part.block_size, part.size, disk.logical_block_size),
         );
+    }
+    render_partition_atomics(out, disk);
+}
+
+/// Each partition's atomic writes, when its disk offers them: kept, or lost
+/// to a start off the grid (`atomic_writes_lost` says more).
+fn render_partition_atomics(out: &mut String, disk: &DiskGeometry) {
+    let Some(limits) = disk.atomic.filter(AtomicLimits::offered) else {
+        return;
+    };
+    let Some(grid) = atomic_start_grid_sectors(limits.unit_min_bytes, limits.boundary_bytes) else {
+        return;
+    };
+    for part in &disk.partitions {
+        let verdict =
+            if partition_keeps_atomic(part.start, limits.unit_min_bytes, limits.boundary_bytes) {
+                format!(
+                    "keeps {}",
+                    atomic_range(limits.unit_min_bytes, limits.unit_max_bytes)
+                )
+            } else {
+                format!(
+                    "none: start {} is off the {grid}-sector atomic grid",
+                    part.start
+                )
+            };
+        let _ = writeln!(out, "  atomic    {}: {verdict}", part.name);
+    }
+}
+
+/// "4 KiB to 64 KiB", or one size when both ends are equal.
+fn atomic_range(min: u32, max: u32) -> String {
+    if min == max {
+        explain::exact_size(u64::from(min))
+    } else {
+        format!(
+            "{} to {}",
+            explain::exact_size(u64::from(min)),
+            explain::exact_size(u64::from(max))
+        )
+    }
+}
+
+/// A device's own atomic write limits, or why it has none.
+fn atomic_text(atomic: Option<AtomicLimits>) -> String {
+    match atomic {
+        None => "none in this kernel (no queue/atomic_write_* in sysfs)".to_string(),
+        Some(limits) if !limits.offered() => "none (the device offers no atomic writes)".into(),
+        Some(limits) => format!(
+            "unit {}, max {}, boundary {}",
+            atomic_range(limits.unit_min_bytes, limits.unit_max_bytes),
+            explain::exact_size(u64::from(limits.max_bytes)),
+            match limits.boundary_bytes {
+                0 => "none".to_string(),
+                bytes => explain::exact_size(u64::from(bytes)),
+            }
+        ),
     }
 }
 

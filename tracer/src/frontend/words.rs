@@ -87,6 +87,7 @@ pub fn what_if_op(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Option<
         | Evidence::MisalignedIoOpt(_)
         | Evidence::MisalignedStack(_)
         | Evidence::CryptSectorSize(_)
+        | Evidence::AtomicWritesLost(_)
         | Evidence::SplitAmplification(_)
         | Evidence::MergeBlocked(_)
         | Evidence::IoErrors(_) => None,
@@ -111,6 +112,7 @@ pub fn what_ifs(diagnosis: &Diagnosis, measures: Option<&Measures>) -> Vec<Said>
         | Evidence::MisalignedIoOpt(_)
         | Evidence::MisalignedStack(_)
         | Evidence::CryptSectorSize(_)
+        | Evidence::AtomicWritesLost(_)
         | Evidence::SplitAmplification(_)
         | Evidence::MergeBlocked(_)
         | Evidence::IoErrors(_) => ("commands", None),

@@ -107,6 +107,32 @@ pub struct DiskGeometry {
     /// For a device-mapper or md device: where its data lands below.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stack: Option<stack::Stack>,
+    /// Untorn (atomic) write limits (`queue/atomic_write_*`): `None` when
+    /// the kernel has no such files (it predates atomic writes, 6.11).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atomic: Option<AtomicLimits>,
+}
+
+/// A queue's atomic write limits as sysfs gives them, bytes. A unit minimum
+/// of 0 is a kernel that knows atomic writes on a device that offers none.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AtomicLimits {
+    /// `atomic_write_unit_min_bytes`: the smallest atomic write.
+    pub unit_min_bytes: u32,
+    /// `atomic_write_unit_max_bytes`: the largest one `statx` offers.
+    pub unit_max_bytes: u32,
+    /// `atomic_write_max_bytes`: the largest the device merges atomically.
+    pub max_bytes: u32,
+    /// `atomic_write_boundary_bytes`: no atomic write may cross a multiple
+    /// of it (0: no boundary).
+    pub boundary_bytes: u32,
+}
+
+impl AtomicLimits {
+    /// Whether the device offers atomic writes at all.
+    pub fn offered(&self) -> bool {
+        self.unit_min_bytes != 0
+    }
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

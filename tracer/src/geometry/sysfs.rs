@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::GeometryError;
 use super::ioctl::DeviceProbe;
-use super::{DevId, DiskGeometry, PartitionGeometry};
+use super::{AtomicLimits, DevId, DiskGeometry, PartitionGeometry};
 
 type Result<T> = std::result::Result<T, GeometryError>;
 
@@ -118,9 +118,33 @@ pub fn read_disk_in(
         block_size: probe.block_size(name),
         partitions: Vec::new(),
         stack: None,
+        atomic: read_atomic_limits(&queue),
     };
     disk.partitions = read_partitions(&dir, probe);
     Ok(disk)
+}
+
+/// The queue's `atomic_write_*` files, read as they are: `None` when the
+/// kernel has none of them (before 6.11), a missing one counted as 0.
+fn read_atomic_limits(queue: &Path) -> Option<AtomicLimits> {
+    let files = [
+        "atomic_write_unit_min_bytes",
+        "atomic_write_unit_max_bytes",
+        "atomic_write_max_bytes",
+        "atomic_write_boundary_bytes",
+    ];
+    let values = files.map(|file| read_u32(queue, file));
+    if values.iter().all(Option::is_none) {
+        return None;
+    }
+    let [unit_min_bytes, unit_max_bytes, max_bytes, boundary_bytes] =
+        values.map(Option::unwrap_or_default);
+    Some(AtomicLimits {
+        unit_min_bytes,
+        unit_max_bytes,
+        max_bytes,
+        boundary_bytes,
+    })
 }
 
 /// Subdirectories with a `partition` file, sorted by partition number.

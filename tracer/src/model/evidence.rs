@@ -29,6 +29,7 @@ pub enum Evidence {
     MisalignedIoOpt(MisalignedIoOptEvidence),
     MisalignedStack(MisalignedStackEvidence),
     CryptSectorSize(CryptSectorSizeEvidence),
+    AtomicWritesLost(AtomicWritesLostEvidence),
     SplitAmplification(SplitAmplificationEvidence),
     MergeBlocked(MergeBlockedEvidence),
     RequeuedCommands(RequeuedCommandsEvidence),
@@ -76,6 +77,7 @@ impl Evidence {
             Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
             Evidence::MisalignedStack(_) => Code::MisalignedStack,
             Evidence::CryptSectorSize(_) => Code::CryptSectorSize,
+            Evidence::AtomicWritesLost(_) => Code::AtomicWritesLost,
             Evidence::SplitAmplification(_) => Code::SplitAmplification,
             Evidence::MergeBlocked(_) => Code::MergeBlocked,
             Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
@@ -91,6 +93,7 @@ impl Evidence {
             | Evidence::MisalignedIoOpt(_)
             | Evidence::MisalignedStack(_)
             | Evidence::CryptSectorSize(_)
+            | Evidence::AtomicWritesLost(_)
             | Evidence::SplitAmplification(_)
             | Evidence::MergeBlocked(_)
             | Evidence::RequeuedCommands(_)
@@ -108,6 +111,7 @@ impl Evidence {
             | Evidence::MisalignedIoOpt(_)
             | Evidence::MisalignedStack(_)
             | Evidence::CryptSectorSize(_)
+            | Evidence::AtomicWritesLost(_)
             | Evidence::MergeBlocked(_)
             | Evidence::IoErrors(_) => None,
         }
@@ -119,6 +123,7 @@ impl Evidence {
             Evidence::SubpageBlockSize(evidence) => evidence.partition,
             Evidence::MisalignedStart(evidence) => Some(evidence.partition),
             Evidence::MisalignedIoOpt(evidence) => Some(evidence.partition),
+            Evidence::AtomicWritesLost(evidence) => evidence.partition,
             Evidence::MisalignedStack(_) | Evidence::CryptSectorSize(_) => None,
             Evidence::SplitAmplification(evidence) => evidence.partition,
             Evidence::MergeBlocked(evidence) => evidence.partition,
@@ -137,6 +142,7 @@ impl Evidence {
             Evidence::MisalignedIoOpt(evidence) => Some(&mut evidence.live),
             Evidence::MisalignedStack(evidence) => Some(&mut evidence.live),
             Evidence::CryptSectorSize(evidence) => Some(&mut evidence.live),
+            Evidence::AtomicWritesLost(evidence) => Some(&mut evidence.live),
             Evidence::SplitAmplification(_)
             | Evidence::MergeBlocked(_)
             | Evidence::RequeuedCommands(_)
@@ -155,7 +161,9 @@ impl Evidence {
             | Evidence::MisalignedStack(_)
             | Evidence::SplitAmplification(_)
             | Evidence::MergeBlocked(_) => WhatIfScope::AllData,
-            Evidence::CryptSectorSize(_) | Evidence::IoErrors(_) => WhatIfScope::NoWhatIf,
+            Evidence::CryptSectorSize(_)
+            | Evidence::AtomicWritesLost(_)
+            | Evidence::IoErrors(_) => WhatIfScope::NoWhatIf,
         }
     }
 
@@ -191,7 +199,7 @@ impl Evidence {
             Evidence::MisalignedStart(evidence) => &mut evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &mut evidence.what_if,
             Evidence::MisalignedStack(evidence) => &mut evidence.what_if,
-            Evidence::CryptSectorSize(_) => return None,
+            Evidence::CryptSectorSize(_) | Evidence::AtomicWritesLost(_) => return None,
             Evidence::SplitAmplification(evidence) => &mut evidence.what_if,
             Evidence::MergeBlocked(evidence) => &mut evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &mut evidence.what_if,
@@ -205,7 +213,7 @@ impl Evidence {
             Evidence::MisalignedStart(evidence) => &evidence.what_if,
             Evidence::MisalignedIoOpt(evidence) => &evidence.what_if,
             Evidence::MisalignedStack(evidence) => &evidence.what_if,
-            Evidence::CryptSectorSize(_) => return None,
+            Evidence::CryptSectorSize(_) | Evidence::AtomicWritesLost(_) => return None,
             Evidence::SplitAmplification(evidence) => &evidence.what_if,
             Evidence::MergeBlocked(evidence) => &evidence.what_if,
             Evidence::RequeuedCommands(evidence) => &evidence.what_if,
@@ -451,6 +459,92 @@ pub struct CryptSectorSizeEvidence {
     /// A LUKS2 header (dm uuid `CRYPT-LUKS2-`), which `cryptsetup reencrypt`
     /// can move to larger sectors in place.
     pub luks2: bool,
+    #[serde(skip)]
+    pub dm_name: String,
+    #[serde(flatten)]
+    pub live: LiveEvidence,
+}
+
+/// The level of the stack that lost atomic writes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AtomicLevel {
+    /// A partition whose start is off its disk's atomic grid.
+    Partition,
+    /// A device-mapper device offering less than the devices below it.
+    Dm,
+    /// An md device offering less than its members.
+    Md,
+}
+
+impl AtomicLevel {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AtomicLevel::Partition => "partition",
+            AtomicLevel::Dm => "dm",
+            AtomicLevel::Md => "md",
+        }
+    }
+}
+
+/// Why a stacked device offers less than its members (the fix depends on it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AtomicStackCause {
+    /// The data starts off the members' atomic grid (a table or data
+    /// offset): the kernel stacks no atomic writes from such a member.
+    DataOffset,
+    /// A chunk smaller than the members' unit maximum, or not a multiple
+    /// of their unit minimum: the chunk caps or drops them.
+    Chunk,
+    /// Neither: this kernel's target or RAID level passes none up.
+    Level,
+}
+
+/// `atomic_writes_lost`: a partition, dm or md device offering less of the
+/// untorn (atomic) writes than the device below it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AtomicWritesLostEvidence {
+    pub level: AtomicLevel,
+    /// The device whose atomic writes were lost (the disk; a stack's member).
+    pub below_device: String,
+    /// What `below_device` offers (its sysfs `queue/atomic_write_*`), bytes.
+    pub atomic_write_unit_min_bytes: u32,
+    pub atomic_write_unit_max_bytes: u32,
+    pub atomic_write_max_bytes: u32,
+    pub atomic_write_boundary_bytes: u32,
+    /// What the level offers, as `statx` reports it: 0 when none.
+    pub offered_unit_min_bytes: u32,
+    pub offered_unit_max_bytes: u32,
+    /// A partition: where it sits.
+    #[serde(flatten)]
+    pub partition: Option<PartitionPlace>,
+    /// The grid its start (or a stack's data start) must be on, sectors:
+    /// max(unit minimum, boundary).
+    pub grid_sectors: u64,
+    /// Sectors past the previous grid line (0 for a stack cut by its chunk
+    /// or its level).
+    pub start_offset_sectors: u64,
+    /// A partition's fix: recreated at the next start on the grid
+    /// (`proposed_start`, `proposed_size`); `None` when too small.
+    #[serde(flatten)]
+    pub proposed: Option<ProposedPlace>,
+    /// A stack: why, its kind (`dm-linear`, `md-raid0`), its chunk and
+    /// where its data starts on `below_device`, sectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stack_cause: Option<AtomicStackCause>,
+    #[serde(skip_serializing_if = "String::is_empty")]
+    pub stack_kind: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub chunk_sectors: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data_start_sectors: Option<u64>,
+    /// For a data offset: the level that set it and the offset that keeps
+    /// the atomic writes, sectors.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub culprit_via: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub proposed_offset_sectors: Option<u64>,
     #[serde(skip)]
     pub dm_name: String,
     #[serde(flatten)]

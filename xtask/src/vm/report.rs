@@ -223,6 +223,7 @@ pub enum Code {
     MisalignedIoOpt,
     MisalignedStack,
     CryptSectorSize,
+    AtomicWritesLost,
     SplitAmplification,
     MergeBlocked,
     RequeuedCommands,
@@ -237,6 +238,7 @@ impl Code {
             Code::MisalignedIoOpt => "misaligned_io_opt",
             Code::MisalignedStack => "misaligned_stack",
             Code::CryptSectorSize => "crypt_sector_size",
+            Code::AtomicWritesLost => "atomic_writes_lost",
             Code::SplitAmplification => "split_amplification",
             Code::MergeBlocked => "merge_blocked",
             Code::RequeuedCommands => "requeued_commands",
@@ -307,6 +309,7 @@ impl Diagnosis {
             Evidence::MisalignedIoOpt(_) => Code::MisalignedIoOpt,
             Evidence::MisalignedStack(_) => Code::MisalignedStack,
             Evidence::CryptSectorSize(_) => Code::CryptSectorSize,
+            Evidence::AtomicWritesLost(_) => Code::AtomicWritesLost,
             Evidence::SplitAmplification(_) => Code::SplitAmplification,
             Evidence::MergeBlocked(_) => Code::MergeBlocked,
             Evidence::RequeuedCommands(_) => Code::RequeuedCommands,
@@ -339,6 +342,13 @@ impl Diagnosis {
     pub fn misaligned_stack(&self) -> Option<&MisalignedStack> {
         match &self.evidence {
             Evidence::MisalignedStack(evidence) => Some(evidence),
+            _ => None,
+        }
+    }
+
+    pub fn atomic_writes_lost(&self) -> Option<&AtomicWritesLost> {
+        match &self.evidence {
+            Evidence::AtomicWritesLost(evidence) => Some(evidence),
             _ => None,
         }
     }
@@ -386,10 +396,21 @@ pub enum Evidence {
     MisalignedIoOpt(Unread),
     MisalignedStack(MisalignedStack),
     CryptSectorSize(Unread),
+    AtomicWritesLost(AtomicWritesLost),
     SplitAmplification(SplitAmplification),
     MergeBlocked(MergeBlocked),
     RequeuedCommands(RequeuedCommands),
     IoErrors(IoErrors),
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AtomicWritesLost {
+    pub level: String,
+    pub partition_start: Option<u64>,
+    pub grid_sectors: u64,
+    pub atomic_write_unit_max_bytes: u64,
+    pub offered_unit_max_bytes: u64,
+    pub proposed_start: Option<u64>,
 }
 
 /// Evidence no scenario reads.

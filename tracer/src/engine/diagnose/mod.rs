@@ -21,6 +21,7 @@
 //! `docs/diagnoses.md`, its evidence keys in `docs/json-schema.md`, and
 //! events in `tests/docs.rs`'s synthetic recording that raise it.
 
+mod atomic_writes_lost;
 mod crypt_sector_size;
 mod io_errors;
 mod merge_blocked;
@@ -116,6 +117,7 @@ pub(crate) const CHECKS: &[&dyn Check] = &[
     &misaligned_io_opt::MisalignedIoOpt,
     &misaligned_stack::MisalignedStack,
     &crypt_sector_size::CryptSectorSize,
+    &atomic_writes_lost::AtomicWritesLost,
     &subpage_block_size::SubpageBlockSize,
     &split_amplification::SplitAmplification,
     &merge_blocked::MergeBlocked,

@@ -1,12 +1,27 @@
 //! `scsi-debug-io-opt.sh`: scsi_debug with 4 KiB physical blocks and a
-//! 128 KiB optimal I/O size, one partition aligned to each.
+//! 128 KiB optimal I/O size, one partition aligned to each; and untorn
+//! writes (#50): where the guest's scsi_debug has atomic write parameters,
+//! statx and pwritev2(RWF_ATOMIC) on each partition against check's
+//! `atomic_writes_lost` verdicts; where it has none, check must say the
+//! kernel offers none and find nothing.
 
 use std::time::Duration;
 
 use super::{expect_geometry, Scenario};
-use crate::vm::check::{expect_diagnoses, Check, Results};
+use crate::vm::check::{diagnoses_on, expect_diagnoses, Check, Results};
 use crate::vm::kernel::Line;
-use crate::vm::report::Code;
+use crate::vm::report::{Audit, Code};
+
+/// The atomic parameters' unit: `atomic_wr_gran=8` blocks of 512 bytes, and
+/// `atomic_wr_max_length=128` blocks.
+const UNIT_MIN: u64 = 8 * 512;
+const UNIT_MAX: u64 = 128 * 512;
+/// The partition off the 8-sector atomic grid, and the next start on it.
+const MISALIGNED_START: u64 = 206_849;
+const NEXT_ALIGNED_START: u64 = 206_856;
+/// The untorn writes each partition takes (guest-io atomic … 16384 4).
+const ATOMIC_WRITES: u64 = 4;
+const PARTITIONS: [&str; 3] = ["sda1", "sda2", "sda3"];
 
 pub fn scenario() -> Scenario {
     Scenario {
@@ -45,6 +60,271 @@ fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
         "sda2",
         &[],
         None,
+    ));
+    checks.extend(atomic_checks(results));
+    checks
+}
+
+/// Whether the guest's scsi_debug has the atomic write parameters, as its
+/// modinfo listed them (an error when modinfo listed nothing: no verdict).
+fn scsi_debug_has_atomics(results: &Results) -> Result<bool, String> {
+    let parms = results.text("scsi_debug.parm")?;
+    if !parms.lines().any(|line| line.starts_with("opt_blks:")) {
+        return Err(format!(
+            "modinfo listed no scsi_debug parameters: {parms:?}"
+        ));
+    }
+    let names = [
+        "atomic_wr",
+        "atomic_wr_gran",
+        "atomic_wr_align",
+        "atomic_wr_max_length",
+    ];
+    let listed = |name: &str| {
+        parms
+            .lines()
+            .any(|line| line.split(':').next() == Some(name))
+    };
+    Ok(names.iter().all(|name| listed(name)))
+}
+
+fn atomic_checks(results: &Results) -> Vec<Check> {
+    let what = "untorn writes: scsi_debug's modinfo lists atomic_wr, _gran, _align, _max_length";
+    let atomics = match scsi_debug_has_atomics(results) {
+        Ok(atomics) => atomics,
+        Err(why) => return vec![Check::missing(what, "a parameter list", why)],
+    };
+    let mut checks = vec![Check::new(
+        what,
+        "listed, or none of them (a kernel before atomic writes)",
+        if atomics { "listed" } else { "none" },
+        true,
+    )];
+    let report = results.audit("check.json");
+    if atomics {
+        checks.extend(atomic_layout_checks(results, &report));
+    } else {
+        checks.extend(no_atomic_checks(results, &report));
+    }
+    checks
+}
+
+/// `key=value` numbers of a results file.
+fn numbers(results: &Results, file: &str) -> Result<Vec<(String, u64)>, String> {
+    Ok(results
+        .values(file)?
+        .into_iter()
+        .filter_map(|(key, value)| Some((key, value.trim().parse().ok()?)))
+        .collect())
+}
+
+fn number(results: &Results, file: &str, key: &str) -> Option<u64> {
+    numbers(results, file)
+        .ok()?
+        .into_iter()
+        .find_map(|(k, value)| (k == key).then_some(value))
+}
+
+/// `statx` of a device: (unit min, unit max), 0 when it reports none.
+fn statx_units(results: &Results, device: &str) -> Option<(u64, u64)> {
+    let file = format!("{device}.statx");
+    Some((
+        number(results, &file, "atomic_unit_min")?,
+        number(results, &file, "atomic_unit_max")?,
+    ))
+}
+
+/// What `guest-io atomic` did on a partition: writes done, the errno that
+/// stopped them, its exit status.
+fn atomic_outcome(results: &Results, part: &str) -> (Option<u64>, Option<String>, Option<u64>) {
+    let file = format!("{part}.atomic");
+    let errno = results
+        .values(&file)
+        .ok()
+        .and_then(|mut values| values.remove("atomic_errno"));
+    (
+        number(results, &file, "atomic_written"),
+        errno,
+        number(results, &file, "rc"),
+    )
+}
+
+fn atomic_layout_checks(results: &Results, report: &crate::vm::check::Loaded<Audit>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let sysfs = (
+        number(results, "sda.atomic_sysfs", "unit_min"),
+        number(results, "sda.atomic_sysfs", "unit_max"),
+    );
+    checks.push(Check::new(
+        "untorn writes: sda's sysfs and statx offer the parameters' range",
+        format!("sysfs and statx {UNIT_MIN}..{UNIT_MAX}"),
+        format!("sysfs {sysfs:?}, statx {:?}", statx_units(results, "sda")),
+        sysfs == (Some(UNIT_MIN), Some(UNIT_MAX))
+            && statx_units(results, "sda") == Some((UNIT_MIN, UNIT_MAX)),
+    ));
+    let Ok(audit) = report else {
+        checks.push(Check::missing(
+            "untorn writes: check's verdicts",
+            "check.json",
+            report.as_ref().err().cloned().unwrap_or_default(),
+        ));
+        return checks;
+    };
+    for part in PARTITIONS {
+        let lost: Vec<_> = audit
+            .diagnoses
+            .iter()
+            .filter(|d| d.is_on(part))
+            .filter_map(|d| d.atomic_writes_lost())
+            .collect();
+        let statx = statx_units(results, part);
+        let (written, errno, rc) = atomic_outcome(results, part);
+        if part == "sda3" {
+            let named = lost.first().map(|e| {
+                format!(
+                    "atomic_writes_lost level {} start {:?} grid {} offered {} proposed {:?}",
+                    e.level,
+                    e.partition_start,
+                    e.grid_sectors,
+                    e.offered_unit_max_bytes,
+                    e.proposed_start
+                )
+            });
+            checks.push(Check::new(
+                format!("untorn writes: {part} at {MISALIGNED_START}: statx none = check's atomic_writes_lost"),
+                format!(
+                    "statx (0, 0); atomic_writes_lost level partition start {MISALIGNED_START} grid 8 offered 0 proposed {NEXT_ALIGNED_START}"
+                ),
+                format!("statx {statx:?}; {}", named.as_deref().unwrap_or("no atomic_writes_lost")),
+                statx == Some((0, 0))
+                    && lost.len() == 1
+                    && lost[0].level == "partition"
+                    && lost[0].partition_start == Some(MISALIGNED_START)
+                    && lost[0].grid_sectors == 8
+                    && lost[0].offered_unit_max_bytes == 0
+                    && lost[0].atomic_write_unit_max_bytes == UNIT_MAX
+                    && lost[0].proposed_start == Some(NEXT_ALIGNED_START),
+            ));
+            let refused = matches!(errno.as_deref(), Some("EOPNOTSUPP" | "EINVAL"));
+            checks.push(Check::new(
+                format!("untorn writes: pwritev2(RWF_ATOMIC) 16 KiB on {part} is refused"),
+                "0 written, EOPNOTSUPP or EINVAL",
+                format!(
+                    "{written:?} written, {}",
+                    errno.as_deref().unwrap_or("no errno")
+                ),
+                written == Some(0) && refused && rc == Some(1),
+            ));
+        } else {
+            checks.push(Check::new(
+                format!("untorn writes: {part} keeps the disk's range: statx = check (no finding)"),
+                format!("statx ({UNIT_MIN}, {UNIT_MAX}); no atomic_writes_lost"),
+                format!("statx {statx:?}; {} atomic_writes_lost", lost.len()),
+                statx == Some((UNIT_MIN, UNIT_MAX)) && lost.is_empty(),
+            ));
+            checks.push(Check::new(
+                format!("untorn writes: pwritev2(RWF_ATOMIC) 16 KiB on {part} succeeds"),
+                format!("{ATOMIC_WRITES} written"),
+                format!(
+                    "{written:?} written, {}",
+                    errno.as_deref().unwrap_or("no errno")
+                ),
+                written == Some(ATOMIC_WRITES) && rc == Some(0),
+            ));
+        }
+    }
+    checks.push(expect_diagnoses(
+        "check: start 206849 (off 4 KiB, io_opt and the atomic grid)",
+        report,
+        "sda3",
+        &[
+            Code::AtomicWritesLost,
+            Code::MisalignedIoOpt,
+            Code::MisalignedStart,
+        ],
+        None,
+    ));
+    let text = results.text("check.txt").unwrap_or_default();
+    let line = "atomic    unit 4 KiB to 64 KiB, max 64 KiB";
+    checks.push(Check::new(
+        "untorn writes: check's text shows the kept range as info",
+        format!("`{line}`, `sda1: keeps 4 KiB to 64 KiB`"),
+        text.lines()
+            .filter(|l| l.trim_start().starts_with("atomic"))
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(" | "),
+        text.contains(line) && text.contains("sda1: keeps 4 KiB to 64 KiB"),
+    ));
+    checks
+}
+
+/// A kernel whose scsi_debug has no atomic parameters: no sysfs files, statx
+/// reports none, RWF_ATOMIC is refused, and check says the kernel offers
+/// none instead of finding anything.
+fn no_atomic_checks(results: &Results, report: &crate::vm::check::Loaded<Audit>) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let sysfs = results.text("sda.atomic_sysfs").unwrap_or_default();
+    let statx: Vec<_> = ["sda"]
+        .into_iter()
+        .chain(PARTITIONS)
+        .map(|device| (device, statx_units(results, device)))
+        .collect();
+    checks.push(Check::new(
+        "no untorn writes: no queue/atomic_write_* files, statx none everywhere",
+        "no files; statx (0, 0) on sda, sda1..3",
+        format!("files {:?}; statx {statx:?}", sysfs.trim()),
+        sysfs.trim().is_empty() && statx.iter().all(|(_, units)| *units == Some((0, 0))),
+    ));
+    let outcomes: Vec<_> = PARTITIONS
+        .iter()
+        .map(|part| (part, atomic_outcome(results, part)))
+        .collect();
+    checks.push(Check::new(
+        "no untorn writes: pwritev2(RWF_ATOMIC) is refused on every partition",
+        "0 written, EOPNOTSUPP or EINVAL, on sda1..3",
+        outcomes
+            .iter()
+            .map(|(part, (written, errno, _))| {
+                format!(
+                    "{part}: {written:?} written, {}",
+                    errno.as_deref().unwrap_or("no errno")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+        outcomes.iter().all(|(_, (written, errno, rc))| {
+            *written == Some(0)
+                && matches!(errno.as_deref(), Some("EOPNOTSUPP" | "EINVAL"))
+                && *rc == Some(1)
+        }),
+    ));
+    let lost = match report {
+        Ok(audit) => PARTITIONS
+            .iter()
+            .chain(["sda"].iter())
+            .map(|device| {
+                diagnoses_on(&**audit, device)
+                    .iter()
+                    .filter(|found| found.code == Code::AtomicWritesLost)
+                    .count()
+            })
+            .sum::<usize>(),
+        Err(_) => usize::MAX,
+    };
+    let text = results.text("check.txt").unwrap_or_default();
+    let line = "atomic    none in this kernel";
+    checks.push(Check::new(
+        "no untorn writes: check says the kernel offers none, and finds no atomic_writes_lost",
+        format!("`{line}`; 0 atomic_writes_lost"),
+        format!(
+            "{}; {lost} atomic_writes_lost",
+            text.lines()
+                .find(|l| l.trim_start().starts_with("atomic"))
+                .unwrap_or("no atomic line")
+                .trim()
+        ),
+        text.contains(line) && lost == 0,
     ));
     checks
 }
