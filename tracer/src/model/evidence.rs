@@ -66,6 +66,10 @@ impl Evidence {
                 _ => FixCost::Program,
             },
             Evidence::IoErrors(_) => FixCost::Investigate,
+            Evidence::AtomicWritesLost(evidence) => match evidence.level {
+                AtomicLevel::Partition => FixCost::Repartition,
+                AtomicLevel::Dm | AtomicLevel::Md => FixCost::RecreateStack,
+            },
         }
     }
 
