@@ -708,9 +708,10 @@ fn run_report(
             .map(|(name, n)| format!("{} {name}", units::thousands(*n)))
             .collect::<Vec<_>>()
             .join(", ");
-        let summary = match calls.write_syscalls {
-            // Every write refused at the call: nothing reached the device.
-            0 if refused > 0 => format!(
+        let summary = match (calls.write_syscalls, bios) {
+            // Every write refused at the call, before any I/O (a write the
+            // device failed reached it, and is said below as such).
+            (0, 0) if refused > 0 => format!(
                 "{program}'s {} writes to {to} all failed at the call ({refused_words}): no byte reached the block layer",
                 units::thousands(refused),
             ),
@@ -724,7 +725,10 @@ fn run_report(
                 units::thousands(commands),
                 match refused {
                     0 => String::new(),
-                    _ => format!("; {} more failed at the call ({refused_words})", units::thousands(refused)),
+                    _ => format!(
+                        "; {} write calls returned an error ({refused_words})",
+                        units::thousands(refused)
+                    ),
                 },
             ),
         };
