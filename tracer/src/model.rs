@@ -887,6 +887,10 @@ pub struct RunReport {
     /// wrote carries a what-if.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub time_with_fix: Option<RunTimeWithFix>,
+    /// The command's time with each fix its findings propose, in the
+    /// findings' order (cheapest first), when there are several.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub time_with_each_fix: Vec<RunTimeWithFix>,
     /// `run --pid`: a process already running, followed from attach on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attached: Option<RunAttached>,

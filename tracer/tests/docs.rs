@@ -891,6 +891,7 @@ fn run_record() -> RunRecord {
         summary: "writer issued 20 writes of 128 KiB to loop9p2".into(),
     };
     let run = RunReport {
+        time_with_each_fix: Vec::new(),
         command: vec!["writer".into(), "/mnt/data/out.bin".into()],
         exit_status: Some(0),
         command_s: Some(31.4),

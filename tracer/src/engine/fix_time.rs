@@ -41,6 +41,24 @@ pub fn time_with_fix(
     let fix = fixes
         .iter()
         .max_by(|left, right| saved(left.what_if).total_cmp(&saved(right.what_if)))?;
+    Some(estimate_of(run_s, fix, targets))
+}
+
+/// The run's time with each proposed fix, in `fixes`' order (cheapest
+/// first): every fix that applies with its own estimate.
+pub fn time_with_each_fix(
+    run_s: f64,
+    fixes: &[ProposedFix<'_>],
+    targets: &[RunTarget],
+) -> Vec<RunTimeWithFix> {
+    fixes
+        .iter()
+        .map(|fix| estimate_of(run_s, fix, targets))
+        .collect()
+}
+
+/// The run's time with `fix`: the device-busy part scaled by its what-if.
+fn estimate_of(run_s: f64, fix: &ProposedFix<'_>, targets: &[RunTarget]) -> RunTimeWithFix {
     let what_if = fix.what_if;
     let mut estimate = RunTimeWithFix {
         code: fix.code.to_string(),
@@ -75,13 +93,13 @@ pub fn time_with_fix(
                 });
             }
         }
-        return Some(estimate);
+        return estimate;
     };
     let busy_s = (model.busy_ms / 1000.0).min(run_s);
     estimate.device_busy_s = Some(busy_s);
     if run_s <= 0.0 || now <= 0.0 || busy_s < IO_BOUND_SHARE * run_s {
         estimate.unavailable = Some(TimeUnavailable::NotIoBound);
-        return Some(estimate);
+        return estimate;
     }
     let read_s = estimate.reads_after_fix as f64 * read_cost_ms(&model) / 1000.0;
     estimate.run_after_fix_s = Some(run_after_fix_s(run_s, busy_s, after / now, &model) + read_s);
@@ -90,7 +108,7 @@ pub fn time_with_fix(
     estimate.pays_little |= estimate
         .speedup
         .is_some_and(|speedup| speedup < LITTLE_SPEEDUP);
-    Some(estimate)
+    estimate
 }
 
 /// The run's time with the device's time scaled by `ratio`. Commands taken

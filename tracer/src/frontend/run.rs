@@ -771,6 +771,7 @@ fn run_report(
         )
     });
     RunReport {
+        time_with_each_fix: Vec::new(),
         command: command.to_vec(),
         exit_status,
         processes: matcher.processes,
@@ -930,9 +931,10 @@ pub fn conclude(report: &mut Report, conclusion: RunRecord) {
         &written,
     );
     report.run = Some(conclusion.run);
-    let estimate = time_with_fix(report);
+    let (estimate, each) = time_with_fix(report);
     if let Some(run) = report.run.as_mut() {
         run.time_with_fix = estimate;
+        run.time_with_each_fix = each;
     }
 }
 
@@ -940,7 +942,7 @@ pub fn conclude(report: &mut Report, conclusion: RunRecord) {
 /// (see [`fix_time::time_with_fix`]), over the command's time, or the
 /// trace's when the command's is unknown. `None` when no diagnosis carries
 /// a what-if.
-fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
+fn time_with_fix(report: &Report) -> (Option<RunTimeWithFix>, Vec<RunTimeWithFix>) {
     let run = report.run.as_ref();
     let run_s = run
         .and_then(|run| run.command_s)
@@ -957,7 +959,11 @@ fn time_with_fix(report: &Report) -> Option<RunTimeWithFix> {
         })
         .collect();
     let targets = run.map_or(&[][..], |run| run.targets.as_slice());
-    fix_time::time_with_fix(run_s, &fixes, targets)
+    let each = match fixes.len() {
+        0 | 1 => Vec::new(),
+        _ => fix_time::time_with_each_fix(run_s, &fixes, targets),
+    };
+    (fix_time::time_with_fix(run_s, &fixes, targets), each)
 }
 
 fn keep_touched_devices(
@@ -1027,7 +1033,7 @@ mod tests {
     fn the_time_with_fix_is_over_the_command_or_else_the_trace() {
         use crate::frontend::test_reports::seed_report;
         let mut report = seed_report();
-        assert_eq!(time_with_fix(&report), None);
+        assert_eq!(time_with_fix(&report).0, None);
         report.diagnoses[1]
             .evidence
             .set_what_if(crate::model::WhatIf {
@@ -1035,7 +1041,7 @@ mod tests {
                 commands_after_fix: 100,
                 ..Default::default()
             });
-        let estimate = time_with_fix(&report).unwrap();
+        let estimate = time_with_fix(&report).0.unwrap();
         assert_eq!(estimate.code, report.diagnoses[1].code.to_string());
         assert_eq!(estimate.device, report.diagnoses[1].device);
         assert_eq!(estimate.run_s, report.duration_s);
@@ -1043,7 +1049,7 @@ mod tests {
             command_s: Some(3.5),
             ..RunReport::default()
         });
-        assert_eq!(time_with_fix(&report).unwrap().run_s, 3.5);
+        assert_eq!(time_with_fix(&report).0.unwrap().run_s, 3.5);
     }
 
     #[test]

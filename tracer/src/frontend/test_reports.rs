@@ -527,6 +527,7 @@ pub fn seed_report() -> Report {
 /// `run -- mkfs.ext4 /dev/loop0p2`.
 pub fn seed_run() -> RunReport {
     RunReport {
+        time_with_each_fix: Vec::new(),
         command: vec!["mkfs.ext4".to_string(), "/dev/loop0p2".to_string()],
         exit_status: Some(0),
         paused_opens: 1,

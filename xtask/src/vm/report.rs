@@ -509,6 +509,9 @@ pub struct Run {
     pub io_uring: Option<Uring>,
     /// When a diagnosis of a device it wrote carries a what-if.
     pub time_with_fix: Option<TimeWithFix>,
+    /// Each proposed fix's own estimate, when there are several.
+    #[serde(default)]
+    pub time_with_each_fix: Vec<TimeWithFix>,
 }
 
 impl Run {
