@@ -72,11 +72,6 @@ for serial in iops bw; do
     if [ "$serial" = iops ]; then
         workload="guest-io hugewrite /dev/$part 0 1048576 64 && guest-io write /dev/$part 67108864 4096 256"
         split_case "$serial.huge" "$part" "$workload"
-        # One command size and nothing else: no fit, so the run gives the
-        # two ends its data allow (#48: dd, backups, fixed pages). 160 MiB,
-        # so the throttle's burst (20 commands after idle) is a small part
-        # of the fixed run's 160 commands.
-        split_case "$serial.single" "$part" "guest-io hugewrite /dev/$part 0 1048576 160"
     fi
 
     # Merges switched off: adjacent 4 KiB and 16 KiB writes submitted together.

@@ -391,59 +391,8 @@ fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
             SeedExpect::AsPredicted,
         ));
     }
-    checks.push(single_size(results));
     checks.push(seed_text(results));
     checks
-}
-
-/// 160 writes of 1 MiB under a 32 KiB cap on the IOPS-capped disk: one
-/// command size, so no fit; the run must give both ends, and the fixed
-/// run must land between them, near the IOPS end (#48).
-fn single_size(results: &Results) -> Check {
-    let what = "throttled single size: run's bounds vs the fix applied".to_string();
-    let expected = format!(
-        "one_command_size, the fixed run between the bounds and within {:.0}% or {:.0} ms of the IOPS bound",
-        TIME_TOLERANCE * 100.0,
-        TIME_SLACK_S * 1000.0
-    );
-    let loaded = (|| -> Result<_, String> {
-        Ok((
-            results.report("iops.single.before.json")?,
-            results.report("iops.single.after.json")?,
-        ))
-    })();
-    let (before, after) = match loaded {
-        Ok(loaded) => loaded,
-        Err(why) => return Check::missing(what, expected, why),
-    };
-    let estimate = before
-        .run
-        .as_ref()
-        .and_then(|run| run.time_with_fix.as_ref());
-    let bounds = estimate.and_then(|estimate| estimate.run_after_fix_bounds_s);
-    let unavailable = estimate.and_then(|estimate| estimate.unavailable.clone());
-    let measured = command_s(&after);
-    let ok = match (bounds, measured) {
-        (Some(bounds), Some(measured)) => {
-            let near = (measured - bounds.iops_bound).abs()
-                <= (TIME_TOLERANCE * measured).max(TIME_SLACK_S);
-            unavailable.as_deref() == Some("one_command_size")
-                && near
-                && measured <= bounds.bandwidth_bound
-        }
-        _ => false,
-    };
-    let found = format!(
-        "unavailable {}; bounds {}; run {} s -> measured {} s",
-        unavailable.as_deref().unwrap_or("none"),
-        bounds.map_or("none".into(), |b| format!(
-            "{:.2}..{:.2} s",
-            b.iops_bound, b.bandwidth_bound
-        )),
-        command_s(&before).map_or("?".into(), |s| format!("{s:.2}")),
-        measured.map_or("?".into(), |s| format!("{s:.2}")),
-    );
-    Check::new(what, expected, found, ok)
 }
 
 /// The README's example: `run -- mkfs.ext4` on the seed's layout 1, as text,
