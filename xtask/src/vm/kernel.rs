@@ -1,5 +1,6 @@
-//! The guest kernels: Debian's 6.1 and 6.12 LTS image packages, downloaded
-//! with apt, unpacked and depmod-ed once under `target/vm/kernel/<package>/`.
+//! The guest kernels: Debian's 6.1 and 6.12 LTS image packages, and the
+//! newest 7.x from trixie-backports and sid, downloaded with apt, unpacked
+//! and depmod-ed once under `target/vm/kernel/<package>/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -16,21 +17,49 @@ pub struct Line {
     pub metapackage: &'static str,
     /// What every image package of the line starts with (the dot keeps 6.1 and 6.12 apart).
     pub package_prefix: &'static str,
+    /// Where the line's packages come from.
+    pub archive: Archive,
+}
+
+/// The apt archive a line is fetched from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Archive {
+    /// The machine's own sources (bookworm): one `linux-image-*` package
+    /// with `boot/vmlinuz-*` and `lib/modules/*`, named by a metapackage.
+    Machine,
+    /// trixie-backports and sid, through a private sources list so the
+    /// machine's own apt setup is untouched. From 7.x the image is split into
+    /// `linux-binary-*` (the vmlinuz) and `linux-modules-*`, both under
+    /// `usr/lib/modules/<release>/`, with `modules.builtin` in `linux-base-*`;
+    /// the newest `-amd64` flavour is taken.
+    Newer,
 }
 
 /// Every kernel the matrix runs each scenario on.
-pub const LINES: [Line; 2] = [
+pub const LINES: [Line; 3] = [
     Line {
         name: "6.1",
         metapackage: "linux-image-amd64",
         package_prefix: "linux-image-6.1.",
+        archive: Archive::Machine,
     },
     Line {
         name: "6.12",
         metapackage: "linux-image-6.12-amd64",
         package_prefix: "linux-image-6.12.",
+        archive: Archive::Machine,
+    },
+    Line {
+        name: "7",
+        metapackage: "",
+        package_prefix: "linux-binary-7.",
+        archive: Archive::Newer,
     },
 ];
+
+/// The newer archives, for the 7.x kernel and the tools that came with it.
+pub const NEWER_SOURCES: &str = "deb http://deb.debian.org/debian trixie-backports main\n\
+deb http://deb.debian.org/debian sid main\n";
 
 /// An unpacked kernel with its modules.
 #[derive(Clone, Debug)]
@@ -67,6 +96,9 @@ pub fn release_of(package: &str) -> Option<String> {
 ///
 /// Without apt metadata (offline), the newest cached kernel of the line is used.
 pub fn ensure(cache: &Path, line: &Line) -> Result<Kernel> {
+    if line.archive == Archive::Newer {
+        return ensure_newer(cache, line);
+    }
     let dir = cache.join("kernel");
     std::fs::create_dir_all(&dir)
         .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
@@ -124,6 +156,139 @@ pub fn ensure(cache: &Path, line: &Line) -> Result<Kernel> {
     }
     // An older ABI's tree (~400 MB) is dead weight once its successor is here;
     // the other lines' trees stay.
+    if let Ok(entries) = std::fs::read_dir(&dir) {
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(line.package_prefix) && name != package {
+                let _ = std::fs::remove_dir_all(entry.path());
+            }
+        }
+    }
+    Ok(kernel)
+}
+
+/// apt arguments that read the newer archives from `cache/apt-newer` only.
+pub fn newer_apt(cache: &Path) -> Result<Vec<String>> {
+    let root = cache.join("apt-newer");
+    let lists = root.join("lists");
+    std::fs::create_dir_all(lists.join("partial"))
+        .map_err(|err| format!("cannot create {}: {err}", lists.display()))?;
+    let sources = root.join("sources.list");
+    std::fs::write(&sources, NEWER_SOURCES)
+        .map_err(|err| format!("cannot write {}: {err}", sources.display()))?;
+    let args = vec![
+        "-o".to_string(),
+        format!("Dir::Etc::sourcelist={}", sources.display()),
+        "-o".to_string(),
+        "Dir::Etc::sourceparts=-".to_string(),
+        "-o".to_string(),
+        format!("Dir::State::Lists={}", lists.display()),
+    ];
+    // Lists older than a day may name packages the mirror has dropped.
+    let fresh = std::fs::read_dir(&lists).ok().is_some_and(|entries| {
+        entries.flatten().any(|entry| {
+            entry.file_name().to_string_lossy().ends_with("_Packages")
+                && entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age.as_secs() < 86_400)
+        })
+    });
+    if !fresh {
+        run(Command::new("apt-get").args(&args).args(["update", "-q"]))?;
+    }
+    Ok(args)
+}
+
+/// The newest `linux-binary-<major>.*+debNN-amd64` among apt's package names.
+pub fn newest_binary_package(names: &str, line: &Line) -> Option<String> {
+    let mut found: Vec<&str> = names
+        .lines()
+        .map(str::trim)
+        .filter(|name| name.starts_with(line.package_prefix) && name.ends_with("-amd64"))
+        // `-cloud-amd64` and `-rt-amd64` are other flavours.
+        .filter(|name| !name.ends_with("-cloud-amd64") && !name.ends_with("-rt-amd64"))
+        .collect();
+    found.sort_by_key(|name| version_key(name));
+    found.pop().map(str::to_string)
+}
+
+fn ensure_newer(cache: &Path, line: &Line) -> Result<Kernel> {
+    let dir = cache.join("kernel");
+    std::fs::create_dir_all(&dir)
+        .map_err(|err| format!("cannot create {}: {err}", dir.display()))?;
+    let named = newer_apt(cache).ok().and_then(|args| {
+        output(
+            Command::new("apt-cache")
+                .args(&args)
+                .args(["pkgnames", line.package_prefix]),
+        )
+        .and_then(|names| newest_binary_package(&names, line))
+    });
+    let package = match named {
+        Some(package) => package,
+        None => newest_cached(&dir, line).ok_or_else(|| {
+            format!(
+                "cannot list the {} kernels of trixie-backports/sid and none is cached in {}",
+                line.name,
+                dir.display()
+            )
+        })?,
+    };
+    let release = package
+        .strip_prefix("linux-binary-")
+        .ok_or_else(|| format!("odd kernel package name {package}"))?
+        .to_string();
+    let tree = dir.join(&package);
+    let modules_dir = tree.join(format!("usr/lib/modules/{release}"));
+    let kernel = Kernel {
+        line: *line,
+        vmlinuz: modules_dir.join("vmlinuz"),
+        modules_dir: modules_dir.clone(),
+        package: package.clone(),
+        release: release.clone(),
+    };
+    if kernel.vmlinuz.is_file() && modules_dir.join("modules.dep").is_file() {
+        return Ok(kernel);
+    }
+    let args = newer_apt(cache)?;
+    eprintln!("xtask: downloading {package} and its modules (~150 MB)");
+    let download = dir.join(format!("download-{}", line.name));
+    let _ = std::fs::remove_dir_all(&download);
+    std::fs::create_dir_all(&download)
+        .map_err(|err| format!("cannot create {}: {err}", download.display()))?;
+    let modules = format!("linux-modules-{release}");
+    let base = format!("linux-base-{release}");
+    run(Command::new("apt-get")
+        .current_dir(&download)
+        .args(&args)
+        .args(["download", "-q", &package, &modules, &base]))?;
+    let _ = std::fs::remove_dir_all(&tree);
+    let debs: Vec<PathBuf> = std::fs::read_dir(&download)
+        .map_err(|err| format!("cannot list {}: {err}", download.display()))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "deb"))
+        .collect();
+    if debs.len() != 3 {
+        return Err(format!(
+            "apt-get download left {} .deb files in {}, wanted {package}, {modules} and {base}",
+            debs.len(),
+            download.display()
+        ));
+    }
+    for deb in &debs {
+        run(Command::new("dpkg").arg("-x").arg(deb).arg(&tree))?;
+    }
+    let _ = std::fs::remove_dir_all(&download);
+    run(Command::new("depmod")
+        .arg("-b")
+        .arg(tree.join("usr"))
+        .arg(&release))?;
+    if !kernel.vmlinuz.is_file() {
+        return Err(format!("{package} has no {}", kernel.vmlinuz.display()));
+    }
     if let Ok(entries) = std::fs::read_dir(&dir) {
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
@@ -259,6 +424,17 @@ kernel/drivers/md/dm-mod.ko:
 ";
 
     #[test]
+    fn the_newest_plain_amd64_binary_is_chosen() {
+        let names = "linux-binary-7.2.12+deb13-amd64\nlinux-binary-7.3.4+deb13-cloud-amd64\n\
+linux-binary-7.3.4+deb13-amd64\nlinux-binary-7.3.4+deb13-rt-amd64\nlinux-binary-7.2.13+deb14-amd64\n";
+        assert_eq!(
+            newest_binary_package(names, &LINES[2]).as_deref(),
+            Some("linux-binary-7.3.4+deb13-amd64")
+        );
+        assert_eq!(newest_binary_package("", &LINES[2]), None);
+    }
+
+    #[test]
     fn dependencies_load_before_their_users() {
         let deps = ModuleDeps::parse(DEBIAN_61_EXCERPT);
         let order = deps.load_order("virtio_blk").unwrap();
@@ -302,7 +478,7 @@ kernel/drivers/md/dm-mod.ko:
 
     #[test]
     fn the_metapackage_names_the_image_of_its_own_line() {
-        let [v61, v612] = LINES;
+        let [v61, v612, _] = LINES;
         let text = "linux-image-amd64\n  Depends: linux-image-6.1.0-57-amd64\n";
         assert_eq!(
             image_package_from_depends(text, &v61).as_deref(),
