@@ -263,6 +263,55 @@ pub struct OpMeasures {
     /// Failed commands by status name ("EIO", "ETIMEDOUT", …).
     #[serde(default)]
     pub errors: BTreeMap<String, u64>,
+    /// Untorn (atomic) writes and whether each left the stack whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atomic_writes: Option<AtomicWrites>,
+}
+
+/// Untorn writes (`REQ_ATOMIC`) followed to their commands. One is proven
+/// when it became exactly one command of its own sectors: not split, not
+/// merged with a neighbour, not failed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AtomicWrites {
+    pub proven: u64,
+    pub not_proven: u64,
+    /// Writes not proven by reason: `failed`, `split`, `shared_command`
+    /// (merged, or several commands), `unfollowed` (an event was missed).
+    pub reasons: BTreeMap<String, u64>,
+    pub smallest_bytes: u64,
+    pub largest_bytes: u64,
+    /// The first writes not proven, by disk sector.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub not_proven_writes: Vec<AtomicMiss>,
+}
+
+/// An untorn write that did not leave the stack as one command of its own.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct AtomicMiss {
+    /// Absolute on the disk.
+    pub sector: u64,
+    pub bytes: u64,
+    pub reason: String,
+}
+
+impl AtomicWrites {
+    /// Adds `other`'s counts; the named writes up to the same bound.
+    pub fn add(&mut self, other: &AtomicWrites) {
+        if self.proven + self.not_proven == 0 {
+            *self = other.clone();
+            return;
+        }
+        self.proven += other.proven;
+        self.not_proven += other.not_proven;
+        for (reason, count) in &other.reasons {
+            *self.reasons.entry(reason.clone()).or_insert(0) += count;
+        }
+        self.smallest_bytes = self.smallest_bytes.min(other.smallest_bytes);
+        self.largest_bytes = self.largest_bytes.max(other.largest_bytes);
+        let room = 16usize.saturating_sub(self.not_proven_writes.len());
+        self.not_proven_writes
+            .extend(other.not_proven_writes.iter().take(room).cloned());
+    }
 }
 
 impl OpMeasures {
@@ -283,6 +332,11 @@ impl OpMeasures {
         self.failed_user_ios += other.failed_user_ios;
         for (status, count) in &other.errors {
             *self.errors.entry(status.clone()).or_insert(0) += count;
+        }
+        if let Some(theirs) = &other.atomic_writes {
+            self.atomic_writes
+                .get_or_insert_with(AtomicWrites::default)
+                .add(theirs);
         }
         self.misaligned_pbs_commands += other.misaligned_pbs_commands;
         self.misaligned_4k_commands += other.misaligned_4k_commands;
@@ -997,6 +1051,9 @@ pub struct RunTarget {
     /// Stores through shared writable mappings of it, when it had any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mapped: Option<RunMapped>,
+    /// Untorn writes among its bios, each proven one command of its own or named.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atomic_writes: Option<AtomicWrites>,
     /// The one-sentence chain, e.g. "mkfs.ext4 issued 2,048 writes of 32 KiB …".
     pub summary: String,
 }

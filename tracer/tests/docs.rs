@@ -888,6 +888,7 @@ fn run_record() -> RunRecord {
             written_bytes: 98304,
             not_written_bytes: (2 << 20) - 98304,
         }),
+        atomic_writes: None,
         summary: "writer issued 20 writes of 128 KiB to loop9p2".into(),
     };
     let run = RunReport {

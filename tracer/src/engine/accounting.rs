@@ -437,10 +437,14 @@ impl Accounting {
                 fragments,
                 commands,
                 ts_ns,
+                atomic,
             } => {
                 self.end_stream_io(account.target, io);
                 if !measured {
                     return;
+                }
+                if let Some(write) = atomic {
+                    self.stats_mut(account.target).atomic.count(write);
                 }
                 if failed {
                     // Failed, not complete: it feeds no completion measure.

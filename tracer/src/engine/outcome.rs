@@ -58,6 +58,45 @@ impl IoId {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct CommandId(pub u64);
 
+/// An untorn (atomic) write as it left the stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct AtomicWrite {
+    /// The device it was queued on (kernel `dev_t`: the disk, for a
+    /// partition's write), where it was (absolute there) and its size, in sectors.
+    pub(crate) dev: u32,
+    pub(crate) sector: u64,
+    pub(crate) sectors: u32,
+    pub(crate) fate: AtomicFate,
+}
+
+/// What became of an untorn write, the first thing that broke it named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum AtomicFate {
+    /// Exactly one command of its own range: proven untorn.
+    OneCommand,
+    /// A command carrying it failed (a refused split fails the bio too).
+    Failed,
+    /// Cut into pieces.
+    Split,
+    /// Its command also carried another write, or it took several commands.
+    SharedCommand,
+    /// An event of its chain was missed: neither proven nor disproven.
+    Unfollowed,
+}
+
+impl AtomicFate {
+    /// The reason's name in reports (`OneCommand` is not a reason).
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            AtomicFate::OneCommand => "one_command",
+            AtomicFate::Failed => "failed",
+            AtomicFate::Split => "split",
+            AtomicFate::SharedCommand => "shared_command",
+            AtomicFate::Unfollowed => "unfollowed",
+        }
+    }
+}
+
 /// Why a chain ended without its completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DropReason {
@@ -193,6 +232,8 @@ pub(crate) enum Outcome {
         queue_ns: u64,
         fragments: u32,
         commands: u32,
+        /// Set for an untorn write (`REQ_ATOMIC`): what became of it.
+        atomic: Option<AtomicWrite>,
     },
     /// A fragment of the user I/O was given up (counted once per user I/O).
     Dropped { io: IoId, reason: DropReason },

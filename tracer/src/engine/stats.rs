@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 
 use hdrhistogram::Histogram;
 
+use super::outcome::{AtomicFate, AtomicWrite};
 use super::split::SplitCause;
 use super::streams::StreamSizes;
 use crate::blk::SECTOR_BYTES;
-use crate::model::{Bucket, Distribution, Measures, Op, OpMeasures};
+use crate::model::{AtomicMiss, AtomicWrites, Bucket, Distribution, Measures, Op, OpMeasures};
 
 pub use super::histogram::new_histogram;
 
@@ -145,6 +146,91 @@ pub struct OpStats {
     pub errors: Vec<(i32, u64)>,
     /// Lowest first and highest last sector of the failed commands; set only on failure.
     pub failed_sectors: Option<(u64, u64)>,
+    /// Untorn (atomic) writes, proven one by one.
+    pub atomic: AtomicTally,
+}
+
+/// Untorn writes: how many left the stack as one command of their own range,
+/// and the first few that did not, by sector.
+#[derive(Clone, Debug, Default)]
+pub struct AtomicTally {
+    pub proven: u64,
+    /// By [`AtomicFate`] other than `OneCommand`, in its declaration order.
+    pub not_proven: [u64; AtomicTally::REASONS.len()],
+    /// Smallest and largest write, sectors; set by the first one.
+    pub sizes: Option<(u32, u32)>,
+    /// The first writes not proven: grown only then, and bounded.
+    pub(crate) misses: Vec<AtomicWrite>,
+}
+
+impl AtomicTally {
+    pub(crate) const REASONS: [AtomicFate; 4] = [
+        AtomicFate::Failed,
+        AtomicFate::Split,
+        AtomicFate::SharedCommand,
+        AtomicFate::Unfollowed,
+    ];
+    /// Writes not proven that are named one by one.
+    pub const MISSES_KEPT: usize = 16;
+
+    pub(crate) fn count(&mut self, write: AtomicWrite) {
+        let (low, high) = self.sizes.unwrap_or((write.sectors, write.sectors));
+        self.sizes = Some((low.min(write.sectors), high.max(write.sectors)));
+        match Self::REASONS
+            .iter()
+            .position(|&reason| reason == write.fate)
+        {
+            None => self.proven += 1,
+            Some(at) => {
+                self.not_proven[at] += 1;
+                if self.misses.len() < Self::MISSES_KEPT {
+                    self.misses.push(write);
+                }
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.sizes.is_none()
+    }
+
+    fn absorb(&mut self, other: &AtomicTally) {
+        self.proven += other.proven;
+        for (mine, theirs) in self.not_proven.iter_mut().zip(other.not_proven) {
+            *mine += theirs;
+        }
+        if let Some((low, high)) = other.sizes {
+            let (mine_low, mine_high) = self.sizes.unwrap_or((low, high));
+            self.sizes = Some((mine_low.min(low), mine_high.max(high)));
+        }
+        let room = Self::MISSES_KEPT.saturating_sub(self.misses.len());
+        self.misses.extend(other.misses.iter().take(room).copied());
+    }
+
+    pub(crate) fn to_model(&self) -> Option<AtomicWrites> {
+        let (smallest, largest) = self.sizes?;
+        Some(AtomicWrites {
+            proven: self.proven,
+            not_proven: self.not_proven.iter().sum(),
+            reasons: Self::REASONS
+                .iter()
+                .zip(self.not_proven)
+                .filter(|(_, count)| *count > 0)
+                .map(|(reason, count)| (reason.name().to_string(), count))
+                .collect(),
+            smallest_bytes: u64::from(smallest) * SECTOR_BYTES,
+            largest_bytes: u64::from(largest) * SECTOR_BYTES,
+            not_proven_writes: self
+                .misses
+                .iter()
+                .map(|write| AtomicMiss {
+                    sector: write.sector,
+                    bytes: u64::from(write.sectors) * SECTOR_BYTES,
+                    reason: write.fate.name().to_string(),
+                })
+                .collect(),
+        })
+    }
 }
 
 impl Default for OpStats {
@@ -178,6 +264,7 @@ impl Default for OpStats {
             failed_user_ios: 0,
             errors: Vec::new(),
             failed_sectors: None,
+            atomic: AtomicTally::default(),
         }
     }
 }
@@ -220,6 +307,7 @@ impl OpStats {
         if let Some((first, last)) = other.failed_sectors {
             self.add_failed_sectors(first, last);
         }
+        self.atomic.absorb(&other.atomic);
     }
 
     /// Counts `count` failed commands with `error`.
@@ -279,6 +367,7 @@ impl OpStats {
                 .iter()
                 .map(|&(error, count)| (crate::blk::errno_name(error), count))
                 .collect(),
+            atomic_writes: self.atomic.to_model(),
         }
     }
 

@@ -46,6 +46,16 @@ pub fn op_from_rwbs(rwbs: &[u8]) -> Op {
     }
 }
 
+/// Whether `rwbs` marks an untorn write: `U` (REQ_ATOMIC) among the flag
+/// letters after the operation, as the kernel prints it since 6.16 and the
+/// BTF probes spell it on every kernel with the flag.
+pub(crate) fn is_atomic(rwbs: &[u8]) -> bool {
+    rwbs.iter()
+        .skip(1)
+        .take_while(|&&letter| letter != 0)
+        .any(|&letter| letter == b'U')
+}
+
 /// The event's operation; an empty bio with a preflush is a flush, whatever follows.
 pub(crate) fn op_of(event: &BlockEvent) -> Op {
     if event.nr_sector == 0 && event.rwbs[0] == b'F' {

@@ -732,6 +732,14 @@ fn run_report(
                 },
             ),
         };
+        let atomic_writes = matched.atomic.to_model();
+        let summary = match atomic_writes
+            .as_ref()
+            .and_then(crate::frontend::words::atomic_writes)
+        {
+            Some(atomic) => format!("{summary}; {atomic}"),
+            None => summary,
+        };
         let file = calls
             .target
             .file
@@ -756,6 +764,7 @@ fn run_report(
             commands_per_write: distribution(&matched.commands_per_write, 1),
             writes_per_command: distribution(&matched.writes_per_command, 1),
             mapped,
+            atomic_writes,
             summary,
         });
     }
@@ -931,10 +940,36 @@ pub fn conclude(report: &mut Report, conclusion: RunRecord) {
         &written,
     );
     report.run = Some(conclusion.run);
+    name_lost_atomics(report);
     let (estimate, each) = time_with_fix(report);
     if let Some(run) = report.run.as_mut() {
         run.time_with_fix = estimate;
         run.time_with_each_fix = each;
+    }
+}
+
+/// A target whose write calls were refused as not supported, on a device
+/// that lost its untorn writes: EOPNOTSUPP is what `RWF_ATOMIC` gets there
+/// (`generic_atomic_write_valid`), so the finding that says why is named.
+fn name_lost_atomics(report: &mut Report) {
+    let Some(run) = report.run.as_mut() else {
+        return;
+    };
+    for target in &mut run.targets {
+        if !target.failed_writes.contains_key("EOPNOTSUPP") {
+            continue;
+        }
+        let lost = report.diagnoses.iter().find(|diagnosis| {
+            diagnosis.code == crate::model::Code::AtomicWritesLost
+                && diagnosis.device == target.device
+        });
+        if let Some(lost) = lost {
+            target.summary.push_str(&format!(
+                "; EOPNOTSUPP is what an untorn (RWF_ATOMIC) write gets where the device offers none, and {} lost them: see atomic_writes_lost ({})",
+                target.device,
+                lost.fix
+            ));
+        }
     }
 }
 

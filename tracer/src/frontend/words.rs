@@ -368,6 +368,59 @@ pub fn requeues(measures: &OpMeasures) -> Option<String> {
     ))
 }
 
+/// "64 untorn writes of 16 KiB: each one command of its own sectors", or
+/// the ones that were not, by reason and with the first by sector; `None`
+/// when no write asked to be untorn.
+pub fn atomic_writes(atomic: &crate::model::AtomicWrites) -> Option<String> {
+    let total = atomic.proven + atomic.not_proven;
+    if total == 0 {
+        return None;
+    }
+    let sizes = if atomic.smallest_bytes == atomic.largest_bytes {
+        format!("of {}", units::bytes(atomic.smallest_bytes as f64))
+    } else {
+        format!(
+            "of {} to {}",
+            units::bytes(atomic.smallest_bytes as f64),
+            units::bytes(atomic.largest_bytes as f64)
+        )
+    };
+    let writes = format!(
+        "{} untorn write{} {sizes}",
+        units::thousands(total),
+        if total == 1 { "" } else { "s" }
+    );
+    if atomic.not_proven == 0 {
+        let each = if total == 1 { "it went" } else { "each went" };
+        return Some(format!(
+            "{writes}: {each} down as one command of its own sectors (proven)"
+        ));
+    }
+    let reasons = atomic
+        .reasons
+        .iter()
+        .map(|(reason, count)| format!("{} {}", units::thousands(*count), reason.replace('_', " ")))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let first = atomic
+        .not_proven_writes
+        .first()
+        .map(|miss| {
+            format!(
+                "; first at sector {} ({}, {})",
+                miss.sector,
+                units::bytes(miss.bytes as f64),
+                miss.reason.replace('_', " ")
+            )
+        })
+        .unwrap_or_default();
+    Some(format!(
+        "{writes}: {} proven one command each, {} not ({reasons}){first}",
+        units::thousands(atomic.proven),
+        units::thousands(atomic.not_proven),
+    ))
+}
+
 /// "3 of 527 write commands failed (EIO ×2, ETIMEDOUT ×1); 3 user I/Os
 /// failed"; `None` when nothing failed, so healthy devices stay quiet. A
 /// failure whose command was issued before the trace began is counted
@@ -464,6 +517,9 @@ pub fn op_sentences(op: Op, m: &OpMeasures) -> Vec<String> {
             units::percent(m.misaligned_4k_share()),
         ));
     }
+    if let Some(untorn) = m.atomic_writes.as_ref().and_then(atomic_writes) {
+        said.push(untorn);
+    }
     let latencies = [
         ("queue to complete", &m.queue_to_complete_us),
         ("queue to issue", &m.queue_to_issue_us),
@@ -554,6 +610,43 @@ pub fn severity_label(severity: Severity) -> &'static str {
         Severity::Critical => "CRITICAL",
         Severity::Warning => "WARNING",
         Severity::Info => "INFO",
+    }
+}
+
+#[cfg(test)]
+mod atomic_tests {
+    use super::atomic_writes;
+    use crate::model::{AtomicMiss, AtomicWrites};
+
+    #[test]
+    fn untorn_writes_are_proven_or_named_by_sector() {
+        let mut atomic = AtomicWrites {
+            proven: 64,
+            smallest_bytes: 16384,
+            largest_bytes: 16384,
+            ..AtomicWrites::default()
+        };
+        assert_eq!(
+            atomic_writes(&atomic).unwrap(),
+            "64 untorn writes of 16 KiB: each went down as one command of its own sectors (proven)"
+        );
+        atomic.not_proven = 2;
+        atomic.reasons.insert("failed".into(), 2);
+        atomic.not_proven_writes.push(AtomicMiss {
+            sector: 206_849,
+            bytes: 16384,
+            reason: "failed".into(),
+        });
+        let text = atomic_writes(&atomic).unwrap();
+        assert!(
+            text.starts_with("66 untorn writes of 16 KiB: 64 proven"),
+            "{text}"
+        );
+        assert!(
+            text.contains("2 not (2 failed); first at sector 206849"),
+            "{text}"
+        );
+        assert_eq!(atomic_writes(&AtomicWrites::default()), None);
     }
 }
 

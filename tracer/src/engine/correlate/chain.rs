@@ -9,7 +9,9 @@ use std::collections::VecDeque;
 use crate::engine::accounting::Sink;
 use crate::engine::attribution::OwnerSlots;
 pub(super) use crate::engine::outcome::DropReason;
-use crate::engine::outcome::{Account, CommandEnds, CommandId, IoId, Outcome};
+use crate::engine::outcome::{
+    Account, AtomicFate, AtomicWrite, CommandEnds, CommandId, IoId, Outcome,
+};
 use crate::engine::stats::OP_COUNT;
 use crate::engine::table::{FastMap, SlotRef, Table, NIL};
 use crate::engine::target::Target;
@@ -145,6 +147,33 @@ pub(super) struct UserIo {
     pub(super) parent: SlotRef,
     /// The last disk command counted for it as an upper user I/O.
     pub(super) last_disk_command: u64,
+    /// Submitted as an untorn write (`REQ_ATOMIC`, `U` in `rwbs`).
+    pub(super) atomic: bool,
+    /// A command that carried it covered more or less than its fragment:
+    /// it was merged with a neighbour, or a piece of it went alone.
+    pub(super) shared_command: bool,
+    /// Where it was queued, for naming an untorn write that was not kept whole.
+    pub(super) dev: u32,
+    pub(super) sector: u64,
+    pub(super) sectors: u32,
+}
+
+impl UserIo {
+    /// What became of it as an untorn write: one command of exactly its own
+    /// range proves it was not torn; the first thing that breaks that is named.
+    fn atomic_fate(&self) -> AtomicFate {
+        if self.failed {
+            AtomicFate::Failed
+        } else if self.incomplete || self.commands == 0 {
+            AtomicFate::Unfollowed
+        } else if self.fragments > 1 {
+            AtomicFate::Split
+        } else if self.commands > 1 || self.shared_command {
+            AtomicFate::SharedCommand
+        } else {
+            AtomicFate::OneCommand
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -468,6 +497,7 @@ impl Chains {
             cursor = fragment.end;
             let io_ref = fragment.io;
             let full = fragment.full;
+            let exact = fragment.start == start && fragment.end == end;
             if tail == NIL {
                 if let Some(command) = self.commands.get_mut(command_index) {
                     command.head = index;
@@ -486,6 +516,7 @@ impl Chains {
             else {
                 continue;
             };
+            io.shared_command |= !exact;
             if io.last_command != serial {
                 io.last_command = serial;
                 io.commands += 1;
@@ -701,6 +732,12 @@ impl Chains {
             queue_ns: io.queue_ns,
             fragments: io.fragments,
             commands: io.commands,
+            atomic: io.atomic.then(|| AtomicWrite {
+                dev: io.dev,
+                sector: io.sector,
+                sectors: io.sectors,
+                fate: io.atomic_fate(),
+            }),
         });
         if io.incomplete && !io.failed {
             self.correlation.incomplete += 1;

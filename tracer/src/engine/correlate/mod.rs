@@ -17,7 +17,7 @@ use crate::engine::outcome::{Account, CommandId, IoId, Outcome};
 use crate::engine::split::split_cause;
 use crate::engine::stats::op_index;
 use crate::engine::table::{KeyHasher, SlotRef, NIL};
-use crate::engine::target::{op_of, Target, NO_PART};
+use crate::engine::target::{is_atomic, op_of, Target, NO_PART};
 use crate::engine::EngineLimits;
 use crate::model::{CorrelationStats, Op};
 use chain::{
@@ -414,6 +414,11 @@ impl Correlator {
             upper_fragment: remap.upper_fragment,
             parent: remap.parent,
             last_disk_command: 0,
+            atomic: is_atomic(&event.rwbs),
+            shared_command: false,
+            dev: event.dev,
+            sector: event.sector,
+            sectors: event.nr_sector,
         };
         let Some(io_index) = self
             .chains

@@ -40,6 +40,11 @@ impl<R: FdResolver> RunMatcher<R> {
                 nr_sector: sectors,
                 ts_ns,
             }),
+            Outcome::Finished {
+                atomic: Some(write),
+                queue_ns,
+                ..
+            } => self.sectors.keep_atomic(write, queue_ns),
             _ => {}
         }
     }

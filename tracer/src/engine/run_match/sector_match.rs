@@ -17,7 +17,8 @@ use hdrhistogram::Histogram;
 
 use super::{NotKept, TargetCalls, WriteCall, MAX_BIOS, MAX_COMMANDS, MAX_WRITES};
 use crate::blk::SECTOR_BYTES;
-use crate::engine::stats::new_histogram;
+use crate::engine::outcome::AtomicWrite;
+use crate::engine::stats::{new_histogram, AtomicTally};
 use crate::geometry::fiemap::{ExtentKind, FileMap};
 
 /// A write command issued, or a write bio queued, on a whole disk.
@@ -42,6 +43,9 @@ pub struct WriteMatch {
     pub bios: u64,
     pub bio_size: Histogram<u64>,
     pub bytes: WriteBytes,
+    /// Untorn writes among the bios over the writes' sectors, each proven
+    /// one command of its own or named.
+    pub atomic: AtomicTally,
 }
 
 /// Where the bytes of a target's writes ended up; the parts sum to the
@@ -78,6 +82,9 @@ pub(super) struct SectorMatcher {
     /// Write bios as queued (after partition remapping): a file's bios are
     /// those over its sectors, whoever submitted them (writeback included).
     bios: Vec<DiskRange>,
+    /// Untorn write bios as they ended, in `atomic_ranges`' order once sorted.
+    atomic: Vec<(DiskRange, AtomicWrite)>,
+    atomic_ranges: Vec<DiskRange>,
     /// `writes`, `commands` and `bios` are in matching order (see `sort_for_matching`).
     sorted: bool,
     /// Per disk, its longest command and bio in bytes: how far before a
@@ -117,6 +124,21 @@ impl SectorMatcher {
         }
     }
 
+    pub(super) fn keep_atomic(&mut self, write: AtomicWrite, queue_ns: u64) {
+        if self.atomic.len() < MAX_BIOS {
+            self.sorted = false;
+            let range = DiskRange {
+                disk: write.dev,
+                sector: write.sector,
+                nr_sector: write.sectors,
+                ts_ns: queue_ns,
+            };
+            self.atomic.push((range, write));
+        } else {
+            self.not_kept.bios += 1;
+        }
+    }
+
     /// The writes to target number `target` of `targets` (none matches
     /// nothing) matched: see [`super::RunMatcher::match_writes`].
     pub(super) fn match_writes(&mut self, target: usize, targets: &[TargetCalls]) -> WriteMatch {
@@ -128,6 +150,7 @@ impl SectorMatcher {
             bios: 0,
             bio_size: new_histogram(),
             bytes: WriteBytes::default(),
+            atomic: AtomicTally::default(),
         };
         let Some(calls) = targets.get(target) else {
             return result;
@@ -141,6 +164,15 @@ impl SectorMatcher {
         let commands = on_disk(&self.commands, disk);
         let bios = on_disk(&self.bios, disk);
         let mut carried_bios: HashSet<usize> = HashSet::new();
+        let atomic_from = self.atomic_ranges.partition_point(|r| r.disk < disk);
+        let atomic_to = self.atomic_ranges.partition_point(|r| r.disk <= disk);
+        let atomic = &self.atomic_ranges[atomic_from..atomic_to];
+        let longest_atomic = atomic
+            .iter()
+            .map(|r| u64::from(r.nr_sector) * SECTOR_BYTES)
+            .max()
+            .unwrap_or(0);
+        let mut carried_atomic: HashSet<usize> = HashSet::new();
         let longest_bio = self.longest_bio.get(&disk).copied().unwrap_or(0);
         // Commands never exceed this length, so a search window of it is complete.
         let longest_command = self.longest_command.get(&disk).copied().unwrap_or(0);
@@ -209,11 +241,25 @@ impl SectorMatcher {
                 for_each_overlapping(bios, longest_bio, first, first + length, |index, _, _| {
                     carried_bios.insert(index);
                 });
+                for_each_overlapping(
+                    atomic,
+                    longest_atomic,
+                    first,
+                    first + length,
+                    |index, _, _| {
+                        carried_atomic.insert(atomic_from + index);
+                    },
+                );
             }
         }
         for (count, _) in carried_writes.into_values() {
             result.commands += 1;
             let _ = result.writes_per_command.record(count);
+        }
+        let mut carried_atomic: Vec<usize> = carried_atomic.into_iter().collect();
+        carried_atomic.sort_unstable();
+        for index in carried_atomic {
+            result.atomic.count(self.atomic[index].1);
         }
         for index in carried_bios {
             result.bios += 1;
@@ -273,6 +319,8 @@ impl SectorMatcher {
         self.plans.clear();
         self.commands.sort();
         self.bios.sort();
+        self.atomic.sort_by_key(|(range, _)| *range);
+        self.atomic_ranges = self.atomic.iter().map(|(range, _)| *range).collect();
         // Stable: writes that began at the same instant keep their order.
         self.writes.sort_by_key(|write| (write.target, write.at_ns));
         self.longest_command = longest_by_disk(&self.commands);

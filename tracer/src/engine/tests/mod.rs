@@ -3,6 +3,7 @@
 //! lookups, assertions), which explain's tests use too.
 
 mod accounting;
+mod atomic;
 mod chains;
 mod devices;
 mod diagnoses;

@@ -32,7 +32,7 @@ pub struct OpHistogram {
     pub distribution: fn(&OpMeasures) -> &Distribution,
 }
 
-pub const OP_COUNTERS: [OpCounter; 5] = [
+pub const OP_COUNTERS: [OpCounter; 7] = [
     OpCounter {
         name: "iosplit_user_ios",
         help: "User I/Os: bios as submitted to the device or partition.",
@@ -57,6 +57,16 @@ pub const OP_COUNTERS: [OpCounter; 5] = [
         name: "iosplit_requeues",
         help: "Commands the driver handed back to be issued again.",
         value: |m| m.requeues,
+    },
+    OpCounter {
+        name: "iosplit_atomic_writes_proven",
+        help: "Untorn (REQ_ATOMIC) writes that left the stack as one command of their own sectors.",
+        value: |m| m.atomic_writes.as_ref().map_or(0, |a| a.proven),
+    },
+    OpCounter {
+        name: "iosplit_atomic_writes_not_proven",
+        help: "Untorn writes that failed, were split, shared a command, or whose chain missed an event.",
+        value: |m| m.atomic_writes.as_ref().map_or(0, |a| a.not_proven),
     },
 ];
 /// Per device and op, with a `cause` label.

@@ -584,6 +584,13 @@ fn more_lines(out: &mut Out, inner: &str, m: &OpMeasures, failures: Option<Strin
             &requeues,
         );
     }
+    if let Some(atomic) = m.atomic_writes.as_ref().and_then(words::atomic_writes) {
+        out.wrapped(
+            &format!("{inner}untorn writes: "),
+            &format!("{inner}  "),
+            &atomic,
+        );
+    }
     if let Some(failures) = failures {
         out.wrapped(
             &format!("{inner}failures: "),

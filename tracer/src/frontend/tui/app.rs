@@ -431,7 +431,12 @@ impl App {
                     words::requeues(m).map(|said| format!("{}: {said}", words::op_plural(*op)));
                 let failures = words::failures(*op, m)
                     .map(|said| format!("{}: {said}", words::op_plural(*op)));
-                requeues.into_iter().chain(failures)
+                let untorn = m
+                    .atomic_writes
+                    .as_ref()
+                    .and_then(words::atomic_writes)
+                    .map(|said| format!("untorn: {said}"));
+                requeues.into_iter().chain(failures).chain(untorn)
             })
             .chain(stack.map(|stack| format!("stack: {}", stack.summary(&row.name))))
             .collect();
