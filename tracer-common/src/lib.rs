@@ -421,7 +421,8 @@ pub struct OwnerLayout {
     pub bio_io_vec: u32,
     pub bio_vcnt: u32,
     pub bvec_page: u32,
-    /// `page.compound_head` (bit 0: a tail page, the rest points at the head).
+    /// `page.compound_head` (bit 0: a tail page, the rest points at the
+    /// head), or `page.compound_info` on kernels that renamed it (7.x).
     pub page_compound_head: u32,
     pub page_mapping: u32,
     pub mapping_host: u32,
@@ -446,7 +447,10 @@ pub struct OwnerLayout {
     /// Bytes from the start of `struct inode` copied in one read (at most
     /// [`INODE_SPAN_BYTES`]): `i_sb` and `i_ino`.
     pub inode_span: u32,
-    pub _pad: u32,
+    /// 1 when a tail page's word is its head's address plus 1
+    /// (`compound_head`); 0 for `compound_info`, whose tail encoding may be
+    /// a mask: a tail page's file is then left unknown.
+    pub page_head_pointer: u32,
     /// Address of `iomap_dio_bio_end_io` (from `/proc/kallsyms`).
     pub iomap_dio_end_io: u64,
 }
@@ -480,7 +484,7 @@ impl OwnerLayout {
         rq_bio: 0,
         page_span: 0,
         inode_span: 0,
-        _pad: 0,
+        page_head_pointer: 0,
         iomap_dio_end_io: 0,
     };
 }

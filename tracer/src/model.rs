@@ -146,6 +146,12 @@ pub struct CorrelationStats {
     /// new commands. Left out of the JSON when 0.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub requeues_inferred: u64,
+    /// Splits of a bio-based device (dm, md) that no `block_split` traced,
+    /// read from a remap of the front of a pending bio: md before 6.18 and
+    /// the blk-crypto fallback split without the tracepoint. Counted as
+    /// splits with their cause; left out of the JSON when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub splits_inferred: u64,
 }
 
 fn is_zero(n: &u64) -> bool {

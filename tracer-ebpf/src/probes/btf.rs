@@ -423,6 +423,9 @@ fn page_cache_inode(
     // A tail page's mapping is not its folio's: follow it to the head.
     let head: u64 = page.get(layout.page_compound_head)?;
     let mapping: u64 = if head & 1 != 0 {
+        if layout.page_head_pointer == 0 {
+            return Err(0);
+        }
         read(head - 1 + u64::from(layout.page_mapping))?
     } else {
         page.get(layout.page_mapping)?

@@ -363,18 +363,25 @@ pub fn owner_layout(btf: &Btf) -> OwnerLayout {
             at("super_block", &["s_dev"], 4)?,
         ))
     })();
+    // 7.x renamed `compound_head` to `compound_info`; a head or order-0
+    // page still has bit 0 clear there, which is all that is read of it.
+    let head = at("page", &["compound_head"], 8)
+        .map(|offset| (offset, 1))
+        .or_else(|| at("page", &["compound_info"], 8).map(|offset| (offset, 0)));
     let page = (|| {
         Some((
             at("bio", &["bi_io_vec"], 8)?,
             at("bio", &["bi_vcnt"], 2)?,
             at("bio_vec", &["bv_page"], 8)?,
-            at("page", &["compound_head"], 8)?,
+            head?,
             at("page", &["mapping"], 8)?,
             at("address_space", &["host"], 8)?,
         ))
     })();
-    if let (Some((ino, sb, dev)), Some((io_vec, vcnt, bv_page, head, mapping, host))) =
-        (inode, page)
+    if let (
+        Some((ino, sb, dev)),
+        Some((io_vec, vcnt, bv_page, (head, head_pointer), mapping, host)),
+    ) = (inode, page)
     {
         layout.inode_ino = ino;
         layout.inode_sb = sb;
@@ -383,6 +390,7 @@ pub fn owner_layout(btf: &Btf) -> OwnerLayout {
         layout.bio_vcnt = vcnt;
         layout.bvec_page = bv_page;
         layout.page_compound_head = head;
+        layout.page_head_pointer = head_pointer;
         layout.page_mapping = mapping;
         layout.mapping_host = host;
         layout.file_enabled = 1;
@@ -718,6 +726,8 @@ pub(crate) mod tests {
         );
         assert_ne!(owner.file_inode, 0);
         assert_ne!(owner.page_mapping, owner.page_compound_head);
+        // 6.18 still calls it compound_head: a tail page's head is followed.
+        assert_eq!(owner.page_head_pointer, 1);
         // io_uring's request: the io_rw in `cmd` (which shares the request's
         // first bytes with `file`) starts with its kiocb, ki_pos after ki_filp.
         let mut uring = UringOffsets::ABSENT;

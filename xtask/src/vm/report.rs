@@ -530,6 +530,19 @@ pub struct RunTarget {
     pub bios: u64,
     pub commands: u64,
     pub summary: String,
+    /// Write calls refused, by errno name.
+    #[serde(default)]
+    pub failed_writes: std::collections::BTreeMap<String, u64>,
+    #[serde(default)]
+    pub atomic_writes: Option<AtomicWrites>,
+}
+
+/// Untorn writes a run or report followed to their commands.
+#[derive(Debug, Deserialize)]
+pub struct AtomicWrites {
+    pub proven: u64,
+    pub not_proven: u64,
+    pub reasons: std::collections::BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Deserialize)]

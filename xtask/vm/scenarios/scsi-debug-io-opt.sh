@@ -37,12 +37,58 @@ for key in unit_min unit_max max boundary; do
     [ -r "$file" ] && echo "$key=$(cat "$file")"
 done > /results/sda.atomic_sysfs
 guest-io statx /dev/sda > /results/sda.statx 2>&1
+# Each partition's untorn writes under `run`, with the blk tracer on sda as
+# the oracle for the commands they became.
+blk_trace_start sda
 for part in sda1 sda2 sda3; do
     guest-io statx "/dev/$part" > "/results/$part.statx" 2> "/results/$part.statx.stderr"
-    # 4 untorn writes of 16 KiB at 64 KiB into the partition (aligned to their size).
-    guest-io atomic "/dev/$part" 65536 16384 4 > "/results/$part.atomic" 2> "/results/$part.atomic.stderr"
+    # 64 untorn writes of 16 KiB from 64 KiB into the partition (aligned to their size).
+    bounded 60 iosplit-trace run --json -o "/results/$part.atomic.run.json" -- \
+        guest-io atomic "/dev/$part" 65536 16384 64 > "/results/$part.atomic" 2> "/results/$part.atomic.stderr"
     echo "rc=$?" >> "/results/$part.atomic"
 done
+blk_trace_stop /results/atomic.blk.trace sda
+# Untorn writes through a stack: dm-linear over sda1, then md raid0 (64 KiB
+# chunks) over sda1 and sda2 (dm holds sda1, so one after the other).
+# statx says what each offers; check's verdict, run's per-write proof and the
+# blk tracer's commands on sda are judged against it. Each is taken down
+# before the last checks.
+# atomic_stack NAME: audit, statx and 64 untorn writes under run on /dev/NAME.
+atomic_stack() {
+    stack=$1
+    bounded 60 iosplit-trace check --json > "/results/$stack.check.json" 2> "/results/$stack.check.json.stderr"
+    for key in unit_min unit_max max boundary; do
+        file=/sys/block/$stack/queue/atomic_write_${key}_bytes
+        [ -r "$file" ] && echo "$key=$(cat "$file")"
+    done > "/results/$stack.atomic_sysfs"
+    guest-io statx "/dev/$stack" > "/results/$stack.statx" 2> "/results/$stack.statx.stderr"
+    blk_trace_start sda
+    bounded 60 iosplit-trace run --json -o "/results/$stack.atomic.run.json" -- \
+        guest-io atomic "/dev/$stack" 65536 16384 64 > "/results/$stack.atomic" 2> "/results/$stack.atomic.stderr"
+    echo "rc=$?" >> "/results/$stack.atomic"
+    blk_trace_stop "/results/$stack.atomic.blk.trace" sda
+}
+if [ -n "$atomic" ]; then
+    load_module dm_mod
+    load_module raid0
+    export DM_DISABLE_UDEV=1
+    size=$(cat /sys/class/block/sda1/size)
+    dmsetup create vmtest-atomic --noudevsync --table "0 $size linear /dev/sda1 0"
+    dmsetup mknodes > /dev/null 2>&1
+    dm=$(dmsetup info -c --noheadings -o blkdevname vmtest-atomic | tr -d " ")
+    wait_for_block "$dm" 10
+    echo "atomic_dm=$dm" > /results/atomic-stack.names
+    atomic_stack "$dm"
+    dmsetup remove vmtest-atomic
+    mdadm --create /dev/md0 --run --level=0 --chunk=64 --raid-devices=2 --metadata=1.2 \
+        /dev/sda1 /dev/sda2 > /results/atomic-md.mdadm 2>&1
+    md=$(basename "$(readlink -f /dev/md0)")
+    wait_for_block "$md" 10
+    echo "atomic_md=$md" >> /results/atomic-stack.names
+    atomic_stack "$md"
+    mdadm --stop /dev/md0 >> /results/atomic-md.mdadm 2>&1
+    mdadm --zero-superblock /dev/sda1 /dev/sda2 >> /results/atomic-md.mdadm 2>&1
+fi
 bounded 60 iosplit-trace check sda --json > /results/check.json 2> /results/check.json.stderr
 echo $? > /results/check.rc
 bounded 60 iosplit-trace check sda > /results/check.txt 2>&1

@@ -498,7 +498,9 @@ impl Correlator {
     ) {
         if new_sector == event.sector && self.take_precut(event.dev, new_sector, devices) {
             // A clone's remap already cut the bio here (dm-striped maps the
-            // clone before it traces the trim).
+            // clone before it traces the trim): traced after all.
+            let inferred = &mut self.chains.correlation.splits_inferred;
+            *inferred = inferred.saturating_sub(1);
             return;
         }
         // Room first: making room may evict the very fragment we are about to cut.
@@ -554,6 +556,7 @@ impl Correlator {
             ..*event
         };
         self.cut_fragment(&trim, Some((index, from_sector)), at, room, devices, out);
+        self.chains.correlation.splits_inferred += 1;
         self.chains.marks_mut(slot.disk).precut_at = Some(at);
         Some(index)
     }

@@ -109,6 +109,57 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
     let p1 = part_op(&engine, "loop0", "loop0p1", Op::Write);
     assert_eq!((p1.user_ios, p1.commands), (4, 4));
     assert_eq!(p1.disk_commands, 0, "a disk's commands are its own");
+    // Each cut was traced after its clone's remap: none was inferred.
+    assert_eq!(engine.correlation().splits_inferred, 0);
+}
+
+/// md before 6.18 (22f166218f73) splits at its chunks without calling
+/// trace_block_split: only the pieces' remaps show the cuts. They count as
+/// the same splits, with the same cause, and are marked inferred.
+#[test]
+fn untraced_md_cuts_are_inferred_from_the_pieces_remaps() {
+    let run = |traced: bool| {
+        let mut engine = engine();
+        let mut events = vec![queue(MS, DM, 0, 512)];
+        for piece in 0..4u64 {
+            let sector = piece * 128;
+            events.push(remap(MS, LOOP0, sector, 128, DM, sector));
+            events.push(remap(MS, LOOP0, 2048 + sector, 128, P1, sector));
+            events.push(queue(MS, LOOP0, 2048 + sector, 128));
+            if traced && piece < 3 {
+                events.push(split(MS, DM, sector + 128, sector + 128));
+            }
+        }
+        for piece in 0..4u64 {
+            let sector = 2048 + piece * 128;
+            events.push(issue(2 * MS, LOOP0, sector, 128));
+            events.push(complete(3 * MS, LOOP0, sector, 128));
+        }
+        events.push(bio_complete(4 * MS, DM, 384, 128));
+        feed(&mut engine, &events);
+        // Every chain ended, nothing unmatched: only the inferred count may differ.
+        assert_eq!(
+            CorrelationStats {
+                splits_inferred: 0,
+                ..engine.correlation()
+            },
+            CorrelationStats::default()
+        );
+        let upper = disk_op(&engine, "dm-0", Op::Write);
+        (
+            upper.splits,
+            upper.split_causes.clone(),
+            upper.commands,
+            engine.correlation().splits_inferred,
+        )
+    };
+    let (traced, untraced) = (run(true), run(false));
+    assert_eq!(traced.3, 0);
+    assert_eq!(untraced.3, 3);
+    assert_eq!(
+        (traced.0, traced.1, traced.2),
+        (untraced.0, untraced.1, untraced.2)
+    );
 }
 
 /// Two clones of one dm write merged into one command on the disk: dm-0's

@@ -19,8 +19,16 @@ const UNIT_MAX: u64 = 128 * 512;
 /// The partition off the 8-sector atomic grid, and the next start on it.
 const MISALIGNED_START: u64 = 206_849;
 const NEXT_ALIGNED_START: u64 = 206_856;
-/// The untorn writes each partition takes (guest-io atomic … 16384 4).
-const ATOMIC_WRITES: u64 = 4;
+/// The untorn writes each partition takes (guest-io atomic … 65536 16384 64).
+const ATOMIC_WRITES: u64 = 64;
+const ATOMIC_OFFSET_SECTORS: u64 = 65536 / 512;
+const ATOMIC_SECTORS: u64 = 16384 / 512;
+/// Where the partitions start, as the script's sfdisk table has them.
+const STARTS: [(&str, u64); 3] = [
+    ("sda1", 2056),
+    ("sda2", 264_192),
+    ("sda3", MISALIGNED_START),
+];
 const PARTITIONS: [&str; 3] = ["sda1", "sda2", "sda3"];
 
 pub fn scenario() -> Scenario {
@@ -233,6 +241,8 @@ fn atomic_layout_checks(results: &Results, report: &crate::vm::check::Loaded<Aud
             ));
         }
     }
+    checks.extend(per_write_checks(results));
+    checks.extend(stack_checks(results));
     checks.push(expect_diagnoses(
         "check: start 206849 (off 4 KiB, io_opt and the atomic grid)",
         report,
@@ -327,4 +337,242 @@ fn no_atomic_checks(results: &Results, report: &crate::vm::check::Loaded<Audit>)
         text.contains(line) && lost == 0,
     ));
     checks
+}
+
+/// The blk tracer's write commands (`D` with a `W` rwbs) on sda: (sector,
+/// sectors, whether rwbs has the atomic `U`), as the kernel printed them.
+fn blk_write_dispatches(trace: &str) -> Vec<(u64, u64, bool)> {
+    trace
+        .lines()
+        .filter(|line| !line.trim_start().starts_with('#'))
+        .filter_map(|line| {
+            let (_, rest) = line.split_once(": ")?;
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            // "8,0 D WSU 2184 + 32 [guest-io]"
+            match words.as_slice() {
+                [_, "D", rwbs, sector, "+", sectors, ..] if rwbs.starts_with('W') => Some((
+                    sector.parse().ok()?,
+                    sectors.parse().ok()?,
+                    rwbs.contains('U'),
+                )),
+                _ => None,
+            }
+        })
+        .collect()
+}
+
+/// Each untorn write proven one by one (#50): `run`'s count of writes that
+/// left the stack as one command of their own, against the program's own
+/// count and the blk tracer's commands over the written range; the refused
+/// ones on the misaligned partition named as failed calls.
+fn per_write_checks(results: &Results) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let trace = results.text("atomic.blk.trace");
+    for (part, start) in STARTS {
+        let what = format!("untorn writes under run on {part}: each proven or named");
+        let run = results.json::<crate::vm::report::Run>(&format!("{part}.atomic.run.json"));
+        let (written, errno, _) = atomic_outcome(results, part);
+        let (Ok(run), Ok(trace)) = (&run, &trace) else {
+            let why = [run.as_ref().err(), trace.as_ref().err()]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            checks.push(Check::missing(what, "run.json and atomic.blk.trace", why));
+            continue;
+        };
+        let first = start + ATOMIC_OFFSET_SECTORS;
+        let end = first + ATOMIC_WRITES * ATOMIC_SECTORS;
+        let dispatched: Vec<_> = blk_write_dispatches(trace)
+            .into_iter()
+            .filter(|(sector, sectors, _)| *sector < end && sector + sectors > first)
+            .collect();
+        let whole = dispatched
+            .iter()
+            .filter(|(sector, sectors, _)| {
+                *sectors == ATOMIC_SECTORS
+                    && *sector >= first
+                    && (sector - first).is_multiple_of(ATOMIC_SECTORS)
+            })
+            .count() as u64;
+        let lettered = dispatched.iter().filter(|(_, _, atomic)| *atomic).count();
+        let target = run.target(part);
+        let atomic = target.and_then(|t| t.atomic_writes.as_ref());
+        let found = format!(
+            "program wrote {written:?}{}; run: {}; blk: {} commands over the range, {whole} of one write each ({lettered} with U)",
+            errno.as_deref().map(|e| format!(" ({e})")).unwrap_or_default(),
+            match (target, atomic) {
+                (None, _) => "no target".to_string(),
+                (Some(t), None) => format!("no untorn writes, failed calls {:?}", t.failed_writes),
+                (Some(_), Some(a)) => format!(
+                    "{} proven, {} not {:?}",
+                    a.proven, a.not_proven, a.reasons
+                ),
+            },
+            dispatched.len(),
+        );
+        if part == "sda3" {
+            // Refused at the call: no bio, so nothing to prove; the run names the calls.
+            let refused = target.map_or(0, |t| t.failed_writes.values().sum::<u64>());
+            let named = target.is_some_and(|t| t.summary.contains("see atomic_writes_lost"));
+            checks.push(Check::new(
+                what,
+                "0 written; run: the refused call named with atomic_writes_lost, no untorn write counted; blk: no command",
+                format!("{found}; summary names atomic_writes_lost: {named}"),
+                written == Some(0)
+                    && refused >= 1
+                    && named
+                    && atomic.is_none()
+                    && dispatched.is_empty(),
+            ));
+        } else {
+            checks.push(Check::new(
+                what,
+                format!(
+                    "{ATOMIC_WRITES} written = run's {ATOMIC_WRITES} proven, 0 not = blk's {ATOMIC_WRITES} commands of one write each"
+                ),
+                found,
+                written == Some(ATOMIC_WRITES)
+                    && atomic.is_some_and(|a| a.proven == ATOMIC_WRITES && a.not_proven == 0)
+                    && whole == ATOMIC_WRITES
+                    && dispatched.len() as u64 == ATOMIC_WRITES,
+            ));
+        }
+    }
+    checks
+}
+
+/// The stacks over the aligned partitions (dm-linear over sda1, md raid0
+/// over sda1 and sda2): statx on the stack is the oracle for check's
+/// verdict, and for what the 64 untorn writes must do: each proven one
+/// command of its own (the blk tracer's commands on sda agree), or each
+/// refused before any I/O, with the finding named by run.
+fn stack_checks(results: &Results) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let names = match results.values("atomic-stack.names") {
+        Ok(names) => names,
+        Err(why) => {
+            checks.push(Check::missing(
+                "untorn writes through dm and md",
+                "atomic-stack.names",
+                why,
+            ));
+            return checks;
+        }
+    };
+    for (key, level) in [("atomic_dm", "dm"), ("atomic_md", "md")] {
+        let Some(stack) = names.get(key) else {
+            checks.push(Check::missing(
+                format!("untorn writes through {level}"),
+                key,
+                "not created".to_string(),
+            ));
+            continue;
+        };
+        let statx = statx_units(results, stack);
+        let offers = statx.is_some_and(|(_, max)| max >= ATOMIC_SECTORS * 512);
+        let audit = results.audit(&format!("{stack}.check.json"));
+        let lost: Vec<String> = match &audit {
+            Ok(audit) => audit
+                .diagnoses
+                .iter()
+                .filter(|d| d.is_on(stack))
+                .filter_map(|d| d.atomic_writes_lost())
+                .map(|e| format!("{} offered {}", e.level, e.offered_unit_max_bytes))
+                .collect(),
+            Err(why) => vec![format!("no audit: {why}")],
+        };
+        // The members offer UNIT_MIN..UNIT_MAX: a stack offering less lost some.
+        let reduced = statx.is_none_or(|(_, max)| max < UNIT_MAX);
+        checks.push(Check::new(
+            format!("untorn writes: {level} {stack}: statx = check's verdict"),
+            "atomic_writes_lost exactly when statx offers less than the members' 4 KiB..64 KiB",
+            format!("statx {statx:?}; findings {lost:?}"),
+            audit.is_ok()
+                && statx.is_some()
+                && reduced == !lost.is_empty()
+                && lost.iter().all(|l| l.starts_with(level)),
+        ));
+        let what = format!("untorn writes under run on {level} {stack}: each proven or named");
+        let (written, errno, _) = atomic_outcome(results, stack);
+        let run = results.json::<crate::vm::report::Run>(&format!("{stack}.atomic.run.json"));
+        let trace = results.text(&format!("{stack}.atomic.blk.trace"));
+        let (Ok(run), Ok(trace)) = (&run, &trace) else {
+            let why = [run.as_ref().err(), trace.as_ref().err()]
+                .into_iter()
+                .flatten()
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("; ");
+            checks.push(Check::missing(what, "run.json and the blk trace", why));
+            continue;
+        };
+        // Superblock and metadata writes are smaller than one untorn write.
+        let data: Vec<_> = blk_write_dispatches(trace)
+            .into_iter()
+            .filter(|(_, sectors, _)| *sectors >= ATOMIC_SECTORS)
+            .collect();
+        let whole = data
+            .iter()
+            .filter(|(_, sectors, _)| *sectors == ATOMIC_SECTORS)
+            .count() as u64;
+        let target = run.target(stack);
+        let atomic = target.and_then(|t| t.atomic_writes.as_ref());
+        let found = format!(
+            "program wrote {written:?}{}; run: {}; blk on sda: {} data commands, {whole} of one write",
+            errno.as_deref().map(|e| format!(" ({e})")).unwrap_or_default(),
+            match (target, atomic) {
+                (None, _) => "no target".to_string(),
+                (Some(t), None) => format!(
+                    "no untorn writes, failed calls {:?}, names the finding: {}",
+                    t.failed_writes,
+                    t.summary.contains("see atomic_writes_lost")
+                ),
+                (Some(_), Some(a)) => format!("{} proven, {} not {:?}", a.proven, a.not_proven, a.reasons),
+            },
+            data.len(),
+        );
+        if offers {
+            checks.push(Check::new(
+                what,
+                format!("{ATOMIC_WRITES} written = run's {ATOMIC_WRITES} proven = blk's {ATOMIC_WRITES} commands of one write"),
+                found,
+                written == Some(ATOMIC_WRITES)
+                    && atomic.is_some_and(|a| a.proven == ATOMIC_WRITES && a.not_proven == 0)
+                    && whole == ATOMIC_WRITES
+                    && data.len() as u64 == ATOMIC_WRITES,
+            ));
+        } else {
+            let named = target.is_some_and(|t| t.summary.contains("see atomic_writes_lost"));
+            checks.push(Check::new(
+                what,
+                "0 written, refused; run names atomic_writes_lost; blk: no data command",
+                found,
+                written == Some(0)
+                    && matches!(errno.as_deref(), Some("EOPNOTSUPP" | "EINVAL"))
+                    && named
+                    && data.is_empty(),
+            ));
+        }
+    }
+    checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::blk_write_dispatches;
+
+    #[test]
+    fn blk_dispatch_lines_give_sector_size_and_the_atomic_letter() {
+        let trace = "# tracer: blk\n\
+   guest-io-91 [000] ..... 12.5: 8,0 D WSU 2184 + 32 [guest-io]\n\
+   guest-io-91 [000] ..... 12.6: 8,0 C WSU 2184 + 32 [0]\n\
+   kworker-1 [001] ..... 12.7: 8,0 D WS 4096 + 8 [kworker]\n\
+   kworker-1 [001] ..... 12.8: 8,0 D R 4096 + 8 [kworker]\n";
+        assert_eq!(
+            blk_write_dispatches(trace),
+            vec![(2184, 32, true), (4096, 8, false)]
+        );
+    }
 }
