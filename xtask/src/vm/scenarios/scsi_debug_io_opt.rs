@@ -491,7 +491,7 @@ fn stack_checks(results: &Results) -> Vec<Check> {
             format!("statx {statx:?}; findings {lost:?}"),
             audit.is_ok()
                 && statx.is_some()
-                && reduced == !lost.is_empty()
+                && reduced != lost.is_empty()
                 && lost.iter().all(|l| l.starts_with(level)),
         ));
         let what = format!("untorn writes under run on {level} {stack}: each proven or named");
