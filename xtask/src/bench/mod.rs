@@ -1,8 +1,9 @@
 //! `cargo xtask bench`: iosplit-trace's overhead against a baseline from the
 //! same run, against the floor (the same BTF tracepoints with programs that
 //! return at once, `IOSPLIT_PROBES=noop`: what any tracepoint-based tracer
-//! pays on this host) and against bpftrace, on a blk-mq loop disk and on
-//! bio-based zram. The targets compare within the run, per workload, since
+//! pays on this host) and against bpftrace (counting the same tracepoints,
+//! and keeping biolatency's per-request latency histogram), on a blk-mq loop
+//! disk and on bio-based zram. The targets compare within the run, per workload, since
 //! per-event costs differ severalfold between hosts. iosplit-trace also runs
 //! with `--owners` (attribution's cost), with `--record`, and as `serve`
 //! scraped every second; `--serve-soak` watches serve's RSS for longer.
@@ -295,7 +296,8 @@ const MEASUREMENT_NOTE: &str = "consumer µs/ev = tracer process utime+stime fro
 /proc/PID/fdinfo) / events handled, which leaves out the tracepoint's own record assembly; \
 fio CPU Δ and machine CPU Δ = CPU per I/O above the baseline's (machine: all CPUs busy time \
 from /proc/stat minus the tracer process), which includes that remainder and any other load; floor events = runs of its noop programs \
-(every device's tracepoint hits: they return before filtering), so its per-event columns are per hit";
+(every device's tracepoint hits: they return before filtering), so its per-event columns are per hit; bpftrace biolatency events = 2 per \
+latency in its histogram (the request's issue and its completion)";
 
 /// Runs the plan, one device at a time.
 struct Bench<'a> {

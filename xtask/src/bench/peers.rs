@@ -3,7 +3,7 @@
 //! with `--no-owners`; with `--record`; `serve` scraped every second; with
 //! one probe lever turned off, when asked for), and
 //! bpftrace with in-kernel counting or with one printf per event on the same
-//! tracepoints.
+//! tracepoints, or keeping biolatency's per-request latency histogram.
 
 use std::fs;
 use std::net::SocketAddr;
@@ -39,6 +39,10 @@ pub enum Config {
     /// iosplit-trace forced onto its fallback probes (`--classic`).
     IosplitClassic,
     BpftraceCount,
+    /// bpftrace timing each request as biolatency does on tracepoints: its
+    /// start in a map by (dev, sector) at block_rq_issue, a hist() of the
+    /// latency at block_rq_complete (request-based devices only).
+    BpftraceBiolatency,
     BpftracePrintf,
     /// `report` with `IOSPLIT_LEVERS_OFF=wake-check` (every record asks its
     /// ring's fill): that lever alone, only with `--config`.
@@ -49,7 +53,7 @@ pub enum Config {
 }
 
 impl Config {
-    pub const ALL: [Config; 11] = [
+    pub const ALL: [Config; 12] = [
         Config::Baseline,
         Config::Floor,
         Config::IosplitTrace,
@@ -58,6 +62,7 @@ impl Config {
         Config::Serve,
         Config::IosplitClassic,
         Config::BpftraceCount,
+        Config::BpftraceBiolatency,
         Config::BpftracePrintf,
         Config::LeverOffWakeCheck,
         Config::LeverOffSubmitterTgid,
@@ -81,6 +86,7 @@ impl Config {
             Config::Serve => "iosplit-trace serve, scraped 1/s",
             Config::IosplitClassic => "iosplit-trace, classic tracepoints",
             Config::BpftraceCount => "bpftrace count()",
+            Config::BpftraceBiolatency => "bpftrace biolatency",
             Config::BpftracePrintf => "bpftrace printf/event",
             Config::LeverOffWakeCheck => "report, lever off: wake-check",
             Config::LeverOffSubmitterTgid => "report, lever off: submitter-tgid",
@@ -88,7 +94,10 @@ impl Config {
     }
 
     pub fn uses_bpftrace(self) -> bool {
-        matches!(self, Config::BpftraceCount | Config::BpftracePrintf)
+        matches!(
+            self,
+            Config::BpftraceCount | Config::BpftraceBiolatency | Config::BpftracePrintf
+        )
     }
 
     /// A failed run costs only its own sample (noted), not the benchmark:
@@ -111,10 +120,7 @@ impl Config {
     }
 
     fn runs_iosplit(self) -> bool {
-        !matches!(
-            self,
-            Config::Baseline | Config::BpftraceCount | Config::BpftracePrintf
-        )
+        !(self == Config::Baseline || self.uses_bpftrace())
     }
 
     /// The iosplit-trace command line (after the binary) and its environment.
@@ -160,12 +166,17 @@ const SERVE_LISTENING: &str = "serving http://";
 const BPFTRACE_ATTACHED: &str = "BENCH-ATTACHED";
 const IOSPLIT_ATTACHED: &str = "probes attached";
 
-fn device_filter(kernel_devs: &[u32]) -> String {
+/// `args->dev == (uint32)A || args->dev == (uint32)B`: the test devices.
+fn device_test(kernel_devs: &[u32]) -> String {
     let tests: Vec<String> = kernel_devs
         .iter()
         .map(|dev| format!("args->dev == (uint32){dev}"))
         .collect();
-    format!("/{}/", tests.join(" || "))
+    tests.join(" || ")
+}
+
+fn device_filter(kernel_devs: &[u32]) -> String {
+    format!("/{}/", device_test(kernel_devs))
 }
 
 /// bpftrace program: one `count()` per tracepoint, in-kernel, printed at exit.
@@ -179,6 +190,39 @@ pub fn bpftrace_count_script(kernel_devs: &[u32]) -> String {
         "BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n{}\n{} {{ @[probe] = count(); }}\n",
         probes.join(",\n"),
         device_filter(kernel_devs)
+    )
+}
+
+/// The biolatency peer's histogram: request latency in µs.
+const BIOLATENCY_HIST: &str = "@usecs";
+
+/// bpftrace program: biolatency's per-request latency map on tracepoints,
+/// what a user runs for always-on latency. It follows bcc's
+/// tools/biolatency.py (iovisor/bcc at 6d0a964c): when its completion side
+/// is a tracepoint (`block_io_done`, or `block_rq_complete` on kernels
+/// without it), the start time is kept in a hash map keyed by
+/// `struct start_key { dev; sector; }` (the tracepoint's `args->dev` and
+/// `args->sector`, not the request pointer, which a tracepoint's `args`
+/// does not carry), looked up at completion, put into a log2 histogram and
+/// deleted. bcc stamps the start in `blk_mq_start_request`, the function
+/// that fires `block_rq_issue`; the tracepoint is used here, so no kprobe
+/// is involved. bpftrace's own tools/biolatency.bt (bpftrace/bpftrace at
+/// e1b7c393) has the same shape but starts at `block_bio_queue` keyed by
+/// sector alone; its older kprobe form (tools/biolatency-kp.bt, the tool of
+/// *BPF Performance Tools*) keys by the request pointer of
+/// `blk_account_io_start`. Like the other peers it filters on the test
+/// devices, at both probes, so other disks' completions skip the map
+/// lookup; like biolatency.bt, `END` clears the starts still in flight so
+/// that only the histogram is printed.
+pub fn bpftrace_biolatency_script(kernel_devs: &[u32]) -> String {
+    let devices = device_test(kernel_devs);
+    let key = "@start[args->dev, args->sector]";
+    format!(
+        "BEGIN {{ printf(\"{BPFTRACE_ATTACHED}\\n\"); }}\n\
+         tracepoint:block:block_rq_issue /{devices}/ {{ {key} = nsecs; }}\n\
+         tracepoint:block:block_rq_complete /({devices}) && {key}/ {{ \
+         {BIOLATENCY_HIST} = hist((nsecs - {key}) / 1000); delete({key}); }}\n\
+         END {{ clear(@start); }}\n"
     )
 }
 
@@ -284,11 +328,11 @@ impl RunningTracer {
                 cmd.args(args).envs(env);
                 cmd
             }
-            Config::BpftraceCount | Config::BpftracePrintf => {
-                let script = if config == Config::BpftraceCount {
-                    bpftrace_count_script(&device.kernel_devs)
-                } else {
-                    bpftrace_printf_script(&device.kernel_devs)
+            Config::BpftraceCount | Config::BpftraceBiolatency | Config::BpftracePrintf => {
+                let script = match config {
+                    Config::BpftraceCount => bpftrace_count_script(&device.kernel_devs),
+                    Config::BpftraceBiolatency => bpftrace_biolatency_script(&device.kernel_devs),
+                    _ => bpftrace_printf_script(&device.kernel_devs),
                 };
                 let mut cmd = Command::new("bpftrace");
                 cmd.arg("-e").arg(script);
@@ -419,6 +463,13 @@ impl RunningTracer {
                 dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
                 correlation: None,
             },
+            // Each latency it recorded took two probe hits on the test
+            // devices, the request's issue and its completion.
+            Config::BpftraceBiolatency => Counted {
+                events: 2 * parse_bpftrace_hist_total(&stdout, BIOLATENCY_HIST),
+                dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
+                correlation: None,
+            },
             Config::BpftracePrintf => Counted {
                 events: count_printf_lines(&stdout),
                 dropped: parse_bpftrace_lost(&stdout) + parse_bpftrace_lost(&stderr),
@@ -521,6 +572,33 @@ fn parse_bpftrace_counts(stdout: &str) -> u64 {
         .filter_map(|line| line.rsplit_once(": "))
         .filter_map(|(_, count)| count.trim().parse::<u64>().ok())
         .sum()
+}
+
+/// Sums the buckets of the histogram `map` that bpftrace prints at exit
+/// (`@usecs:` and then lines like `[256, 512)   17 |@@@   |`).
+fn parse_bpftrace_hist_total(stdout: &str, map: &str) -> u64 {
+    let header = format!("{map}:");
+    let mut inside = false;
+    let mut total = 0;
+    for line in stdout.lines() {
+        let line = line.trim();
+        if line.starts_with('@') {
+            inside = line == header;
+            continue;
+        }
+        if !inside || !(line.starts_with('[') || line.starts_with('(')) {
+            continue;
+        }
+        let Some(end) = line.find([']', ')']) else {
+            continue;
+        };
+        let rest = &line[end + 1..];
+        let count = rest
+            .split_once('|')
+            .and_then(|(count, _)| count.trim().parse::<u64>().ok());
+        total += count.unwrap_or(0);
+    }
+    total
 }
 
 /// Sums bpftrace's `Lost N events` notices.
@@ -641,6 +719,93 @@ mod tests {
         assert_eq!(parse_bpftrace_counts(stdout), 2200);
         assert_eq!(parse_bpftrace_lost(stdout), 20);
         assert_eq!(parse_bpftrace_lost("nothing lost"), 0);
+    }
+
+    #[test]
+    fn the_biolatency_script_times_requests_between_issue_and_completion() {
+        let devs = [7 << 20, (259 << 20) | 1];
+        let script = bpftrace_biolatency_script(&devs);
+        // Exactly two probes besides BEGIN and END: issue and completion.
+        let probes: Vec<&str> = script
+            .lines()
+            .filter_map(|line| line.split_whitespace().next())
+            .filter(|probe| !matches!(*probe, "BEGIN" | "END"))
+            .collect();
+        assert_eq!(
+            probes,
+            [
+                "tracepoint:block:block_rq_issue",
+                "tracepoint:block:block_rq_complete"
+            ],
+            "{script}"
+        );
+        assert_eq!(script.matches("tracepoint:").count(), 2, "{script}");
+        let line = |probe: &str| {
+            script
+                .lines()
+                .find(|line| line.starts_with(&format!("tracepoint:block:{probe} ")))
+                .unwrap()
+                .to_string()
+        };
+        let key = "@start[args->dev, args->sector]";
+        let issue = line("block_rq_issue");
+        assert!(issue.ends_with(&format!("{{ {key} = nsecs; }}")), "{issue}");
+        let complete = line("block_rq_complete");
+        // Only a request whose issue was seen is timed, then forgotten.
+        assert!(complete.contains(&format!("&& {key}/")), "{complete}");
+        assert!(
+            complete.contains(&format!("@usecs = hist((nsecs - {key}) / 1000);")),
+            "{complete}"
+        );
+        assert!(complete.contains(&format!("delete({key});")), "{complete}");
+        assert_eq!(script.matches("hist(").count(), 1);
+        assert!(!script.contains("count()") && !script.contains("printf(\"%"));
+        for probe in [&issue, &complete] {
+            for dev in devs {
+                assert!(
+                    probe.contains(&format!("args->dev == (uint32){dev}")),
+                    "{probe}"
+                );
+            }
+        }
+        assert!(script.contains(BPFTRACE_ATTACHED));
+        assert!(script.contains("END { clear(@start); }"));
+        assert!(Config::BpftraceBiolatency.uses_bpftrace());
+        assert!(!Config::BpftraceBiolatency.runs_iosplit());
+        assert!(!Config::BpftraceBiolatency.only_when_named());
+    }
+
+    #[test]
+    fn the_latency_histogram_buckets_are_summed() {
+        let stdout = "Attaching 4 probes...\nBENCH-ATTACHED\n\n\n\
+                      @usecs:\n\
+                      [0]                    3 |                                                    |\n\
+                      [1]                    1 |                                                    |\n\
+                      [2, 4)                 0 |                                                    |\n\
+                      [16, 32)           12040 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+                      [1K, 2K)             956 |@@@@                                                |\n\
+                      \n@other:\n[0]  100 |@@@@|\n";
+        assert_eq!(
+            parse_bpftrace_hist_total(stdout, "@usecs"),
+            3 + 1 + 12040 + 956
+        );
+        assert_eq!(
+            parse_bpftrace_hist_total("Attaching 4 probes...\n", "@usecs"),
+            0
+        );
+        assert_eq!(parse_bpftrace_hist_total(stdout, "@start"), 0);
+        // bpftrace 0.17 on Linux 6.18, 500 direct writes and 300 direct
+        // reads of 4 KiB on a loop disk (its header ends in a space).
+        let seen = "Attaching 4 probes...\nBENCH-ATTACHED\n\n\n\n\n@usecs: \n\
+                    [4, 8)               726 |@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@|\n\
+                    [8, 16)               57 |@@@@                                                |\n\
+                    [16, 32)              11 |                                                    |\n\
+                    [32, 64)               3 |                                                    |\n\
+                    [64, 128)              1 |                                                    |\n\
+                    [128, 256)             1 |                                                    |\n\
+                    [256, 512)             0 |                                                    |\n\
+                    [2K, 4K)               1 |                                                    |\n";
+        assert_eq!(parse_bpftrace_hist_total(seen, "@usecs"), 800);
     }
 
     #[test]

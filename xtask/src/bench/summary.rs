@@ -304,11 +304,9 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
     let label = |r: &Row| format!("{} {}", r.device.title(), r.workload.key());
     let mut targets = Vec::new();
 
-    // Per workload, from the same run: against bpftrace count() and against
-    // the floor, on paired ratios (each round against its own baseline),
-    // which drift in the machine's other load disturbs least.
-    let paired = |r: &Row| r.iops_ratio_paired.or(r.iops_ratio);
-    let three = |v: Option<f64>| v.map_or("–".to_string(), |v| format!("{v:.3}"));
+    // Per workload, from the same run: against bpftrace count(), bpftrace
+    // biolatency and the floor, on paired ratios (each round against its
+    // own baseline), which drift in the machine's other load disturbs least.
     for r in &ours {
         let peer = |config: Config| {
             rows.iter()
@@ -341,6 +339,7 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
             ),
             met,
         });
+        targets.push(versus_biolatency(r, row_of(Config::BpftraceBiolatency)));
         let met = mine.zip(floor).map(|(m, f)| f - m <= 0.05);
         targets.push(Target {
             name: format!("vs floor: {}", label(r)),
@@ -488,6 +487,44 @@ pub fn targets(rows: &[Row], soak: Option<&SoakRecord>, planned: &[Config]) -> V
         met: attach.map(|ms| ms <= 1000.0),
     });
     targets
+}
+
+/// The ratio the comparisons judge: paired when the rounds allow it.
+fn paired(r: &Row) -> Option<f64> {
+    r.iops_ratio_paired.or(r.iops_ratio)
+}
+
+fn three(v: Option<f64>) -> String {
+    v.map_or("–".to_string(), |v| format!("{v:.3}"))
+}
+
+/// iosplit-trace against bpftrace keeping biolatency's latency histogram
+/// (`peer`, None when it has no sample), like the comparison with count().
+/// On a device where the request tracepoints never fired (bio-based zram)
+/// the peer timed nothing, so its ratio prices no latency: no verdict.
+fn versus_biolatency(r: &Row, peer: Option<&Row>) -> Target {
+    let (mine, theirs) = (paired(r), peer.and_then(paired));
+    let timed = peer.is_some_and(|p| p.events_per_s.is_some_and(|e| e > 0.0));
+    let met = mine.zip(theirs).filter(|_| timed).map(|(m, b)| m >= b);
+    let why = match (met, peer) {
+        (Some(false), Some(peer)) => cost_beside(r, peer, "biolatency"),
+        (None, Some(_)) if !timed => "; biolatency timed no request here (block_rq_issue and \
+             block_rq_complete fire only for request-based devices): no verdict"
+            .to_string(),
+        _ => String::new(),
+    };
+    Target {
+        name: format!("vs biolatency: {} {}", r.device.title(), r.workload.key()),
+        goal: "× baseline ≥ bpftrace biolatency's",
+        measured: format!(
+            "{} vs {} (gap {}{}){why}",
+            three(mine),
+            three(theirs),
+            three(mine.zip(theirs).map(|(m, b)| m - b)),
+            peer.map_or(String::new(), |p| round_gaps(r, p)),
+        ),
+        met,
+    }
 }
 
 /// A tracer's cost per I/O: tracepoint hits it handled, BPF run time and
@@ -1053,13 +1090,19 @@ mod tests {
                 96_000.0,
                 Some(outcome(1_000_000, 0, 0.0, 0)),
             ),
+            record(
+                Config::BpftraceBiolatency,
+                0,
+                93_000.0,
+                Some(outcome(500_000, 0, 0.0, 0)),
+            ),
         ];
         let rows = rows(&records);
         assert_eq!(rows[1].config, Config::Floor);
         assert_eq!(rows[1].floor_ratio_paired, Some(1.0));
         assert_eq!(rows[0].floor_ratio_paired, None);
         let targets = targets(&rows, None, &FOUR);
-        assert_eq!(targets.len(), 2 + 4);
+        assert_eq!(targets.len(), 3 + 4);
         assert!(targets.iter().all(|t| t.met == Some(true)), "{targets:?}");
     }
 
@@ -1079,11 +1122,168 @@ mod tests {
             .iter()
             .filter(|t| t.name.starts_with("vs "))
             .collect();
-        assert_eq!(comparisons.len(), 2);
+        assert_eq!(comparisons.len(), 3);
         assert!(
             comparisons.iter().all(|t| t.met.is_none()),
             "{comparisons:?}"
         );
+    }
+
+    /// Three rounds of baseline, report, count() and biolatency on `device`
+    /// (IOPS per round; biolatency's events per run).
+    fn versus_peers(
+        device: DeviceKind,
+        ours: [f64; 3],
+        count: [f64; 3],
+        biolatency: [f64; 3],
+        biolatency_events: u64,
+    ) -> Vec<RunRecord> {
+        let mut records = Vec::new();
+        for round in 0..3 {
+            let i = round as usize;
+            // 4 events per I/O for report and count(), 2 for biolatency;
+            // BPF 250 ns per event for report, 400 for biolatency.
+            let events = |iops: f64, per_io: f64| (iops * 4.0 * per_io) as u64;
+            let runs = [
+                (Config::Baseline, 100_000.0, None),
+                (
+                    Config::IosplitTrace,
+                    ours[i],
+                    Some(outcome(events(ours[i], 4.0), 0, 0.4, events(ours[i], 1e3))),
+                ),
+                (
+                    Config::BpftraceCount,
+                    count[i],
+                    Some(outcome(events(count[i], 4.0), 0, 0.0, 0)),
+                ),
+                (
+                    Config::BpftraceBiolatency,
+                    biolatency[i],
+                    Some(outcome(biolatency_events, 0, 0.0, biolatency_events * 400)),
+                ),
+            ];
+            for (slot, (config, iops, tracer)) in runs.into_iter().enumerate() {
+                records.push(RunRecord {
+                    device,
+                    ..at(record(config, round, iops, tracer), slot as u32, 4)
+                });
+            }
+        }
+        records
+    }
+
+    #[test]
+    fn biolatency_is_judged_like_count_from_the_same_run() {
+        // Loop: report 0.80, 0.70, 0.75 × baseline; count() 0.70 flat;
+        // biolatency 0.78, 0.74, 0.76: medians 0.75 against 0.76, a miss.
+        let records = versus_peers(
+            DeviceKind::Loop,
+            [80_000.0, 70_000.0, 75_000.0],
+            [70_000.0; 3],
+            [78_000.0, 74_000.0, 76_000.0],
+            2 * 4 * 76_000,
+        );
+        let rows = rows(&records);
+        let biolatency = rows
+            .iter()
+            .find(|r| r.config == Config::BpftraceBiolatency)
+            .unwrap();
+        assert_eq!(biolatency.runs, 3);
+        // Its BPF run time is read like any peer's: 400 ns per event.
+        let bpf = biolatency.bpf_us_per_event.unwrap();
+        assert!((bpf - 0.4).abs() < 1e-9, "{bpf}");
+        let targets = targets(&rows, None, &Config::ALL);
+        let count = &targets_named(&targets, "vs count():")[0];
+        assert_eq!(count.met, Some(true));
+        let versus = targets_named(&targets, "vs biolatency:");
+        assert_eq!(versus.len(), 1, "{targets:?}");
+        let versus = versus[0];
+        assert_eq!(
+            versus.name,
+            "vs biolatency: loop (blk-mq) randwrite-4k-qd32"
+        );
+        assert_eq!(versus.goal, "× baseline ≥ bpftrace biolatency's");
+        assert_eq!(versus.met, Some(false));
+        // Paired: 0.80 − 0.78, 0.70 − 0.74, 0.75 − 0.76 round by round.
+        assert!(
+            versus.measured.starts_with(
+                "0.750 vs 0.760 (gap -0.010; ahead in 1 of 3 rounds, gaps -0.040 to 0.020)"
+            ),
+            "{}",
+            versus.measured
+        );
+        // A miss says where the time went, per I/O, beside the peer's.
+        assert!(
+            versus
+                .measured
+                .contains("per I/O: BPF 1000 ns vs biolatency 800 (4.0 vs 2.0 events)"),
+            "{}",
+            versus.measured
+        );
+        // Listed under its workload's table, after count().
+        let table = markdown(&rows, &targets, None, None);
+        let count_line = table
+            .find("| met | vs count() | × baseline ≥ bpftrace count()'s |")
+            .expect(&table);
+        let line = table
+            .find("| **NOT met** | vs biolatency | × baseline ≥ bpftrace biolatency's | 0.750 vs 0.760")
+            .expect(&table);
+        assert!(count_line < line, "{table}");
+        assert!(
+            table.contains("| bpftrace biolatency | 76k (74–78k) |"),
+            "{table}"
+        );
+
+        // Ahead of it in the median: met.
+        let records = versus_peers(
+            DeviceKind::Loop,
+            [80_000.0, 70_000.0, 75_000.0],
+            [70_000.0; 3],
+            [72_000.0, 73_000.0, 71_000.0],
+            2 * 4 * 72_000,
+        );
+        let targets = super::targets(&super::rows(&records), None, &Config::ALL);
+        let versus = &targets_named(&targets, "vs biolatency:")[0];
+        assert_eq!(versus.met, Some(true), "{}", versus.measured);
+        assert!(versus.measured.starts_with("0.750 vs 0.720 (gap 0.030;"));
+        assert!(!versus.measured.contains("per I/O"), "{}", versus.measured);
+    }
+
+    #[test]
+    fn biolatency_on_a_bio_based_device_gives_no_verdict() {
+        // zram: block_rq_* never fire, so biolatency timed nothing and its
+        // ratio is the tracepoints' attachment alone.
+        let records = versus_peers(
+            DeviceKind::Zram,
+            [80_000.0; 3],
+            [75_000.0; 3],
+            [99_000.0; 3],
+            0,
+        );
+        let rows = rows(&records);
+        let targets = targets(&rows, None, &Config::ALL);
+        let versus = targets_named(&targets, "vs biolatency:");
+        assert_eq!(versus.len(), 1);
+        assert_eq!(
+            versus[0].name,
+            "vs biolatency: zram (bio) randwrite-4k-qd32"
+        );
+        assert_eq!(versus[0].met, None);
+        assert!(
+            versus[0]
+                .measured
+                .starts_with("0.800 vs 0.990 (gap -0.190;"),
+            "{}",
+            versus[0].measured
+        );
+        assert!(
+            versus[0]
+                .measured
+                .contains("biolatency timed no request here"),
+            "{}",
+            versus[0].measured
+        );
+        assert_eq!(targets_named(&targets, "vs count():")[0].met, Some(true));
     }
 
     fn targets_named<'a>(targets: &'a [Target], prefix: &str) -> Vec<&'a Target> {
