@@ -1302,6 +1302,47 @@ impl DirtyCounts {
     }
 }
 
+/// `block_rq_tag_wait` (Linux 7.2+): a submitter found no free tag on a
+/// hardware queue and waited for one. Counted in the kernel per device,
+/// hardware queue and tag set; no request exists yet to follow.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TagWaitKey {
+    pub dev: u32,
+    pub hctx: u32,
+    /// 1: the I/O scheduler's tags (`nr_requests`) ran out; 0: the driver's.
+    pub sched: u32,
+    pub _pad: u32,
+}
+
+/// Waits for one [`TagWaitKey`], and the tag set's size at the last one.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TagWaits {
+    pub waits: u64,
+    pub nr_tags: u64,
+}
+
+/// Where `block_rq_tag_wait`'s fields are in its record, from its format
+/// file ([`NO_FIELD`] when the kernel has no such tracepoint).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TagWaitFields {
+    pub dev: u16,
+    pub hctx_id: u16,
+    pub nr_tags: u16,
+    pub is_sched_tag: u16,
+}
+
+impl TagWaitFields {
+    pub const ABSENT: TagWaitFields = TagWaitFields {
+        dev: NO_FIELD,
+        hctx_id: NO_FIELD,
+        nr_tags: NO_FIELD,
+        is_sched_tag: NO_FIELD,
+    };
+}
+
 /// Bits of the `FILTER_OWNERS` global: which owner filters are on. A bio is
 /// traced when it passes every filter that is on (any value of each).
 pub mod owner_filter {
@@ -1381,6 +1422,11 @@ pub mod names {
 
     pub const PROCESS_EVENTS: &str = "PROCESS_EVENTS";
     pub const DIRTY_BUFFERS: &str = "DIRTY_BUFFERS";
+    pub const TAG_WAITS: &str = "TAG_WAITS";
+    /// [`TagWaitFields`](super::TagWaitFields) for the `tag_wait` program.
+    pub const TAG_WAIT_FIELDS: &str = "TAG_WAIT_FIELDS";
+    /// The program counting `block_rq_tag_wait` (attached where it exists).
+    pub const TAG_WAIT_PROGRAM: &str = "tag_wait";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";
     pub const URING_FIELDS: &str = "URING_FIELDS";
     pub const COUNTERS: &str = "COUNTERS";
@@ -1426,6 +1472,9 @@ mod user {
     unsafe impl aya::Pod for UringOffsets {}
     unsafe impl aya::Pod for OpenEvent {}
     unsafe impl aya::Pod for DirtyCounts {}
+    unsafe impl aya::Pod for TagWaitKey {}
+    unsafe impl aya::Pod for TagWaits {}
+    unsafe impl aya::Pod for TagWaitFields {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for BtfEvent {}
     unsafe impl aya::Pod for BtfQueueEvent {}

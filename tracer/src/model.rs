@@ -417,6 +417,23 @@ pub struct DeviceReport {
     /// Per op, the disk's service model fitted from its commands, where it
     /// applies (the what-ifs' times replay it).
     pub service: BTreeMap<Op, ServiceModel>,
+    /// Submitters that waited for a free tag (`block_rq_tag_wait`, 7.2+):
+    /// the queue was full. Empty when none waited or the kernel cannot say.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tag_waits: Vec<TagWaitReport>,
+}
+
+/// Waits for a free tag on one hardware queue of a disk.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct TagWaitReport {
+    /// The hardware queue's index.
+    pub hctx: u32,
+    /// Whose tags ran out: `scheduler` (the I/O scheduler's, `nr_requests`)
+    /// or `driver` (the device's queue depth).
+    pub tags: String,
+    pub waits: u64,
+    /// The tag set's size at the last wait.
+    pub nr_tags: u64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, serde::Deserialize)]

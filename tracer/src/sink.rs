@@ -8,7 +8,7 @@
 
 use std::time::Instant;
 
-use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent};
+use tracer_common::{BlockEvent, DirtyCounts, OpenEvent, ProcessEvent, TagWaitKey, TagWaits};
 
 use crate::engine::Engine;
 use crate::geometry::DiskGeometry;
@@ -25,6 +25,8 @@ pub trait EventSink: Send + 'static {
     fn open_event(&mut self, _event: &OpenEvent) {}
     /// Before each query: the kernel's running dirty-buffer totals per device.
     fn dirty_buffer_totals(&mut self, _totals: &[(u32, DirtyCounts)]) {}
+    /// Before each query: the kernel's running tag-wait totals (7.2+).
+    fn tag_wait_totals(&mut self, _totals: &[(TagWaitKey, TagWaits)]) {}
     /// The kernel dropped block events since the last drain (a ring was full).
     fn events_lost(&mut self) {}
     /// Called after each drain, with the consumer's clock.
@@ -44,6 +46,10 @@ impl EventSink for Engine {
 
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         Engine::dirty_buffer_totals(self, totals)
+    }
+
+    fn tag_wait_totals(&mut self, totals: &[(TagWaitKey, TagWaits)]) {
+        Engine::tag_wait_totals(self, totals)
     }
 
     fn owners_read(&mut self, read: bool) {

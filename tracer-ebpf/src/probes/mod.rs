@@ -14,3 +14,4 @@ pub mod classic;
 pub mod noop;
 pub mod process;
 pub mod shared;
+pub mod tag_wait;

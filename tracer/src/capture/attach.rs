@@ -7,7 +7,7 @@ use aya::{
     programs::{BtfTracePoint, TracePoint},
     Btf, Ebpf,
 };
-use tracer_common::{EventKind, FieldOffsets, ProcessEventKind};
+use tracer_common::{names, EventKind, FieldOffsets, ProcessEventKind};
 
 use crate::error::{Error, Result};
 
@@ -175,6 +175,19 @@ pub(super) fn attach_block_probes(
         ));
     }
     Ok(probes)
+}
+
+/// The `block_rq_tag_wait` counter (Linux 7.2+), where the tracepoint is.
+pub(super) fn attach_tag_wait(ebpf: &mut Ebpf) -> std::result::Result<(), AttachError> {
+    attach(
+        ebpf,
+        names::TAG_WAIT_PROGRAM,
+        Hook::TracePoint {
+            category: "block",
+            name: "block_rq_tag_wait",
+            load: true,
+        },
+    )
 }
 
 /// Fork following plus entry/exit probes for the write-family syscalls and

@@ -14,7 +14,9 @@ use aya::{
     maps::{MapData, PerCpuArray, PerCpuHashMap, RingBuf},
     Ebpf,
 };
-use tracer_common::{counter, names, DirtyCounts, EventKind, OpenEvent, ProcessEvent};
+use tracer_common::{
+    counter, names, DirtyCounts, EventKind, OpenEvent, ProcessEvent, TagWaitKey, TagWaits,
+};
 
 use crate::error::{Error, Result};
 
@@ -90,6 +92,24 @@ fn dirty_totals(map: &PerCpuHashMap<MapData, u32, DirtyCounts>) -> Vec<(u32, Dir
                 }
             }
             (dev, total)
+        })
+        .collect()
+}
+
+/// Per key, the waits summed over CPUs, and the tag set's size.
+fn tag_wait_totals(
+    map: &PerCpuHashMap<MapData, TagWaitKey, TagWaits>,
+) -> Vec<(TagWaitKey, TagWaits)> {
+    map.iter()
+        .filter_map(|entry| entry.ok())
+        .map(|(key, per_cpu)| {
+            let total = per_cpu
+                .iter()
+                .fold(TagWaits::default(), |sum, waits| TagWaits {
+                    waits: sum.waits + waits.waits,
+                    nr_tags: sum.nr_tags.max(waits.nr_tags),
+                });
+            (key, total)
         })
         .collect()
 }
@@ -243,9 +263,15 @@ fn consume<S: EventSink>(
     let dirty_buffers = ebpf
         .take_map(names::DIRTY_BUFFERS)
         .and_then(|map| PerCpuHashMap::<MapData, u32, DirtyCounts>::try_from(map).ok());
+    let tag_waits = ebpf
+        .take_map(names::TAG_WAITS)
+        .and_then(|map| PerCpuHashMap::<MapData, TagWaitKey, TagWaits>::try_from(map).ok());
     let report_dirty = |sink: &mut S| {
         if let Some(map) = &dirty_buffers {
             sink.dirty_buffer_totals(&dirty_totals(map));
+        }
+        if let Some(map) = &tag_waits {
+            sink.tag_wait_totals(&tag_wait_totals(map));
         }
     };
     let misses = ProgramMisses::of(&ebpf);

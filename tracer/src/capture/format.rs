@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use tracer_common::{
-    EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, UringOffsets, NO_FIELD,
+    EventKind, FieldOffsets, ProcessEventKind, ProcessOffsets, TagWaitFields, UringOffsets,
+    NO_FIELD,
 };
 
 /// One `field:` line of a format file.
@@ -460,6 +461,78 @@ pub fn read_process_offsets(events_dir: &Path) -> Result<ProcessOffsets, FormatE
         }
     }
     Ok(offsets)
+}
+
+/// `block/block_rq_tag_wait`'s fields (Linux 7.2+), from its format file:
+/// `None` when this kernel has no such tracepoint.
+pub fn read_tag_wait_offsets(events_dir: &Path) -> Option<Result<TagWaitFields, FormatError>> {
+    let path = events_dir.join("block/block_rq_tag_wait/format");
+    let text = std::fs::read_to_string(&path).ok()?;
+    Some(tag_wait_offsets(&text).map_err(|err| err.within("block/block_rq_tag_wait".into())))
+}
+
+fn tag_wait_offsets(text: &str) -> Result<TagWaitFields, FormatError> {
+    let fields = parse_fields(text)?;
+    let offset = |name: &'static str, size: u16| {
+        fields
+            .iter()
+            .find(|f| f.name == name && f.size == size)
+            .map(|f| f.offset)
+            .ok_or(FormatError::NoSuchField { name, size })
+    };
+    Ok(TagWaitFields {
+        dev: offset("dev", 4)?,
+        hctx_id: offset("hctx_id", 4)?,
+        // The tag set's size only says how small it was: optional.
+        nr_tags: offset("nr_tags", 4).unwrap_or(NO_FIELD),
+        is_sched_tag: offset("is_sched_tag", 1)?,
+    })
+}
+
+#[cfg(test)]
+mod tag_wait_tests {
+    use super::*;
+
+    /// The layout of 7.3's `trace_event_raw_block_rq_tag_wait` (BTF of
+    /// Debian's linux-binary-7.3.4), as its format file prints it.
+    const FORMAT_7_3: &str = "name: block_rq_tag_wait
+ID: 1234
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:dev_t dev;\toffset:8;\tsize:4;\tsigned:0;
+\tfield:u32 hctx_id;\toffset:12;\tsize:4;\tsigned:0;
+\tfield:u32 nr_tags;\toffset:16;\tsize:4;\tsigned:0;
+\tfield:bool is_sched_tag;\toffset:20;\tsize:1;\tsigned:0;
+\tfield:bool is_reserved;\toffset:21;\tsize:1;\tsigned:0;
+";
+
+    #[test]
+    fn tag_wait_fields_come_from_the_format() {
+        let fields = tag_wait_offsets(FORMAT_7_3).unwrap();
+        assert_eq!(
+            (
+                fields.dev,
+                fields.hctx_id,
+                fields.nr_tags,
+                fields.is_sched_tag
+            ),
+            (8, 12, 16, 20)
+        );
+        let without = FORMAT_7_3.replace("is_sched_tag", "sched");
+        assert!(tag_wait_offsets(&without).is_err());
+    }
+
+    #[test]
+    fn a_kernel_without_the_tracepoint_has_no_tag_waits() {
+        let dir = std::env::temp_dir().join(format!("iosplit-no-tag-wait-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("block")).unwrap();
+        assert!(read_tag_wait_offsets(&dir).is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[cfg(test)]

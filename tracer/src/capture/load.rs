@@ -8,7 +8,7 @@ use std::path::Path;
 use aya::{maps::HashMap, Ebpf, EbpfLoader};
 use tracer_common::{
     device_filter, names, ClassicFields, EventKind, FieldOffsets, KernelLayout, ProcessOffsets,
-    UringOffsets, DEVICE_LIST_LEN, NO_FIELD,
+    TagWaitFields, UringOffsets, DEVICE_LIST_LEN, NO_FIELD,
 };
 
 use crate::error::{Error, Result};
@@ -157,7 +157,21 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
     } else {
         0
     };
+    // Tag waits (7.2+) are counted under either flavor, from their format.
+    let tag_wait = match format::read_tag_wait_offsets(events_dir) {
+        None => None,
+        Some(Ok(fields)) => Some(fields),
+        Some(Err(err)) => {
+            crate::status::status(format_args!(
+                "warning: block_rq_tag_wait: {}; tag waits are not counted",
+                crate::error::one_line(&err)
+            ));
+            None
+        }
+    };
+    let tag_wait_fields = tag_wait.unwrap_or(TagWaitFields::ABSENT);
     let mut loader = EbpfLoader::new();
+    loader.override_global(names::TAG_WAIT_FIELDS, &tag_wait_fields, true);
     // Only one flavor runs: the classic programs stay inert under btf.
     let classic_fields: ClassicFields = match flavor {
         ProbeFlavor::Classic => resolved,
@@ -199,6 +213,11 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
     fill_scope(&mut ebpf, config)?;
 
     let probes = attach::attach_block_probes(&mut ebpf, flavor, offsets)?;
+    if tag_wait.is_some() && flavor != ProbeFlavor::Noop {
+        if let Err(err) = attach::attach_tag_wait(&mut ebpf) {
+            crate::status::status(format_args!("warning: {err}; tag waits are not counted"));
+        }
+    }
     let (process_probes, uring_probes) =
         attach_run_probes(&mut ebpf, config, process_offsets, uring);
     Ok(Loaded {
@@ -337,7 +356,7 @@ mod tests {
     use crate::geometry::DevId;
     use tracer_common::{
         device_filter, names, ClassicFields, EventKind, KernelLayout, ProcessEventKind,
-        ProcessOffsets, UringOffsets, DEVICE_LIST_LEN,
+        ProcessOffsets, TagWaitFields, UringOffsets, DEVICE_LIST_LEN,
     };
 
     /// Global symbols of a little-endian ELF64 object and their sizes.
@@ -403,12 +422,14 @@ mod tests {
         size_of("uring_queue_async_work");
         size_of("uring_register");
         size_of("enter_io_uring_register");
+        size_of(names::TAG_WAIT_PROGRAM);
         for ring in names::EVENT_RINGS {
             size_of(ring);
         }
         for map in [
             names::PROCESS_EVENTS,
             names::DIRTY_BUFFERS,
+            names::TAG_WAITS,
             names::COUNTERS,
             names::DEVICES,
             names::PIDS,
@@ -424,6 +445,7 @@ mod tests {
             (names::KERNEL_LAYOUT, std::mem::size_of::<KernelLayout>()),
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
             (names::URING_FIELDS, std::mem::size_of::<UringOffsets>()),
+            (names::TAG_WAIT_FIELDS, std::mem::size_of::<TagWaitFields>()),
             (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
             (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),

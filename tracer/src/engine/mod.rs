@@ -66,12 +66,13 @@ pub mod split;
 pub mod stats;
 mod streams;
 mod table;
+mod tag_waits;
 mod target;
 #[cfg(test)]
 pub(crate) mod tests;
 pub mod what_if;
 
-use tracer_common::{BlockAction, BlockEvent, DirtyCounts, EventKind};
+use tracer_common::{BlockAction, BlockEvent, DirtyCounts, EventKind, TagWaitKey, TagWaits};
 
 use crate::geometry::DiskGeometry;
 use crate::model::{CorrelationStats, DeviceReport, EventCounts, Finding, Measures, OpMeasures};
@@ -133,6 +134,8 @@ pub struct Engine {
     keep_outcomes: bool,
     /// The outcomes since the last drain, when kept.
     outcomes: Vec<Outcome>,
+    /// Waits for a free tag, as the kernel counted them (7.2+).
+    tag_waits: tag_waits::TagWaitTally,
 }
 
 impl Engine {
@@ -145,6 +148,7 @@ impl Engine {
             last_shrink: None,
             keep_outcomes: false,
             outcomes: Vec::new(),
+            tag_waits: tag_waits::TagWaitTally::default(),
         };
         engine.set_disks(disks);
         engine
@@ -215,6 +219,7 @@ impl Engine {
         self.accounting.clear();
         self.correlator.reset();
         self.events = EventCounts::default();
+        self.tag_waits.clear();
     }
 
     /// Between drains: when nothing is in flight, the tables give back what
@@ -272,9 +277,26 @@ impl Engine {
         self.events[EventKind::DirtyBuffer] += self.accounting.dirty_buffer_totals(totals);
     }
 
+    /// The kernel's running tag-wait totals (7.2+, aggregated there).
+    pub fn tag_wait_totals(&mut self, totals: &[(TagWaitKey, TagWaits)]) {
+        self.tag_waits.totals(totals);
+    }
+
     /// Per disk (its own and its partitions' traffic), partitions inside.
     pub fn devices(&self) -> Vec<DeviceReport> {
-        reports::devices(&self.devices, &self.accounting)
+        let mut devices = reports::devices(&self.devices, &self.accounting);
+        for device in &mut devices {
+            let dev = device.dev.split_once(':').and_then(|(major, minor)| {
+                Some(crate::geometry::DevId::new(
+                    major.parse().ok()?,
+                    minor.parse().ok()?,
+                ))
+            });
+            if let Some(dev) = dev {
+                device.tag_waits = self.tag_waits.on(dev.to_kernel());
+            }
+        }
+        devices
     }
 
     /// Per disk and partition with traffic: the tracked processes' I/O vs the rest.

@@ -87,6 +87,8 @@ pub(super) fn devices(devices: &Devices, accounting: &Accounting) -> Vec<DeviceR
                         Some((op, fit.to_model()))
                     })
                     .collect(),
+                // The engine fills them in from the kernel's counts.
+                tag_waits: Vec::new(),
             }
         })
         .collect()

@@ -282,6 +282,7 @@ fn dev_text(dev: Option<crate::geometry::DevId>) -> String {
 fn device_report(disk: DiskGeometry) -> DeviceReport {
     DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: disk.name.clone(),
         dev: dev_text(disk.dev),
         partitions: disk

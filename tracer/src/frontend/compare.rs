@@ -514,6 +514,7 @@ mod tests {
             partitions: Vec::new(),
             gone: false,
             service: BTreeMap::new(),
+            tag_waits: Vec::new(),
         });
         report
     }

@@ -209,6 +209,10 @@ impl EventSink for RunSink {
         self.engine.dirty_buffer_totals(totals);
     }
 
+    fn tag_wait_totals(&mut self, totals: &[(tracer_common::TagWaitKey, tracer_common::TagWaits)]) {
+        self.engine.tag_wait_totals(totals);
+    }
+
     fn owners_read(&mut self, read: bool) {
         self.engine.attribute_owners(read);
     }

@@ -179,6 +179,7 @@ pub fn requeued_report() -> Report {
     geometry.max_sectors_kb = 4096;
     report.devices.push(DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: "vda".to_string(),
         dev: "254:0".to_string(),
         geometry,
@@ -254,6 +255,7 @@ pub fn stacked_report() -> Report {
     });
     report.devices.push(DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: "dm-1".to_string(),
         dev: "253:1".to_string(),
         geometry,
@@ -272,6 +274,7 @@ pub fn failed_report() -> Report {
     geometry.dev = Some(DevId::new(8, 80));
     report.devices.push(DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: "sdf".to_string(),
         dev: "8:80".to_string(),
         geometry,
@@ -450,6 +453,7 @@ pub fn seed_report() -> Report {
     let split = split_disk_writes();
     let loop0 = DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: "loop0".to_string(),
         dev: "7:0".to_string(),
         geometry: disk_geometry("loop0", 0, 131072),
@@ -485,6 +489,7 @@ pub fn seed_report() -> Report {
     };
     let loop1 = DeviceReport {
         service: Default::default(),
+        tag_waits: Vec::new(),
         name: "loop1".to_string(),
         dev: "7:1".to_string(),
         geometry: disk_geometry("loop1", 1, 262144),

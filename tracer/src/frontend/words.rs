@@ -368,6 +368,33 @@ pub fn requeues(measures: &OpMeasures) -> Option<String> {
     ))
 }
 
+/// "40 waits for a free scheduler tag (nr_requests 4) on hardware queue 0:
+/// the queue was full"; `None` when no submitter waited.
+pub fn tag_waits(waits: &[crate::model::TagWaitReport]) -> Option<String> {
+    if waits.is_empty() {
+        return None;
+    }
+    let each = waits
+        .iter()
+        .map(|wait| {
+            let tags = match wait.tags.as_str() {
+                "scheduler" => format!("scheduler tag (nr_requests {})", wait.nr_tags),
+                _ => format!("driver tag (queue depth {})", wait.nr_tags),
+            };
+            format!(
+                "{} wait{} for a free {tags} on hardware queue {}",
+                units::thousands(wait.waits),
+                if wait.waits == 1 { "" } else { "s" },
+                wait.hctx
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(format!(
+        "{each}: the queue was full, and that wait is part of queue time"
+    ))
+}
+
 /// "64 untorn writes of 16 KiB: each one command of its own sectors", or
 /// the ones that were not, by reason and with the first by sector; `None`
 /// when no write asked to be untorn.
@@ -610,6 +637,36 @@ pub fn severity_label(severity: Severity) -> &'static str {
         Severity::Critical => "CRITICAL",
         Severity::Warning => "WARNING",
         Severity::Info => "INFO",
+    }
+}
+
+#[cfg(test)]
+mod tag_wait_tests {
+    use super::tag_waits;
+    use crate::model::TagWaitReport;
+
+    #[test]
+    fn tag_waits_say_whose_tags_ran_out_and_where() {
+        assert_eq!(tag_waits(&[]), None);
+        let text = tag_waits(&[
+            TagWaitReport {
+                hctx: 0,
+                tags: "scheduler".into(),
+                waits: 40,
+                nr_tags: 4,
+            },
+            TagWaitReport {
+                hctx: 1,
+                tags: "driver".into(),
+                waits: 1,
+                nr_tags: 128,
+            },
+        ])
+        .unwrap();
+        assert!(
+            text.starts_with("40 waits for a free scheduler tag (nr_requests 4) on hardware queue 0; 1 wait for a free driver tag (queue depth 128) on hardware queue 1"),
+            "{text}"
+        );
     }
 }
 

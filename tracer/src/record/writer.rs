@@ -183,6 +183,11 @@ impl<S: EventSink> EventSink for RecordingSink<S> {
         self.inner.open_event(event);
     }
 
+    /// Not recorded: a replay has no tag waits (docs/recording.md).
+    fn tag_wait_totals(&mut self, totals: &[(tracer_common::TagWaitKey, tracer_common::TagWaits)]) {
+        self.inner.tag_wait_totals(totals);
+    }
+
     fn dirty_buffer_totals(&mut self, totals: &[(u32, DirtyCounts)]) {
         if let Some(recorder) = &mut self.recorder {
             // Once per query, not per event: may grow the buffer.

@@ -137,6 +137,16 @@ pub struct Device {
     #[serde(flatten)]
     pub entry: Entry,
     pub partitions: Vec<Entry>,
+    /// Waits for a free tag (7.2+), by hardware queue and tag set.
+    #[serde(default)]
+    pub tag_waits: Vec<TagWait>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct TagWait {
+    pub hctx: u32,
+    pub tags: String,
+    pub waits: u64,
 }
 
 /// What a disk and a partition entry both carry.

@@ -96,3 +96,39 @@ guest-io writev "/dev/$requeue" 0 4096 256 4
 sync
 bt_stop
 stop_report
+
+# Tag waits (block_rq_tag_wait, 7.2+): 4 scheduler tags and no merging, then
+# 64 adjacent 4 KiB direct writes in one io_submit, so submitters wait for
+# a tag. The kernel's own event lines, counted in the trace buffer, are the
+# oracle for the report's tag_waits. Kernels without the tracepoint must
+# report none.
+tw=/sys/kernel/tracing/events/block/block_rq_tag_wait
+q=/sys/block/$disk/queue
+old_sched=$(sed -n 's/.*\[\(.*\)\].*/\1/p' $q/scheduler)
+old_nr=$(cat $q/nr_requests)
+old_nomerges=$(cat $q/nomerges)
+echo mq-deadline > $q/scheduler
+echo 4 > $q/nr_requests
+echo 2 > $q/nomerges
+{
+    echo "scheduler=$(cat $q/scheduler)"
+    echo "nr_requests=$(cat $q/nr_requests)"
+    echo "tracepoint=$([ -d $tw ] && echo yes || echo no)"
+} > /results/tagwait.setup
+if [ -d $tw ]; then
+    echo > /sys/kernel/tracing/trace
+    echo 1 > $tw/enable
+fi
+start_report /results/report-tagwait.json -d "$disk"
+guest-io aio "/dev/$part" 41943040 4096 64
+sync
+sleep 1
+stop_report
+if [ -d $tw ]; then
+    echo 0 > $tw/enable
+    grep block_rq_tag_wait /sys/kernel/tracing/trace > /results/tagwait.trace
+    echo > /sys/kernel/tracing/trace
+fi
+echo "$old_nomerges" > $q/nomerges
+echo "$old_nr" > $q/nr_requests
+echo "$old_sched" > $q/scheduler

@@ -46,6 +46,7 @@ fn snapshot(device: &str, commands: u64, sizes: &[(u64, u64)]) -> Snapshot {
     Snapshot {
         devices: vec![DeviceReport {
             service: Default::default(),
+            tag_waits: Vec::new(),
             name: device.to_string(),
             dev: "7:0".to_string(),
             gone: false,

@@ -106,6 +106,9 @@ fn render(report: &Report, width: u16, origin: Origin) -> String {
         }
         diagnosed_line(&mut out, "  ", &diagnosed);
         measures(&mut out, "  ", &device.measures);
+        if let Some(waits) = words::tag_waits(&device.tag_waits) {
+            out.wrapped("  tag waits: ", "    ", &waits);
+        }
         for partition in &device.partitions {
             out.blank();
             let diagnosed = codes_for(&report.diagnoses, &partition.name);

@@ -188,7 +188,64 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
         Err(why) => Check::missing(what, expected, why),
     });
     checks.extend(blktrace_checks(results, line));
+    checks.push(tag_wait_check(results));
     checks
+}
+
+/// blk-oracle.sh's last window: 4 scheduler tags, no merging, 64 writes in
+/// one io_submit. Where the kernel has `block_rq_tag_wait`, the report's
+/// tag waits on the disk equal the kernel's own event lines (short only by
+/// declared misses) and are scheduler tags; where it has none, none are
+/// reported.
+fn tag_wait_check(results: &Results) -> Check {
+    let what = "tag waits: report vs the kernel's block_rq_tag_wait lines";
+    let loaded = (|| -> Result<_, String> {
+        Ok((
+            results.values("tagwait.setup")?,
+            results.report("report-tagwait.json")?,
+            results.value("names", "oracle")?,
+        ))
+    })();
+    let (setup, report, part) = match loaded {
+        Ok(loaded) => loaded,
+        Err(why) => return Check::missing(what, "tagwait.setup and report-tagwait.json", why),
+    };
+    let disk = part.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
+    let reported: Vec<_> = report
+        .devices
+        .iter()
+        .filter(|device| device.entry.name == disk)
+        .flat_map(|device| device.tag_waits.iter())
+        .collect();
+    let waits: u64 = reported.iter().map(|wait| wait.waits).sum();
+    let scheduler = reported.iter().any(|wait| wait.tags == "scheduler");
+    let missed = report.events.missed;
+    if setup.get("tracepoint").map(String::as_str) != Some("yes") {
+        return Check::new(
+            what,
+            "no such tracepoint on this kernel: no tag waits reported",
+            format!("{waits} reported"),
+            reported.is_empty(),
+        );
+    }
+    let lines = results
+        .text("tagwait.trace")
+        .map(|trace| trace.lines().filter(|l| l.contains("block_rq_tag_wait")).count() as u64)
+        .unwrap_or(0);
+    Check::new(
+        what,
+        "kernel lines > 0 = reported waits (short only by declared misses), scheduler tags",
+        format!(
+            "kernel {lines}, reported {waits} ({}), missed {missed}; {}",
+            reported
+                .iter()
+                .map(|w| format!("hctx {} {} {}", w.hctx, w.tags, w.waits))
+                .collect::<Vec<_>>()
+                .join(", "),
+            setup.get("nr_requests").map_or("?", String::as_str)
+        ),
+        lines > 0 && waits <= lines && lines - waits <= missed && scheduler,
+    )
 }
 
 /// The blktrace captures (#47): each device's binary files read by
