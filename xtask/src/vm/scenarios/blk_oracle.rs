@@ -210,7 +210,9 @@ fn tag_wait_check(results: &Results) -> Check {
         Ok(loaded) => loaded,
         Err(why) => return Check::missing(what, "tagwait.setup and report-tagwait.json", why),
     };
-    let disk = part.trim_end_matches(|c: char| c.is_ascii_digit()).to_string();
+    let disk = part
+        .trim_end_matches(|c: char| c.is_ascii_digit())
+        .to_string();
     let reported: Vec<_> = report
         .devices
         .iter()
@@ -230,7 +232,12 @@ fn tag_wait_check(results: &Results) -> Check {
     }
     let lines = results
         .text("tagwait.trace")
-        .map(|trace| trace.lines().filter(|l| l.contains("block_rq_tag_wait")).count() as u64)
+        .map(|trace| {
+            trace
+                .lines()
+                .filter(|l| l.contains("block_rq_tag_wait"))
+                .count() as u64
+        })
         .unwrap_or(0);
     Check::new(
         what,

@@ -370,7 +370,13 @@ fn per_write_checks(results: &Results) -> Vec<Check> {
     let trace = results.text("atomic.blk.trace");
     for (part, start) in STARTS {
         let what = format!("untorn writes under run on {part}: each proven or named");
-        let run = results.json::<crate::vm::report::Run>(&format!("{part}.atomic.run.json"));
+        let report = results.report(&format!("{part}.atomic.run.json"));
+        let run = report.as_ref().map_err(Clone::clone).and_then(|report| {
+            report
+                .run
+                .as_ref()
+                .ok_or_else(|| "the report has no run section".to_string())
+        });
         let (written, errno, _) = atomic_outcome(results, part);
         let (Ok(run), Ok(trace)) = (&run, &trace) else {
             let why = [run.as_ref().err(), trace.as_ref().err()]
@@ -496,7 +502,13 @@ fn stack_checks(results: &Results) -> Vec<Check> {
         ));
         let what = format!("untorn writes under run on {level} {stack}: each proven or named");
         let (written, errno, _) = atomic_outcome(results, stack);
-        let run = results.json::<crate::vm::report::Run>(&format!("{stack}.atomic.run.json"));
+        let report = results.report(&format!("{stack}.atomic.run.json"));
+        let run = report.as_ref().map_err(Clone::clone).and_then(|report| {
+            report
+                .run
+                .as_ref()
+                .ok_or_else(|| "the report has no run section".to_string())
+        });
         let trace = results.text(&format!("{stack}.atomic.blk.trace"));
         let (Ok(run), Ok(trace)) = (&run, &trace) else {
             let why = [run.as_ref().err(), trace.as_ref().err()]
