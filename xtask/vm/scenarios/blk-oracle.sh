@@ -118,6 +118,8 @@ echo 2 > $q/nomerges
 if [ -d $tw ]; then
     echo > /sys/kernel/tracing/trace
     echo 1 > $tw/enable
+    # blk_trace_stop left the buffer off.
+    echo 1 > /sys/kernel/tracing/tracing_on
 fi
 start_report /results/report-tagwait.json -d "$disk"
 guest-io aio "/dev/$part" 41943040 4096 64
@@ -125,6 +127,7 @@ sync
 sleep 1
 stop_report
 if [ -d $tw ]; then
+    echo 0 > /sys/kernel/tracing/tracing_on
     echo 0 > $tw/enable
     grep block_rq_tag_wait /sys/kernel/tracing/trace > /results/tagwait.trace
     echo > /sys/kernel/tracing/trace
