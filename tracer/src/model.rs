@@ -1044,6 +1044,9 @@ pub struct RunTarget {
     /// other count here.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failed_writes: BTreeMap<String, u64>,
+    /// Writes through an fd opened O_DIRECT.
+    #[serde(default)]
+    pub direct_writes: u64,
     pub write_syscall_bytes: u64,
     pub write_syscall_size: Distribution,
     /// The part of the writes (and their bytes) submitted through io_submit

@@ -889,6 +889,7 @@ fn run_record() -> RunRecord {
             not_written_bytes: (2 << 20) - 98304,
         }),
         atomic_writes: None,
+        direct_writes: 0,
         summary: "writer issued 20 writes of 128 KiB to loop9p2".into(),
     };
     let run = RunReport {

@@ -754,6 +754,7 @@ fn run_report(
             file,
             write_syscalls: calls.write_syscalls,
             failed_writes,
+            direct_writes: calls.direct_writes,
             write_syscall_bytes: calls.write_bytes,
             write_syscall_size: write_size,
             aio_writes: calls.aio_writes,
@@ -960,20 +961,30 @@ fn name_lost_atomics(report: &mut Report) {
         return;
     };
     for target in &mut run.targets {
-        if !target.failed_writes.contains_key("EOPNOTSUPP") {
+        let refused = target.failed_writes.contains_key("EOPNOTSUPP");
+        let untorn = target.atomic_writes.as_ref().is_some_and(|a| a.proven > 0);
+        if !refused && (target.direct_writes == 0 || untorn) {
             continue;
         }
-        let lost = report.diagnoses.iter().find(|diagnosis| {
+        let Some(lost) = report.diagnoses.iter().find(|diagnosis| {
             diagnosis.code == crate::model::Code::AtomicWritesLost
                 && diagnosis.device == target.device
-        });
-        if let Some(lost) = lost {
-            target.summary.push_str(&format!(
-                "; EOPNOTSUPP is what an untorn (RWF_ATOMIC) write gets where the device offers none, and {} lost them: see atomic_writes_lost ({})",
-                target.device,
-                lost.fix
-            ));
-        }
+        }) else {
+            continue;
+        };
+        let why = if refused {
+            "EOPNOTSUPP is what an untorn (RWF_ATOMIC) write gets where the device offers none"
+                .to_string()
+        } else {
+            format!(
+                "its {} O_DIRECT writes could not be untorn: statx reports no atomic unit there, so a program that asks falls back to its own protection",
+                crate::frontend::units::thousands(target.direct_writes)
+            )
+        };
+        target.summary.push_str(&format!(
+            "; {why}, and {} lost them: see atomic_writes_lost ({})",
+            target.device, lost.fix
+        ));
     }
 }
 

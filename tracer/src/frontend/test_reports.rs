@@ -558,6 +558,7 @@ pub fn seed_run() -> RunReport {
             writes_per_command: distribution(&[(2, 1032)]),
             mapped: None,
             atomic_writes: None,
+            direct_writes: 0,
             summary: "mkfs.ext4 issued 2,048 writes of 32 KiB; the kernel turned them into \
                 131,072 bios of 512 B (block size 512) and the device received 1,032 \
                 commands of 64 KiB."

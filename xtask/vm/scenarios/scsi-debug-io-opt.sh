@@ -48,6 +48,10 @@ for part in sda1 sda2 sda3; do
     echo "rc=$?" >> "/results/$part.atomic"
 done
 blk_trace_stop /results/atomic.blk.trace sda
+# Plain O_DIRECT writes on the partition that lost untorn writes: run must
+# say why a program that wanted them got none.
+bounded 60 iosplit-trace run --json -o /results/sda3.direct.run.json -- \
+    guest-io write /dev/sda3 0 16384 4 2> /results/sda3.direct.run.json.stderr
 # Untorn writes through a stack: dm-linear over sda1, then md raid0 (64 KiB
 # chunks) over sda1 and sda2 (dm holds sda1, so one after the other).
 # statx says what each offers; check's verdict, run's per-write proof and the

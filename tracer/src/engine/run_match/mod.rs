@@ -128,6 +128,8 @@ pub struct TargetCalls {
     touched_pages: HashSet<u64>,
     /// Write calls the kernel refused, by errno (positive).
     pub failed_writes: std::collections::BTreeMap<i32, u64>,
+    /// Writes through an fd opened O_DIRECT (the kind untorn writes need).
+    pub direct_writes: u64,
 }
 
 /// Pages remembered per target for `partial_pages`; past that, pages not
@@ -198,6 +200,7 @@ impl TargetCalls {
             partial_pages: 0,
             touched_pages: HashSet::new(),
             failed_writes: std::collections::BTreeMap::new(),
+            direct_writes: 0,
         }
     }
 }
@@ -440,6 +443,7 @@ impl<R: FdResolver> RunMatcher<R> {
                     .write_size
                     .get_or_insert_with(new_histogram)
                     .record(write.bytes.max(1));
+                calls.direct_writes += u64::from(write.direct);
                 match write.offset {
                     Some(offset) if !write.mapped && !write.direct => {
                         calls.note_pages(offset, write.bytes)

@@ -250,6 +250,21 @@ fn atomic_layout_checks(results: &Results, report: &crate::vm::check::Loaded<Aud
         "sda2",
     ));
     checks.extend(stack_checks(results));
+    let what = "run: O_DIRECT writes on sda3 say untorn writes were lost there";
+    let expected = "sda3's summary names atomic_writes_lost beside its O_DIRECT writes";
+    checks.push(match results.report("sda3.direct.run.json") {
+        Ok(report) => {
+            let summary = report
+                .run
+                .as_ref()
+                .and_then(|run| run.target("sda3"))
+                .map_or(String::new(), |target| target.summary.clone());
+            let pass = summary.contains("O_DIRECT writes could not be untorn")
+                && summary.contains("see atomic_writes_lost");
+            Check::new(what, expected, summary, pass)
+        }
+        Err(why) => Check::missing(what, expected, why),
+    });
     checks.push(expect_diagnoses(
         "check: start 206849 (off 4 KiB, io_opt and the atomic grid)",
         report,
