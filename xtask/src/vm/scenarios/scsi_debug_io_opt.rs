@@ -581,6 +581,7 @@ fn stack_checks(results: &Results) -> Vec<Check> {
 
 /// The guest's own reading of sda's queue before the runs (`maxsec.values`,
 /// written by the script with `cat`, not by iosplit-trace).
+#[derive(Clone, Copy)]
 struct MaxSectorsReading {
     release: (u32, u32),
     max_kb: u64,
@@ -750,14 +751,40 @@ fn max_sectors_checks(results: &Results, line: &Line) -> Vec<Check> {
     checks.push(Check::new(
         format!("max_sectors ({}): check's text names the source", line.name),
         format!(
-            "`max_sectors {} KiB (...` naming {expected}",
-            reading.max_kb
+            "`max_sectors {} (...` naming {expected}",
+            size_words(reading.max_kb)
         ),
         shown.clone(),
         shown.starts_with(&format!("max_sectors {} ", size_words(reading.max_kb)))
             && shown.contains(source_words(expected)),
     ));
-    checks.extend(max_sectors_fix_checks(results, line, &reading, expected));
+    // The cap the runs saw: this kernel's, or 128 KiB set by hand where
+    // this kernel's holds a 1 MiB write whole.
+    let run_reading = MaxSectorsReading {
+        max_kb: number(results, "maxsec.values", "max_sectors_kb_run").unwrap_or(0),
+        ..reading
+    };
+    let set_by_hand = number(results, "maxsec.values", "user_set");
+    let run_source = expected_source(&run_reading);
+    checks.push(Check::new(
+        format!("max_sectors ({}): the runs' cap", line.name),
+        "this kernel's below 1 MiB, else 128 KiB set by hand".to_string(),
+        format!(
+            "{} KiB ({}, source {run_source})",
+            run_reading.max_kb,
+            set_by_hand.map_or("the kernel's", |_| "set by hand")
+        ),
+        match set_by_hand {
+            Some(kb) => reading.max_kb >= 1024 && run_reading.max_kb == kb,
+            None => reading.max_kb < 1024 && run_reading.max_kb == reading.max_kb,
+        },
+    ));
+    checks.extend(max_sectors_fix_checks(
+        results,
+        line,
+        &run_reading,
+        run_source,
+    ));
     checks
 }
 
@@ -888,7 +915,7 @@ fn max_sectors_fix_checks(
         format!(
             "after rescan {}; restored {}",
             value("max_sectors_kb_raised"),
-            reading.max_kb
+            value("max_sectors_kb")
         ),
         format!(
             "after rescan {} (rc {}); restored {}; {}",
@@ -898,7 +925,7 @@ fn max_sectors_fix_checks(
             json_text(&values),
         ),
         value("max_sectors_kb_after_rescan") == value("max_sectors_kb_raised")
-            && value("max_sectors_kb_restored") == reading.max_kb.to_string(),
+            && value("max_sectors_kb_restored") == value("max_sectors_kb"),
     ));
     checks
 }
