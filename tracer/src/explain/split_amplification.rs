@@ -67,13 +67,18 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
     let max_kb = evidence.max_sectors_kb;
     let hw_kb = evidence.max_hw_sectors_kb;
     let source = evidence.max_sectors_source;
-    let max_sectors_detail = || match known(max_kb) {
-        Some(max_kb) => format!(
+    let max_sectors_detail = || match (known(max_kb), source) {
+        (Some(max_kb), Some(source)) => format!(
             "Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap: {}.",
             max_sectors::describe(source, max_kb, evidence.optimal_io_size)
         ),
-        None => "Each piece is the queue's size cap, max_sectors_kb (its value is not known here)."
-            .to_string(),
+        (Some(max_kb), None) => {
+            format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.")
+        }
+        (None, _) => {
+            "Each piece is the queue's size cap, max_sectors_kb (its value is not known here)."
+                .to_string()
+        }
     };
     let max_sectors_file = sys_file(disk, "queue/max_sectors_kb");
     match evidence.fix {
@@ -266,12 +271,12 @@ fn raise_max_sectors_fix(
         None => format!("I/O of up to {to_kb} KiB then goes down as one command"),
     };
     let keep = match evidence.max_sectors_source {
-        source if source.set_by_the_kernel() => format!(
+        Some(source) if source.set_by_the_kernel() => format!(
             "The kernel sets the cap again ({}) whenever it probes {disk} anew (a reboot, a re-plug, a driver reload); to keep the raise, add a udev rule, e.g. /etc/udev/rules.d/60-max-sectors.rules: ACTION==\"add|change\", SUBSYSTEM==\"block\", KERNEL==\"{}\", ATTR{{queue/max_sectors_kb}}=\"{to_kb}\"",
             max_sectors::describe(source, max_kb, evidence.optimal_io_size),
             kernel_name(disk),
         ),
-        MaxSectorsSource::UserOrUnknown => "The current cap is no kernel default: if a udev rule or boot script sets it (grep -r max_sectors_kb /etc/udev/rules.d /usr/lib/udev/rules.d), change it there, or it comes back".to_string(),
+        Some(MaxSectorsSource::UserOrUnknown) => "The current cap is no kernel default: if a udev rule or boot script sets it (grep -r max_sectors_kb /etc/udev/rules.d /usr/lib/udev/rules.d), change it there, or it comes back".to_string(),
         _ => String::new(),
     };
     let raise = format!(

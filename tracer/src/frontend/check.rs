@@ -448,9 +448,11 @@ fn max_sectors_text(disk: &DiskGeometry) -> String {
     if disk.max_sectors_kb == 0 {
         return "not known".to_string();
     }
-    let source = disk.max_sectors_source;
-    let words = max_sectors::describe(source, disk.max_sectors_kb, disk.optimal_io_size);
     let size = explain::exact_size(u64::from(disk.max_sectors_kb) * 1024);
+    let Some(source) = disk.max_sectors_source else {
+        return format!("{size} (its source not read)");
+    };
+    let words = max_sectors::describe(source, disk.max_sectors_kb, disk.optimal_io_size);
     match (source, disk.max_hw_sectors_kb) {
         (MaxSectorsSource::Hardware, _) | (_, 0) => format!("{size} ({words})"),
         (_, hw_kb) => format!(
@@ -599,12 +601,12 @@ mod tests {
     /// allows, wrapped within the listing's width.
     #[test]
     fn the_cap_line_names_its_source() {
-        let disk = |max_sectors_kb, max_sectors_source, optimal_io_size| DiskGeometry {
+        let disk = |max_sectors_kb, source, optimal_io_size| DiskGeometry {
             name: "sda".to_string(),
             max_sectors_kb,
             max_hw_sectors_kb: 32767,
             optimal_io_size,
-            max_sectors_source,
+            max_sectors_source: Some(source),
             ..DiskGeometry::default()
         };
         let lines = |disk: &DiskGeometry| {

@@ -372,7 +372,7 @@ fn split_diagnosis() -> Diagnosis {
             command_size_mean: 131072,
             max_sectors_kb: 128,
             max_hw_sectors_kb: 32767,
-            max_sectors_source: MaxSectorsSource::UserOrUnknown,
+            max_sectors_source: Some(MaxSectorsSource::UserOrUnknown),
             optimal_io_size: 0,
             max_segments: 128,
             max_segment_size: 65536,

@@ -50,7 +50,7 @@ pub const DEFAULT_CAP_KB_BEFORE_6_17: u32 = 1280;
 pub const DEFAULT_CAP_KB_SINCE_6_17: u32 = 4096;
 
 /// Where `max_sectors_kb` comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum MaxSectorsSource {
     /// Equal to `max_hw_sectors_kb`: the driver's or device's own limit;
@@ -65,7 +65,6 @@ pub enum MaxSectorsSource {
     OptimalIoSize,
     /// Anything else: a user's `echo` into sysfs, a udev rule, or a driver
     /// rule this tool does not know. Also a cap never read (0).
-    #[default]
     UserOrUnknown,
 }
 

@@ -76,10 +76,10 @@ pub struct DiskGeometry {
     pub max_sectors_kb: u32,
     pub max_hw_sectors_kb: u32,
     /// Where `max_sectors_kb` comes from, by the numbers above and the
-    /// kernel's version ([`max_sectors`]). Recordings that predate it read
-    /// back as `user_or_unknown`.
-    #[serde(default)]
-    pub max_sectors_source: MaxSectorsSource,
+    /// kernel's version ([`max_sectors`]): set whenever sysfs was read;
+    /// `None` for a geometry from a recording or snapshot that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sectors_source: Option<MaxSectorsSource>,
     pub max_segments: u32,
     pub max_segment_size: u32,
     pub virt_boundary_mask: u64,

@@ -122,12 +122,12 @@ pub fn read_disk_in(
         stack: None,
         atomic: read_atomic_limits(&queue),
     };
-    disk.max_sectors_source = max_sectors::classify(
+    disk.max_sectors_source = Some(max_sectors::classify(
         disk.max_sectors_kb,
         disk.max_hw_sectors_kb,
         disk.optimal_io_size,
         KernelVersion::of_sysfs(sysfs_root),
-    );
+    ));
     disk.partitions = read_partitions(&dir, probe);
     Ok(disk)
 }
@@ -663,7 +663,7 @@ mod tests {
             read_disks_in(&tree.0, None, &NoIoctls)
                 .unwrap()
                 .into_iter()
-                .map(|disk| (disk.name, disk.max_sectors_source))
+                .map(|disk| (disk.name, disk.max_sectors_source.unwrap()))
                 .collect::<Vec<_>>()
         };
         use MaxSectorsSource::*;
