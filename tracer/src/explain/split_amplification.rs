@@ -3,6 +3,8 @@
 
 use super::{exact_size, kernel_name, known, sys_file, with_numbered_note, WhoPays, Words};
 use crate::blk::SECTOR_BYTES;
+use crate::geometry::max_sectors;
+use crate::geometry::MaxSectorsSource;
 use crate::model::{ratio, Finding, SplitAmplificationEvidence, SplitCost, SplitFix};
 
 /// The workloads this code costs most, as `run` names them when the
@@ -64,20 +66,25 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
     let pbs_sectors = pbs / SECTOR_BYTES;
     let max_kb = evidence.max_sectors_kb;
     let hw_kb = evidence.max_hw_sectors_kb;
-    let max_sectors_detail = || match known(max_kb) {
-        Some(max_kb) => {
+    let source = evidence.max_sectors_source;
+    let max_sectors_detail = || match (known(max_kb), source) {
+        (Some(max_kb), Some(source)) => format!(
+            "Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap: {}.",
+            max_sectors::describe(source, max_kb, evidence.optimal_io_size)
+        ),
+        (Some(max_kb), None) => {
             format!("Each piece is max_sectors_kb = {max_kb} KiB, the queue's size cap.")
         }
-        None => "Each piece is the queue's size cap, max_sectors_kb (its value is not known here)."
-            .to_string(),
+        (None, _) => {
+            "Each piece is the queue's size cap, max_sectors_kb (its value is not known here)."
+                .to_string()
+        }
     };
     let max_sectors_file = sys_file(disk, "queue/max_sectors_kb");
     match evidence.fix {
         SplitFix::RaiseMaxSectorsKb { to_kb } => (
             max_sectors_detail(),
-            format!(
-                "raise {max_sectors_file} to {to_kb} (max_hw_sectors_kb is {hw_kb})"
-            ),
+            raise_max_sectors_fix(disk, &max_sectors_file, evidence, to_kb),
         ),
         SplitFix::AtHardwareLimit => (
             max_sectors_detail(),
@@ -244,6 +251,41 @@ fn detail_and_fix(finding: &Finding, evidence: &SplitAmplificationEvidence) -> (
                 "check for stacked devices (device-mapper, md) or inline encryption above {disk}, which split on their own limits"
             ),
         ),
+    }
+}
+
+/// Raise the cap: what it buys, the command, and how the raise outlives the
+/// next probe of the disk, by where the cap came from.
+fn raise_max_sectors_fix(
+    disk: &str,
+    max_sectors_file: &str,
+    evidence: &SplitAmplificationEvidence,
+    to_kb: u64,
+) -> String {
+    let max_kb = evidence.max_sectors_kb;
+    let hw_kb = evidence.max_hw_sectors_kb;
+    let buys = match known(max_kb) {
+        Some(max_kb) => format!(
+            "I/O of up to {to_kb} KiB then goes down as one command instead of one per {max_kb} KiB"
+        ),
+        None => format!("I/O of up to {to_kb} KiB then goes down as one command"),
+    };
+    let keep = match evidence.max_sectors_source {
+        Some(source) if source.set_by_the_kernel() => format!(
+            "The kernel sets the cap again ({}) whenever it probes {disk} anew (a reboot, a re-plug, a driver reload); to keep the raise, add a udev rule, e.g. /etc/udev/rules.d/60-max-sectors.rules: ACTION==\"add|change\", SUBSYSTEM==\"block\", KERNEL==\"{}\", ATTR{{queue/max_sectors_kb}}=\"{to_kb}\"",
+            max_sectors::describe(source, max_kb, evidence.optimal_io_size),
+            kernel_name(disk),
+        ),
+        Some(MaxSectorsSource::UserOrUnknown) => "The current cap is no kernel default: if a udev rule or boot script sets it (grep -r max_sectors_kb /etc/udev/rules.d /usr/lib/udev/rules.d), change it there, or it comes back".to_string(),
+        _ => String::new(),
+    };
+    let raise = format!(
+        "raise {max_sectors_file} to {to_kb} (max_hw_sectors_kb is {hw_kb}, the most it takes): echo {to_kb} > {max_sectors_file}; {buys}."
+    );
+    if keep.is_empty() {
+        raise
+    } else {
+        format!("{raise} {keep}.")
     }
 }
 

@@ -17,7 +17,7 @@ use crate::engine::tests::{
 };
 use crate::engine::what_if;
 use crate::engine::{Engine, EngineLimits};
-use crate::geometry::DiskGeometry;
+use crate::geometry::{DiskGeometry, MaxSectorsSource};
 use crate::model::{Code, Diagnosis, Evidence, Op, RequeueFix, Severity, SplitCause, SplitFix};
 
 /// The engine's diagnoses as a report carries them.
@@ -237,10 +237,83 @@ fn max_sectors_splits_suggest_raising_max_sectors_kb() {
     assert_eq!(found.device, "loop0");
     assert_eq!(found.evidence.to_map()["cause"], "max_sectors");
     assert_eq!(found.severity, Severity::Warning);
+    // A geometry whose source was never read says nothing of it.
     assert_eq!(
         found.fix,
-        "raise /sys/block/loop0/queue/max_sectors_kb to 256 (max_hw_sectors_kb is 2048)"
+        "raise /sys/block/loop0/queue/max_sectors_kb to 256 (max_hw_sectors_kb is 2048, the most it takes): echo 256 > /sys/block/loop0/queue/max_sectors_kb; I/O of up to 256 KiB then goes down as one command instead of one per 128 KiB."
     );
+    assert!(
+        found
+            .explanation
+            .ends_with("Each piece is max_sectors_kb = 128 KiB, the queue's size cap."),
+        "{}",
+        found.explanation
+    );
+    // Read as no kernel default: the fix says where to look.
+    let mut engine = Engine::new(
+        vec![DiskGeometry {
+            max_sectors_source: Some(MaxSectorsSource::UserOrUnknown),
+            ..loop0()
+        }],
+        EngineLimits::default(),
+    );
+    max_sectors_splits(&mut engine, 20);
+    let diagnoses = worded(&engine);
+    let found = find(&diagnoses, Code::SplitAmplification);
+    assert_eq!(
+        found.evidence.to_map()["max_sectors_source"],
+        "user_or_unknown"
+    );
+    assert!(
+        found.fix.ends_with(" The current cap is no kernel default: if a udev rule or boot script sets it (grep -r max_sectors_kb /etc/udev/rules.d /usr/lib/udev/rules.d), change it there, or it comes back."),
+        "{}",
+        found.fix
+    );
+    assert!(
+        found.explanation.contains(
+            "Each piece is max_sectors_kb = 128 KiB, the queue's size cap: not a kernel default"
+        ),
+        "{}",
+        found.explanation
+    );
+}
+
+/// A cap the kernel set from the device's optimal I/O size: the finding
+/// names that source, and the fix says the kernel sets it again on the next
+/// probe unless a udev rule keeps the raise.
+#[test]
+fn a_cap_from_io_opt_is_named_and_its_raise_made_persistent() {
+    let geometry = DiskGeometry {
+        name: "sda".to_string(),
+        optimal_io_size: 128 * 1024,
+        max_sectors_source: Some(MaxSectorsSource::OptimalIoSize),
+        ..loop0()
+    };
+    let mut engine = Engine::new(vec![geometry], EngineLimits::default());
+    max_sectors_splits(&mut engine, 20);
+    let diagnoses = worded(&engine);
+    let found = find(&diagnoses, Code::SplitAmplification);
+    assert_eq!(
+        found.evidence.to_map()["max_sectors_source"],
+        "optimal_io_size"
+    );
+    assert_eq!(found.evidence.to_map()["optimal_io_size"], 131072);
+    assert!(
+        found.explanation.contains(
+            "Each piece is max_sectors_kb = 128 KiB, the queue's size cap: the device's optimal I/O size, by sd's rule on kernels before 6.11."
+        ),
+        "{}",
+        found.explanation
+    );
+    for words in [
+        "echo 256 > /sys/block/sda/queue/max_sectors_kb",
+        "instead of one per 128 KiB",
+        "The kernel sets the cap again (the device's optimal I/O size",
+        "whenever it probes sda anew",
+        r#"ACTION=="add|change", SUBSYSTEM=="block", KERNEL=="sda", ATTR{queue/max_sectors_kb}="256""#,
+    ] {
+        assert!(found.fix.contains(words), "{words:?} not in {}", found.fix);
+    }
 }
 
 #[test]

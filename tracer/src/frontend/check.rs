@@ -19,7 +19,10 @@ use crate::geometry::error::GeometryError;
 use crate::geometry::ioctl::{DevNodeProbe, DeviceProbe};
 use crate::geometry::resolve::resolve_in;
 use crate::geometry::stack::Stack;
-use crate::geometry::{disks, predicted_block_size, AtomicLimits, DiskGeometry, PartitionGeometry};
+use crate::geometry::{
+    disks, max_sectors, predicted_block_size, AtomicLimits, DiskGeometry, MaxSectorsSource,
+    PartitionGeometry,
+};
 use crate::model::{DeviceReport, Diagnosis, Measures, PartitionReport, SCHEMA_VERSION};
 
 use super::output::{Document, Format, Output};
@@ -375,6 +378,12 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         disk.max_segments,
         units::bytes_as(f64::from(disk.max_segment_size), BytesForm::Tenths)
     );
+    out.push_str(&super::text::wrapped_text(
+        "  max_sectors ",
+        "              ",
+        &max_sectors_text(disk),
+        COLUMNS as u16,
+    ));
     let boundary = if disk.virt_boundary_mask == 0 {
         "none".to_string()
     } else {
@@ -431,6 +440,26 @@ fn render_disk(out: &mut String, disk: &DiskGeometry) {
         );
     }
     render_partition_atomics(out, disk);
+}
+
+/// The size cap and where it comes from: "128 KiB (the device's optimal I/O
+/// size, by sd's rule on kernels before 6.11; hardware allows 32767 KiB)".
+fn max_sectors_text(disk: &DiskGeometry) -> String {
+    if disk.max_sectors_kb == 0 {
+        return "not known".to_string();
+    }
+    let size = explain::exact_size(u64::from(disk.max_sectors_kb) * 1024);
+    let Some(source) = disk.max_sectors_source else {
+        return format!("{size} (its source not read)");
+    };
+    let words = max_sectors::describe(source, disk.max_sectors_kb, disk.optimal_io_size);
+    match (source, disk.max_hw_sectors_kb) {
+        (MaxSectorsSource::Hardware, _) | (_, 0) => format!("{size} ({words})"),
+        (_, hw_kb) => format!(
+            "{size} ({words}; hardware allows {})",
+            explain::exact_size(u64::from(hw_kb) * 1024)
+        ),
+    }
 }
 
 /// Each partition's atomic writes, when its disk offers them: kept, or lost
@@ -567,6 +596,48 @@ mod tests {
 
     /// The seed's audit as `check --prometheus` wrote it before it shared serve's writer (#46).
     const PINNED_PROMETHEUS: &str = include_str!("../../tests/fixtures/prometheus/check-seed.prom");
+
+    /// The cap's line says where it comes from and what the hardware
+    /// allows, wrapped within the listing's width.
+    #[test]
+    fn the_cap_line_names_its_source() {
+        let disk = |max_sectors_kb, source, optimal_io_size| DiskGeometry {
+            name: "sda".to_string(),
+            max_sectors_kb,
+            max_hw_sectors_kb: 32767,
+            optimal_io_size,
+            max_sectors_source: Some(source),
+            ..DiskGeometry::default()
+        };
+        let lines = |disk: &DiskGeometry| {
+            let mut out = String::new();
+            render_disk(&mut out, disk);
+            assert!(
+                out.lines().all(|line| line.chars().count() <= COLUMNS),
+                "{out}"
+            );
+            out.lines()
+                .skip_while(|line| !line.starts_with("  max_sectors "))
+                .take_while(|line| line.starts_with("  max_sectors ") || line.starts_with("     "))
+                .map(str::trim)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        assert_eq!(
+            lines(&disk(128, MaxSectorsSource::OptimalIoSize, 131072)),
+            "max_sectors 128 KiB (the device's optimal I/O size, by sd's rule on kernels before 6.11; hardware allows 32767 KiB)"
+        );
+        assert_eq!(
+            lines(&disk(4096, MaxSectorsSource::KernelDefaultCap, 131072)),
+            "max_sectors 4 MiB (the block layer's default cap, 4 MiB since Linux 6.17; hardware allows 32767 KiB)"
+        );
+        assert_eq!(
+            lines(&disk(32767, MaxSectorsSource::Hardware, 0)),
+            "max_sectors 32767 KiB (the hardware's own limit)"
+        );
+        assert!(lines(&disk(64, MaxSectorsSource::UserOrUnknown, 0))
+            .starts_with("max_sectors 64 KiB (not a kernel default: set by a user"));
+    }
 
     #[test]
     fn block_size_column_marks_predictions() {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use tracer_common::EventKind;
 
-use crate::geometry::{DevId, DiskGeometry, PartitionGeometry};
+use crate::geometry::{DevId, DiskGeometry, MaxSectorsSource, PartitionGeometry};
 use crate::model::{
     Bucket, CorrelationStats, DeviceReport, Diagnosis, Distribution, EventCounts, Evidence,
     LiveEvidence, Measures, MisalignedStartEvidence, Op, OpMeasures, PartitionPlace,
@@ -372,6 +372,8 @@ fn split_diagnosis() -> Diagnosis {
             command_size_mean: 131072,
             max_sectors_kb: 128,
             max_hw_sectors_kb: 32767,
+            max_sectors_source: Some(MaxSectorsSource::UserOrUnknown),
+            optimal_io_size: 0,
             max_segments: 128,
             max_segment_size: 65536,
             physical_block_size: 4096,

@@ -75,6 +75,11 @@ pub struct DiskGeometry {
     pub alignment_offset: u32,
     pub max_sectors_kb: u32,
     pub max_hw_sectors_kb: u32,
+    /// Where `max_sectors_kb` comes from, by the numbers above and the
+    /// kernel's version ([`max_sectors`]): set whenever sysfs was read;
+    /// `None` for a geometry from a recording or snapshot that predates it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_sectors_source: Option<MaxSectorsSource>,
     pub max_segments: u32,
     pub max_segment_size: u32,
     pub virt_boundary_mask: u64,
@@ -168,9 +173,11 @@ pub mod disks;
 pub mod error;
 pub mod fiemap;
 pub mod ioctl;
+pub mod max_sectors;
 pub mod resolve;
 pub mod stack;
 pub mod sysfs;
 
 // Kept for callers outside engine and geometry; the rule lives in `blk`.
 pub use crate::blk::predicted_block_size;
+pub use max_sectors::MaxSectorsSource;

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use super::error::GeometryError;
 use super::ioctl::DeviceProbe;
+use super::max_sectors::{self, KernelVersion};
 use super::{AtomicLimits, DevId, DiskGeometry, PartitionGeometry};
 
 type Result<T> = std::result::Result<T, GeometryError>;
@@ -99,6 +100,7 @@ pub fn read_disk_in(
         alignment_offset: read_alignment_offset(&dir),
         max_sectors_kb,
         max_hw_sectors_kb: read_u32(&queue, "max_hw_sectors_kb").unwrap_or(max_sectors_kb),
+        max_sectors_source: Default::default(),
         max_segments: read_u32(&queue, "max_segments").unwrap_or(DEFAULT_MAX_SEGMENTS),
         max_segment_size: read_u32(&queue, "max_segment_size").unwrap_or(DEFAULT_MAX_SEGMENT_SIZE),
         virt_boundary_mask: read_u64(&queue, "virt_boundary_mask").unwrap_or(0),
@@ -120,6 +122,12 @@ pub fn read_disk_in(
         stack: None,
         atomic: read_atomic_limits(&queue),
     };
+    disk.max_sectors_source = Some(max_sectors::classify(
+        disk.max_sectors_kb,
+        disk.max_hw_sectors_kb,
+        disk.optimal_io_size,
+        KernelVersion::of_sysfs(sysfs_root),
+    ));
     disk.partitions = read_partitions(&dir, probe);
     Ok(disk)
 }
@@ -268,6 +276,7 @@ mod tests {
     use super::*;
     use crate::geometry::disks::read_disks_in;
     use crate::geometry::ioctl::{DmTarget, NoIoctls};
+    use crate::geometry::MaxSectorsSource;
     use std::collections::HashMap;
 
     /// A scratch sysfs tree removed on drop.
@@ -607,6 +616,95 @@ mod tests {
         assert_eq!(part.block_size, Some(512));
         assert_eq!(disk.partitions[0].block_size, None);
         assert_eq!(disk.partitions[0].alignment_offset, 0, "missing file");
+    }
+
+    /// The scsi-debug-io-opt disk's numbers: 128 KiB io_opt and cap. Its
+    /// source follows the tree's kernel (`osrelease`): sd's rule on 6.1;
+    /// since 6.11 no kernel rule lowers the cap to it.
+    #[test]
+    fn the_cap_source_follows_the_numbers_and_the_kernel() {
+        let tree = Tree::new("maxsec");
+        tree.disk(
+            "sda",
+            "8:0",
+            &[
+                ("size", "524288"),
+                ("queue/optimal_io_size", "131072"),
+                ("queue/max_sectors_kb", "128"),
+                ("queue/max_hw_sectors_kb", "32767"),
+            ],
+        );
+        tree.disk(
+            "vda",
+            "254:0",
+            &[
+                ("size", "8"),
+                ("queue/max_sectors_kb", "1280"),
+                ("queue/max_hw_sectors_kb", "2147483647"),
+            ],
+        );
+        tree.disk(
+            "nvme0n1",
+            "259:0",
+            &[
+                ("size", "8"),
+                ("queue/max_sectors_kb", "512"),
+                ("queue/max_hw_sectors_kb", "512"),
+            ],
+        );
+        let sources = |release: Option<&str>| {
+            let file = tree.0.join("osrelease");
+            match release {
+                Some(release) => fs::write(&file, format!("{release}\n")).unwrap(),
+                None => {
+                    let _ = fs::remove_file(&file);
+                }
+            }
+            read_disks_in(&tree.0, None, &NoIoctls)
+                .unwrap()
+                .into_iter()
+                .map(|disk| (disk.name, disk.max_sectors_source.unwrap()))
+                .collect::<Vec<_>>()
+        };
+        use MaxSectorsSource::*;
+        let named = |list: [(&str, MaxSectorsSource); 3]| {
+            list.map(|(name, source)| (name.to_string(), source))
+                .to_vec()
+        };
+        assert_eq!(
+            sources(Some("6.1.0-28-amd64")),
+            named([
+                ("nvme0n1", Hardware),
+                ("sda", OptimalIoSize),
+                ("vda", KernelDefaultCap)
+            ])
+        );
+        assert_eq!(
+            sources(Some("6.12.117+deb12-amd64")),
+            named([
+                ("nvme0n1", Hardware),
+                ("sda", UserOrUnknown),
+                ("vda", KernelDefaultCap)
+            ])
+        );
+        // 1280 KiB is no longer the default cap on 7.x.
+        assert_eq!(
+            sources(Some("7.3.4+deb13-amd64")),
+            named([
+                ("nvme0n1", Hardware),
+                ("sda", UserOrUnknown),
+                ("vda", UserOrUnknown)
+            ])
+        );
+        // A tree without a kernel: either rule.
+        assert_eq!(
+            sources(None),
+            named([
+                ("nvme0n1", Hardware),
+                ("sda", OptimalIoSize),
+                ("vda", KernelDefaultCap)
+            ])
+        );
     }
 
     #[test]

@@ -13,6 +13,8 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
+
+use crate::geometry::MaxSectorsSource;
 use serde_json::{Map, Value};
 
 use super::{
@@ -587,6 +589,13 @@ pub struct SplitAmplificationEvidence {
     pub command_size_mean: u64,
     pub max_sectors_kb: u32,
     pub max_hw_sectors_kb: u32,
+    /// Where `max_sectors_kb` comes from (the device's geometry; left out
+    /// when a recording's geometry predates it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_sectors_source: Option<MaxSectorsSource>,
+    /// The device's `optimal_io_size`, bytes (0: none), which the source
+    /// may be.
+    pub optimal_io_size: u32,
     pub max_segments: u32,
     pub max_segment_size: u32,
     pub physical_block_size: u32,

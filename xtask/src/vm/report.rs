@@ -170,6 +170,12 @@ impl Entry {
 pub struct EntryGeometry {
     /// Device-mapper and md devices only.
     pub stack: Option<Stack>,
+    /// Disks only: the size cap, its hardware limit, the optimal I/O size
+    /// and where `check` says the cap comes from.
+    pub max_sectors_kb: Option<u64>,
+    pub max_hw_sectors_kb: Option<u64>,
+    pub optimal_io_size: Option<u64>,
+    pub max_sectors_source: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -454,6 +460,8 @@ pub struct SplitAmplification {
     pub crypt_max_io_bytes: Option<u64>,
     /// A `max_sectors` split a setting can fix.
     pub proposed_max_sectors_kb: Option<u64>,
+    /// Where the device's `max_sectors_kb` comes from.
+    pub max_sectors_source: Option<String>,
     pub what_if: Option<WhatIf>,
 }
 

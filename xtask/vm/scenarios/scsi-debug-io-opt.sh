@@ -96,3 +96,48 @@ fi
 bounded 60 iosplit-trace check sda --json > /results/check.json 2> /results/check.json.stderr
 echo $? > /results/check.rc
 bounded 60 iosplit-trace check sda > /results/check.txt 2>&1
+
+# Where max_sectors_kb comes from (#49): the guest's own numbers and kernel
+# (check.json above says what check made of them), then 1 MiB O_DIRECT
+# writes to sda2 under a 128 KiB cap, and again under the raise
+# the split finding proposes (or min(max_hw_sectors_kb, 1024) when it
+# proposes none and that is a raise); whether a raise outlives sd's rescan;
+# the cap put back at the end.
+q=/sys/block/sda/queue
+maxsec_before=$(cat $q/max_sectors_kb)
+maxsec_hw=$(cat $q/max_hw_sectors_kb)
+{
+    echo "osrelease=$(uname -r)"
+    echo "max_sectors_kb=$maxsec_before"
+    echo "max_hw_sectors_kb=$maxsec_hw"
+    echo "optimal_io_size=$(cat $q/optimal_io_size)"
+} > /results/maxsec.values
+# Where this kernel's cap holds a 1 MiB write whole (6.11 on), set the
+# cap to io_opt by hand, as sd's rule did before 6.11: the split, its
+# finding (the source then no kernel default) and the what-if on every line.
+if [ "$maxsec_before" -ge 1024 ]; then
+    echo 128 > $q/max_sectors_kb
+    echo "user_set=128" >> /results/maxsec.values
+fi
+echo "max_sectors_kb_run=$(cat $q/max_sectors_kb)" >> /results/maxsec.values
+bounded 120 iosplit-trace run --json -o /results/maxsec.run.json -- \
+    guest-io write /dev/sda2 0 1048576 4 > /results/maxsec.run.stdout 2> /results/maxsec.run.stderr
+echo "run_rc=$?" >> /results/maxsec.values
+maxsec_to=$(grep -o '"proposed_max_sectors_kb": *[0-9]*' /results/maxsec.run.json | head -n 1 | grep -o '[0-9]*$')
+if [ -z "$maxsec_to" ]; then
+    maxsec_to=1024
+    [ "$maxsec_hw" -lt 1024 ] && maxsec_to=$maxsec_hw
+    [ "$maxsec_to" -le "$(cat $q/max_sectors_kb)" ] && maxsec_to=$(cat $q/max_sectors_kb)
+fi
+echo "$maxsec_to" > $q/max_sectors_kb
+echo "raise_rc=$?" >> /results/maxsec.values
+echo "raised_to=$maxsec_to" >> /results/maxsec.values
+echo "max_sectors_kb_raised=$(cat $q/max_sectors_kb)" >> /results/maxsec.values
+bounded 120 iosplit-trace run --json -o /results/maxsec-fixed.run.json -- \
+    guest-io write /dev/sda2 0 1048576 4 > /results/maxsec-fixed.run.stdout 2> /results/maxsec-fixed.run.stderr
+echo "fixed_rc=$?" >> /results/maxsec.values
+echo 1 > /sys/block/sda/device/rescan
+echo "rescan_rc=$?" >> /results/maxsec.values
+echo "max_sectors_kb_after_rescan=$(cat $q/max_sectors_kb)" >> /results/maxsec.values
+echo "$maxsec_before" > $q/max_sectors_kb
+echo "max_sectors_kb_restored=$(cat $q/max_sectors_kb)" >> /results/maxsec.values

@@ -97,6 +97,8 @@ impl Check for SplitAmplification {
             command_size_mean,
             max_sectors_kb: geometry.max_sectors_kb,
             max_hw_sectors_kb: geometry.max_hw_sectors_kb,
+            max_sectors_source: geometry.max_sectors_source,
+            optimal_io_size: geometry.optimal_io_size,
             max_segments: geometry.max_segments,
             max_segment_size: geometry.max_segment_size,
             physical_block_size: geometry.physical_block_size,

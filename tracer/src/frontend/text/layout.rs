@@ -70,6 +70,14 @@ impl Out {
     }
 }
 
+/// Prose after `first`, continued on lines starting with `rest`, each line
+/// within `width` (for listings written without an [`Out`]).
+pub fn wrapped_text(first: &str, rest: &str, prose: &str, width: u16) -> String {
+    let mut out = Out::new(width);
+    out.wrapped(first, rest, prose);
+    out.finish()
+}
+
 /// Greedy word wrap; words longer than a line are cut.
 fn wrap(prose: &str, first: &str, rest: &str, width: usize) -> Vec<String> {
     let mut lines = Vec::new();

@@ -22,7 +22,7 @@ mod report;
 mod run;
 
 pub use histogram::size_histogram;
-pub use layout::{stdout_width, DEFAULT_WIDTH};
+pub use layout::{stdout_width, wrapped_text, DEFAULT_WIDTH};
 pub use report::{render_diagnosis, render_imported_report, render_report};
 pub use run::render_run_summary;
 

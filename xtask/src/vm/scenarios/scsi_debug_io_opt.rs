@@ -7,10 +7,10 @@
 
 use std::time::Duration;
 
-use super::{expect_geometry, Scenario};
+use super::{expect_geometry, json_text, Scenario, WHAT_IF_TOLERANCE};
 use crate::vm::check::{diagnoses_on, expect_diagnoses, expect_no_warning, Check, Results};
 use crate::vm::kernel::Line;
-use crate::vm::report::{Audit, Code};
+use crate::vm::report::{Audit, Code, Findings};
 
 /// The atomic parameters' unit: `atomic_wr_gran=8` blocks of 512 bytes, and
 /// `atomic_wr_max_length=128` blocks.
@@ -43,7 +43,7 @@ pub fn scenario() -> Scenario {
     }
 }
 
-fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
+fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "scsi_debug geometry",
         results,
@@ -70,6 +70,7 @@ fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
         None,
     ));
     checks.extend(atomic_checks(results));
+    checks.extend(max_sectors_checks(results, line));
     checks
 }
 
@@ -593,6 +594,357 @@ fn stack_checks(results: &Results) -> Vec<Check> {
     checks
 }
 
+/// The guest's own reading of sda's queue before the runs (`maxsec.values`,
+/// written by the script with `cat`, not by iosplit-trace).
+#[derive(Clone, Copy)]
+struct MaxSectorsReading {
+    release: (u32, u32),
+    max_kb: u64,
+    hw_kb: u64,
+    io_opt: u64,
+}
+
+fn max_sectors_reading(results: &Results) -> Result<MaxSectorsReading, String> {
+    let file = "maxsec.values";
+    let release = results.value(file, "osrelease")?;
+    let version = release_version(&release).ok_or(format!("osrelease {release:?}"))?;
+    let read =
+        |key: &str| number(results, file, key).ok_or_else(|| format!("{file} has no number {key}"));
+    Ok(MaxSectorsReading {
+        release: version,
+        max_kb: read("max_sectors_kb")?,
+        hw_kb: read("max_hw_sectors_kb")?,
+        io_opt: read("optimal_io_size")?,
+    })
+}
+
+/// "6.1.0-28-amd64" -> (6, 1); "7.3.4+deb13-amd64" -> (7, 3).
+fn release_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.trim().split(['.', '-', '+']);
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
+/// The block layer's default cap in KiB: 2560 sectors (BLK_DEF_MAX_SECTORS,
+/// include/linux/blkdev.h) until 9b8b84879d4a made it 8192 in 6.17.
+fn default_cap_kb(release: (u32, u32)) -> u64 {
+    if release >= (6, 17) {
+        4096
+    } else {
+        1280
+    }
+}
+
+/// What the kernel's rules, read from its source, make of these numbers:
+/// the source of the cap (the expectation `check` must meet), written apart
+/// from the tracer's own classifier.
+fn expected_source(reading: &MaxSectorsReading) -> &'static str {
+    let MaxSectorsReading {
+        release,
+        max_kb,
+        hw_kb,
+        io_opt,
+    } = *reading;
+    let cap = default_cap_kb(release);
+    // sd's rw_max before 6.11 takes any valid io_opt; blk_validate_limits
+    // since (a23634644afc, 37105615f731) only one above the default cap.
+    let io_opt_rule = io_opt != 0
+        && io_opt.is_multiple_of(1024)
+        && max_kb == io_opt / 1024
+        && (release < (6, 11) || io_opt / 1024 > cap);
+    if max_kb == 0 {
+        "user_or_unknown"
+    } else if max_kb == hw_kb {
+        "hardware"
+    } else if io_opt_rule {
+        "optimal_io_size"
+    } else if max_kb == cap && max_kb < hw_kb {
+        "kernel_default_cap"
+    } else {
+        "user_or_unknown"
+    }
+}
+
+/// The cap these kernel rules give this disk: its 128 KiB io_opt before
+/// 6.11 (sd), the default cap since; never above the hardware limit.
+fn predicted_max_kb(reading: &MaxSectorsReading) -> u64 {
+    let rule = if reading.release < (6, 11) && reading.io_opt >= 4096 {
+        reading.io_opt / 1024
+    } else {
+        default_cap_kb(reading.release)
+    };
+    rule.min(reading.hw_kb)
+}
+
+/// `max_sectors_source` (#49): check's source against the guest's numbers,
+/// the cap against the kernel's rule, and the split finding's what-if
+/// against 1 MiB writes under the raise it proposes.
+fn max_sectors_checks(results: &Results, line: &Line) -> Vec<Check> {
+    let what = format!(
+        "max_sectors ({}): check's source = the guest's numbers",
+        line.name
+    );
+    let reading = match max_sectors_reading(results) {
+        Ok(reading) => reading,
+        Err(why) => return vec![Check::missing(what, "maxsec.values", why)],
+    };
+    let mut checks = Vec::new();
+    let expected = expected_source(&reading);
+    let numbers = format!(
+        "{}.{}: max_sectors_kb {} hw {} io_opt {}",
+        reading.release.0, reading.release.1, reading.max_kb, reading.hw_kb, reading.io_opt
+    );
+    let audit = results.audit("check.json");
+    let geometry = audit
+        .as_ref()
+        .ok()
+        .and_then(|audit| audit.device("sda"))
+        .map(|sda| &sda.geometry);
+    let found = geometry.map(|geometry| {
+        (
+            [
+                geometry.max_sectors_kb,
+                geometry.max_hw_sectors_kb,
+                geometry.optimal_io_size,
+            ],
+            geometry.max_sectors_source.clone(),
+        )
+    });
+    let show = |value: Option<u64>| value.map_or("?".into(), |v| v.to_string());
+    checks.push(Check::new(
+        what,
+        format!(
+            "{numbers} -> {}/{}/{} {expected}",
+            reading.max_kb, reading.hw_kb, reading.io_opt
+        ),
+        match &found {
+            Some(([max_kb, hw_kb, io_opt], source)) => format!(
+                "{}/{}/{} {}",
+                show(*max_kb),
+                show(*hw_kb),
+                show(*io_opt),
+                source.as_deref().unwrap_or("no max_sectors_source")
+            ),
+            None => format!(
+                "no sda in check.json: {}",
+                audit.as_ref().err().cloned().unwrap_or_default()
+            ),
+        },
+        found.as_ref().is_some_and(|(numbers, source)| {
+            *numbers
+                == [
+                    Some(reading.max_kb),
+                    Some(reading.hw_kb),
+                    Some(reading.io_opt),
+                ]
+                && source.as_deref() == Some(expected)
+        }),
+    ));
+    let predicted = predicted_max_kb(&reading);
+    checks.push(Check::new(
+        format!(
+            "max_sectors ({}): the cap is the kernel rule's for io_opt 128 KiB",
+            line.name
+        ),
+        format!(
+            "{predicted} KiB ({})",
+            if reading.release < (6, 11) {
+                "sd's rw_max: io_opt, before 6.11"
+            } else {
+                "blk_validate_limits: the default cap, io_opt being below it"
+            }
+        ),
+        format!("{} KiB", reading.max_kb),
+        reading.max_kb == predicted,
+    ));
+    let text = results.text("check.txt").unwrap_or_default();
+    let shown = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("max_sectors "))
+        .unwrap_or("no max_sectors line")
+        .trim()
+        .to_string();
+    checks.push(Check::new(
+        format!("max_sectors ({}): check's text names the source", line.name),
+        format!(
+            "`max_sectors {} (...` naming {expected}",
+            size_words(reading.max_kb)
+        ),
+        shown.clone(),
+        shown.starts_with(&format!("max_sectors {} ", size_words(reading.max_kb)))
+            && shown.contains(source_words(expected)),
+    ));
+    // The cap the runs saw: this kernel's, or 128 KiB set by hand where
+    // this kernel's holds a 1 MiB write whole.
+    let run_reading = MaxSectorsReading {
+        max_kb: number(results, "maxsec.values", "max_sectors_kb_run").unwrap_or(0),
+        ..reading
+    };
+    let set_by_hand = number(results, "maxsec.values", "user_set");
+    let run_source = expected_source(&run_reading);
+    checks.push(Check::new(
+        format!("max_sectors ({}): the runs' cap", line.name),
+        "this kernel's below 1 MiB, else 128 KiB set by hand".to_string(),
+        format!(
+            "{} KiB ({}, source {run_source})",
+            run_reading.max_kb,
+            set_by_hand.map_or("the kernel's", |_| "set by hand")
+        ),
+        match set_by_hand {
+            Some(kb) => reading.max_kb >= 1024 && run_reading.max_kb == kb,
+            None => reading.max_kb < 1024 && run_reading.max_kb == reading.max_kb,
+        },
+    ));
+    checks.extend(max_sectors_fix_checks(
+        results,
+        line,
+        &run_reading,
+        run_source,
+    ));
+    checks
+}
+
+/// `exact_size` of a KiB count as check prints it.
+fn size_words(kb: u64) -> String {
+    if kb >= 1024 && kb.is_multiple_of(1024) {
+        format!("{} MiB", kb / 1024)
+    } else {
+        format!("{kb} KiB")
+    }
+}
+
+/// A phrase check's words for each source contain.
+fn source_words(source: &str) -> &'static str {
+    match source {
+        "hardware" => "the hardware's own limit",
+        "kernel_default_cap" => "the block layer's default cap",
+        "optimal_io_size" => "the device's optimal I/O size",
+        _ => "not a kernel default",
+    }
+}
+
+/// The 1 MiB writes to sda2 before and after the raise: where the cap cuts
+/// them, a `max_sectors` split finding naming the source, whose what-if the
+/// second run meets; where it does not, no such finding and nothing to
+/// raise. Then the raise across sd's rescan, and the cap put back.
+fn max_sectors_fix_checks(
+    results: &Results,
+    line: &Line,
+    reading: &MaxSectorsReading,
+    expected_source: &str,
+) -> Vec<Check> {
+    let mut checks = Vec::new();
+    let what = format!(
+        "max_sectors ({}): 1 MiB writes to sda2, what-if vs the raise",
+        line.name
+    );
+    let loaded = (|| -> Result<_, String> {
+        Ok((
+            results.report("maxsec.run.json")?,
+            results.report("maxsec-fixed.run.json")?,
+        ))
+    })();
+    let (before, after) = match loaded {
+        Ok(loaded) => loaded,
+        Err(why) => return vec![Check::missing(what, "both run reports", why)],
+    };
+    let commands = |report: &crate::vm::report::Report| {
+        report
+            .device("sda2")
+            .and_then(|entry| entry.writes())
+            .map(|writes| writes.commands)
+    };
+    let (now, fixed) = (commands(&before), commands(&after));
+    let raised = number(results, "maxsec.values", "max_sectors_kb_raised");
+    let split = before
+        .diagnoses
+        .iter()
+        .find(|d| d.is_on("sda2") && d.code() == Code::SplitAmplification);
+    let evidence = split.and_then(|d| d.split_amplification());
+    if reading.max_kb < 1024 {
+        let what_if = split.and_then(|d| d.what_if());
+        let predicted = what_if.map(|w| w.commands_after_fix);
+        let proposed = evidence.and_then(|e| e.proposed_max_sectors_kb);
+        let within = matches!((predicted, fixed), (Some(p), Some(m))
+            if p > 0 && (m as f64 - p as f64).abs() <= WHAT_IF_TOLERANCE * p as f64);
+        checks.push(Check::new(
+            what,
+            format!(
+                "split_amplification cause max_sectors, source {expected_source}; raised to its proposal; commands within {:.0}% of commands_after_fix",
+                WHAT_IF_TOLERANCE * 100.0
+            ),
+            format!(
+                "cause {}, source {}, proposed {proposed:?}, raised to {raised:?}; commands {now:?} -> predicted {predicted:?} / measured {fixed:?}",
+                evidence.map_or("none", |e| e.cause.as_str()),
+                evidence.and_then(|e| e.max_sectors_source.as_deref()).unwrap_or("none"),
+            ),
+            evidence.is_some_and(|e| e.cause == "max_sectors")
+                && evidence.and_then(|e| e.max_sectors_source.as_deref()) == Some(expected_source)
+                && proposed.is_some()
+                && proposed == raised
+                && what_if.is_some_and(|w| Some(w.commands_now) == now)
+                && within,
+        ));
+        let fix = split.map_or("", |d| d.fix.as_str());
+        let command = format!(
+            "echo {} > /sys/block/sda/queue/max_sectors_kb",
+            proposed.unwrap_or(0)
+        );
+        let persistent = !matches!(expected_source, "optimal_io_size" | "kernel_default_cap")
+            || fix.contains("KERNEL==\"sda\", ATTR{queue/max_sectors_kb}=");
+        checks.push(Check::new(
+            format!(
+                "max_sectors ({}): the fix says how and how to keep it",
+                line.name
+            ),
+            format!("`{command}`; a udev rule where the kernel set the cap"),
+            if fix.is_empty() {
+                "no fix".to_string()
+            } else {
+                fix.to_string()
+            },
+            fix.contains(&command)
+                && split.is_some_and(|d| d.explanation.contains(source_words(expected_source)))
+                && persistent,
+        ));
+    } else {
+        checks.push(Check::new(
+            what,
+            "no max_sectors split on sda2 (the cap holds 1 MiB); the same commands after",
+            format!(
+                "{}; commands {now:?} -> {fixed:?}; raised to {raised:?}",
+                evidence.map_or("no split_amplification".to_string(), |e| format!(
+                    "split_amplification cause {}",
+                    e.cause
+                )),
+            ),
+            evidence.is_none_or(|e| e.cause != "max_sectors") && now.is_some() && now == fixed,
+        ));
+    }
+    let values = results.values("maxsec.values").unwrap_or_default();
+    let value = |key: &str| values.get(key).cloned().unwrap_or_else(|| "?".into());
+    checks.push(Check::new(
+        format!(
+            "max_sectors ({}): a raise outlives sd's rescan; the cap put back",
+            line.name
+        ),
+        format!(
+            "after rescan {}; restored {}",
+            value("max_sectors_kb_raised"),
+            value("max_sectors_kb")
+        ),
+        format!(
+            "after rescan {} (rc {}); restored {}; {}",
+            value("max_sectors_kb_after_rescan"),
+            value("rescan_rc"),
+            value("max_sectors_kb_restored"),
+            json_text(&values),
+        ),
+        value("max_sectors_kb_after_rescan") == value("max_sectors_kb_raised")
+            && value("max_sectors_kb_restored") == value("max_sectors_kb"),
+    ));
+    checks
+}
+
 #[cfg(test)]
 mod tests {
     use super::blk_write_dispatches;
@@ -608,5 +960,54 @@ mod tests {
             blk_write_dispatches(trace),
             vec![(2184, 32, true), (4096, 8, false)]
         );
+    }
+}
+
+#[cfg(test)]
+mod max_sectors_tests {
+    use super::*;
+
+    fn reading(release: (u32, u32), max_kb: u64, io_opt: u64) -> MaxSectorsReading {
+        MaxSectorsReading {
+            release,
+            max_kb,
+            hw_kb: 32767,
+            io_opt,
+        }
+    }
+
+    /// The expectation the VM asserts check against, on the scenario's
+    /// numbers and their edges.
+    #[test]
+    fn expected_sources_follow_the_kernel_rules() {
+        assert_eq!(release_version("6.1.0-28-amd64"), Some((6, 1)));
+        assert_eq!(release_version("7.3.4+deb13-amd64"), Some((7, 3)));
+        assert_eq!(
+            expected_source(&reading((6, 1), 128, 131072)),
+            "optimal_io_size"
+        );
+        assert_eq!(
+            expected_source(&reading((6, 12), 128, 131072)),
+            "user_or_unknown"
+        );
+        assert_eq!(
+            expected_source(&reading((6, 12), 1280, 131072)),
+            "kernel_default_cap"
+        );
+        assert_eq!(
+            expected_source(&reading((7, 3), 4096, 131072)),
+            "kernel_default_cap"
+        );
+        assert_eq!(
+            expected_source(&reading((7, 3), 1280, 131072)),
+            "user_or_unknown"
+        );
+        assert_eq!(expected_source(&reading((6, 1), 32767, 131072)), "hardware");
+        assert_eq!(expected_source(&reading((6, 1), 128, 0)), "user_or_unknown");
+        assert_eq!(predicted_max_kb(&reading((6, 1), 0, 131072)), 128);
+        assert_eq!(predicted_max_kb(&reading((6, 12), 0, 131072)), 1280);
+        assert_eq!(predicted_max_kb(&reading((7, 3), 0, 131072)), 4096);
+        assert_eq!(size_words(4096), "4 MiB");
+        assert_eq!(size_words(1280), "1280 KiB");
     }
 }
