@@ -141,3 +141,18 @@ echo "rescan_rc=$?" >> /results/maxsec.values
 echo "max_sectors_kb_after_rescan=$(cat $q/max_sectors_kb)" >> /results/maxsec.values
 echo "$maxsec_before" > $q/max_sectors_kb
 echo "max_sectors_kb_restored=$(cat $q/max_sectors_kb)" >> /results/maxsec.values
+
+# The fix atomic_writes_lost proposed, applied: partition 3 recreated at
+# 206856 (the next start on the 8-sector grid), the same untorn writes. statx,
+# check and run must then agree it keeps them.
+if [ -n "$atomic" ]; then
+    echo "206856,57328,83" | sfdisk -q -N 3 --no-reread /dev/sda > /results/sda3-fixed.sfdisk 2>&1
+    blockdev --rereadpt /dev/sda >> /results/sda3-fixed.sfdisk 2>&1
+    wait_for_block sda3 10
+    echo "start=$(cat /sys/class/block/sda3/start)" > /results/sda3-fixed.geometry
+    guest-io statx /dev/sda3 > /results/sda3-fixed.statx 2> /results/sda3-fixed.statx.stderr
+    bounded 60 iosplit-trace run --json -o /results/sda3-fixed.atomic.run.json -- \
+        guest-io atomic /dev/sda3 65536 16384 64 > /results/sda3-fixed.atomic 2> /results/sda3-fixed.atomic.stderr
+    echo "rc=$?" >> /results/sda3-fixed.atomic
+    bounded 60 iosplit-trace check sda --json > /results/sda3-fixed.check.json 2> /results/sda3-fixed.check.json.stderr
+fi

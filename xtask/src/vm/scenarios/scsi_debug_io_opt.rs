@@ -251,6 +251,7 @@ fn atomic_layout_checks(results: &Results, report: &crate::vm::check::Loaded<Aud
         "sda2",
     ));
     checks.extend(stack_checks(results));
+    checks.push(recreated_check(results));
     let what = "run: O_DIRECT writes on sda3 say untorn writes were lost there";
     let expected = "sda3's summary names atomic_writes_lost beside its O_DIRECT writes";
     checks.push(match results.report("sda3.direct.run.json") {
@@ -470,6 +471,47 @@ fn per_write_checks(results: &Results) -> Vec<Check> {
         }
     }
     checks
+}
+
+/// The fix applied: sda3 recreated at 206856 keeps untorn writes, as statx,
+/// check (no `atomic_writes_lost`) and run (64 proven) all say.
+fn recreated_check(results: &Results) -> Check {
+    let what = "untorn writes: sda3 recreated at 206856 keeps them (statx, check, run)";
+    let expected = format!(
+        "start {NEXT_ALIGNED_START}; statx ({UNIT_MIN}, {UNIT_MAX}); no atomic_writes_lost on sda3; {ATOMIC_WRITES} written = run's {ATOMIC_WRITES} proven"
+    );
+    let start = number(results, "sda3-fixed.geometry", "start");
+    let statx = statx_units(results, "sda3-fixed");
+    let (written, errno, _) = atomic_outcome(results, "sda3-fixed");
+    let lost = results.audit("sda3-fixed.check.json").map(|audit| {
+        audit
+            .diagnoses
+            .iter()
+            .filter(|d| d.is_on("sda3"))
+            .filter(|d| d.atomic_writes_lost().is_some())
+            .count()
+    });
+    let report = results.report("sda3-fixed.atomic.run.json");
+    let proven = report.as_ref().ok().and_then(|report| {
+        let target = report.run.as_ref()?.target("sda3")?;
+        target
+            .atomic_writes
+            .as_ref()
+            .map(|a| (a.proven, a.not_proven))
+    });
+    Check::new(
+        what,
+        expected,
+        format!(
+            "start {start:?}; statx {statx:?}; atomic_writes_lost on sda3: {lost:?}; written {written:?}{}; run proven/not {proven:?}",
+            errno.map(|e| format!(" ({e})")).unwrap_or_default()
+        ),
+        start == Some(NEXT_ALIGNED_START)
+            && statx == Some((UNIT_MIN, UNIT_MAX))
+            && lost == Ok(0)
+            && written == Some(ATOMIC_WRITES)
+            && proven == Some((ATOMIC_WRITES, 0)),
+    )
 }
 
 /// The stacks over the aligned partitions (dm-linear over sda1, md raid0
