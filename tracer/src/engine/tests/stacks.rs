@@ -81,16 +81,16 @@ fn device_mapper_cuts_traced_on_the_trimmed_bio_keep_the_chain() {
 /// dm-striped maps each chunk's clone before it traces the trim (6.1 and
 /// 6.12 alike, in the `stacks` VM scenario): Q, then per chunk A, A, Q on
 /// the disk, and only then `X 128 / 128` on the trimmed bio.
-#[test]
-fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
-    let mut engine = engine();
+/// A 256 KiB bio on dm-0 sent down as four 64 KiB clones, each remapped
+/// before its trim is traced (`traced`) or with no trim traced at all.
+fn four_clones(traced: bool) -> Vec<BlockEvent> {
     let mut events = vec![queue(MS, DM, 0, 512)];
     for piece in 0..4u64 {
         let sector = piece * 128;
         events.push(remap(MS, LOOP0, sector, 128, DM, sector));
         events.push(remap(MS, LOOP0, 2048 + sector, 128, P1, sector));
         events.push(queue(MS, LOOP0, 2048 + sector, 128));
-        if piece < 3 {
+        if traced && piece < 3 {
             events.push(split(MS, DM, sector + 128, sector + 128));
         }
     }
@@ -100,7 +100,13 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
         events.push(complete(3 * MS, LOOP0, sector, 128));
     }
     events.push(bio_complete(4 * MS, DM, 384, 128));
-    feed(&mut engine, &events);
+    events
+}
+
+#[test]
+fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
+    let mut engine = engine();
+    feed(&mut engine, &four_clones(true));
     assert_clean(&engine);
     let upper = disk_op(&engine, "dm-0", Op::Write);
     assert_eq!((upper.user_ios, upper.fragments, upper.splits), (1, 4, 3));
@@ -120,23 +126,7 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
 fn untraced_md_cuts_are_inferred_from_the_pieces_remaps() {
     let run = |traced: bool| {
         let mut engine = engine();
-        let mut events = vec![queue(MS, DM, 0, 512)];
-        for piece in 0..4u64 {
-            let sector = piece * 128;
-            events.push(remap(MS, LOOP0, sector, 128, DM, sector));
-            events.push(remap(MS, LOOP0, 2048 + sector, 128, P1, sector));
-            events.push(queue(MS, LOOP0, 2048 + sector, 128));
-            if traced && piece < 3 {
-                events.push(split(MS, DM, sector + 128, sector + 128));
-            }
-        }
-        for piece in 0..4u64 {
-            let sector = 2048 + piece * 128;
-            events.push(issue(2 * MS, LOOP0, sector, 128));
-            events.push(complete(3 * MS, LOOP0, sector, 128));
-        }
-        events.push(bio_complete(4 * MS, DM, 384, 128));
-        feed(&mut engine, &events);
+        feed(&mut engine, &four_clones(traced));
         // Every chain ended, nothing unmatched: only the inferred count may differ.
         assert_eq!(
             CorrelationStats {

@@ -75,14 +75,12 @@ fn expected_mask(line: &Line) -> &'static str {
     }
 }
 
-fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
-    let mask = expected_mask(line);
-    if mask == "0" {
-        return without_boundary(results);
-    }
+/// Both disks' geometry, NVMe's mask as this kernel sets it, and every
+/// workload's events against the blk tracer.
+fn geometry_and_oracle(results: &Results, what: &str, mask: &str) -> Vec<Check> {
     let mut checks = vec![
         expect_geometry(
-            "nvme virt boundary",
+            what,
             results,
             "nvme.geometry",
             &[("disk.virt_boundary_mask", mask)],
@@ -107,6 +105,15 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
             &format!("{disk}.{workload}.trace"),
         ));
     }
+    checks
+}
+
+fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
+    let mask = expected_mask(line);
+    if mask == "0" {
+        return without_boundary(results);
+    }
+    let mut checks = geometry_and_oracle(results, "nvme virt boundary", mask);
     let nvme_name = results
         .value("names", "nvme")
         .unwrap_or_else(|_| "nvme0n1".into());
@@ -194,33 +201,7 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
 /// same workloads must then merge on NVMe as on virtio, split on neither,
 /// and be named on neither (the false-alarm side of this scenario).
 fn without_boundary(results: &Results) -> Vec<Check> {
-    let mut checks = vec![
-        expect_geometry(
-            "nvme: no virt boundary on this kernel",
-            results,
-            "nvme.geometry",
-            &[("disk.virt_boundary_mask", "0")],
-        ),
-        expect_geometry(
-            "virtio control",
-            results,
-            "control.geometry",
-            &[("disk.virt_boundary_mask", "0")],
-        ),
-    ];
-    for (disk, workload) in [
-        ("nvme", "aio"),
-        ("control", "aio"),
-        ("nvme", "writev"),
-        ("control", "writev"),
-    ] {
-        checks.push(expect_oracle_agreement(
-            &format!("{disk} {workload}: events vs blk tracer"),
-            results,
-            &format!("{disk}.{workload}.json"),
-            &format!("{disk}.{workload}.trace"),
-        ));
-    }
+    let mut checks = geometry_and_oracle(results, "nvme: no virt boundary on this kernel", "0");
     let what = "no boundary: nvme merges and splits as virtio does";
     let expected = "aio: merges > 0 on both; writev: 0 splits on both";
     checks.push(
