@@ -295,7 +295,8 @@ pub struct BlockEvent {
     pub tgid: u32,
     pub rwbs: [u8; RWBS_BYTES],
     pub kind: u8,
-    pub _pad: u8,
+    /// [`event_flags`] bits.
+    pub flags: u8,
     /// Queue: the bio's physical segments as its vector counts them
     /// (`bi_vcnt`: contiguous pages share one); 0 where no probe read them
     /// (classic tracepoints, clones, imported traces).
@@ -303,6 +304,14 @@ pub struct BlockEvent {
     pub error: i32,
     /// Who submitted it: filled at `block_bio_queue` only, zero otherwise.
     pub owner: Owner,
+}
+
+/// Bits of [`BlockEvent::flags`].
+pub mod event_flags {
+    /// A passthrough command (`REQ_OP_DRV_*`) whose range and op come from
+    /// its NVMe command (`nvme_setup_cmd`), not from the block tracepoint,
+    /// which has none for it.
+    pub const PASSTHROUGH: u8 = 1;
 }
 
 /// Bytes of a task's `comm`.
@@ -574,7 +583,7 @@ impl BlockEvent {
         tgid: 0,
         rwbs: [0; RWBS_BYTES],
         kind: 0,
-        _pad: 0,
+        flags: 0,
         segments: 0,
         error: 0,
         owner: Owner::UNKNOWN,
@@ -1343,6 +1352,61 @@ impl TagWaitFields {
     };
 }
 
+/// The NVMe command a passthrough request carries (`nvme_setup_cmd`'s
+/// `struct nvme_command`, whose layout is the NVMe specification's wire
+/// format): the opcode, namespace and the dwords that hold an I/O command's
+/// range (`cdw10`/`cdw11` the starting LBA, `cdw12`'s low 16 bits the
+/// blocks less one).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NvmeCommand {
+    pub opcode: u8,
+    pub flags: u8,
+    pub command_id: u16,
+    pub nsid: u32,
+    pub cdw10: u32,
+    pub cdw11: u32,
+    pub cdw12: u32,
+    pub _pad: u32,
+}
+
+/// Byte offsets of [`NvmeCommand`]'s fields in `struct nvme_command`.
+pub mod nvme_command {
+    pub const OPCODE: u64 = 0;
+    pub const CDW10: u64 = 40;
+}
+
+/// What the `nvme_setup_cmd` probe sends for a passthrough request, 96
+/// bytes: the request as the issue probe would send it (so it decodes to
+/// the same request name) and its NVMe command. Userspace tells it apart
+/// from the other records by length.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassthroughEvent {
+    pub event: BtfEvent,
+    pub command: NvmeCommand,
+}
+
+/// The request ops the passthrough probe keeps (`REQ_OP_DRV_IN`/`_OUT`
+/// under `REQ_OP_MASK`, from BTF); `enabled` 0 keeps none.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PassthroughOps {
+    pub op_mask: u32,
+    pub drv_in: u32,
+    pub drv_out: u32,
+    pub enabled: u32,
+}
+
+impl PassthroughOps {
+    pub const ABSENT: PassthroughOps = PassthroughOps {
+        op_mask: 0,
+        drv_in: 0,
+        drv_out: 0,
+        enabled: 0,
+    };
+}
+
 /// Bits of the `FILTER_OWNERS` global: which owner filters are on. A bio is
 /// traced when it passes every filter that is on (any value of each).
 pub mod owner_filter {
@@ -1427,6 +1491,11 @@ pub mod names {
     pub const TAG_WAIT_FIELDS: &str = "TAG_WAIT_FIELDS";
     /// The program counting `block_rq_tag_wait` (attached where it exists).
     pub const TAG_WAIT_PROGRAM: &str = "tag_wait";
+    /// [`PassthroughOps`](super::PassthroughOps) for the passthrough program.
+    pub const PASSTHROUGH_OPS: &str = "PASSTHROUGH_OPS";
+    /// The raw tracepoint program on `nvme_setup_cmd` (attached when the
+    /// nvme module is loaded and the BTF probes are).
+    pub const PASSTHROUGH_PROGRAM: &str = "nvme_setup_cmd";
     pub const PROCESS_FIELDS: &str = "PROCESS_FIELDS";
     pub const URING_FIELDS: &str = "URING_FIELDS";
     pub const COUNTERS: &str = "COUNTERS";
@@ -1474,6 +1543,7 @@ mod user {
     unsafe impl aya::Pod for DirtyCounts {}
     unsafe impl aya::Pod for TagWaitKey {}
     unsafe impl aya::Pod for TagWaits {}
+    unsafe impl aya::Pod for PassthroughOps {}
     unsafe impl aya::Pod for TagWaitFields {}
     unsafe impl aya::Pod for KernelLayout {}
     unsafe impl aya::Pod for BtfEvent {}
@@ -1494,6 +1564,8 @@ mod tests {
         assert_eq!(core::mem::size_of::<OwnerLayout>(), 120);
         assert_eq!(core::mem::size_of::<ClassicRecord>(), 72);
         assert_eq!(core::mem::size_of::<BtfEvent>(), 72);
+        assert_eq!(core::mem::size_of::<PassthroughEvent>(), 96);
+        assert_eq!(core::mem::size_of::<NvmeCommand>(), 24);
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 60);

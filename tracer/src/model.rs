@@ -421,6 +421,27 @@ pub struct DeviceReport {
     /// the queue was full. Empty when none waited or the kernel cannot say.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tag_waits: Vec<TagWaitReport>,
+    /// Passthrough commands (`REQ_OP_DRV_*`) issued here, by op.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub passthrough: Vec<PassthroughReport>,
+}
+
+/// Passthrough commands of one op on a disk (io_uring `URING_CMD` on an
+/// NVMe generic device, nvme-cli): the block tracepoints give them no
+/// range; the NVMe command (`nvme_setup_cmd`, BTF probes) does.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize)]
+pub struct PassthroughReport {
+    /// `write`, `read`, `write_zeroes`, `flush`, `discard`, `other`, or
+    /// `unknown` (no NVMe command was joined: classic probes, or not NVMe).
+    pub op: String,
+    pub commands: u64,
+    /// Commands whose range the NVMe command gave.
+    pub with_range: u64,
+    /// 512-byte sectors those ranges cover.
+    pub sectors: u64,
+    /// The lowest sector and the end of the highest range (0, 0 when none).
+    pub first_sector: u64,
+    pub end_sector: u64,
 }
 
 /// Waits for a free tag on one hardware queue of a disk.

@@ -608,7 +608,7 @@ fn queue_event(address: u64) -> u32 {
 /// fold the fields to the static's initial (absent) values; the verifier
 /// still knows them, from the frozen map.
 #[inline(always)]
-fn kernel_layout() -> &'static KernelLayout {
+pub(super) fn kernel_layout() -> &'static KernelLayout {
     let address: *const Global<KernelLayout> = &KERNEL_LAYOUT;
     // SAFETY: reading a local; `Global` is a transparent wrapper of the
     // initialized value, which lives (read-only) for the program's life.

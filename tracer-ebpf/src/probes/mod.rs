@@ -12,6 +12,7 @@
 pub mod btf;
 pub mod classic;
 pub mod noop;
+pub mod passthrough;
 pub mod process;
 pub mod shared;
 pub mod tag_wait;

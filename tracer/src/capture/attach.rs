@@ -4,7 +4,7 @@
 //! and how a failure is reported.
 
 use aya::{
-    programs::{BtfTracePoint, TracePoint},
+    programs::{BtfTracePoint, RawTracePoint, TracePoint},
     Btf, Ebpf,
 };
 use tracer_common::{names, EventKind, FieldOffsets, ProcessEventKind};
@@ -27,6 +27,8 @@ enum Hook<'a> {
         name: &'a str,
         load: bool,
     },
+    /// A raw tracepoint by name (the kernel finds a module's too).
+    Raw { name: &'a str },
 }
 
 /// The step of [`attach`] that failed.
@@ -77,6 +79,7 @@ fn attach(ebpf: &mut Ebpf, program: &str, hook: Hook<'_>) -> std::result::Result
         program: match hook {
             Hook::BtfTracePoint { tracepoint, .. } => format!("{program} ({tracepoint})"),
             Hook::TracePoint { category, name, .. } => format!("{program} ({category}/{name})"),
+            Hook::Raw { name } => format!("{program} (raw {name})"),
         },
         reason: reason.to_string(),
     };
@@ -106,6 +109,14 @@ fn attach(ebpf: &mut Ebpf, program: &str, hook: Hook<'_>) -> std::result::Result
             }
             program
                 .attach(category, name)
+                .map_err(|err| failed(Step::Attaching, &err))?;
+        }
+        Hook::Raw { name } => {
+            let program: &mut RawTracePoint =
+                found.try_into().map_err(|err| failed(Step::Typing, &err))?;
+            program.load().map_err(|err| failed(Step::Loading, &err))?;
+            program
+                .attach(name)
                 .map_err(|err| failed(Step::Attaching, &err))?;
         }
     }
@@ -186,6 +197,18 @@ pub(super) fn attach_tag_wait(ebpf: &mut Ebpf) -> std::result::Result<(), Attach
             category: "block",
             name: "block_rq_tag_wait",
             load: true,
+        },
+    )
+}
+
+/// The NVMe command of each passthrough request (`nvme_setup_cmd`, a
+/// tracepoint of the nvme module), where the module is loaded.
+pub(super) fn attach_passthrough(ebpf: &mut Ebpf) -> std::result::Result<(), AttachError> {
+    attach(
+        ebpf,
+        names::PASSTHROUGH_PROGRAM,
+        Hook::Raw {
+            name: "nvme_setup_cmd",
         },
     )
 }

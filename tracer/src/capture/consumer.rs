@@ -239,7 +239,7 @@ fn consume<S: EventSink>(
     mut ebpf: Ebpf,
     mut events: Vec<ring::BatchRing>,
     mut logger: Option<aya_log::EbpfLogger<&'static dyn log::Log>>,
-    decoder: Decoding,
+    mut decoder: Decoding,
     mut sink: S,
     inbox: mpsc::Receiver<Control<S>>,
 ) -> S {
@@ -309,7 +309,7 @@ fn consume<S: EventSink>(
         drain(
             &mut events,
             process_events.as_mut(),
-            &decoder,
+            &mut decoder,
             &mut reorder,
             cutoff,
             &mut sink,
@@ -342,7 +342,7 @@ fn consume<S: EventSink>(
                 drain(
                     &mut events,
                     process_events.as_mut(),
-                    &decoder,
+                    &mut decoder,
                     &mut reorder,
                     u64::MAX,
                     &mut sink,
@@ -367,7 +367,7 @@ fn consume<S: EventSink>(
 fn drain<S: EventSink>(
     events: &mut [ring::BatchRing],
     process_events: Option<&mut RingBuf<MapData>>,
-    decoder: &Decoding,
+    decoder: &mut Decoding,
     reorder: &mut reorder::Reorder,
     cutoff_ns: u64,
     sink: &mut S,

@@ -6,11 +6,12 @@
 //! unit-tested.
 
 use tracer_common::{
-    BlockEvent, BtfEvent, BtfQueueEvent, ClassicFields, ClassicRecord, EventKind, ProbeObject,
-    CLASSIC_RECORD_BYTES, CLASSIC_RECORD_START, NO_FIELD, RWBS_BYTES,
+    BlockEvent, BtfEvent, BtfQueueEvent, ClassicFields, ClassicRecord, EventKind, PassthroughEvent,
+    ProbeObject, CLASSIC_RECORD_BYTES, CLASSIC_RECORD_START, NO_FIELD, RWBS_BYTES,
 };
 
 use super::layout::ObjectLayout;
+use super::passthrough::PassthroughJoin;
 use super::ProbeFlavor;
 
 /// Decodes the classic probes' records of every kind with this kernel's
@@ -65,7 +66,7 @@ impl ClassicDecoder {
             tgid: record.tgid,
             rwbs,
             kind: record.kind,
-            _pad: 0,
+            flags: 0,
             segments: 0,
             error: u32_at(fields.error) as i32,
             // The classic flavor knows only the tgid: no bio to follow.
@@ -198,7 +199,8 @@ impl BtfDecoder {
 /// How the consumer turns ring records into events: one decoder per flavor.
 pub(super) enum Decoding {
     Classic(ClassicDecoder),
-    Btf(BtfDecoder),
+    /// With the NVMe commands of passthrough requests, joined to them.
+    Btf(BtfDecoder, Box<PassthroughJoin>),
     /// The noop programs write nothing.
     Nothing,
 }
@@ -207,7 +209,7 @@ impl Decoding {
     pub(super) fn flavor(&self) -> ProbeFlavor {
         match self {
             Decoding::Classic(_) => ProbeFlavor::Classic,
-            Decoding::Btf(_) => ProbeFlavor::Btf,
+            Decoding::Btf(..) => ProbeFlavor::Btf,
             Decoding::Nothing => ProbeFlavor::Noop,
         }
     }
@@ -215,7 +217,7 @@ impl Decoding {
     /// The block events of one ring record, in kernel order: one, or a
     /// folded partition remap and then its queue.
     #[inline(always)]
-    pub(super) fn decode(&self, item: &[u8], mut each: impl FnMut(BlockEvent)) {
+    pub(super) fn decode(&mut self, item: &[u8], mut each: impl FnMut(BlockEvent)) {
         match self {
             Decoding::Classic(decoder) => {
                 if item.len() < std::mem::size_of::<ClassicRecord>() {
@@ -228,7 +230,7 @@ impl Decoding {
                     each(event);
                 }
             }
-            Decoding::Btf(decoder) => {
+            Decoding::Btf(decoder, passthrough) => {
                 if item.len() < std::mem::size_of::<BtfEvent>() {
                     return;
                 }
@@ -237,6 +239,15 @@ impl Decoding {
                 let Some(mut decoded) = decoder.decode(&event) else {
                     return;
                 };
+                if item.len() == std::mem::size_of::<PassthroughEvent>() {
+                    // SAFETY: only the passthrough probe writes records this long.
+                    let record = unsafe {
+                        std::ptr::read_unaligned(item.as_ptr().cast::<PassthroughEvent>())
+                    };
+                    passthrough.command(&decoded, &record.command);
+                    return;
+                }
+                passthrough.apply(&mut decoded);
                 if item.len() >= std::mem::size_of::<BtfQueueEvent>() {
                     // SAFETY: a record this long is a whole `BtfQueueEvent` (checked length).
                     let queued =

@@ -7,8 +7,8 @@ use std::path::Path;
 
 use aya::{maps::HashMap, Ebpf, EbpfLoader};
 use tracer_common::{
-    device_filter, names, ClassicFields, EventKind, FieldOffsets, KernelLayout, ProcessOffsets,
-    TagWaitFields, UringOffsets, DEVICE_LIST_LEN, NO_FIELD,
+    device_filter, names, ClassicFields, EventKind, FieldOffsets, KernelLayout, PassthroughOps,
+    ProcessOffsets, TagWaitFields, UringOffsets, DEVICE_LIST_LEN, NO_FIELD,
 };
 
 use crate::error::{Error, Result};
@@ -17,6 +17,7 @@ use crate::geometry::DevId;
 use super::attach;
 use super::decode::{self, Decoding};
 use super::format::{self, ProbeStatus};
+use super::layout::ObjectLayout;
 use super::levers::{self, Levers, ProbeFlavor};
 use super::{btf, layout, CaptureConfig, OwnerFilter, ProbeReport};
 
@@ -115,7 +116,10 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
     }
     let decoding = match (flavor, object_layout) {
         (ProbeFlavor::Noop, _) => Decoding::Nothing,
-        (_, Some(object_layout)) => Decoding::Btf(decode::BtfDecoder::new(object_layout)),
+        (_, Some(object_layout)) => Decoding::Btf(
+            decode::BtfDecoder::new(object_layout),
+            Box::default(),
+        ),
         (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let (filter_devices, device_list) = device_scope(&config.devices);
@@ -180,6 +184,9 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
     loader.override_global(names::CLASSIC_FIELDS, &classic_fields, true);
     let kernel_layout = object_layout.map_or(KernelLayout::ABSENT, |layout| layout.kernel);
     loader.override_global(names::KERNEL_LAYOUT, &kernel_layout, true);
+    // Passthrough ranges need the BTF probes' request names to join with.
+    let passthrough = passthrough_ops(flavor, object_layout.as_ref(), events_dir);
+    loader.override_global(names::PASSTHROUGH_OPS, &passthrough, true);
     loader
         .override_global(names::FILTER_DEVICES, &filter_devices, true)
         .override_global(names::DEVICE_LIST, &device_list, true)
@@ -218,6 +225,13 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
             crate::status::status(format_args!("warning: {err}; tag waits are not counted"));
         }
     }
+    if passthrough.enabled != 0 {
+        if let Err(err) = attach::attach_passthrough(&mut ebpf) {
+            crate::status::status(format_args!(
+                "warning: {err}; NVMe passthrough commands are counted without their ranges"
+            ));
+        }
+    }
     let (process_probes, uring_probes) =
         attach_run_probes(&mut ebpf, config, process_offsets, uring);
     Ok(Loaded {
@@ -228,6 +242,29 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
         decoding,
         ring_sizes,
     })
+}
+
+/// What the passthrough probe keeps: on with the BTF probes where the nvme
+/// module's `nvme_setup_cmd` exists (its format file is how tracefs says so).
+fn passthrough_ops(
+    flavor: ProbeFlavor,
+    layout: Option<&ObjectLayout>,
+    events_dir: &Path,
+) -> PassthroughOps {
+    match layout {
+        Some(layout)
+            if flavor == ProbeFlavor::Btf
+                && events_dir.join("nvme/nvme_setup_cmd/format").exists() =>
+        {
+            PassthroughOps {
+                op_mask: layout.ops.op_mask,
+                drv_in: layout.ops.drv_in,
+                drv_out: layout.ops.drv_out,
+                enabled: 1,
+            }
+        }
+        _ => PassthroughOps::ABSENT,
+    }
 }
 
 /// `run`'s process-tree and io_uring probes: why each is missing, if it is
@@ -355,8 +392,8 @@ mod tests {
     use super::{device_scope, ring_sizes, DEFAULT_RING_FLOOR, PAGE_BYTES, PROBES_OBJECT};
     use crate::geometry::DevId;
     use tracer_common::{
-        device_filter, names, ClassicFields, EventKind, KernelLayout, ProcessEventKind,
-        ProcessOffsets, TagWaitFields, UringOffsets, DEVICE_LIST_LEN,
+        device_filter, names, ClassicFields, EventKind, KernelLayout, PassthroughOps,
+        ProcessEventKind, ProcessOffsets, TagWaitFields, UringOffsets, DEVICE_LIST_LEN,
     };
 
     /// Global symbols of a little-endian ELF64 object and their sizes.
@@ -423,6 +460,7 @@ mod tests {
         size_of("uring_register");
         size_of("enter_io_uring_register");
         size_of(names::TAG_WAIT_PROGRAM);
+        size_of(names::PASSTHROUGH_PROGRAM);
         for ring in names::EVENT_RINGS {
             size_of(ring);
         }
@@ -446,6 +484,10 @@ mod tests {
             (names::PROCESS_FIELDS, std::mem::size_of::<ProcessOffsets>()),
             (names::URING_FIELDS, std::mem::size_of::<UringOffsets>()),
             (names::TAG_WAIT_FIELDS, std::mem::size_of::<TagWaitFields>()),
+            (
+                names::PASSTHROUGH_OPS,
+                std::mem::size_of::<PassthroughOps>(),
+            ),
             (names::FILTER_OWNERS, std::mem::size_of::<u32>()),
             (names::FILTER_DEVICES, 1),
             (names::DEVICE_LIST, 4 * DEVICE_LIST_LEN),

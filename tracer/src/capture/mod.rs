@@ -26,6 +26,7 @@ pub mod format;
 pub mod layout;
 mod levers;
 mod load;
+pub(crate) mod passthrough;
 mod reorder;
 mod ring;
 pub mod system;

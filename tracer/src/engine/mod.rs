@@ -58,6 +58,7 @@ mod diagnose;
 pub mod fix_time;
 mod histogram;
 pub mod outcome;
+mod passthrough;
 mod placement;
 mod reports;
 pub mod run_match;
@@ -136,6 +137,8 @@ pub struct Engine {
     outcomes: Vec<Outcome>,
     /// Waits for a free tag, as the kernel counted them (7.2+).
     tag_waits: tag_waits::TagWaitTally,
+    /// Passthrough commands, by device and op.
+    passthrough: passthrough::PassthroughTally,
 }
 
 impl Engine {
@@ -149,6 +152,7 @@ impl Engine {
             keep_outcomes: false,
             outcomes: Vec::new(),
             tag_waits: tag_waits::TagWaitTally::default(),
+            passthrough: passthrough::PassthroughTally::default(),
         };
         engine.set_disks(disks);
         engine
@@ -220,6 +224,7 @@ impl Engine {
         self.correlator.reset();
         self.events = EventCounts::default();
         self.tag_waits.clear();
+        self.passthrough.clear();
     }
 
     /// Between drains: when nothing is in flight, the tables give back what
@@ -244,8 +249,12 @@ impl Engine {
             return;
         };
         self.events[action.kind()] += 1;
-        if let BlockAction::DirtyBuffer { bytes } = action {
-            self.accounting.dirty_buffer(event.dev, bytes);
+        match action {
+            BlockAction::DirtyBuffer { bytes } => self.accounting.dirty_buffer(event.dev, bytes),
+            BlockAction::Issue { .. } if passthrough::PassthroughTally::is_passthrough(event) => {
+                self.passthrough.issue(event)
+            }
+            _ => {}
         }
         let kept = self.keep_outcomes.then_some(&mut self.outcomes);
         let mut sink = Sink::new(&mut self.accounting, kept);
@@ -294,6 +303,7 @@ impl Engine {
             });
             if let Some(dev) = dev {
                 device.tag_waits = self.tag_waits.on(dev.to_kernel());
+                device.passthrough = self.passthrough.on(dev.to_kernel());
             }
         }
         devices

@@ -89,6 +89,7 @@ pub(super) fn devices(devices: &Devices, accounting: &Accounting) -> Vec<DeviceR
                     .collect(),
                 // The engine fills them in from the kernel's counts.
                 tag_waits: Vec::new(),
+                passthrough: Vec::new(),
             }
         })
         .collect()

@@ -286,6 +286,7 @@ fn device_report(disk: DiskGeometry) -> DeviceReport {
     DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: disk.name.clone(),
         dev: dev_text(disk.dev),
         partitions: disk

@@ -515,6 +515,7 @@ mod tests {
             gone: false,
             service: BTreeMap::new(),
             tag_waits: Vec::new(),
+            passthrough: Vec::new(),
         });
         report
     }

@@ -180,6 +180,7 @@ pub fn requeued_report() -> Report {
     report.devices.push(DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: "vda".to_string(),
         dev: "254:0".to_string(),
         geometry,
@@ -256,6 +257,7 @@ pub fn stacked_report() -> Report {
     report.devices.push(DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: "dm-1".to_string(),
         dev: "253:1".to_string(),
         geometry,
@@ -275,6 +277,7 @@ pub fn failed_report() -> Report {
     report.devices.push(DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: "sdf".to_string(),
         dev: "8:80".to_string(),
         geometry,
@@ -456,6 +459,7 @@ pub fn seed_report() -> Report {
     let loop0 = DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: "loop0".to_string(),
         dev: "7:0".to_string(),
         geometry: disk_geometry("loop0", 0, 131072),
@@ -492,6 +496,7 @@ pub fn seed_report() -> Report {
     let loop1 = DeviceReport {
         service: Default::default(),
         tag_waits: Vec::new(),
+        passthrough: Vec::new(),
         name: "loop1".to_string(),
         dev: "7:1".to_string(),
         geometry: disk_geometry("loop1", 1, 262144),

@@ -395,6 +395,53 @@ pub fn tag_waits(waits: &[crate::model::TagWaitReport]) -> Option<String> {
     ))
 }
 
+/// "64 passthrough writes, 256 KiB in sectors 2048..2560 (their NVMe
+/// commands' ranges)", per op, and the ones whose range is unknown; `None`
+/// when none was issued.
+pub fn passthrough(ops: &[crate::model::PassthroughReport]) -> Option<String> {
+    if ops.is_empty() {
+        return None;
+    }
+    let each = ops
+        .iter()
+        .map(|op| {
+            let plural = if op.commands == 1 { "" } else { "s" };
+            let named = match op.op.as_str() {
+                "unknown" => format!("{} passthrough command{plural}", units::thousands(op.commands)),
+                name => format!(
+                    "{} passthrough {}{plural}",
+                    units::thousands(op.commands),
+                    name.replace('_', " ")
+                ),
+            };
+            let ranged = match op.with_range {
+                0 => String::new(),
+                n => format!(
+                    ", {} in sectors {}..{}{}",
+                    units::bytes((op.sectors * 512) as f64),
+                    op.first_sector,
+                    op.end_sector,
+                    if n == op.commands {
+                        String::new()
+                    } else {
+                        format!(" ({} with a range)", units::thousands(n))
+                    }
+                ),
+            };
+            let unranged = op.commands - op.with_range;
+            let without = match (unranged, op.op.as_str()) {
+                (0, _) => String::new(),
+                (_, "unknown") => " without a range: their NVMe commands were not seen (the BTF probes and a loaded nvme module show them)".to_string(),
+                (_, "flush" | "discard" | "other") => String::new(),
+                (n, _) => format!(", {} without a range", units::thousands(n)),
+            };
+            format!("{named}{ranged}{without}")
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    Some(each)
+}
+
 /// "64 untorn writes of 16 KiB: each one command of its own sectors", or
 /// the ones that were not, by reason and with the first by sector; `None`
 /// when no write asked to be untorn.
@@ -644,6 +691,39 @@ pub fn severity_label(severity: Severity) -> &'static str {
 mod tag_wait_tests {
     use super::tag_waits;
     use crate::model::TagWaitReport;
+
+    #[test]
+    fn passthrough_names_each_ops_range_and_the_unknown_ones() {
+        use crate::model::PassthroughReport;
+        assert_eq!(super::passthrough(&[]), None);
+        let write = PassthroughReport {
+            op: "write".into(),
+            commands: 64,
+            with_range: 64,
+            sectors: 512,
+            first_sector: 2048,
+            end_sector: 2560,
+        };
+        let unknown = PassthroughReport {
+            op: "unknown".into(),
+            commands: 2,
+            with_range: 0,
+            sectors: 0,
+            first_sector: 0,
+            end_sector: 0,
+        };
+        let text = super::passthrough(&[write, unknown]).unwrap();
+        assert!(
+            text.starts_with("64 passthrough writes, 256 KiB in sectors 2048..2560; "),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "2 passthrough commands without a range: their NVMe commands were not seen"
+            ),
+            "{text}"
+        );
+    }
 
     #[test]
     fn tag_waits_say_whose_tags_ran_out_and_where() {

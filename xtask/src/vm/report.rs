@@ -140,6 +140,19 @@ pub struct Device {
     /// Waits for a free tag (7.2+), by hardware queue and tag set.
     #[serde(default)]
     pub tag_waits: Vec<TagWait>,
+    /// Passthrough commands, by op.
+    #[serde(default)]
+    pub passthrough: Vec<Passthrough>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct Passthrough {
+    pub op: String,
+    pub commands: u64,
+    pub with_range: u64,
+    pub sectors: u64,
+    pub first_sector: u64,
+    pub end_sector: u64,
 }
 
 #[derive(Debug, Deserialize)]

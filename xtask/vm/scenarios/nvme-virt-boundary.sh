@@ -27,3 +27,26 @@ for pair in "nvme:$nvme" "control:$control"; do
     stop_report
     blk_trace_stop /results/$label.writev.trace "$disk"
 done
+
+# NVMe passthrough: fio's io_uring_cmd engine writes 64 x 4 KiB at 1 MiB
+# through the namespace's generic char device. The block tracepoints give
+# these requests no range; the kernel's own nvme_setup_cmd event, traced
+# beside the blk tracer, is the oracle for their LBAs.
+ng=/dev/ng${nvme#nvme}
+echo "ng=$ng" >> /results/names
+if [ -c "$ng" ]; then
+    blk_trace_start "$nvme"
+    echo 1 > /sys/kernel/tracing/events/nvme/nvme_setup_cmd/enable
+    start_report /results/nvme.passthrough.json -d "$nvme"
+    bounded 60 fio --name=passthrough --filename="$ng" --ioengine=io_uring_cmd --cmd_type=nvme \
+        --rw=write --bs=4k --offset=1m --size=256k --iodepth=8 \
+        --output-format=json --output=/results/fio-passthrough.json \
+        > /results/fio-passthrough.out 2>&1
+    echo $? > /results/fio-passthrough.rc
+    sleep 1
+    stop_report
+    echo 0 > /sys/kernel/tracing/events/nvme/nvme_setup_cmd/enable
+    blk_trace_stop /results/nvme.passthrough.trace "$nvme"
+else
+    echo "no $ng" > /results/fio-passthrough.rc
+fi

@@ -198,7 +198,7 @@ fn garbage(rng: &mut Rng, ts: &mut u64) -> BlockEvent {
         tgid: rng.below(4) as u32,
         rwbs: rwbs(rwbs_set[rng.below(rwbs_set.len() as u64) as usize]),
         kind: rng.below(EventKind::COUNT as u64 + 3) as u8,
-        _pad: 0,
+        flags: 0,
         segments: rng.below(300) as u16,
         error: rng.next() as i32,
         // Many owners, so attribution's tables fill and fold.

@@ -47,6 +47,7 @@ fn snapshot(device: &str, commands: u64, sizes: &[(u64, u64)]) -> Snapshot {
         devices: vec![DeviceReport {
             service: Default::default(),
             tag_waits: Vec::new(),
+            passthrough: Vec::new(),
             name: device.to_string(),
             dev: "7:0".to_string(),
             gone: false,

@@ -109,6 +109,9 @@ fn render(report: &Report, width: u16, origin: Origin) -> String {
         if let Some(waits) = words::tag_waits(&device.tag_waits) {
             out.wrapped("  tag waits: ", "    ", &waits);
         }
+        if let Some(passthrough) = words::passthrough(&device.passthrough) {
+            out.wrapped("  passthrough: ", "    ", &passthrough);
+        }
         for partition in &device.partitions {
             out.blank();
             let diagnosed = codes_for(&report.diagnoses, &partition.name);

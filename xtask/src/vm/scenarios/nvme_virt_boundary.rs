@@ -42,7 +42,7 @@ pub fn scenario() -> Scenario {
         ],
         timeout: Duration::from_secs(300),
         evaluate,
-        extra_tools: &[],
+        extra_tools: &["fio"],
         fixed_disks: Vec::new(),
     }
 }
@@ -109,11 +109,13 @@ fn geometry_and_oracle(results: &Results, what: &str, mask: &str) -> Vec<Check> 
 }
 
 fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
+    let mut checks = passthrough(results);
     let mask = expected_mask(line);
     if mask == "0" {
-        return without_boundary(results);
+        checks.extend(without_boundary(results));
+        return checks;
     }
-    let mut checks = geometry_and_oracle(results, "nvme virt boundary", mask);
+    checks.extend(geometry_and_oracle(results, "nvme virt boundary", mask));
     let nvme_name = results
         .value("names", "nvme")
         .unwrap_or_else(|_| "nvme0n1".into());
@@ -241,4 +243,147 @@ fn without_boundary(results: &Results) -> Vec<Check> {
         ));
     }
     checks
+}
+
+/// The NVMe commands the kernel's own `nvme_setup_cmd` event printed for
+/// I/O queues, as (opcode name, slba, blocks): "cmd=(nvme_cmd_write slba=2048, len=7, …)".
+fn setup_commands(trace: &str) -> Vec<(String, u64, u64)> {
+    trace
+        .lines()
+        .filter(|line| line.contains("nvme_setup_cmd:") && !line.contains("qid=0,"))
+        .filter_map(|line| {
+            let command = line.split_once("cmd=(")?.1;
+            let opcode = command.split_whitespace().next()?.to_string();
+            let field = |name: &str| -> Option<u64> {
+                let value = command.split_once(&format!("{name}="))?.1;
+                value
+                    .split(|c: char| !c.is_ascii_digit())
+                    .next()?
+                    .parse()
+                    .ok()
+            };
+            Some((opcode, field("slba")?, field("len")? + 1))
+        })
+        .collect()
+}
+
+/// The blk tracer's dispatches of passthrough commands: a byte count with
+/// no `+ sectors` ("259,0 D W 4096 [fio]"; blk_log_generic's passthrough form).
+fn passthrough_dispatches(trace: &str) -> usize {
+    trace
+        .lines()
+        .filter(|line| {
+            let mut fields = line.split_whitespace().skip_while(|field| {
+                !(field.contains(',') && field.split(',').all(|n| n.parse::<u32>().is_ok()))
+            });
+            fields.next();
+            let (action, _rwbs, bytes, then) =
+                (fields.next(), fields.next(), fields.next(), fields.next());
+            action == Some("D")
+                && bytes.is_some_and(|n| n.parse::<u64>().is_ok())
+                && then != Some("+")
+        })
+        .count()
+}
+
+/// fio's `io_uring_cmd` engine on the generic char device: each passthrough
+/// write counted with the range its NVMe command gave, as the kernel's own
+/// `nvme_setup_cmd` lines, the blk tracer's `D N` lines and fio's count say.
+fn passthrough(results: &Results) -> Vec<Check> {
+    let what = "passthrough: fio io_uring_cmd 64 x 4 KiB";
+    let expected = "fio rc 0, 64 writes issued";
+    let fio_writes = results.json::<serde_json::Value>("fio-passthrough.json");
+    let rc = results.text("fio-passthrough.rc").unwrap_or_default();
+    let issued = fio_writes
+        .as_ref()
+        .ok()
+        .and_then(|fio| fio["jobs"][0]["write"]["total_ios"].as_u64());
+    let mut checks = vec![Check::new(
+        what,
+        expected,
+        format!("rc {}, {issued:?} writes", rc.trim()),
+        rc.trim() == "0" && issued == Some(64),
+    )];
+    checks.push(expect_oracle_agreement(
+        "nvme passthrough: events vs blk tracer",
+        results,
+        "nvme.passthrough.json",
+        "nvme.passthrough.trace",
+    ));
+    let what = "passthrough writes: report = nvme_setup_cmd = blk passthrough D";
+    let expected = "64 writes, each with its range; sectors, first and end equal the kernel's";
+    checks.push(
+        match (
+            results.report("nvme.passthrough.json"),
+            results.text("nvme.passthrough.trace"),
+        ) {
+            (Ok(report), Ok(trace)) => {
+                let writes: Vec<_> = setup_commands(&trace)
+                    .into_iter()
+                    .filter(|(opcode, ..)| opcode == "nvme_cmd_write")
+                    .collect();
+                let dispatched = passthrough_dispatches(&trace);
+                let sectors: u64 = writes.iter().map(|(_, _, blocks)| blocks).sum();
+                let first = writes.iter().map(|(_, slba, _)| *slba).min().unwrap_or(0);
+                let end = writes
+                    .iter()
+                    .map(|(_, slba, blocks)| slba + blocks)
+                    .max()
+                    .unwrap_or(0);
+                let ops: Vec<_> = report
+                    .devices
+                    .iter()
+                    .flat_map(|device| device.passthrough.iter())
+                    .collect();
+                let write = ops.iter().find(|op| op.op == "write");
+                let unknown: u64 = ops
+                    .iter()
+                    .filter(|op| op.op == "unknown")
+                    .map(|op| op.commands)
+                    .sum();
+                let found = format!(
+                    "kernel: {} writes, {dispatched} passthrough D, sectors {sectors} in {first}..{end}; report: {}, {unknown} without a range",
+                    writes.len(),
+                    write.map_or("no passthrough writes".to_string(), |op| format!(
+                        "{} writes ({} with a range), sectors {} in {}..{}",
+                        op.commands, op.with_range, op.sectors, op.first_sector, op.end_sector
+                    )),
+                );
+                let pass = writes.len() == 64
+                    && dispatched == 64
+                    && unknown == 0
+                    && write.is_some_and(|op| {
+                        op.commands == 64
+                            && op.with_range == 64
+                            && op.sectors == sectors
+                            && op.first_sector == first
+                            && op.end_sector == end
+                            && first == 2048
+                    });
+                Check::new(what, expected, found, pass)
+            }
+            (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
+        },
+    );
+    checks
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{passthrough_dispatches, setup_commands};
+
+    #[test]
+    fn the_kernels_setup_lines_and_passthrough_dispatches_are_read() {
+        let trace = "\
+             fio-301     [001] .....    52.100: nvme_setup_cmd: nvme0: disk=nvme0n1, qid=2, cmdid=4, nsid=1, flags=0x0, meta=0x0, cmd=(nvme_cmd_write slba=2048, len=7, ctrl=0x0, dsmgmt=0, reftag=0)
+             fio-301     [001] .....    52.101: nvme_setup_cmd: nvme0: qid=0, cmdid=9, nsid=0, flags=0x0, meta=0x0, cmd=(nvme_admin_identify cns=1, ctrlid=0)
+             fio-301     [001] d....    52.102: 259,0    D   W 4096 [fio]
+             fio-301     [001] .....    52.103: 259,0    D  WS 2048 + 8 [fio]
+";
+        assert_eq!(
+            setup_commands(trace),
+            vec![("nvme_cmd_write".to_string(), 2048, 8)]
+        );
+        assert_eq!(passthrough_dispatches(trace), 1);
+    }
 }
