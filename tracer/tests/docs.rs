@@ -65,6 +65,10 @@ const NOT_PRODUCED: &[(&str, &str)] = &[
         "tag_waits",
         "counted live in the kernel (7.2+), not recorded: the VM's blk-oracle on 7.x",
     ),
+    (
+        "passthrough",
+        "live NVMe passthrough joined to nvme_setup_cmd (importers skip passthrough lines): the VM's nvme-virt-boundary",
+    ),
 ];
 
 fn repo_root() -> PathBuf {
