@@ -792,6 +792,11 @@ macro_rules! with_process_events {
             Msync: "msync", enter_msync, true;
             /// munmap of `ring` pages from address `offset`; `result` 0 or -errno.
             Munmap: "munmap", enter_munmap, true;
+            /// `IORING_OP_URING_CMD` carrying an NVMe write (`NVME_URING_CMD_IO`
+            /// on a generic char device `/dev/ngXnY`): `offset` the starting
+            /// LBA and `result` the blocks, in the namespace's logical blocks
+            /// (userspace turns them into bytes). Otherwise like [`Self::UringWrite`].
+            UringNvmeWrite: "io_uring(IORING_OP_URING_CMD, nvme write)", uring_submit_req, false;
         }
     };
 }
@@ -870,9 +875,11 @@ pub mod uring_op {
     pub const FSYNC: u8 = 3;
     pub const WRITE_FIXED: u8 = 5;
     pub const WRITE: u8 = 23;
-    /// Write opcodes and FSYNC: the ones `run` follows.
+    /// A driver command (an NVMe command on `/dev/ngXnY`).
+    pub const URING_CMD: u8 = 46;
+    /// Write opcodes, FSYNC and driver commands: the ones `run` follows.
     pub const fn is_followed(op: u8) -> bool {
-        matches!(op, WRITEV | FSYNC | WRITE_FIXED | WRITE)
+        matches!(op, WRITEV | FSYNC | WRITE_FIXED | WRITE | URING_CMD)
     }
     /// Ops that can install a direct descriptor into the ring's registered
     /// files (ACCEPT, OPENAT, CLOSE, FILES_UPDATE, OPENAT2, MSG_RING,
@@ -880,6 +887,22 @@ pub mod uring_op {
     pub const fn may_change_files(op: u8) -> bool {
         matches!(op, 13 | 18 | 19 | 20 | 28 | 40 | 45 | 62)
     }
+}
+
+/// The NVMe I/O command of an `IORING_OP_URING_CMD` SQE (<linux/nvme_ioctl.h>,
+/// a user ABI): `cmd_op` `NVME_URING_CMD_IO` or `_IO_VEC`, and where its
+/// `struct nvme_uring_cmd` keeps the opcode and `cdw10..12`.
+pub mod nvme_uring {
+    /// `_IOWR('N', 0x80, struct nvme_uring_cmd)` (72 bytes).
+    pub const CMD_IO: u32 = 0xC048_4E80;
+    /// `_IOWR('N', 0x81, struct nvme_uring_cmd)`.
+    pub const CMD_IO_VEC: u32 = 0xC048_4E81;
+    /// `struct io_uring_sqe.cmd`: where a URING_CMD's payload starts.
+    pub const SQE_CMD: u16 = 48;
+    pub const OPCODE: u64 = 0;
+    pub const CDW10: u64 = 40;
+    /// `nvme_cmd_write`.
+    pub const WRITE: u8 = 0x01;
 }
 
 /// `IORING_FSYNC_DATASYNC` in an FSYNC SQE's `fsync_flags`.
@@ -937,7 +960,13 @@ pub struct UringOffsets {
     pub enter_register_opcode: u16,
     pub enter_register_arg: u16,
     pub enter_register_nr: u16,
-    pub _pad: u16,
+    /// In `struct io_kiocb`, the `struct io_uring_cmd` its `cmd` holds:
+    /// `cmd_op`, and the pointer to the SQE (`sqe`, 6.2+) or to its
+    /// payload (`cmd`, 6.1), with `cmd_payload` what to add to that
+    /// pointer to reach the payload (48 or 0). NO_FIELD: not followed.
+    pub cmd_op: u16,
+    pub cmd_pointer: u16,
+    pub cmd_payload: u16,
 }
 
 impl UringOffsets {
@@ -960,7 +989,9 @@ impl UringOffsets {
         enter_register_opcode: NO_FIELD,
         enter_register_arg: NO_FIELD,
         enter_register_nr: NO_FIELD,
-        _pad: 0,
+        cmd_op: NO_FIELD,
+        cmd_pointer: NO_FIELD,
+        cmd_payload: 0,
     };
 }
 
@@ -1064,6 +1095,7 @@ impl ProcessEventKind {
                     | ProcessEventKind::UringWrite
                     | ProcessEventKind::UringWritev
                     | ProcessEventKind::UringWriteFixed
+                    | ProcessEventKind::UringNvmeWrite
             )
     }
 
@@ -1076,6 +1108,7 @@ impl ProcessEventKind {
                 | ProcessEventKind::UringWriteFixed
                 | ProcessEventKind::UringFsync
                 | ProcessEventKind::UringFdsync
+                | ProcessEventKind::UringNvmeWrite
         )
     }
 
@@ -1569,7 +1602,7 @@ mod tests {
         assert_eq!(core::mem::size_of::<KernelLayout>(), 24 * 4 + 120);
         assert_eq!(core::mem::size_of::<ProcessEvent>(), 40);
         assert_eq!(core::mem::size_of::<ProcessOffsets>(), 60);
-        assert_eq!(core::mem::size_of::<UringOffsets>(), 38);
+        assert_eq!(core::mem::size_of::<UringOffsets>(), 42);
         assert_eq!(core::mem::size_of::<OpenEvent>(), 296);
         assert_eq!(core::mem::size_of::<FieldOffsets>(), 16);
     }

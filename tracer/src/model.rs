@@ -1081,6 +1081,10 @@ pub struct RunTarget {
     pub uring_writes: u64,
     #[serde(default)]
     pub uring_write_bytes: u64,
+    /// Of `uring_writes`, NVMe passthrough writes (`URING_CMD` on
+    /// `/dev/ngXnY`), followed from the SQE's NVMe command.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub passthrough_writes: u64,
     pub fsync_calls: u64,
     /// Pages its writes covered only in part before any write covered them
     /// (direct writes too: O_DIRECT is not followed). With a 4 KiB block

@@ -909,6 +909,7 @@ fn run_record() -> RunRecord {
         aio_write_bytes: 6 * 128 * 1024,
         uring_writes: 6,
         uring_write_bytes: 6 * 128 * 1024,
+        passthrough_writes: 2,
         fsync_calls: 1,
         partial_pages: 3,
         bios: 20,

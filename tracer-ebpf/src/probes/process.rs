@@ -38,7 +38,7 @@ use aya_ebpf::{
     Global,
 };
 use tracer_common::{
-    counter, iocb_cmd, uring_how, uring_op, uring_register, IocbHead, Iovec, OpenEvent,
+    counter, iocb_cmd, nvme_uring, uring_how, uring_op, uring_register, IocbHead, Iovec, OpenEvent,
     ProcessEvent, ProcessEventKind, ProcessOffsets, UringOffsets, AIO_IOCBS_READ, AIO_IOVECS_READ,
     IORING_FSYNC_DATASYNC, MAPPING_PAGE, MAP_ANONYMOUS, MAP_SHARED, NO_FIELD, OPEN_PAUSED,
     PROT_WRITE, REQ_F_FIXED_FILE, RWF_APPEND, UNKNOWN_OFFSET, URING_FILES_READ,
@@ -717,7 +717,13 @@ pub fn uring_submit_req(ctx: TracePointContext) -> u32 {
         return 0;
     };
     let fd = fd as u32;
-    let (kind, offset, bytes) = if opcode == uring_op::FSYNC {
+    let (kind, offset, bytes) = if opcode == uring_op::URING_CMD {
+        match nvme_write(req, &fields) {
+            Some((lba, blocks)) => (ProcessEventKind::UringNvmeWrite, lba, blocks),
+            // Another driver's command, or an NVMe read or admin command: no write.
+            None => return 0,
+        }
+    } else if opcode == uring_op::FSYNC {
         let datasync = read_kernel::<u32>(req, fields.sync_flags).unwrap_or(0);
         let kind = if datasync & IORING_FSYNC_DATASYNC != 0 {
             ProcessEventKind::UringFdsync
@@ -762,6 +768,30 @@ pub fn uring_submit_req(ctx: TracePointContext) -> u32 {
         ring,
     });
     0
+}
+
+/// An NVMe write in a URING_CMD request: its starting LBA and blocks,
+/// from the SQE's `struct nvme_uring_cmd` (a user ABI), when `cmd_op` is
+/// an NVMe I/O command and its opcode a write.
+#[inline(always)]
+fn nvme_write(req: u64, fields: &UringOffsets) -> Option<(u64, u64)> {
+    let op = read_kernel::<u32>(req, fields.cmd_op)?;
+    if op != nvme_uring::CMD_IO && op != nvme_uring::CMD_IO_VEC {
+        return None;
+    }
+    let pointer = read_kernel::<u64>(req, fields.cmd_pointer)?;
+    let payload = pointer + u64::from(fields.cmd_payload);
+    // SAFETY: bpf_probe_read_kernel faults safely on a bad address.
+    let opcode: u8 =
+        unsafe { bpf_probe_read_kernel((payload + nvme_uring::OPCODE) as *const u8) }.ok()?;
+    if opcode != nvme_uring::WRITE {
+        return None;
+    }
+    // SAFETY: as above.
+    let range: [u32; 3] =
+        unsafe { bpf_probe_read_kernel((payload + nvme_uring::CDW10) as *const [u32; 3]) }.ok()?;
+    let lba = u64::from(range[0]) | (u64::from(range[1]) << 32);
+    Some((lba, u64::from(range[2] & 0xffff) + 1))
 }
 
 /// A traced process's write or sync request handed to an io-wq worker

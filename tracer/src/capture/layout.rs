@@ -525,6 +525,18 @@ pub fn uring_request_offsets(btf: &Btf, offsets: &mut UringOffsets) -> Result<()
     offsets.rw_addr = in_cmd("io_rw", member("io_rw", &["addr"], 8)?)?;
     offsets.rw_len = in_cmd("io_rw", member("io_rw", &["len"], 4)?)?;
     offsets.sync_flags = in_cmd("io_sync", member("io_sync", &["flags"], 4)?)?;
+    // URING_CMD's SQE: `sqe` (6.2+) points at the SQE, 6.1's `cmd` at its
+    // payload. Optional: without them such SQEs are not followed.
+    let pointer = member("io_uring_cmd", &["sqe"], 8)
+        .map(|found| (found, tracer_common::nvme_uring::SQE_CMD))
+        .or_else(|_| member("io_uring_cmd", &["cmd"], 8).map(|found| (found, 0)));
+    let op = member("io_uring_cmd", &["cmd_op"], 4);
+    if let (Ok((pointer, payload)), Ok(op)) = (pointer, op) {
+        if let (Ok(pointer), Ok(op)) = (in_cmd("io_uring_cmd", pointer), in_cmd("io_uring_cmd", op))
+        {
+            (offsets.cmd_pointer, offsets.cmd_op, offsets.cmd_payload) = (pointer, op, payload);
+        }
+    }
     Ok(())
 }
 
@@ -736,6 +748,14 @@ pub(crate) mod tests {
         assert_eq!(uring.rw_len, uring.rw_addr + 8, "{uring:?}");
         assert!(uring.req_fd > uring.rw_len, "cqe is past cmd: {uring:?}");
         assert_eq!(uring.sync_flags, 24, "file, len, off, then flags");
+        // io_uring_cmd: file, then the SQE pointer (6.2+), and cmd_op after
+        // the task-work callback.
+        assert_eq!(
+            (uring.cmd_pointer, uring.cmd_payload),
+            (8, tracer_common::nvme_uring::SQE_CMD),
+            "{uring:?}"
+        );
+        assert!(uring.cmd_op > uring.cmd_pointer, "{uring:?}");
     }
 
     #[test]

@@ -116,10 +116,9 @@ pub(super) fn load(config: &CaptureConfig, events_dir: &Path) -> Result<Loaded> 
     }
     let decoding = match (flavor, object_layout) {
         (ProbeFlavor::Noop, _) => Decoding::Nothing,
-        (_, Some(object_layout)) => Decoding::Btf(
-            decode::BtfDecoder::new(object_layout),
-            Box::default(),
-        ),
+        (_, Some(object_layout)) => {
+            Decoding::Btf(decode::BtfDecoder::new(object_layout), Box::default())
+        }
         (_, None) => Decoding::Classic(decode::ClassicDecoder::new(resolved)),
     };
     let (filter_devices, device_list) = device_scope(&config.devices);

@@ -74,6 +74,16 @@ impl FdResolver for ProcFdResolver {
         let path = std::fs::read_link(format!("/proc/{tgid}/fd/{fd}")).ok()?;
         self.target(&path)
     }
+
+    fn logical_block_bytes(&mut self, target: &FdTarget) -> u64 {
+        std::fs::read_to_string(format!(
+            "/sys/class/block/{}/queue/logical_block_size",
+            target.device
+        ))
+        .ok()
+        .and_then(|text| text.trim().parse().ok())
+        .unwrap_or(512)
+    }
 }
 
 impl ProcFdResolver {
@@ -84,6 +94,10 @@ impl ProcFdResolver {
         let metadata = std::fs::metadata(path).ok()?;
         if metadata.file_type().is_block_device() {
             return block_target(DevId::from_rdev(metadata.rdev()));
+        }
+        if metadata.file_type().is_char_device() {
+            return nvme_generic_namespace(DevId::from_rdev(metadata.rdev()))
+                .and_then(block_target);
         }
         if !metadata.is_file() {
             return None;
@@ -104,6 +118,18 @@ impl ProcFdResolver {
 }
 
 /// The block device with this number.
+/// The namespace's block device behind an NVMe generic char device
+/// (`/dev/ngXnY` is `nvmeXnY`'s passthrough node): its commands are
+/// issued on that disk's queue.
+fn nvme_generic_namespace(dev: DevId) -> Option<DevId> {
+    let link = std::fs::read_link(format!("/sys/dev/char/{}:{}", dev.major, dev.minor)).ok()?;
+    let name = link.file_name()?.to_str()?;
+    let namespace = name.strip_prefix("ng")?;
+    let block = std::fs::read_to_string(format!("/sys/class/block/nvme{namespace}/dev")).ok()?;
+    let (major, minor) = block.trim().split_once(':')?;
+    Some(DevId::new(major.parse().ok()?, minor.parse().ok()?))
+}
+
 fn block_target(dev: DevId) -> Option<FdTarget> {
     let name = sysfs::name_of_dev(dev)?;
     let device = resolve(&name).ok()?;
@@ -659,6 +685,12 @@ fn run_report(
                 }),
             ),
         };
+        // Passthrough commands carry no bio, so the engine attributes none
+        // to the command: its commands are the ones over its writes' sectors.
+        let commands = match calls.passthrough_writes {
+            0 => commands,
+            _ => commands.max(matched.commands),
+        };
         let received = match writes.as_ref().map_or(0, |m| m.disk_commands) {
             0 => "the device received",
             _ => "the disks below it received",
@@ -720,12 +752,21 @@ fn run_report(
                 units::thousands(refused),
             ),
             _ => format!(
-                "{program} issued {} writes of {} to {to}{}{through_mappings}; they reached the block layer as {} bios of {}; {received} {} commands{failed}{}",
+                "{program} issued {} writes of {} to {to}{}{through_mappings}; {}; {received} {} commands{failed}{}",
                 units::thousands(calls.write_syscalls),
                 units::bytes(write_size.p50 as f64),
                 write_paths(calls.write_syscalls, calls.aio_writes, calls.uring_writes),
-                units::thousands(bios),
-                units::bytes(bio_size.p50 as f64),
+                match (calls.passthrough_writes, bios) {
+                    (0, _) | (_, 1..) => format!(
+                        "they reached the block layer as {} bios of {}",
+                        units::thousands(bios),
+                        units::bytes(bio_size.p50 as f64)
+                    ),
+                    (passthrough, 0) => format!(
+                        "{} of them were NVMe passthrough commands, which no bio carries",
+                        units::thousands(passthrough)
+                    ),
+                },
                 units::thousands(commands),
                 match refused {
                     0 => String::new(),
@@ -761,6 +802,7 @@ fn run_report(
             aio_write_bytes: calls.aio_write_bytes,
             uring_writes: calls.uring_writes,
             uring_write_bytes: calls.uring_write_bytes,
+            passthrough_writes: calls.passthrough_writes,
             fsync_calls: calls.fsync_calls,
             partial_pages: calls.partial_pages,
             bios,

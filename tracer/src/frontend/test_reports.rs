@@ -556,6 +556,7 @@ pub fn seed_run() -> RunReport {
             aio_write_bytes: 0,
             uring_writes: 0,
             uring_write_bytes: 0,
+            passthrough_writes: 0,
             fsync_calls: 1,
             partial_pages: 0,
             bios: 131072,

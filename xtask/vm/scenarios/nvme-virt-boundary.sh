@@ -39,7 +39,7 @@ if [ -c "$ng" ]; then
     echo 1 > /sys/kernel/tracing/events/nvme/nvme_setup_cmd/enable
     start_report /results/nvme.passthrough.json -d "$nvme"
     bounded 60 fio --name=passthrough --filename="$ng" --ioengine=io_uring_cmd --cmd_type=nvme \
-        --rw=write --bs=4k --offset=1m --size=256k --iodepth=8 \
+        --rw=write --bs=4k --offset=1m --size=256k --iodepth=1 \
         --output-format=json --output=/results/fio-passthrough.json \
         > /results/fio-passthrough.out 2>&1
     echo $? > /results/fio-passthrough.rc
@@ -47,6 +47,13 @@ if [ -c "$ng" ]; then
     stop_report
     echo 0 > /sys/kernel/tracing/events/nvme/nvme_setup_cmd/enable
     blk_trace_stop /results/nvme.passthrough.trace "$nvme"
+    # The same writes at 2 MiB under run: each SQE followed to its command.
+    bounded 90 iosplit-trace run --json -o /results/run-passthrough.json -- \
+        fio --name=passthrough --filename="$ng" --ioengine=io_uring_cmd --cmd_type=nvme \
+        --rw=write --bs=4k --offset=2m --size=256k --iodepth=1 \
+        --output-format=json --output=/results/fio-run-passthrough.json \
+        > /results/run-passthrough.out 2>&1
+    echo $? > /results/run-passthrough.rc
 else
     echo "no $ng" > /results/fio-passthrough.rc
 fi

@@ -85,6 +85,9 @@ pub(super) struct FdTable<R: FdResolver> {
     /// the file itself, whatever the fd becomes). A ring missing here has
     /// slots unknown: registered before tracing, or changed since.
     registered: HashMap<u32, HashMap<u32, Option<OpenTarget>>>,
+    /// Each target's logical block size, by number (NVMe passthrough
+    /// writes come in blocks).
+    block_bytes: Vec<u64>,
 }
 
 impl<R: FdResolver> FdTable<R> {
@@ -97,6 +100,7 @@ impl<R: FdResolver> FdTable<R> {
             target_index: HashMap::new(),
             new_targets: Vec::new(),
             registered: HashMap::new(),
+            block_bytes: Vec::new(),
         }
     }
 
@@ -145,6 +149,8 @@ impl<R: FdResolver> FdTable<R> {
             return Some(index);
         }
         let index = self.target_index.len();
+        self.block_bytes
+            .push(self.resolver.logical_block_bytes(&target));
         self.target_index.insert(target.clone(), index);
         self.new_targets.push(target);
         Some(index)
@@ -385,16 +391,28 @@ impl<R: FdResolver> FdTable<R> {
                 target: open.target,
             };
         }
-        let bytes = event.result as u64;
+        // An NVMe write's range is in the namespace's logical blocks.
+        let (bytes, event_offset) = match kind {
+            ProcessEventKind::UringNvmeWrite => {
+                let block = self.block_bytes.get(open.target).copied().unwrap_or(512);
+                (
+                    event.result as u64 * block,
+                    event.offset.saturating_mul(block),
+                )
+            }
+            _ => (event.result as u64, event.offset),
+        };
         let path = if kind.is_aio() {
             WritePath::Libaio
+        } else if kind == ProcessEventKind::UringNvmeWrite {
+            WritePath::UringCommand
         } else if kind.is_uring() {
             WritePath::Uring
         } else {
             WritePath::Syscall
         };
         let offset = if event.offset != UNKNOWN_OFFSET {
-            Some(event.offset)
+            Some(event_offset)
         } else if path != WritePath::Syscall {
             // RWF_APPEND, or an SQE's off of -1 (the file position, which
             // io_uring advances itself): not followed.
@@ -415,7 +433,8 @@ impl<R: FdResolver> FdTable<R> {
                 bytes,
                 at_ns: event.entered_ns(),
                 mapped: false,
-                direct: open.direct,
+                // A passthrough command bypasses the page cache.
+                direct: open.direct || kind == ProcessEventKind::UringNvmeWrite,
             },
             path,
         )
@@ -735,6 +754,18 @@ mod tests {
         assert_eq!(bytes.matched, 2 * 65536, "{bytes:?}");
         assert_eq!(bytes.overwritten, 65536, "{bytes:?}");
         assert_eq!(bytes.unknown_offset, 4096);
+    }
+
+    #[test]
+    fn an_nvme_passthrough_write_is_placed_by_its_lba_in_logical_blocks() {
+        let mut matcher = Traced::new(OneFile);
+        matcher.open_event(&open(42, 3, "/mnt/f"));
+        // LBA 1024 and 128 blocks of 512 bytes: 64 KiB at 512 KiB.
+        matcher.process_event(&iocb(ProcessEventKind::UringNvmeWrite, 3, 1024, 128));
+        let calls = &matcher.targets()[0];
+        assert_eq!((calls.uring_writes, calls.uring_write_bytes), (1, 65536));
+        let bytes = matched_with_commands_at(matcher, &[512 << 10]);
+        assert_eq!(bytes.matched, 65536, "{bytes:?}");
     }
 
     #[test]

@@ -86,6 +86,11 @@ pub trait FdResolver: Send {
     fn resolve_path(&mut self, tgid: u32, path: &str) -> Option<FdTarget>;
     /// An fd whose open was not seen (inherited from before tracking).
     fn resolve_fd(&mut self, tgid: u32, fd: u32) -> Option<FdTarget>;
+    /// Bytes per logical block of a device target: an NVMe passthrough
+    /// write names its range in them.
+    fn logical_block_bytes(&mut self, _target: &FdTarget) -> u64 {
+        512
+    }
 }
 
 /// Caps so a long run cannot grow memory without bound (dropped ones are counted).
@@ -110,6 +115,9 @@ pub struct TargetCalls {
     /// The part submitted through io_uring, one per SQE.
     pub uring_writes: u64,
     pub uring_write_bytes: u64,
+    /// The part of `uring_writes` that were NVMe passthrough commands
+    /// (`URING_CMD` on `/dev/ngXnY`): no bio carries them.
+    pub passthrough_writes: u64,
     /// A file's extent map, or why it could not be read.
     pub file_map: Option<std::io::Result<FileMap>>,
     /// When the last write syscall returned, and the last fsync or
@@ -191,6 +199,7 @@ impl TargetCalls {
             aio_write_bytes: 0,
             uring_writes: 0,
             uring_write_bytes: 0,
+            passthrough_writes: 0,
             file_map: None,
             last_write_ns: 0,
             last_sync_ns: 0,
@@ -235,6 +244,9 @@ pub enum WritePath {
     Libaio,
     /// An SQE submitted through io_uring.
     Uring,
+    /// An io_uring `URING_CMD` SQE carrying an NVMe write: a passthrough
+    /// command, with no bio.
+    UringCommand,
 }
 
 /// The traced tree's io_uring SQEs that `run` follows (writes and
@@ -436,6 +448,11 @@ impl<R: FdResolver> RunMatcher<R> {
                     WritePath::Uring => {
                         calls.uring_writes += 1;
                         calls.uring_write_bytes += write.bytes;
+                    }
+                    WritePath::UringCommand => {
+                        calls.uring_writes += 1;
+                        calls.uring_write_bytes += write.bytes;
+                        calls.passthrough_writes += 1;
                     }
                     WritePath::Syscall => {}
                 }

@@ -291,18 +291,21 @@ fn passthrough_dispatches(trace: &str) -> usize {
 /// `nvme_setup_cmd` lines, the blk tracer's `D N` lines and fio's count say.
 fn passthrough(results: &Results) -> Vec<Check> {
     let what = "passthrough: fio io_uring_cmd 64 x 4 KiB";
-    let expected = "fio rc 0, 64 writes issued";
     let fio_writes = results.json::<serde_json::Value>("fio-passthrough.json");
     let rc = results.text("fio-passthrough.rc").unwrap_or_default();
     let issued = fio_writes
         .as_ref()
         .ok()
         .and_then(|fio| fio["jobs"][0]["write"]["total_ios"].as_u64());
+    let errors = fio_writes
+        .as_ref()
+        .ok()
+        .and_then(|fio| fio["jobs"][0]["error"].as_u64());
     let mut checks = vec![Check::new(
         what,
-        expected,
-        format!("rc {}, {issued:?} writes", rc.trim()),
-        rc.trim() == "0" && issued == Some(64),
+        "fio rc 0, 64 writes issued, error 0",
+        format!("rc {}, {issued:?} writes, error {errors:?}", rc.trim()),
+        rc.trim() == "0" && issued == Some(64) && errors == Some(0),
     )];
     checks.push(expect_oracle_agreement(
         "nvme passthrough: events vs blk tracer",
@@ -365,7 +368,62 @@ fn passthrough(results: &Results) -> Vec<Check> {
             (Err(why), _) | (_, Err(why)) => Check::missing(what, expected, why),
         },
     );
+    checks.push(run_passthrough(results));
     checks
+}
+
+/// `run -- fio io_uring_cmd`: each SQE's NVMe write followed to the one
+/// command that carried it, on the namespace behind `/dev/ngXnY`.
+fn run_passthrough(results: &Results) -> Check {
+    let what = "run: fio io_uring_cmd SQEs followed to their commands";
+    let expected =
+        "rc 0; nvme0n1: 64 passthrough io_uring writes = fio's 64, 64 commands, 1 command per write";
+    let rc = results.text("run-passthrough.rc").unwrap_or_default();
+    let fio = results
+        .json::<serde_json::Value>("fio-run-passthrough.json")
+        .ok()
+        .and_then(|fio| fio["jobs"][0]["write"]["total_ios"].as_u64());
+    let run = match results.json::<serde_json::Value>("run-passthrough.json") {
+        Ok(run) => run,
+        Err(why) => return Check::missing(what, expected, why),
+    };
+    let target = run["run"]["targets"]
+        .as_array()
+        .and_then(|targets| targets.iter().find(|t| t["device"] == "nvme0n1"));
+    let Some(target) = target else {
+        return Check::new(
+            what,
+            expected,
+            format!(
+                "rc {}, no nvme0n1 target: {}",
+                rc.trim(),
+                run["run"]["targets"]
+            ),
+            false,
+        );
+    };
+    let number = |key: &str| target[key].as_u64().unwrap_or(0);
+    let per_write = &target["commands_per_write"];
+    let found = format!(
+        "rc {}, fio {fio:?}; uring writes {} ({} passthrough), commands {}, commands per write {}..{} over {} writes: {}",
+        rc.trim(),
+        number("uring_writes"),
+        number("passthrough_writes"),
+        number("commands"),
+        per_write["min"],
+        per_write["max"],
+        per_write["count"],
+        target["summary"].as_str().unwrap_or("")
+    );
+    let pass = rc.trim() == "0"
+        && fio == Some(64)
+        && number("uring_writes") == 64
+        && number("passthrough_writes") == 64
+        && number("commands") == 64
+        && per_write["count"].as_u64() == Some(64)
+        && per_write["max"].as_u64() == Some(1)
+        && per_write["min"].as_u64() == Some(1);
+    Check::new(what, expected, found, pass)
 }
 
 #[cfg(test)]
