@@ -808,6 +808,12 @@ impl Correlator {
                     self.chains.name_request(event.dev, identity, index);
                     self.issue_clone(upper, serial, out);
                 }
+                // A passthrough command has no bio by nature: none to gather.
+                (Some(index), None)
+                    if event.flags & tracer_common::event_flags::PASSTHROUGH != 0 =>
+                {
+                    self.chains.name_request(event.dev, identity, index);
+                }
                 (Some(index), None) => {
                     self.chains.name_request(event.dev, identity, index);
                     (target, ends) = self.chains.gather_fragments(

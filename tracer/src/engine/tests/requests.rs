@@ -88,3 +88,41 @@ fn a_flush_borrowing_a_busy_tag_retires_nothing() {
     );
     assert_clean(&engine);
 }
+
+#[test]
+fn a_passthrough_command_counts_as_a_command_of_its_range_and_nothing_unmatched() {
+    let mut engine = engine();
+    let passthrough = |event: BlockEvent| BlockEvent {
+        flags: tracer_common::event_flags::PASSTHROUGH,
+        ..event
+    };
+    feed(
+        &mut engine,
+        &[
+            passthrough(named(issue(MS, LOOP0, 2048, 8), 3)),
+            passthrough(named(complete(2 * MS, LOOP0, 2048, 8), 3)),
+        ],
+    );
+    let correlation = engine.correlation();
+    assert_eq!(correlation.unmatched_events, 0, "{correlation:?}");
+    assert_eq!(correlation.in_flight, 0, "{correlation:?}");
+    let write = disk_op(&engine, "loop0", Op::Write);
+    assert_eq!((write.commands, write.commands_without_user_io), (1, 1));
+    let device = engine
+        .devices()
+        .into_iter()
+        .find(|d| d.name == "loop0")
+        .unwrap();
+    assert_eq!(device.passthrough.len(), 1);
+    assert_eq!(
+        (
+            device.passthrough[0].op.as_str(),
+            device.passthrough[0].first_sector
+        ),
+        ("write", 2048)
+    );
+    // The same issue without its NVMe command is unmatched, as before.
+    let mut plain = super::engine();
+    feed(&mut plain, &[named(issue(MS, LOOP0, 2048, 8), 3)]);
+    assert_eq!(plain.correlation().unmatched_events, 1);
+}
