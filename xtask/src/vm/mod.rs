@@ -6,6 +6,7 @@
 //! a script from `xtask/vm/scenarios/` with a static iosplit-trace inside, and
 //! judges the JSON it wrote. Everything is cached under `target/vm/`.
 
+mod blktrace13;
 mod btt;
 mod check;
 mod initramfs;
