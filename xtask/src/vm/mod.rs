@@ -12,6 +12,7 @@ mod check;
 mod initramfs;
 mod kernel;
 mod oracle;
+mod protocol_v2;
 mod qemu;
 mod report;
 mod scenarios;
