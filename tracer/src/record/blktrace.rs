@@ -1022,4 +1022,84 @@ mod tests {
             }
         }
     }
+
+    /// A real capture (tests/blktrace-v2/, README.md there): one workload on
+    /// Linux 7.3 recorded twice, by blktrace 1.3.0 (`BLKTRACESETUP`: version
+    /// 7) and by `guest-io blktrace2` (`BLKTRACESETUP2`: version 8). Every
+    /// record of the second is version 8, and both read to the same events
+    /// (blkparse 1.3.0 prints A4 Q6 X16 G22 I20 D22 C24 for the first), the
+    /// same skipped records and the same partition start; only their order
+    /// differs where the two runs' timing did.
+    #[test]
+    fn a_real_version_8_capture_reads_as_its_version_7_twin() {
+        let v2 = include_bytes!("../../tests/blktrace-v2/v2.blktrace.0").to_vec();
+        let v7 = include_bytes!("../../tests/blktrace-v2/v7.blktrace.0").to_vec();
+        let versions = |bytes: &[u8]| {
+            let mut seen = Vec::new();
+            let mut at = 0;
+            while at < bytes.len() {
+                let version = bytes[at];
+                let (size, pdu_at) = if version == 8 { (64, 50) } else { (48, 46) };
+                let pdu = u16::from_le_bytes([bytes[at + pdu_at], bytes[at + pdu_at + 1]]);
+                seen.push(version);
+                at += size + usize::from(pdu);
+            }
+            assert_eq!(at, bytes.len());
+            seen
+        };
+        assert!(versions(&v2).iter().all(|v| *v == 8));
+        assert!(versions(&v7).iter().all(|v| *v == 7));
+        assert_eq!(versions(&v2).len(), 119);
+        let import2 = import(&[("vda.blktrace.0".into(), v2)], &[]).unwrap();
+        let import7 = import(&[("vda.blktrace.0".into(), v7)], &[]).unwrap();
+        let counts = |import: &Import| {
+            let mut counts = std::collections::BTreeMap::new();
+            for event in &import.events {
+                *counts.entry(event.kind).or_insert(0u32) += 1;
+            }
+            counts
+        };
+        let expected = [
+            (EventKind::Remap, 4),
+            (EventKind::Queue, 6),
+            (EventKind::Split, 16),
+            (EventKind::Issue, 22),
+            (EventKind::Complete, 24),
+        ]
+        .map(|(kind, n)| (kind as u8, n));
+        assert_eq!(counts(&import2).into_iter().collect::<Vec<_>>(), expected);
+        assert_eq!(counts(&import7), counts(&import2));
+        let fields = |import: &Import| {
+            let mut all: Vec<_> = import
+                .events
+                .iter()
+                .map(|e| {
+                    (
+                        e.kind,
+                        e.dev,
+                        e.sector,
+                        e.nr_sector,
+                        e.aux_dev,
+                        e.aux_sector,
+                        e.rwbs,
+                        e.error,
+                    )
+                })
+                .collect();
+            all.sort();
+            all
+        };
+        assert_eq!(fields(&import2), fields(&import7));
+        assert_eq!(import2.skipped_kinds, import7.skipped_kinds);
+        assert_eq!(
+            (
+                import2.skipped_kinds.get("G"),
+                import2.skipped_kinds.get("I")
+            ),
+            (Some(&22), Some(&20))
+        );
+        assert_eq!((import2.unparsed, import2.failed), (0, 0));
+        assert_eq!(import2.partition_starts[0].start, 1785);
+        assert_eq!(import7.partition_starts[0].start, 1785);
+    }
 }

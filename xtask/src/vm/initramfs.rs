@@ -10,6 +10,7 @@ use std::hash::Hasher;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use super::blktrace13;
 use super::kernel::{module_name, Kernel, ModuleDeps};
 use crate::util::{run, workspace_root, Result};
 
@@ -89,7 +90,14 @@ pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
     copy(inputs.tracer, &stage.join("usr/bin/iosplit-trace"))?;
     copy(inputs.guest_io, &stage.join("usr/bin/guest-io"))?;
     let mut libraries = BTreeSet::new();
-    for tool in HOST_TOOLS.iter().chain(inputs.extra_tools) {
+    let (newer, host): (Vec<&str>, Vec<&str>) = inputs
+        .extra_tools
+        .iter()
+        .partition(|tool| **tool == blktrace13::TOOL);
+    if !newer.is_empty() {
+        install_blktrace13(inputs.cache, &stage)?;
+    }
+    for tool in HOST_TOOLS.iter().chain(&host) {
         let path = which(tool)?;
         copy(&path, &stage.join("usr/bin").join(tool))?;
         libraries.extend(shared_libraries(&path)?);
@@ -128,6 +136,24 @@ pub fn ensure(inputs: &Inputs) -> Result<PathBuf> {
         }
     }
     Ok(image)
+}
+
+/// Debian sid's blktrace 1.3.0 with sid's libc and loader under
+/// `/opt/blktrace-1.3`, run by the `blktrace-1.3` wrapper: the host's
+/// libraries are too old for it, and the other tools keep the host's.
+fn install_blktrace13(cache: &Path, stage: &Path) -> Result<()> {
+    let root = blktrace13::ensure(cache)?;
+    let dir = stage.join(blktrace13::GUEST_DIR);
+    for (from, name) in blktrace13::guest_files(&root) {
+        copy(&from, &dir.join(name))?;
+    }
+    let wrapper = stage.join("usr/bin").join(blktrace13::TOOL);
+    std::fs::write(&wrapper, blktrace13::guest_wrapper())
+        .map_err(|err| format!("cannot write {}: {err}", wrapper.display()))?;
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))
+        .map_err(|err| format!("cannot chmod {}: {err}", wrapper.display()))?;
+    Ok(())
 }
 
 fn mkdir(dir: &Path) -> Result<()> {

@@ -6,11 +6,13 @@
 //! a script from `xtask/vm/scenarios/` with a static iosplit-trace inside, and
 //! judges the JSON it wrote. Everything is cached under `target/vm/`.
 
+mod blktrace13;
 mod btt;
 mod check;
 mod initramfs;
 mod kernel;
 mod oracle;
+mod protocol_v2;
 mod qemu;
 mod report;
 mod scenarios;

@@ -97,6 +97,51 @@ sync
 bt_stop
 stop_report
 
+# blktrace protocol v2 (#49): one fixed workload on the 512e disk (two runs of
+# two 1 MiB O_DIRECT writes at the misaligned start, each split in five by the
+# 256 KiB cap, and guest-io's fsync), captured twice. First by Debian sid's
+# blktrace 1.3.0, which sets up with BLKTRACESETUP: version 7 records. Then by
+# `guest-io blktrace2`, with BLKTRACESETUP2 (Linux 6.19 on): version 8
+# records, which the host imports and counts against the first capture and
+# blkparse 1.3.0's text of it. Kernels before 6.19 refuse BLKTRACESETUP2:
+# guest-io writes the refusal and its errno to blktrace2.out and exits 3, with
+# no fallback. The ftrace blk tracer cannot run alongside (one trace per queue).
+v2_workload() {
+    guest-io write "/dev/$part" 50331648 1048576 2
+    guest-io write "/dev/$part" 52428800 1048576 2
+}
+# started FILE PATTERN: wait up to 10 s for PATTERN in FILE (or FILE, without one).
+started() {
+    tries=100
+    while [ "$tries" -gt 0 ]; do
+        if [ -z "$2" ]; then
+            [ -e "$1" ] && break
+        else
+            grep -qE "$2" "$1" 2>/dev/null && break
+        fi
+        usleep 100000
+        tries=$(( tries - 1 ))
+    done
+    sleep 1
+}
+echo "v2disk=$disk" >> /results/names
+blktrace-1.3 -d "/dev/$disk" -o v7 -D /results > /results/blktrace13.out 2>&1 &
+BT_PID=$!
+started /results/v7.blktrace.0
+v2_workload
+sleep 1
+kill -INT "$BT_PID"
+wait "$BT_PID"
+echo "$?" > /results/blktrace13.rc
+guest-io blktrace2 "/dev/$disk" /results/v2 60 > /results/blktrace2.out 2> /results/blktrace2.err &
+BT2_PID=$!
+started /results/blktrace2.out "blktrace2_started=1|blktrace2_setup=refused"
+v2_workload
+sleep 1
+kill -INT "$BT2_PID" 2>/dev/null
+wait "$BT2_PID"
+echo "blktrace2_rc=$?" >> /results/blktrace2.out
+
 # Tag waits (block_rq_tag_wait, 7.2+): 4 scheduler tags and no merging, then
 # 64 adjacent 4 KiB direct writes in one io_submit, so submitters wait for
 # a tag. The kernel's own event lines, counted in the trace buffer, are the

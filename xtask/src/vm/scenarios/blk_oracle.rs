@@ -39,7 +39,9 @@ pub fn scenario() -> Scenario {
         ],
         timeout: Duration::from_secs(300),
         evaluate,
-        extra_tools: &["blktrace"],
+        // 1.2.0 from the host for the btt captures; 1.3.0 from sid for the
+        // protocol comparison (#49).
+        extra_tools: &["blktrace", crate::vm::blktrace13::TOOL],
         fixed_disks: Vec::new(),
     }
 }
@@ -188,8 +190,27 @@ fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
         Err(why) => Check::missing(what, expected, why),
     });
     checks.extend(blktrace_checks(results, line));
+    checks.extend(protocol_checks(results, line));
     checks.push(tag_wait_check(results));
     checks
+}
+
+/// The same workload captured in blktrace protocol versions 7 and 8
+/// (`vm/protocol_v2.rs`).
+fn protocol_checks(results: &Results, line: &Line) -> Vec<Check> {
+    match crate::vm::tracer() {
+        Some(tracer) => crate::vm::protocol_v2::checks(
+            results,
+            line,
+            &crate::util::workspace_root().join("target/vm"),
+            tracer,
+        ),
+        None => vec![Check::missing(
+            "blktrace protocol v2 readings",
+            "the tracer binary",
+            "unset".into(),
+        )],
+    }
 }
 
 /// blk-oracle.sh's last window: 4 scheduler tags, no merging, 64 writes in
