@@ -119,9 +119,11 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
     assert_eq!(engine.correlation().splits_inferred, 0);
 }
 
-/// md before 6.18 (22f166218f73) splits at its chunks without calling
-/// trace_block_split: only the pieces' remaps show the cuts. They count as
-/// the same splits, with the same cause, and are marked inferred.
+/// A bio-based device's cuts with no trace_block_split, on a device-mapper
+/// device (one completion for the whole bio): only the pieces' remaps show
+/// the cuts. They count as the same splits, with the same cause, and are
+/// marked inferred. md's own case, as the 6.1 guest shows it, is
+/// `md_cuts_untraced_before_6_18_count_as_the_traced_ones`.
 #[test]
 fn untraced_md_cuts_are_inferred_from_the_pieces_remaps() {
     let run = |traced: bool| {
