@@ -59,7 +59,7 @@ const NOT_PRODUCED: &[(&str, &str)] = &[
     ),
     (
         "splits_inferred",
-        "left out when 0; an md cut no block_split traced (engine/tests/stacks.rs)",
+        "left out when 0; an md cut no block_split traced (engine/tests/stacks.rs; the VM's stacks on 6.1)",
     ),
     (
         "tag_waits",

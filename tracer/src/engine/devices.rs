@@ -73,10 +73,22 @@ impl DeviceState {
     /// md raid4/5/6: it writes each stripe's data and parity in bios of
     /// its own (remapped from it, never split from the user's bio), and
     /// completes the user's bio whole.
-    fn writes_own_stripes(&self) -> bool {
+    pub(super) fn writes_own_stripes(&self) -> bool {
         self.geometry.stack.as_ref().is_some_and(|stack| {
             matches!(stack.kind.as_str(), "md-raid4" | "md-raid5" | "md-raid6")
         })
+    }
+
+    /// md (any level, by its stack or its major): its own `bio_split` carries
+    /// the completion trace to the piece it cuts off, so each piece's end
+    /// is traced (device-mapper traces one completion for the whole bio).
+    pub(super) fn is_md(&self) -> bool {
+        const MD_MAJOR: u32 = 9;
+        let by_stack = self.geometry.stack.as_ref();
+        by_stack.is_some_and(|stack| stack.kind.starts_with("md-"))
+            || self
+                .dev
+                .is_some_and(|dev| DevId::from_kernel(dev).major == MD_MAJOR)
     }
 
     /// Bio-based: declared so, and no request was ever seen on it.

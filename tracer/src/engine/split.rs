@@ -42,10 +42,16 @@ impl SplitLimits {
             max_segments: u64::from(disk.max_segments),
             max_segment_bytes: u64::from(disk.max_segment_size),
             // md raid0/10/4/5/6 and dm-striped cut at their chunks without
-            // saying so in queue/chunk_sectors.
-            chunk_sectors: match disk.chunk_sectors {
-                0 => disk.stack.as_ref().map_or(0, |stack| stack.chunk_sectors),
-                queue => u64::from(queue),
+            // saying so in queue/chunk_sectors (6.1), or with a coarser grid
+            // there: raid5 on 7.x gives its full stripe, and cuts its reads
+            // at each chunk.
+            chunk_sectors: match (
+                u64::from(disk.chunk_sectors),
+                disk.stack.as_ref().map_or(0, |stack| stack.chunk_sectors),
+            ) {
+                (0, stack) => stack,
+                (queue, stack) if stack != 0 && queue.is_multiple_of(stack) => stack,
+                (queue, _) => queue,
             },
             pbs_sectors: power_of_two_sectors(disk.physical_block_size),
             lbs_sectors: power_of_two_sectors(disk.logical_block_size),
@@ -302,6 +308,35 @@ mod tests {
             split_cause(&limits, Op::Write, 64, 128),
             SplitCause::ChunkBoundary
         );
+    }
+
+    /// md raid5 (3 members, 64 KiB chunks) on 7.3, as the `stacks` VM
+    /// scenario reads it: queue/chunk_sectors is the full stripe (256), and
+    /// its chunk-aligned reads are cut at every 64 KiB chunk (`X` at 128).
+    #[test]
+    fn a_raid5_read_cut_at_its_chunk_inside_the_stripe_grid_is_a_chunk_boundary() {
+        let md2 = DiskGeometry {
+            name: "md2".into(),
+            logical_block_size: 512,
+            physical_block_size: 4096,
+            max_sectors_kb: 1024,
+            max_hw_sectors_kb: 1024,
+            chunk_sectors: 256,
+            stack: Some(crate::geometry::stack::Stack {
+                kind: "md-raid5".into(),
+                chunk_sectors: 128,
+                ..Default::default()
+            }),
+            ..DiskGeometry::default()
+        };
+        let limits = SplitLimits::from_geometry(&md2);
+        assert_eq!(limits.chunk_sectors, 128);
+        for (start, cut) in [(0, 128), (128, 256), (256, 384)] {
+            assert_eq!(
+                split_cause(&limits, Op::Read, start, cut),
+                SplitCause::ChunkBoundary
+            );
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ pub const MODULES: &[&str] = &[
     "raid0",
     "raid1",
     "raid456",
+    "raid10",
     "crypto_null",
     "ecb",
     // ext4 for cgroup-writeback; its checksums need the crc32c shash, which

@@ -129,6 +129,12 @@ impl TryFrom<BTreeMap<String, u64>> for Events {
 pub struct Correlation {
     pub unmatched_events: u64,
     pub in_flight: u64,
+    /// Cuts seen only as a piece's remap (md before 6.18); left out when 0.
+    #[serde(default)]
+    pub splits_inferred: u64,
+    /// Further clones of one piece (raid1/raid10 mirrors); left out when 0.
+    #[serde(default)]
+    pub mirrored_remaps: u64,
 }
 
 /// A disk, and its partitions.

@@ -241,7 +241,41 @@ guest-io write /dev/md2 16777216 1048576 4
 sleep 1
 stop_report
 blk_trace_stop /results/blk-raid5.trace md2 $raid5_members
+# raid5's reads skip the stripe cache (chunk_aligned_read): cut at each
+# 64 KiB chunk, each piece cloned to its member. 6.1 does not trace these
+# cuts (md called bio_split without trace_block_split until 22f166218f73,
+# 6.18; 6.12.y has it backported): 8 reads of 512 KiB, 7 cuts each.
+geometry md2 > /results/md2.geometry
+blk_trace_start md2 $raid5_members
+start_report /results/report-raid5-read.json -d md2 $(for m in $raid5_members; do echo "-d $m"; done)
+dd if=/dev/md2 of=/dev/null bs=512k count=8 iflag=direct 2> /dev/null
+sleep 1
+stop_report
+blk_trace_stop /results/blk-raid5-read.trace md2 $raid5_members
 mdadm --stop /dev/md2 >> /results/mdadm.out 2>&1
+
+# md raid10, 2 near copies over the same 3 members, 64 KiB chunks: more
+# members than copies, so md cuts its I/O at each chunk, and 6.1 does not
+# trace those cuts either (each piece is remapped to both its mirrors).
+# 8 O_DIRECT writes and 8 reads of 512 KiB (128 pages, under
+# max_segments), 7 cuts each.
+load_module raid10
+raid10_members="$mirror_a $mirror_b $stripe_b"
+for member in $raid10_members; do mdadm --zero-superblock "/dev/${member}1" >> /results/mdadm.out 2>&1; done
+mdadm --create /dev/md3 --run --assume-clean --level=10 --layout=n2 --chunk=64 --raid-devices=3 \
+    --metadata=1.2 "/dev/${mirror_a}1" "/dev/${mirror_b}1" "/dev/${stripe_b}1" >> /results/mdadm.out 2>&1
+wait_for_block md3 10
+blockdev --getbsz /dev/md3 > /dev/null
+echo "md3_dev=$(cat /sys/block/md3/dev)" >> /results/names
+geometry md3 > /results/md3.geometry
+blk_trace_start md3 $raid10_members
+start_report /results/report-raid10.json -d md3 $(for m in $raid10_members; do echo "-d $m"; done)
+guest-io write /dev/md3 0 524288 8
+dd if=/dev/md3 of=/dev/null bs=512k count=8 iflag=direct 2> /dev/null
+sleep 1
+stop_report
+blk_trace_stop /results/blk-raid10.trace md3 $raid10_members
+mdadm --stop /dev/md3 >> /results/mdadm.out 2>&1
 
 # dm-striped across the two aligned partitions md1 used (64 KiB chunks),
 # then dm-flakey over the first: up 0 s, down 60 s, so every write fails.

@@ -170,10 +170,7 @@ impl Correlator {
                     fragment.state == FragmentState::Pending
                         && fragment.end - fragment.start == length
                 })
-                .or_else(|| match stripes {
-                    true => None,
-                    false => self.cut_front_for_clone(event, from_dev, from_sector, devices, out),
-                })
+                .or_else(|| self.cut_front_for_clone(event, from_dev, from_sector, devices, out))
         };
         if traced.is_none() && stripes {
             self.remap_stripe_io(event, from_dev, devices);
@@ -526,6 +523,12 @@ impl Correlator {
     /// A remap of a clone of the front of a bio-based device's last
     /// fragment, before the trim is traced: makes that cut now, as the
     /// split that follows names it, and returns the front piece.
+    ///
+    /// md before 6.18 (22f166218f73; Debian's 6.1 guest) never traces its
+    /// own cuts (raid10's chunks, raid5's chunk-aligned reads): the piece's
+    /// remap is all there is, and its completion is traced. On md raid4/5/6,
+    /// whose stripe bios start where the user's bio does too, only a read
+    /// cut at a chunk boundary is such a piece.
     fn cut_front_for_clone(
         &mut self,
         event: &BlockEvent,
@@ -548,6 +551,14 @@ impl Correlator {
         {
             return None;
         }
+        let device = devices.get(slot.disk);
+        if device.writes_own_stripes() {
+            let chunk = device.limits.chunk_sectors;
+            if fragment.op != Op::Read || chunk == 0 || !at.is_multiple_of(chunk) {
+                return None;
+            }
+        }
+        let md = device.is_md();
         let room = self.chains.make_room_for_fragment(out);
         // As device-mapper will trace it: on the trimmed bio, starting at the cut.
         let trim = BlockEvent {
@@ -556,6 +567,11 @@ impl Correlator {
             ..*event
         };
         self.cut_fragment(&trim, Some((index, from_sector)), at, room, devices, out);
+        if md {
+            if let Some(front) = self.chains.fragments.get_mut(index) {
+                front.untraced_end = false;
+            }
+        }
         self.chains.correlation.splits_inferred += 1;
         self.chains.marks_mut(slot.disk).precut_at = Some(at);
         Some(index)

@@ -119,9 +119,11 @@ fn a_clone_remapped_before_its_trim_is_traced_is_cut_once() {
     assert_eq!(engine.correlation().splits_inferred, 0);
 }
 
-/// md before 6.18 (22f166218f73) splits at its chunks without calling
-/// trace_block_split: only the pieces' remaps show the cuts. They count as
-/// the same splits, with the same cause, and are marked inferred.
+/// A bio-based device's cuts with no trace_block_split, on a device-mapper
+/// device (one completion for the whole bio): only the pieces' remaps show
+/// the cuts. They count as the same splits, with the same cause, and are
+/// marked inferred. md's own case, as the 6.1 guest shows it, is
+/// `md_cuts_untraced_before_6_18_count_as_the_traced_ones`.
 #[test]
 fn untraced_md_cuts_are_inferred_from_the_pieces_remaps() {
     let run = |traced: bool| {
@@ -434,6 +436,122 @@ fn raid5_stripe_bios_continue_the_write_without_cutting_it() {
             origin.tracked.op(Op::Write).map(|op| op.user_ios),
             Some(2),
             "{part}: md's stripe bios are the writer's"
+        );
+    }
+}
+
+/// An md array over loop0p1 and loop0p2 with 64 KiB chunks, of `kind`.
+fn md_array(kind: &str, dev: DevId) -> DiskGeometry {
+    DiskGeometry {
+        name: format!("md{}", dev.minor),
+        dev: Some(dev),
+        logical_block_size: 512,
+        physical_block_size: 4096,
+        max_sectors_kb: 1280,
+        request_based: false,
+        stack: Some(crate::geometry::stack::Stack {
+            kind: kind.into(),
+            chunk_sectors: 128,
+            ..Default::default()
+        }),
+        ..DiskGeometry::default()
+    }
+}
+
+/// A 256 KiB `op` on `md` cut into its four 64 KiB chunks, as the `stacks`
+/// VM scenario's blk traces show them: 7.3 (`traced`) traces each cut as
+/// block/blk-merge.c does (`X 0 / 128`, the piece, then the cut) before the
+/// piece's clones are remapped; 6.1's md calls bio_split without
+/// trace_block_split, so the first clone's remap is the only sign of the
+/// cut. On both, md's split carries the completion trace to the piece: each
+/// piece's completion is traced (`C 0 + 128`). `mirrors`: clones per piece
+/// (raid10 near 2: one per copy; a raid5 read: one).
+fn md_chunk_pieces(md: DevId, op: &str, traced: bool, mirrors: usize) -> Vec<BlockEvent> {
+    let as_op = |event: BlockEvent| BlockEvent {
+        rwbs: rwbs(op),
+        ..event
+    };
+    let mut events = vec![as_op(queue(MS, md, 0, 512))];
+    let members = [(P1, 2048), (P2, 10241)];
+    for piece in 0..4u64 {
+        let sector = piece * 128;
+        if traced && piece < 3 {
+            events.push(as_op(split(MS, md, sector, sector + 128)));
+        }
+        for &(part, start) in &members[..mirrors] {
+            events.push(as_op(remap(MS, LOOP0, sector, 128, md, sector)));
+            events.push(as_op(remap(MS, LOOP0, start + sector, 128, part, sector)));
+            events.push(as_op(queue(MS, LOOP0, start + sector, 128)));
+        }
+    }
+    for piece in 0..4u64 {
+        let sector = piece * 128;
+        for &(_, start) in &members[..mirrors] {
+            events.push(as_op(issue(2 * MS, LOOP0, start + sector, 128)));
+            events.push(as_op(complete(3 * MS, LOOP0, start + sector, 128)));
+        }
+        events.push(as_op(bio_complete(4 * MS, md, sector, 128)));
+    }
+    events
+}
+
+/// md before 6.18 (22f166218f73; Debian's 6.1 guest) cuts raid10's writes
+/// at its chunks, and raid5's reads that skip the stripe cache, without
+/// tracing the cut. Each cut is inferred from the first clone's remap and
+/// counts as the traced one does, with its cause: the second mirror's clone
+/// continues the same piece (not unmatched), each piece's own completion
+/// ends it, and a raid5 read's piece is not taken for one of its stripe bios.
+#[test]
+fn md_cuts_untraced_before_6_18_count_as_the_traced_ones() {
+    let raid10 = DevId::new(9, 3);
+    let raid5 = DevId::new(9, 2);
+    for (kind, md, op, mirrors) in [
+        ("md-raid10", raid10, "W", 2),
+        ("md-raid10", raid10, "R", 1),
+        ("md-raid5", raid5, "R", 1),
+    ] {
+        let run = |traced: bool| {
+            let mut engine =
+                Engine::new(vec![loop0(), md_array(kind, md)], EngineLimits::default());
+            feed(&mut engine, &md_chunk_pieces(md, op, traced, mirrors));
+            let correlation = engine.correlation();
+            let ops = if op == "W" { Op::Write } else { Op::Read };
+            let upper = disk_op(&engine, &format!("md{}", md.minor), ops);
+            (
+                CorrelationStats {
+                    splits_inferred: 0,
+                    ..correlation
+                },
+                correlation.splits_inferred,
+                (upper.user_ios, upper.fragments, upper.splits),
+                upper.split_causes.clone(),
+                (upper.commands, upper.disk_commands),
+            )
+        };
+        let (traced, untraced) = (run(true), run(false));
+        let what = format!("{kind} {op}");
+        assert_eq!(
+            traced.0,
+            CorrelationStats {
+                mirrored_remaps: 4 * (mirrors as u64 - 1),
+                ..CorrelationStats::default()
+            },
+            "{what}: every chain ended, nothing unmatched"
+        );
+        assert_eq!((traced.1, untraced.1), (0, 3), "{what}: inferred cuts");
+        assert_eq!(traced.2, (1, 4, 3), "{what}");
+        assert_eq!(
+            traced
+                .3
+                .get(&crate::model::SplitCause::ChunkBoundary)
+                .copied(),
+            Some(3),
+            "{what}: cause"
+        );
+        assert_eq!(
+            (&untraced.0, &untraced.2, &untraced.3, untraced.4),
+            (&traced.0, &traced.2, &traced.3, traced.4),
+            "{what}: untraced cuts count as the traced ones"
         );
     }
 }

@@ -1,7 +1,7 @@
 //! `stacks.sh`: device-mapper and md stacks over partitions of 512e disks,
 //! each against the blk tracer, its findings and their fixes: dm-linear
 //! (aligned; 3 sectors off, fixed by a reload), linear + error, dm-crypt,
-//! md raid1/raid0/raid5, dm-striped, dm-flakey, dm-multipath and LVM.
+//! md raid1/raid0/raid5/raid10 (and md's cuts 6.1 does not trace), dm-striped, dm-flakey, dm-multipath and LVM.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -22,7 +22,7 @@ use crate::vm::report::{
 pub fn scenario() -> Scenario {
     Scenario {
         name: "stacks",
-        summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096 (and its 128 KiB cap, which max_write_size does not raise); md raid1 on sector-63 partitions (fixed at 64; then capped at 32 KiB, raised as the finding says), raid0 (64 KiB chunks) and a table 8 sectors into it; dm-striped; dm-flakey; dm-multipath over two paths; an LVM volume off the grid, recreated with pvcreate --dataalignment",
+        summary: "dm over a partition: linear (aligned; 3 sectors off, fixed by reload), linear + error, crypt 512/4096 (and its 128 KiB cap, which max_write_size does not raise); md raid1 on sector-63 partitions (fixed at 64; then capped at 32 KiB, raised as the finding says), raid0 (64 KiB chunks) and a table 8 sectors into it; raid10 and raid5 reads cut at md's chunks (untraced on 6.1, counted as traced); dm-striped; dm-flakey; dm-multipath over two paths; an LVM volume off the grid, recreated with pvcreate --dataalignment",
         disks: [
             ("stacked", 256 * MIB, 2048, 400_000),
             // Legacy DOS partitions at sector 63 for raid1; aligned ones for raid0.
@@ -47,7 +47,7 @@ pub fn scenario() -> Scenario {
     }
 }
 
-fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
+fn evaluate(results: &Results, line: &Line) -> Vec<Check> {
     let mut checks = vec![expect_geometry(
         "dm-linear table",
         results,
@@ -132,6 +132,7 @@ fn evaluate(results: &Results, _line: &Line) -> Vec<Check> {
     checks.extend(raid1_fixed(results));
     checks.extend(raid1_capped(results));
     checks.extend(raid5_array(results));
+    checks.extend(md_untraced_cuts(results, line));
     checks.extend(striped_table(results));
     checks.extend(flakey_table(results));
     checks.extend(multipath_table(results));
@@ -428,6 +429,137 @@ fn raid5_array(results: &Results) -> Vec<Check> {
         "md2",
     ));
     checks
+}
+
+/// md's own cuts, which md before 6.18 (22f166218f73) makes with bio_split
+/// and never traces: raid10 (near 2 over 3 members) cuts its 8 writes and 8
+/// reads of 512 KiB at each 64 KiB chunk, raid5 its 8 chunk-aligned reads
+/// (7 cuts each). Debian's 6.1 prints no `X` for them; 6.12.y (stable
+/// backport) and 7.x do. Either way the report counts every cut with its
+/// cause: as many as md's pieces (its remaps from distinct sectors, the
+/// mirrors' second clones aside) beyond one per user bio, and as blk `X`
+/// where there is one; on 6.1 all of them inferred (`splits_inferred`).
+fn md_untraced_cuts(results: &Results, line: &Line) -> Vec<Check> {
+    let untraced = line.name == "6.1";
+    let mut checks = Vec::new();
+    for (what, report_name, trace_name, md, dev_key, cuts_expected, mirrors) in [
+        (
+            "md3 (raid10 near 2, 3 members)",
+            "report-raid10.json",
+            "blk-raid10.trace",
+            "md3",
+            "md3_dev",
+            112,
+            64,
+        ),
+        (
+            "md2 (raid5) reads",
+            "report-raid5-read.json",
+            "blk-raid5-read.trace",
+            "md2",
+            "md2_dev",
+            56,
+            0,
+        ),
+    ] {
+        checks.push(expect_oracle_agreement(
+            &format!("{what} + members: events vs blk tracer"),
+            results,
+            report_name,
+            trace_name,
+        ));
+        let check = format!("{what}: md's chunk cuts counted, traced or not");
+        let expected = format!(
+            "splits = chunk_boundary = md pieces - Q on {md} = {cuts_expected}; blk X {}, splits_inferred {}; mirrored_remaps = {mirrors}; unmatched 0, in flight 0",
+            if untraced { "0".to_string() } else { format!("{cuts_expected}") },
+            if untraced { format!("{cuts_expected}") } else { "0".to_string() },
+        );
+        let dev = results.value("names", dev_key);
+        checks.push(
+            match (results.report(report_name), results.text(trace_name), dev) {
+                (Ok(report), Ok(trace), Ok(dev)) => {
+                    let dev = device_number(&dev).unwrap_or((0, 0));
+                    let (x_data, x_empty) = oracle::lines_with_data(&trace, dev, "X");
+                    let traced_cuts = x_data + x_empty;
+                    let queued = oracle::lines_with_data(&trace, dev, "Q").0;
+                    let (pieces, clones) = md_pieces(&trace, dev);
+                    let oracle_cuts = pieces.saturating_sub(queued);
+                    let ops = report
+                        .device(md)
+                        .map(|device| &device.measures.ops)
+                        .into_iter()
+                        .flat_map(|ops| ops.values());
+                    let (mut splits, mut chunk, mut other) = (0, 0, 0);
+                    for op in ops {
+                        splits += op.splits;
+                        for (cause, count) in &op.split_causes {
+                            match cause.as_str() {
+                                "chunk_boundary" => chunk += count,
+                                _ => other += count,
+                            }
+                        }
+                    }
+                    let correlation = &report.correlation;
+                    let inferred = correlation.splits_inferred;
+                    let leftovers = Leftovers::of(&report);
+                    let (want_x, want_inferred) = match untraced {
+                        true => (0, cuts_expected),
+                        false => (cuts_expected, 0),
+                    };
+                    Check::new(
+                        check,
+                        expected,
+                        format!(
+                            "splits {splits} (chunk_boundary {chunk}, other {other}); md pieces {pieces} - Q {queued} = {oracle_cuts}; blk X {traced_cuts}, splits_inferred {inferred}; mirrored_remaps {} (blk: {} second clones); {leftovers}",
+                            correlation.mirrored_remaps,
+                            clones - pieces,
+                        ),
+                        splits == cuts_expected
+                            && chunk == splits
+                            && other == 0
+                            && oracle_cuts == splits
+                            && traced_cuts == want_x
+                            && inferred == want_inferred
+                            && correlation.mirrored_remaps == mirrors
+                            && clones - pieces == mirrors
+                            && leftovers.none(),
+                    )
+                }
+                (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+                    Check::missing(check, expected, why)
+                }
+            },
+        );
+    }
+    checks
+}
+
+/// md's remaps of its pieces to its members (`A ... <- (md) sector`): the
+/// distinct pieces (by direction and md sector) and all the clones.
+fn md_pieces(trace: &str, md: (u32, u32)) -> (u64, u64) {
+    let from = format!("({},{})", md.0, md.1);
+    let mut pieces = std::collections::BTreeSet::new();
+    let mut clones = 0;
+    for line in trace.lines() {
+        let Some((_, rest)) = line.split_once(": ") else {
+            continue;
+        };
+        let words: Vec<&str> = rest.split_whitespace().collect();
+        let Some(arrow) = words.iter().position(|word| *word == "<-") else {
+            continue;
+        };
+        if words.get(1) != Some(&"A") || words.get(arrow + 1) != Some(&from.as_str()) {
+            continue;
+        }
+        let direction = words
+            .get(2)
+            .map_or(' ', |rwbs| if rwbs.contains('W') { 'W' } else { 'R' });
+        if let Some(sector) = words.get(arrow + 2) {
+            pieces.insert((direction, sector.to_string()));
+            clones += 1;
+        }
+    }
+    (pieces.len() as u64, clones)
 }
 
 /// What a report's correlation left unended: events in no chain, user I/Os in flight.
