@@ -334,6 +334,34 @@ pub fn checks(results: &Results, line: &Line, cache: &Path, tracer: &Path) -> Ve
         ),
         (Err(why), _) | (_, Err(why)) => Check::missing(what, expected_text, why.clone()),
     });
+    // The live report over the v2 capture's window, letter by letter for
+    // the events the probes see (blktrace's G, I, P and U have no probe).
+    let what = "7 v2 capture: import vs the live report of the same window".to_string();
+    let expected_text = "A Q X M F D C R equal";
+    checks.push(match (&v2, results.json::<Value>("report-v2.json")) {
+        (Ok(v2), Ok(live)) => {
+            let probed = |letters: &BTreeMap<String, u64>| -> BTreeMap<String, u64> {
+                letters
+                    .iter()
+                    .filter(|(letter, _)| btt::letters().any(|probed| probed == letter.as_str()))
+                    .map(|(letter, count)| (letter.clone(), *count))
+                    .collect()
+            };
+            let ours: BTreeMap<String, u64> = btt::letters()
+                .map(|letter| (letter.to_string(), btt::ours_of_letter(&live, letter)))
+                .filter(|(_, count)| *count > 0)
+                .collect();
+            let imported = probed(v2);
+            Check::new(
+                what,
+                format!("{expected_text}: v2 import {}", show(&imported)),
+                format!("live {}", show(&ours)),
+                ours == imported && !ours.is_empty(),
+            )
+        }
+        (Err(why), _) => Check::missing(what, expected_text, why.clone()),
+        (_, Err(why)) => Check::missing(what, expected_text, why.to_string()),
+    });
     let _ = std::fs::remove_dir_all(&scratch);
     checks
 }

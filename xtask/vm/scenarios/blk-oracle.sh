@@ -136,8 +136,11 @@ echo "$?" > /results/blktrace13.rc
 guest-io blktrace2 "/dev/$disk" /results/v2 60 > /results/blktrace2.out 2> /results/blktrace2.err &
 BT2_PID=$!
 started /results/blktrace2.out "blktrace2_started=1|blktrace2_setup=refused"
+# The live report over the same window: the capture's twin, by our probes.
+start_report /results/report-v2.json -d "$disk"
 v2_workload
 sleep 1
+stop_report
 kill -INT "$BT2_PID" 2>/dev/null
 wait "$BT2_PID"
 echo "blktrace2_rc=$?" >> /results/blktrace2.out
