@@ -268,6 +268,8 @@ impl EventSink for RunSink {
                 .watch_parent_of(event.event.tgid, self.own_pid);
             // SAFETY: a signal to a process of the command's tree.
             unsafe { libc::kill(event.event.tgid as i32, libc::SIGCONT) };
+            // A watched parent too? Its stop seen by the last look may be this one.
+            self.stopped_parents.continued(event.event.tgid);
             let counts = &mut self.pins.counts;
             counts.paused += 1;
             counts.paused_ns += crate::capture::monotonic_ns().saturating_sub(event.event.ts_ns);
