@@ -1,10 +1,11 @@
 //! `nvme/nvme_setup_cmd`: the NVMe command of a passthrough request
-//! (io_uring `URING_CMD` on `/dev/ngXnY`, `nvme-cli`, SPDK-less fio's
-//! `io_uring_cmd`). The block tracepoints give such a request no sector and
-//! no length; its command has both. Sent only for passthrough requests, as
-//! a [`PassthroughEvent`] that names the request the way its issue record
-//! will (the same window), so userspace joins the two. The kernel fires
-//! this in `nvme_queue_rq` on the CPU, and before, the request's issue.
+//! (io_uring `URING_CMD` on `/dev/ngXnY`, as fio's `io_uring_cmd` engine
+//! sends, or `nvme-cli`). The block tracepoints give such a request no
+//! sector and no length; its command has both. Sent only for passthrough
+//! requests, as a [`PassthroughEvent`] that names the request the way its
+//! issue record will (the same window), so userspace joins the two. The
+//! kernel fires this in `nvme_queue_rq`, before the request's issue and
+//! on the same CPU, so both land in that CPU's ring in that order.
 //!
 //! A raw tracepoint: the nvme module's tracepoints are not in vmlinux's
 //! BTF, so each field is a `bpf_probe_read_kernel` (the cost falls on NVMe
