@@ -1629,6 +1629,63 @@ mod tests {
         assert!(import.notes.iter().any(|n| n.contains("back merges")));
     }
 
+    /// 6.16's `U` and 6.17's zone letters, as blk_fill_rwbs prints them,
+    /// in both text formats: each an event with its letters kept, the op
+    /// from the first letter (`U` a write's flag; a zone op `other`).
+    #[test]
+    fn atomic_and_zone_letters_are_read_in_both_text_formats() {
+        use crate::model::Op;
+        let ftrace = "# tracer: blk\n\
+            \x20  fio-9 [001] d..1. 1.000001: 259,0    Q WSU 2048 + 32 [fio]\n\
+            \x20  fio-9 [001] d..1. 1.000002: 259,0    D WSU 2048 + 32 [fio]\n\
+            \x20  fio-9 [001] d..1. 1.000003: 259,0    Q ZRA 0 + 0 [blkzone]\n\
+            \x20  fio-9 [001] d..1. 1.000004: 259,0    D ZR 524288 + 0 [blkzone]\n\
+            \x20  fio-9 [001] d..1. 1.000005: 259,0    Q ZAS 1048576 + 8 [fio]\n";
+        let blkparse = "259,0    1        1     1.000001000     9  Q WSU 2048 + 32 [fio]\n\
+            259,0    1        2     1.000002000     9  D WSU 2048 + 32 [fio]\n\
+            259,0    1        3     1.000003000     9  Q ZRA 0 + 0 [blkzone]\n\
+            259,0    1        4     1.000004000     9  D ZR 524288 + 0 [blkzone]\n\
+            259,0    1        5     1.000005000     9  Q ZAS 1048576 + 8 [fio]\n";
+        for (text, format) in [
+            (ftrace, TextFormat::FtraceBlk),
+            (blkparse, TextFormat::Blkparse),
+        ] {
+            let import = import(text, format, &[]).unwrap();
+            let seen: Vec<(u8, &[u8], u64, u32)> = import
+                .events
+                .iter()
+                .map(|e| {
+                    let end = e.rwbs.iter().position(|&b| b == 0).unwrap_or(RWBS_BYTES);
+                    (e.kind, &e.rwbs[..end], e.sector, e.nr_sector)
+                })
+                .collect();
+            let queue = EventKind::Queue as u8;
+            let issue = EventKind::Issue as u8;
+            assert_eq!(
+                seen,
+                [
+                    (queue, &b"WSU"[..], 2048, 32),
+                    (issue, b"WSU", 2048, 32),
+                    (queue, b"ZRA", 0, 0),
+                    (issue, b"ZR", 524288, 0),
+                    (queue, b"ZAS", 1048576, 8),
+                ],
+                "{format:?}"
+            );
+            assert_eq!(import.unparsed, 0, "{format:?}");
+            let ops: Vec<Op> = import
+                .events
+                .iter()
+                .map(|e| crate::engine::op_from_rwbs(&e.rwbs))
+                .collect();
+            assert_eq!(
+                ops,
+                [Op::Write, Op::Write, Op::Other, Op::Other, Op::Other],
+                "{format:?}"
+            );
+        }
+    }
+
     #[test]
     fn text_without_events_is_refused() {
         assert_eq!(
