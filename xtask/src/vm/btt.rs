@@ -43,20 +43,7 @@ pub fn read(
     // is read from stdin: blkparse's file mode refuses a `.blktrace.0`
     // whose records name another CPU (a capture renamed by whoever
     // published it), and reads the same stream either way.
-    let files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| {
-                    path.file_name()
-                        .and_then(|name| name.to_str())
-                        .and_then(|name| name.strip_prefix(&format!("{prefix}.blktrace.")))
-                        .is_some_and(|cpu| cpu.parse::<u32>().is_ok())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let files = capture_files(dir, prefix);
     let mut blkparse = Command::new("blkparse");
     match files.as_slice() {
         [one] => {
@@ -588,6 +575,26 @@ pub fn judge(label: &str, readings: &Readings, follows_all: bool) -> Vec<Judged>
         ));
     }
     out
+}
+
+/// A capture's per-CPU files, `dir/prefix.blktrace.N`, sorted.
+pub fn capture_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|entry| entry.path())
+                .filter(|path| {
+                    path.file_name()
+                        .and_then(|name| name.to_str())
+                        .and_then(|name| name.strip_prefix(&format!("{prefix}.blktrace.")))
+                        .is_some_and(|cpu| cpu.parse::<u32>().is_ok())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@
 //! `BLKTRACESETUP2`, and the refusal must be on record.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use serde_json::Value;
@@ -108,29 +108,9 @@ pub fn show(letters: &BTreeMap<String, u64>) -> String {
         .join(" ")
 }
 
-/// `dir/prefix.blktrace.N`, sorted.
-fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
-    let mut found: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|entry| entry.path())
-                .filter(|path| {
-                    path.file_name()
-                        .and_then(|name| name.to_str())
-                        .and_then(|name| name.strip_prefix(&format!("{prefix}.blktrace.")))
-                        .is_some_and(|cpu| cpu.parse::<u32>().is_ok())
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    found.sort();
-    found
-}
-
 /// Record versions over every file of one capture.
 fn capture_versions(dir: &Path, prefix: &str) -> Result<BTreeMap<u8, u64>, String> {
-    let found = files(dir, prefix);
+    let found = btt::capture_files(dir, prefix);
     if found.is_empty() {
         return Err(format!("no {prefix}.blktrace.N"));
     }
@@ -175,7 +155,7 @@ fn import(tracer: &Path, dir: &Path, prefix: &str) -> Result<BTreeMap<String, u6
 fn blkparse13(cache: &Path, dir: &Path, prefix: &str) -> Result<BTreeMap<String, u64>, String> {
     let root = blktrace13::ensure(cache)?;
     let mut command = blktrace13::blkparse(&root);
-    match files(dir, prefix).as_slice() {
+    match btt::capture_files(dir, prefix).as_slice() {
         [one] => {
             let input = std::fs::File::open(one)
                 .map_err(|err| format!("cannot open {}: {err}", one.display()))?;
@@ -257,7 +237,7 @@ pub fn checks(results: &Results, line: &Line, cache: &Path, tracer: &Path) -> Ve
     let values = results
         .text("blktrace2.out")
         .map(|text| parse_values(&text));
-    let v2_files = files(results.dir, "v2");
+    let v2_files = btt::capture_files(results.dir, "v2");
     if line.name != "7" {
         let what = format!("{} BLKTRACESETUP2 refused (before 6.19)", line.name);
         let expected = "blktrace2_setup=refused with its errno, exit 3, no v2 files";
