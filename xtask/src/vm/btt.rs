@@ -43,22 +43,9 @@ pub fn read(
     // is read from stdin: blkparse's file mode refuses a `.blktrace.0`
     // whose records name another CPU (a capture renamed by whoever
     // published it), and reads the same stream either way.
-    let files = capture_files(dir, prefix);
     let mut blkparse = Command::new("blkparse");
-    match files.as_slice() {
-        [one] => {
-            let input = std::fs::File::open(one)
-                .map_err(|err| format!("cannot open {}: {err}", one.display()))?;
-            blkparse.args(["-i", "-", "-d"]).arg(&dump).stdin(input);
-        }
-        _ => {
-            blkparse
-                .arg("-D")
-                .arg(dir)
-                .args(["-i", prefix, "-d"])
-                .arg(&dump);
-        }
-    }
+    blkparse_input(&mut blkparse, dir, prefix)?;
+    blkparse.arg("-d").arg(&dump);
     let blkparse = output(&mut blkparse);
     let btt = blkparse.is_ok().then(|| {
         output(
@@ -595,6 +582,23 @@ pub fn capture_files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
         .unwrap_or_default();
     found.sort();
     found
+}
+
+/// Points a blkparse at the capture `dir/prefix.blktrace.*`: one file on
+/// stdin (blkparse's file mode refuses a `.blktrace.0` whose records name
+/// another CPU), several by directory and prefix.
+pub fn blkparse_input(blkparse: &mut Command, dir: &Path, prefix: &str) -> Result<(), String> {
+    match capture_files(dir, prefix).as_slice() {
+        [one] => {
+            let input = std::fs::File::open(one)
+                .map_err(|err| format!("cannot open {}: {err}", one.display()))?;
+            blkparse.args(["-i", "-"]).stdin(input);
+        }
+        _ => {
+            blkparse.arg("-D").arg(dir).args(["-i", prefix]);
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -155,16 +155,7 @@ fn import(tracer: &Path, dir: &Path, prefix: &str) -> Result<BTreeMap<String, u6
 fn blkparse13(cache: &Path, dir: &Path, prefix: &str) -> Result<BTreeMap<String, u64>, String> {
     let root = blktrace13::ensure(cache)?;
     let mut command = blktrace13::blkparse(&root);
-    match btt::capture_files(dir, prefix).as_slice() {
-        [one] => {
-            let input = std::fs::File::open(one)
-                .map_err(|err| format!("cannot open {}: {err}", one.display()))?;
-            command.args(["-i", "-"]).stdin(input);
-        }
-        _ => {
-            command.arg("-D").arg(dir).args(["-i", prefix]);
-        }
-    }
+    btt::blkparse_input(&mut command, dir, prefix)?;
     let out = command
         .stderr(Stdio::piped())
         .output()
